@@ -1,0 +1,30 @@
+//! Journal event names, as in the reference runtime (seed 000, section 9).
+
+pub const RUN_CREATED: &str = "run_created";
+pub const PROFILE_RESOLVED: &str = "profile_resolved";
+pub const RUN_COMPLETED: &str = "run_completed";
+pub const RUN_FAILED: &str = "run_failed";
+pub const RUN_CANCELLED: &str = "run_cancelled";
+pub const WORKSPACE_INITIALIZED: &str = "workspace_initialized";
+pub const CONTEXT_ASSEMBLED: &str = "context_assembled";
+pub const SKILL_SCOPES_RESOLVED: &str = "skill_scopes_resolved";
+pub const MODEL_BINDING_RESOLVED: &str = "agent_model_binding_resolved";
+pub const INVOCATION_CREATED: &str = "agent_invocation_created";
+pub const INVOCATION_STARTED: &str = "agent_invocation_started";
+pub const INVOCATION_COMPLETED: &str = "agent_invocation_completed";
+pub const INVOCATION_FAILED: &str = "agent_invocation_failed";
+pub const INVOCATION_TRANSFERRED: &str = "agent_invocation_transferred";
+pub const LOOP_FINISHED: &str = "agent_loop_finished";
+pub const TASK_REGISTERED: &str = "agent_task_registered";
+pub const TASK_STARTED: &str = "agent_task_started";
+pub const TASK_COMPLETED: &str = "agent_task_completed";
+pub const TASK_FAILED: &str = "agent_task_failed";
+pub const HANDOFF_REQUESTED: &str = "agent_handoff_requested";
+pub const HANDOFF_ACCEPTED: &str = "agent_handoff_accepted";
+pub const MODEL_RESPONSE_STORED: &str = "model_response_stored";
+pub const TOOL_CALL_COMPLETED: &str = "tool_call_completed";
+pub const TOOL_CALL_FAILED: &str = "tool_call_failed";
+pub const WORKSPACE_FILE_WRITTEN: &str = "workspace_file_written";
+pub const WORKSPACE_PATCH_APPLIED: &str = "workspace_patch_applied";
+pub const CHAT_COMMIT_COMPLETED: &str = "chat_commit_completed";
+pub const CLAIM_FENCED: &str = "claim_fenced";

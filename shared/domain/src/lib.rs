@@ -1,0 +1,32 @@
+//! Baton's pure domain: everything that decides, validates or renders, and
+//! nothing that touches a socket, a clock-driven runtime or a database.
+//!
+//! # Layout
+//! - [`request`]: the bridge's `HandoffRequest`, parsed and validated at the edge.
+//! - [`reply`]: humanized bridge replies and cutting them into chat-sized parts.
+//! - [`language`]: the reply languages.
+//! - [`profiles`]: the agent profiles file and its validation.
+//! - [`tools`]: the model-visible tools and their specs.
+//! - [`handoff`]: `agent_handoff` argument parsing and the handoff policies.
+//! - [`brief`]: the markdown briefs agents read first.
+//! - [`prompt`]: the default system prompt.
+//! - [`workspace`]: logical paths, reads, patches, commit modes.
+//! - [`state`]: run, invocation and task state machines.
+//! - [`journal`]: journal event names.
+//! - [`error`]: recoverable tool errors.
+
+pub mod brief;
+pub mod error;
+pub mod handoff;
+pub mod journal;
+pub mod language;
+pub mod profiles;
+pub mod reply;
+pub mod request;
+pub mod prompt;
+pub mod state;
+pub mod tools;
+pub mod workspace;
+
+pub use error::ToolError;
+pub use language::Language;

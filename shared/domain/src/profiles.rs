@@ -1,0 +1,267 @@
+//! Agent profiles: who an agent is, which tools it sees, which model drives
+//! it, and whom it may hand work to. Operators own them in a TOML file; the
+//! fleet loads them into Postgres so every worker sees the same set.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::tools::ToolName;
+
+/// The whole profiles file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfilesFile {
+    /// `HandoffRequest.targetAgent` → root profile id.
+    #[serde(default)]
+    pub routes: BTreeMap<String, String>,
+    #[serde(default)]
+    pub profiles: Vec<Profile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub id: String,
+    pub name: String,
+    /// What other agents see in `agent_list`.
+    pub description: String,
+    #[serde(default)]
+    pub system_prompt: String,
+    /// The model-visible tool surface.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    pub model: ModelBinding,
+    #[serde(default)]
+    pub delegation: DelegationPolicy,
+}
+
+/// Which provider drives the agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "provider", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ModelBinding {
+    /// A deterministic list of model turns, for demos and tests.
+    Scripted {
+        #[serde(default)]
+        script: Vec<ScriptedTurn>,
+    },
+    /// Any OpenAI-compatible Chat Completions endpoint.
+    Openai {
+        base_url: Option<String>,
+        model: Option<String>,
+        api_key_env: Option<String>,
+        temperature: Option<f32>,
+        max_tokens: Option<u32>,
+    },
+    /// An external coding agent run as a process.
+    Command {
+        #[serde(default)]
+        command: Vec<String>,
+        timeout_secs: Option<u64>,
+    },
+}
+
+/// One scripted model turn: one tool call, or plain text when `tool` is absent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedTurn {
+    pub tool: Option<String>,
+    #[serde(default = "empty_object")]
+    pub args: Value,
+    pub text: Option<String>,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DelegationPolicy {
+    pub can_handoff: bool,
+    pub can_delegate: bool,
+    pub callable: bool,
+    pub allow_as_handoff_target: bool,
+    pub allow_as_subagent: bool,
+    pub allowed_callers: Vec<String>,
+    pub max_handoff_depth: u32,
+}
+
+impl Default for DelegationPolicy {
+    fn default() -> Self {
+        Self {
+            can_handoff: false,
+            can_delegate: false,
+            callable: true,
+            allow_as_handoff_target: true,
+            allow_as_subagent: false,
+            allowed_callers: vec!["*".into()],
+            max_handoff_depth: 8,
+        }
+    }
+}
+
+impl DelegationPolicy {
+    pub fn accepts_caller(&self, caller_id: &str) -> bool {
+        self.allowed_callers.iter().any(|c| c == "*" || c == caller_id)
+    }
+}
+
+impl ModelBinding {
+    /// What an operator still has to fill in; empty when the binding is usable.
+    pub fn missing_configuration(&self) -> Vec<&'static str> {
+        match self {
+            ModelBinding::Scripted { script } if script.is_empty() => vec!["script"],
+            ModelBinding::Scripted { .. } => vec![],
+            ModelBinding::Openai { base_url, model, .. } => {
+                let mut missing = vec![];
+                if base_url.as_deref().unwrap_or("").is_empty() {
+                    missing.push("base_url");
+                }
+                if model.as_deref().unwrap_or("").is_empty() {
+                    missing.push("model");
+                }
+                missing
+            }
+            ModelBinding::Command { command, .. } if command.is_empty() => vec!["command"],
+            ModelBinding::Command { .. } => vec![],
+        }
+    }
+
+    pub fn provider_name(&self) -> &'static str {
+        match self {
+            ModelBinding::Scripted { .. } => "scripted",
+            ModelBinding::Openai { .. } => "openai",
+            ModelBinding::Command { .. } => "command",
+        }
+    }
+}
+
+impl Profile {
+    pub fn is_configured(&self) -> bool {
+        self.model.missing_configuration().is_empty()
+    }
+
+    /// The tools this profile lists that Baton knows; unknown names are
+    /// rejected when the file is loaded, so nothing is silently dropped.
+    pub fn tool_names(&self) -> Vec<ToolName> {
+        self.tools.iter().filter_map(|t| ToolName::parse(t)).collect()
+    }
+
+    pub fn has_tool(&self, tool: ToolName) -> bool {
+        self.tools.iter().any(|t| t == tool.as_str())
+    }
+}
+
+/// Why a profiles file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfilesError {
+    #[error("profiles file is not valid TOML: {0}")]
+    Toml(#[from] toml::de::Error),
+    #[error("profiles file is invalid: {}", .0.join("; "))]
+    Invalid(Vec<String>),
+}
+
+impl ProfilesFile {
+    /// Parses and validates a profiles file.
+    pub fn parse(text: &str) -> Result<Self, ProfilesError> {
+        let file: ProfilesFile = toml::from_str(text)?;
+        let problems = file.problems();
+        if problems.is_empty() {
+            Ok(file)
+        } else {
+            Err(ProfilesError::Invalid(problems))
+        }
+    }
+
+    fn problems(&self) -> Vec<String> {
+        let mut problems = vec![];
+        let mut seen = BTreeSet::new();
+        for p in &self.profiles {
+            if p.id.trim().is_empty() {
+                problems.push("a profile has an empty id".to_string());
+            }
+            if !seen.insert(p.id.as_str()) {
+                problems.push(format!("profile `{}` is defined twice", p.id));
+            }
+            for t in &p.tools {
+                if ToolName::parse(t).is_none() {
+                    problems.push(format!("profile `{}` lists unknown tool `{t}`", p.id));
+                }
+            }
+        }
+        for (target, profile) in &self.routes {
+            if !seen.contains(profile.as_str()) {
+                problems.push(format!("route `{target}` names unknown profile `{profile}`"));
+            }
+        }
+        problems
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = r#"
+[routes]
+docs_agent = "writer"
+
+[[profiles]]
+id = "writer"
+name = "Writer"
+description = "Drafts text."
+tools = ["workspace_write", "agent_handoff"]
+[profiles.model]
+provider = "scripted"
+script = [{ tool = "workspace_write", args = { path = "output/main.md", content = "hi" } }]
+[profiles.delegation]
+can_handoff = true
+
+[[profiles]]
+id = "editor"
+name = "Editor"
+description = "Edits text."
+[profiles.model]
+provider = "openai"
+base_url = "http://localhost:1/v1"
+"#;
+
+    #[test]
+    fn a_valid_file_parses_with_defaults() {
+        let file = ProfilesFile::parse(SAMPLE).unwrap();
+        assert_eq!(file.routes["docs_agent"], "writer");
+        let writer = &file.profiles[0];
+        assert!(writer.delegation.can_handoff);
+        assert!(writer.delegation.accepts_caller("anyone"));
+        assert_eq!(writer.delegation.max_handoff_depth, 8);
+        assert!(writer.is_configured());
+        assert_eq!(writer.tool_names(), vec![ToolName::WorkspaceWrite, ToolName::AgentHandoff]);
+    }
+
+    #[test]
+    fn an_openai_binding_without_a_model_requires_configuration() {
+        let file = ProfilesFile::parse(SAMPLE).unwrap();
+        assert_eq!(file.profiles[1].model.missing_configuration(), vec!["model"]);
+        assert!(!file.profiles[1].is_configured());
+    }
+
+    #[test]
+    fn unknown_tools_and_dangling_routes_are_refused() {
+        let text = SAMPLE.replace("\"agent_handoff\"]", "\"agent_teleport\"]").replace(
+            "docs_agent = \"writer\"",
+            "docs_agent = \"ghost\"",
+        );
+        let err = ProfilesFile::parse(&text).unwrap_err().to_string();
+        assert!(err.contains("unknown tool `agent_teleport`"), "{err}");
+        assert!(err.contains("unknown profile `ghost`"), "{err}");
+    }
+
+    #[test]
+    fn allowed_callers_can_name_specific_profiles() {
+        let policy = DelegationPolicy { allowed_callers: vec!["writer".into()], ..Default::default() };
+        assert!(policy.accepts_caller("writer"));
+        assert!(!policy.accepts_caller("editor"));
+    }
+}

@@ -1,0 +1,83 @@
+//! The default system prompt: who the agent is and how it ends its part,
+//! described from its own point of view and from the tools it really has.
+
+use crate::profiles::Profile;
+use crate::tools::ToolName;
+
+pub fn system_prompt(profile: &Profile, surface: &[ToolName]) -> String {
+    let mut parts = vec![];
+    let own = profile.system_prompt.trim();
+    parts.push(if own.is_empty() { format!("You are {}. {}", profile.name, profile.description) } else { own.to_string() });
+    parts.push(
+        "You work in a shared workspace with other agents. Write your work to workspace files (output/main.md holds the reply for the user)."
+            .to_string(),
+    );
+    parts.push(closing_guidance(surface));
+    parts.join("\n\n")
+}
+
+fn closing_guidance(surface: &[ToolName]) -> String {
+    let has = |t| surface.contains(&t);
+    let mut lines = vec![];
+    if has(ToolName::TaskReturn) {
+        lines.push("When your task is done, call task_return with a clear summary. Do not answer in plain text.");
+    }
+    if has(ToolName::WorkspaceCommit) {
+        lines.push("Use workspace_commit to publish the reply the user will receive; you may commit again after edits.");
+    }
+    if has(ToolName::WorkspaceFinish) {
+        lines.push("Do not answer in plain text: when the work is ready, commit it and call workspace_finish.");
+    } else if has(ToolName::AgentHandoff) {
+        lines.push("When your part is done, hand the next stage to another agent with agent_handoff and a clear brief.");
+    }
+    if has(ToolName::AgentHandoff) {
+        lines.push("After a successful handoff your part is complete: make no further tool calls.");
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profiles::{DelegationPolicy, ModelBinding};
+
+    fn profile() -> Profile {
+        Profile {
+            id: "editor".into(),
+            name: "Editor".into(),
+            description: "Edits drafts.".into(),
+            system_prompt: String::new(),
+            tools: vec![],
+            model: ModelBinding::Scripted { script: vec![] },
+            delegation: DelegationPolicy::default(),
+        }
+    }
+
+    #[test]
+    fn default_agent_system_prompt_describes_handoff_from_current_agent_view() {
+        let text = system_prompt(&profile(), &[ToolName::WorkspaceCommit, ToolName::AgentHandoff]);
+        assert!(text.starts_with("You are Editor. Edits drafts."));
+        assert!(text.contains("hand the next stage to another agent with agent_handoff"));
+        assert!(text.contains("After a successful handoff your part is complete"));
+        assert!(!text.contains("workspace_finish"));
+        for term in ["invocation", "task id", "queue", "provider"] {
+            assert!(!text.to_lowercase().contains(term));
+        }
+    }
+
+    #[test]
+    fn a_finishing_agent_is_told_to_finish_not_to_answer_in_plain_text() {
+        let text = system_prompt(&profile(), &[ToolName::WorkspaceCommit, ToolName::WorkspaceFinish]);
+        assert!(text.contains("call workspace_finish"));
+        assert!(!text.contains("agent_handoff"));
+    }
+
+    #[test]
+    fn handoff_target_profiles_do_not_require_finish_tool() {
+        // An intermediate stage with only handoff is a valid profile: it is
+        // told to hand off, never to finish.
+        let text = system_prompt(&profile(), &[ToolName::WorkspaceWrite, ToolName::AgentHandoff]);
+        assert!(text.contains("agent_handoff"));
+        assert!(!text.contains("workspace_finish"));
+    }
+}

@@ -1,0 +1,270 @@
+//! The run workspace's pure rules: logical paths, what an agent may see,
+//! read windows, patches and commit modes. Storage lives in Postgres.
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{codes, ToolError};
+
+/// Roots an agent sees; everything else (input/, agent-results/, …) is hidden.
+pub const VISIBLE_ROOTS: [&str; 5] = ["output/", "scratch/", "plan/", "summaries/", "persist/"];
+/// The reply file a commit publishes by default.
+pub const DEFAULT_BODY_PATH: &str = "output/main.md";
+pub const MAX_READ_LINES: usize = 1200;
+pub const MAX_READ_CHARS: usize = 80_000;
+pub const MAX_FULL_READ_BYTES: usize = 256 * 1024;
+
+/// Validates a logical path: relative, `/`-separated, no `..`, no NUL, visible.
+pub fn visible_path(raw: &str) -> Result<String, ToolError> {
+    let path = normalize(raw)?;
+    if !VISIBLE_ROOTS.iter().any(|root| path.starts_with(root)) {
+        return Err(ToolError::new(
+            codes::PATH_NOT_VISIBLE,
+            format!("`{path}` is outside the folders you can use: {}.", VISIBLE_ROOTS.join(", ")),
+        ));
+    }
+    Ok(path)
+}
+
+fn normalize(raw: &str) -> Result<String, ToolError> {
+    let invalid = |why: &str| ToolError::new(codes::INVALID_PATH, format!("`{raw}` is not a valid workspace path: {why}."));
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        return Err(invalid("it is empty"));
+    }
+    if trimmed.contains('\0') || trimmed.contains('\\') {
+        return Err(invalid("use plain `/`-separated names"));
+    }
+    if trimmed.starts_with('/') || trimmed.chars().nth(1) == Some(':') {
+        return Err(invalid("use a relative path such as output/main.md"));
+    }
+    let parts: Vec<&str> = trimmed.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+    if parts.iter().any(|p| *p == "..") {
+        return Err(invalid("`..` is not allowed"));
+    }
+    Ok(parts.join("/") + if trimmed.ends_with('/') { "/" } else { "" })
+}
+
+/// A folder prefix for listing (`""` means the whole visible workspace).
+pub fn list_prefix(raw: Option<&str>) -> Result<String, ToolError> {
+    match raw.map(str::trim).filter(|p| !p.is_empty() && *p != "." && *p != "/") {
+        None => Ok(String::new()),
+        Some(p) => {
+            let path = normalize(p)?;
+            let folder = if path.ends_with('/') { path } else { format!("{path}/") };
+            if VISIBLE_ROOTS.iter().any(|r| folder.starts_with(r) || r.starts_with(folder.as_str())) {
+                Ok(folder)
+            } else {
+                Err(ToolError::new(codes::PATH_NOT_VISIBLE, format!("`{p}` is outside the folders you can use.")))
+            }
+        }
+    }
+}
+
+/// The listing an agent sees: visible files under `prefix`, at most `depth` levels below it.
+pub fn render_listing(paths: &[(String, usize)], prefix: &str, depth: usize) -> String {
+    let mut lines: Vec<String> = paths
+        .iter()
+        .filter(|(p, _)| p.starts_with(prefix) && VISIBLE_ROOTS.iter().any(|r| p.starts_with(r)))
+        .filter(|(p, _)| p[prefix.len()..].matches('/').count() < depth.max(1) + usize::from(prefix.is_empty()))
+        .take(200)
+        .map(|(p, size)| format!("{p} ({size} bytes)"))
+        .collect();
+    if lines.is_empty() {
+        return "The workspace has no files here yet.".to_string();
+    }
+    lines.sort();
+    lines.join("\n")
+}
+
+pub fn sha256_hex(content: &str) -> String {
+    Sha256::digest(content.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Which part of a file to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadWindow {
+    Whole,
+    Lines { start: usize, count: usize },
+    Chars { start: usize, max: usize },
+}
+
+impl ReadWindow {
+    pub fn from_args(args: &serde_json::Value) -> Result<Self, ToolError> {
+        let num = |k: &str| args.get(k).and_then(serde_json::Value::as_u64).map(|n| n as usize);
+        match (num("start_line"), num("line_count"), num("start_char"), num("max_chars")) {
+            (None, None, None, None) => Ok(ReadWindow::Whole),
+            (Some(_), _, Some(_), _) | (Some(_), _, _, Some(_)) | (_, Some(_), Some(_), _) | (_, Some(_), _, Some(_)) => Err(
+                ToolError::new(codes::MIXED_READ_RANGE, "Use either start_line/line_count or start_char/max_chars, not both."),
+            ),
+            (start, count, None, None) => {
+                let (start, count) = (start.unwrap_or(1), count.unwrap_or(MAX_READ_LINES));
+                if start == 0 || count == 0 || count > MAX_READ_LINES {
+                    return Err(ToolError::new(
+                        codes::INVALID_LINE_RANGE,
+                        format!("start_line starts at 1 and line_count is 1 to {MAX_READ_LINES}."),
+                    ));
+                }
+                Ok(ReadWindow::Lines { start, count })
+            }
+            (None, None, start, max) => {
+                let max = max.unwrap_or(MAX_READ_CHARS);
+                if max == 0 || max > MAX_READ_CHARS {
+                    return Err(ToolError::new(codes::INVALID_LINE_RANGE, format!("max_chars is 1 to {MAX_READ_CHARS}.")));
+                }
+                Ok(ReadWindow::Chars { start: start.unwrap_or(0), max })
+            }
+        }
+    }
+
+    pub fn is_whole(self) -> bool {
+        self == ReadWindow::Whole
+    }
+}
+
+/// Renders a read: a header with the range and checksum, then numbered lines.
+pub fn render_read(path: &str, content: &str, window: ReadWindow) -> Result<String, ToolError> {
+    let sha = sha256_hex(content);
+    let total = content.lines().count();
+    match window {
+        ReadWindow::Whole if content.len() > MAX_FULL_READ_BYTES || total > MAX_READ_LINES => Err(ToolError::new(
+            codes::READ_TOO_LARGE,
+            format!("`{path}` has {total} lines; read it in parts with start_line and line_count."),
+        )),
+        ReadWindow::Whole => Ok(numbered(path, content, 1, total, total, &sha)),
+        ReadWindow::Lines { start, count } => {
+            if start > total.max(1) {
+                return Err(ToolError::new(codes::INVALID_LINE_RANGE, format!("`{path}` has only {total} lines.")));
+            }
+            let end = (start + count - 1).min(total);
+            Ok(numbered(path, content, start, end, total, &sha))
+        }
+        ReadWindow::Chars { start, max } => {
+            let text: String = content.chars().skip(start).take(max).collect();
+            let end = start + text.chars().count();
+            Ok(format!("{path} (characters {start}..{end} of {}, sha256 {sha})\n{text}", content.chars().count()))
+        }
+    }
+}
+
+fn numbered(path: &str, content: &str, start: usize, end: usize, total: usize, sha: &str) -> String {
+    let mut out = format!("{path} (lines {start}-{end} of {total}, sha256 {sha})");
+    for (n, line) in content.lines().enumerate().skip(start - 1).take(end + 1 - start) {
+        out.push_str(&format!("\n{} | {line}", n + 1));
+    }
+    out
+}
+
+/// Applies a patch; the caller has checked that the file was read and is unchanged.
+pub fn apply_patch(content: &str, old: &str, new: &str, replace_all: bool) -> Result<String, ToolError> {
+    if old.is_empty() {
+        return Err(ToolError::invalid_arguments("`old_string` must not be empty."));
+    }
+    match content.matches(old).count() {
+        0 => Err(ToolError::new(codes::PATCH_OLD_STRING_NOT_FOUND, "`old_string` does not appear in the file; read it again and copy the text exactly.")),
+        1 => Ok(content.replacen(old, new, 1)),
+        n if replace_all => {
+            let _ = n;
+            Ok(content.replace(old, new))
+        }
+        n => Err(ToolError::new(
+            codes::PATCH_NOT_UNIQUE,
+            format!("`old_string` appears {n} times; include more surrounding text or set replace_all."),
+        )),
+    }
+}
+
+/// How a commit changes the run's reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitMode {
+    Replace,
+    Append,
+}
+
+impl CommitMode {
+    pub fn parse(raw: Option<&str>) -> Result<Self, ToolError> {
+        match raw {
+            None | Some("replace") => Ok(CommitMode::Replace),
+            Some("append") => Ok(CommitMode::Append),
+            Some(other) => Err(ToolError::new(codes::COMMIT_MODE_INVALID, format!("mode `{other}` is not known; use replace or append."))),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommitMode::Replace => "replace",
+            CommitMode::Append => "append",
+        }
+    }
+
+    /// The reply after this commit, given the reply before it.
+    pub fn apply(self, previous: Option<&str>, content: &str) -> String {
+        match (self, previous) {
+            (CommitMode::Append, Some(prev)) if !prev.is_empty() => format!("{prev}\n\n{content}"),
+            _ => content.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_logical_and_visible() {
+        assert_eq!(visible_path("output/main.md").unwrap(), "output/main.md");
+        assert_eq!(visible_path("./output//a.md").unwrap(), "output/a.md");
+        assert_eq!(visible_path("/etc/passwd").unwrap_err().code, codes::INVALID_PATH);
+        assert_eq!(visible_path("output/../input/x").unwrap_err().code, codes::INVALID_PATH);
+        assert_eq!(visible_path("C:/x").unwrap_err().code, codes::INVALID_PATH);
+        assert_eq!(visible_path("input/request.json").unwrap_err().code, codes::PATH_NOT_VISIBLE);
+        assert_eq!(visible_path("agent-results/x.json").unwrap_err().code, codes::PATH_NOT_VISIBLE);
+    }
+
+    #[test]
+    fn reads_are_numbered_and_windowed() {
+        let text = "a\nb\nc\n";
+        let whole = render_read("output/x.md", text, ReadWindow::Whole).unwrap();
+        assert!(whole.contains("lines 1-3 of 3"));
+        assert!(whole.ends_with("1 | a\n2 | b\n3 | c"));
+        let part = render_read("output/x.md", text, ReadWindow::Lines { start: 2, count: 1 }).unwrap();
+        assert!(part.ends_with("2 | b"));
+        assert_eq!(
+            render_read("output/x.md", text, ReadWindow::Lines { start: 9, count: 1 }).unwrap_err().code,
+            codes::INVALID_LINE_RANGE
+        );
+    }
+
+    #[test]
+    fn read_windows_cannot_be_mixed() {
+        let args = serde_json::json!({"start_line": 1, "max_chars": 10});
+        assert_eq!(ReadWindow::from_args(&args).unwrap_err().code, codes::MIXED_READ_RANGE);
+        let args = serde_json::json!({"line_count": 5000});
+        assert_eq!(ReadWindow::from_args(&args).unwrap_err().code, codes::INVALID_LINE_RANGE);
+    }
+
+    #[test]
+    fn patches_need_a_unique_match_unless_replace_all() {
+        assert_eq!(apply_patch("a b a", "b", "c", false).unwrap(), "a c a");
+        assert_eq!(apply_patch("a b a", "a", "c", false).unwrap_err().code, codes::PATCH_NOT_UNIQUE);
+        assert_eq!(apply_patch("a b a", "a", "c", true).unwrap(), "c b c");
+        assert_eq!(apply_patch("a", "z", "c", false).unwrap_err().code, codes::PATCH_OLD_STRING_NOT_FOUND);
+    }
+
+    #[test]
+    fn commit_modes_replace_or_append_the_reply() {
+        assert_eq!(CommitMode::Replace.apply(Some("old"), "new"), "new");
+        assert_eq!(CommitMode::Append.apply(Some("old"), "new"), "old\n\nnew");
+        assert_eq!(CommitMode::Append.apply(None, "new"), "new");
+        assert_eq!(CommitMode::parse(Some("merge")).unwrap_err().code, codes::COMMIT_MODE_INVALID);
+    }
+
+    #[test]
+    fn listings_show_visible_files_only() {
+        let files = vec![("output/main.md".to_string(), 5), ("input/request.json".to_string(), 9), ("scratch/a/b/c.md".to_string(), 1)];
+        let text = render_listing(&files, "", 2);
+        assert!(text.contains("output/main.md (5 bytes)"));
+        assert!(!text.contains("input/"));
+        assert!(!text.contains("scratch/a/b/c.md"));
+        assert!(render_listing(&files, "scratch/", 4).contains("scratch/a/b/c.md"));
+    }
+}

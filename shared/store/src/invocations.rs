@@ -1,0 +1,182 @@
+//! Invocations: claims under a row lock, leases renewed by heartbeat, and the
+//! epoch fence every later write passes through.
+
+use std::time::Duration;
+
+use baton_domain::state::{InvocationKind, InvocationStatus};
+use deadpool_postgres::GenericClient;
+use serde_json::Value;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::{sql, Error, Result};
+
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    pub id: Uuid,
+    pub run_id: Uuid,
+    pub parent_invocation_id: Option<Uuid>,
+    pub incoming_task_id: Option<Uuid>,
+    pub profile_id: String,
+    pub kind: InvocationKind,
+    pub status: InvocationStatus,
+    pub brief: String,
+    pub claim_epoch: i64,
+}
+
+pub struct NewInvocation<'a> {
+    pub id: Uuid,
+    pub run_id: Uuid,
+    pub parent_invocation_id: Option<Uuid>,
+    pub incoming_task_id: Option<Uuid>,
+    pub profile_id: &'a str,
+    pub kind: InvocationKind,
+    pub brief: &'a str,
+}
+
+const COLUMNS: &str =
+    "i.id, i.run_id, i.parent_invocation_id, i.incoming_task_id, i.profile_id, i.kind, i.status, i.brief, i.claim_epoch";
+
+fn from_row(row: &Row) -> Result<Invocation> {
+    let kind: String = row.get(5);
+    let status: String = row.get(6);
+    Ok(Invocation {
+        id: row.get(0),
+        run_id: row.get(1),
+        parent_invocation_id: row.get(2),
+        incoming_task_id: row.get(3),
+        profile_id: row.get(4),
+        kind: InvocationKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("invocation kind {kind}")))?,
+        status: InvocationStatus::parse(&status).ok_or_else(|| Error::Corrupt(format!("invocation status {status}")))?,
+        brief: row.get(7),
+        claim_epoch: row.get(8),
+    })
+}
+
+pub async fn insert(c: &impl GenericClient, new: &NewInvocation<'_>) -> Result<()> {
+    sql::execute(
+        c,
+        "INSERT INTO invocations (id, run_id, parent_invocation_id, incoming_task_id, profile_id, kind, status, exit_policy, brief)
+         VALUES ($1, $2, $3, $4, $5, $6, 'created', $7, $8)",
+        &[
+            &new.id,
+            &new.run_id,
+            &new.parent_invocation_id,
+            &new.incoming_task_id,
+            &new.profile_id,
+            &new.kind.as_str(),
+            &new.kind.exit_policy().as_str(),
+            &new.brief,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn get(c: &impl GenericClient, id: Uuid) -> Result<Option<Invocation>> {
+    let sql = format!("SELECT {COLUMNS} FROM invocations i WHERE i.id = $1");
+    sql::query_opt(c, &sql, &[&id]).await?.as_ref().map(from_row).transpose()
+}
+
+pub async fn for_run(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<Invocation>> {
+    let sql = format!("SELECT {COLUMNS} FROM invocations i WHERE i.run_id = $1 ORDER BY i.created_at, i.id");
+    sql::query(c, &sql, &[&run_id]).await?.iter().map(from_row).collect()
+}
+
+/// Claims an invocation that is new, or whose holder's lease expired, in one
+/// statement under a row lock (`SKIP LOCKED`: a concurrent claimer just finds
+/// nothing). Bumps the epoch; returns `None` when there is nothing to claim.
+pub async fn claim(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Invocation>> {
+    let sql = format!(
+        "UPDATE invocations i
+            SET status = 'running', claim_epoch = i.claim_epoch + 1, lease_owner = $2,
+                lease_expires_at = now() + make_interval(secs => $3), started_at = coalesce(i.started_at, now())
+           FROM (SELECT inv.id FROM invocations inv JOIN runs r ON r.id = inv.run_id
+                  WHERE inv.id = $1 AND r.status = 'running'
+                    AND (inv.status = 'created' OR (inv.status = 'running' AND inv.lease_expires_at < now()))
+                  FOR UPDATE OF inv SKIP LOCKED) c
+          WHERE i.id = c.id
+      RETURNING {COLUMNS}"
+    );
+    let secs = lease.as_secs_f64();
+    sql::query_opt(c, &sql, &[&id, &owner, &secs]).await?.as_ref().map(from_row).transpose()
+}
+
+/// Extends the lease; `false` means the claim is gone (taken over or ended).
+pub async fn renew(c: &impl GenericClient, id: Uuid, epoch: i64, lease: Duration) -> Result<bool> {
+    let secs = lease.as_secs_f64();
+    let n = sql::execute(
+        c,
+        "UPDATE invocations SET lease_expires_at = now() + make_interval(secs => $3)
+          WHERE id = $1 AND claim_epoch = $2 AND status = 'running'",
+        &[&id, &epoch, &secs],
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+/// The fence: locks the invocation row for this transaction and refuses
+/// unless this worker still holds it at `epoch`. Every write made on behalf of
+/// a claim starts here, so a zombie worker changes nothing.
+pub async fn fence(c: &impl GenericClient, id: Uuid, epoch: i64) -> Result<()> {
+    let row = sql::query_opt(
+        c,
+        "SELECT 1 FROM invocations WHERE id = $1 AND claim_epoch = $2 AND status = 'running' FOR UPDATE",
+        &[&id, &epoch],
+    )
+    .await?;
+    row.map(|_| ()).ok_or(Error::Fenced(id))
+}
+
+/// Moves an invocation to a terminal (or parked) state from running.
+pub async fn finish(c: &impl GenericClient, id: Uuid, status: InvocationStatus, error: Option<&Value>) -> Result<bool> {
+    let n = sql::execute(
+        c,
+        "UPDATE invocations SET status = $2, error = $3, lease_owner = NULL, lease_expires_at = NULL,
+                finished_at = CASE WHEN $2 IN ('parked') THEN NULL ELSE now() END
+          WHERE id = $1 AND status IN ('created', 'running', 'parked')",
+        &[&id, &status.as_str(), &error],
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+/// Invocations whose message may have been lost or whose worker died: a
+/// running one past its lease, or a created one nobody claimed in `grace`.
+/// Each is returned at most once per `grace`, so the relay re-publishes it
+/// without flooding the queue.
+pub async fn take_stalled(c: &impl GenericClient, grace: Duration) -> Result<Vec<(Uuid, Uuid, InvocationKind)>> {
+    let secs = grace.as_secs_f64();
+    let rows = sql::query(
+        c,
+        "UPDATE invocations SET republished_at = now()
+          WHERE id IN (
+              SELECT id FROM invocations
+               WHERE status IN ('created', 'running')
+                 AND ((status = 'running' AND lease_expires_at < now())
+                      OR (status = 'created' AND created_at < now() - make_interval(secs => $1)))
+                 AND (republished_at IS NULL OR republished_at < now() - make_interval(secs => $1))
+               LIMIT 500 FOR UPDATE SKIP LOCKED)
+      RETURNING id, run_id, kind",
+        &[&secs],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let kind: String = r.get(2);
+            let kind = InvocationKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("invocation kind {kind}")))?;
+            Ok((r.get(0), r.get(1), kind))
+        })
+        .collect()
+}
+
+/// Ends every live invocation of a run (used when the run itself ends).
+pub async fn cancel_live(c: &impl GenericClient, run_id: Uuid) -> Result<u64> {
+    sql::execute(
+        c,
+        "UPDATE invocations SET status = 'cancelled', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
+          WHERE run_id = $1 AND status IN ('created', 'running', 'parked')",
+        &[&run_id],
+    )
+    .await
+}

@@ -1,0 +1,75 @@
+//! The run journal: what happened, in order, across every agent of a run.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{sql, Result};
+
+/// An event to append.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub kind: &'static str,
+    pub invocation_id: Option<Uuid>,
+    pub payload: Value,
+}
+
+impl Event {
+    pub fn new(kind: &'static str, invocation_id: Option<Uuid>, payload: Value) -> Self {
+        Self { kind, invocation_id, payload }
+    }
+}
+
+/// A stored event, with its per-run sequence number and the agent it concerns.
+#[derive(Debug, Clone)]
+pub struct EventRow {
+    pub seq: i64,
+    pub invocation_id: Option<Uuid>,
+    pub profile_id: Option<String>,
+    pub kind: String,
+    pub payload: Value,
+    pub at: DateTime<Utc>,
+}
+
+/// Appends events in order, in one statement.
+pub async fn append(c: &impl GenericClient, run_id: Uuid, events: &[Event]) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let invocations: Vec<Option<Uuid>> = events.iter().map(|e| e.invocation_id).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
+    let payloads: Vec<&Value> = events.iter().map(|e| &e.payload).collect();
+    sql::execute(
+        c,
+        "INSERT INTO events (run_id, invocation_id, type, payload)
+         SELECT $1, e.inv, e.kind, e.payload
+           FROM unnest($2::uuid[], $3::text[], $4::jsonb[]) WITH ORDINALITY AS e(inv, kind, payload, n)
+          ORDER BY e.n",
+        &[&run_id, &invocations, &kinds, &payloads],
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn timeline(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<EventRow>> {
+    let rows = sql::query(
+        c,
+        "SELECT row_number() OVER (ORDER BY e.id), e.invocation_id, i.profile_id, e.type, e.payload, e.created_at
+           FROM events e LEFT JOIN invocations i ON i.id = e.invocation_id
+          WHERE e.run_id = $1 ORDER BY e.id",
+        &[&run_id],
+    )
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| EventRow {
+            seq: r.get(0),
+            invocation_id: r.get(1),
+            profile_id: r.get(2),
+            kind: r.get(3),
+            payload: r.get(4),
+            at: r.get(5),
+        })
+        .collect())
+}

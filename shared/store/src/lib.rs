@@ -1,0 +1,121 @@
+//! Baton's Postgres store. One function per query; each takes a client or a
+//! transaction, so a state change, its journal events and its outbox rows
+//! commit together. Writes made on behalf of a claimed invocation go through
+//! [`invocations::fence`] first: a worker whose claim was taken over changes
+//! nothing.
+//!
+//! # Layout
+//! - [`requests`]: bridge requests, their events and status messages.
+//! - [`runs`]: runs and their terminal states.
+//! - [`invocations`]: claims, leases, the fence, invocation transitions.
+//! - [`tasks`]: handoff and delegated task records.
+//! - [`steps`]: the persisted transcript of each invocation.
+//! - [`journal`]: run events.
+//! - [`workspace`]: files, read marks and the commit ledger.
+//! - [`outbox`]: messages waiting for the relay.
+//! - [`profiles`]: agent profiles and routes.
+
+pub mod invocations;
+pub mod journal;
+pub mod outbox;
+pub mod profiles;
+pub mod requests;
+pub mod runs;
+pub mod steps;
+pub mod tasks;
+pub mod workspace;
+mod sql;
+
+use std::str::FromStr;
+
+pub use deadpool_postgres::{GenericClient, Pool, Transaction};
+pub use tokio_postgres;
+
+mod embedded {
+    refinery::embed_migrations!("../../migrations");
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("database error: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    #[error("database pool error: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("migration failed: {0}")]
+    Migration(#[from] refinery::Error),
+    #[error("invalid database url: {0}")]
+    Config(String),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// The claim this worker held was taken over (or the invocation ended):
+    /// the write was refused and the worker must stop.
+    #[error("claim lost: invocation {0} is no longer held at this epoch")]
+    Fenced(uuid::Uuid),
+}
+
+impl Error {
+    /// Whether the database itself went away (worth a reconnect and retry).
+    pub fn is_connection(&self) -> bool {
+        match self {
+            Error::Pool(_) => true,
+            Error::Db(e) => e.is_closed() || e.as_db_error().is_none(),
+            _ => false,
+        }
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Error::Corrupt(e.to_string())
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Builds a small pool; roles size it for what they do.
+pub fn pool(database_url: &str, max_size: usize) -> Result<Pool> {
+    let pg = tokio_postgres::Config::from_str(database_url).map_err(|e| Error::Config(e.to_string()))?;
+    let manager = deadpool_postgres::Manager::from_config(
+        pg,
+        tokio_postgres::NoTls,
+        deadpool_postgres::ManagerConfig { recycling_method: deadpool_postgres::RecyclingMethod::Fast },
+    );
+    Pool::builder(manager)
+        .max_size(max_size)
+        .wait_timeout(Some(std::time::Duration::from_secs(10)))
+        .create_timeout(Some(std::time::Duration::from_secs(5)))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|e| Error::Config(e.to_string()))
+}
+
+/// Applies the embedded migrations (refinery keeps track of what ran).
+pub async fn migrate(pool: &Pool) -> Result<usize> {
+    let mut client = pool.get().await?;
+    let report = embedded::migrations::runner().run_async(&mut **client).await?;
+    Ok(report.applied_migrations().len())
+}
+
+/// Creates the database named in `database_url` if it does not exist, by
+/// connecting to the server's `postgres` database.
+pub async fn ensure_database(database_url: &str) -> Result<()> {
+    let cfg = tokio_postgres::Config::from_str(database_url).map_err(|e| Error::Config(e.to_string()))?;
+    let name = cfg.get_dbname().unwrap_or("postgres").to_string();
+    let mut admin = cfg.clone();
+    admin.dbname("postgres");
+    let (client, conn) = admin.connect(tokio_postgres::NoTls).await?;
+    let conn = tokio::spawn(conn);
+    let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await?.is_some();
+    if !exists {
+        let sql = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
+        if let Err(e) = client.batch_execute(&sql).await {
+            // Another process may have created it meanwhile.
+            if e.code() != Some(&tokio_postgres::error::SqlState::DUPLICATE_DATABASE) {
+                return Err(e.into());
+            }
+        }
+    }
+    drop(client);
+    let _ = conn.await;
+    Ok(())
+}

@@ -1,0 +1,40 @@
+//! Agent profiles and routes, loaded from the operators' file.
+
+use baton_domain::profiles::{Profile, ProfilesFile};
+use deadpool_postgres::GenericClient;
+
+use crate::{sql, Result};
+
+/// Stores a validated profiles file: profiles are upserted, routes replaced.
+pub async fn apply(c: &impl GenericClient, file: &ProfilesFile) -> Result<()> {
+    for p in &file.profiles {
+        let spec = serde_json::to_value(p)?;
+        sql::execute(
+            c,
+            "INSERT INTO profiles (id, spec) VALUES ($1, $2)
+             ON CONFLICT (id) DO UPDATE SET spec = EXCLUDED.spec, updated_at = now()",
+            &[&p.id, &spec],
+        )
+        .await?;
+    }
+    sql::execute(c, "DELETE FROM routes", &[]).await?;
+    for (target, profile) in &file.routes {
+        sql::execute(c, "INSERT INTO routes (target_agent, profile_id) VALUES ($1, $2)", &[target, profile]).await?;
+    }
+    Ok(())
+}
+
+pub async fn get(c: &impl GenericClient, id: &str) -> Result<Option<Profile>> {
+    let row = sql::query_opt(c, "SELECT spec FROM profiles WHERE id = $1", &[&id]).await?;
+    row.map(|r| Ok(serde_json::from_value(r.get(0))?)).transpose()
+}
+
+pub async fn all(c: &impl GenericClient) -> Result<Vec<Profile>> {
+    let rows = sql::query(c, "SELECT spec FROM profiles ORDER BY id", &[]).await?;
+    rows.iter().map(|r| Ok(serde_json::from_value(r.get(0))?)).collect()
+}
+
+pub async fn route(c: &impl GenericClient, target_agent: &str) -> Result<Option<String>> {
+    let row = sql::query_opt(c, "SELECT profile_id FROM routes WHERE target_agent = $1", &[&target_agent]).await?;
+    Ok(row.map(|r| r.get(0)))
+}

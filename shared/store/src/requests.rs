@@ -1,0 +1,135 @@
+//! Bridge requests: stored once per id, with their events and status counter.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{sql, Result};
+
+pub struct NewRequest<'a> {
+    pub id: &'a str,
+    pub body: &'a Value,
+    pub source: &'a str,
+    pub target_agent: &'a str,
+    pub status: &'a str,
+    pub language: &'a str,
+    pub reply_to: Option<&'a str>,
+    pub reply_chat_id: Option<&'a str>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub id: String,
+    pub body: Value,
+    pub source: String,
+    pub target_agent: String,
+    pub status: String,
+    pub language: String,
+    pub reply_to: Option<String>,
+    pub reply_chat_id: Option<String>,
+    pub run_id: Option<Uuid>,
+    pub deliveries: i32,
+    pub reply_sent_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct HandoffEvent {
+    pub kind: String,
+    pub status: Option<String>,
+    pub message: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+/// Inserts the request, or counts one more delivery of a request already
+/// stored. Returns whether this delivery was the first.
+pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Result<bool> {
+    let row = sql::query_one(
+        c,
+        "INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+         ON CONFLICT (id) DO UPDATE SET deliveries = handoff_requests.deliveries + 1, updated_at = now()
+         RETURNING deliveries = 1",
+        &[&r.id, r.body, &r.source, &r.target_agent, &r.status, &r.language, &r.reply_to, &r.reply_chat_id],
+    )
+    .await?;
+    Ok(row.get(0))
+}
+
+const COLUMNS: &str =
+    "id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries, reply_sent_at";
+
+fn from_row(r: &tokio_postgres::Row) -> Request {
+    Request {
+        id: r.get(0),
+        body: r.get(1),
+        source: r.get(2),
+        target_agent: r.get(3),
+        status: r.get(4),
+        language: r.get(5),
+        reply_to: r.get(6),
+        reply_chat_id: r.get(7),
+        run_id: r.get(8),
+        deliveries: r.get(9),
+        reply_sent_at: r.get(10),
+    }
+}
+
+pub async fn get(c: &impl GenericClient, id: &str) -> Result<Option<Request>> {
+    let sql = format!("SELECT {COLUMNS} FROM handoff_requests WHERE id = $1");
+    Ok(sql::query_opt(c, &sql, &[&id]).await?.as_ref().map(from_row))
+}
+
+/// Locks the request for this transaction (the collector's once-only reply).
+pub async fn lock(c: &impl GenericClient, id: &str) -> Result<Option<Request>> {
+    let sql = format!("SELECT {COLUMNS} FROM handoff_requests WHERE id = $1 FOR UPDATE");
+    Ok(sql::query_opt(c, &sql, &[&id]).await?.as_ref().map(from_row))
+}
+
+/// Sets a new status and returns its sequence number for the bridge.
+pub async fn set_status(c: &impl GenericClient, id: &str, status: &str) -> Result<i32> {
+    let row = sql::query_one(
+        c,
+        "UPDATE handoff_requests SET status = $2, status_seq = status_seq + 1, updated_at = now()
+          WHERE id = $1 RETURNING status_seq",
+        &[&id, &status],
+    )
+    .await?;
+    Ok(row.get(0))
+}
+
+pub async fn link_run(c: &impl GenericClient, id: &str, run_id: Uuid) -> Result<()> {
+    sql::execute(c, "UPDATE handoff_requests SET run_id = $2 WHERE id = $1", &[&id, &run_id]).await?;
+    Ok(())
+}
+
+pub async fn mark_reply_sent(c: &impl GenericClient, id: &str) -> Result<()> {
+    sql::execute(c, "UPDATE handoff_requests SET reply_sent_at = now() WHERE id = $1", &[&id]).await?;
+    Ok(())
+}
+
+pub async fn add_event(
+    c: &impl GenericClient,
+    handoff_id: &str,
+    kind: &str,
+    status: Option<&str>,
+    message: Option<&str>,
+) -> Result<()> {
+    sql::execute(
+        c,
+        "INSERT INTO handoff_events (handoff_id, type, status, message) VALUES ($1, $2, $3, $4)",
+        &[&handoff_id, &kind, &status, &message],
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn events(c: &impl GenericClient, handoff_id: &str) -> Result<Vec<HandoffEvent>> {
+    let rows = sql::query(
+        c,
+        "SELECT type, status, message, created_at FROM handoff_events WHERE handoff_id = $1 ORDER BY id",
+        &[&handoff_id],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| HandoffEvent { kind: r.get(0), status: r.get(1), message: r.get(2), at: r.get(3) }).collect())
+}

@@ -1,0 +1,88 @@
+//! Runs: one per request, holding the handoff counter and the final reply.
+
+use baton_domain::state::RunStatus;
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{sql, Error, Result};
+
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub id: Uuid,
+    pub handoff_id: Option<String>,
+    pub status: RunStatus,
+    pub root_profile_id: String,
+    pub handoff_count: i32,
+    pub final_text: Option<String>,
+    pub error: Option<Value>,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+pub async fn insert(c: &impl GenericClient, id: Uuid, handoff_id: Option<&str>, root_profile_id: &str) -> Result<()> {
+    sql::execute(
+        c,
+        "INSERT INTO runs (id, handoff_id, status, root_profile_id) VALUES ($1, $2, 'running', $3)",
+        &[&id, &handoff_id, &root_profile_id],
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn get(c: &impl GenericClient, id: Uuid) -> Result<Option<Run>> {
+    let row = sql::query_opt(
+        c,
+        "SELECT id, handoff_id, status, root_profile_id, handoff_count, final_text, error, created_at, finished_at
+           FROM runs WHERE id = $1",
+        &[&id],
+    )
+    .await?;
+    row.map(|r| {
+        let status: String = r.get(2);
+        Ok(Run {
+            id: r.get(0),
+            handoff_id: r.get(1),
+            status: RunStatus::parse(&status).ok_or_else(|| Error::Corrupt(format!("run status {status}")))?,
+            root_profile_id: r.get(3),
+            handoff_count: r.get(4),
+            final_text: r.get(5),
+            error: r.get(6),
+            created_at: r.get(7),
+            finished_at: r.get(8),
+        })
+    })
+    .transpose()
+}
+
+/// Ends a running run; `false` when it had already ended.
+pub async fn finish(c: &impl GenericClient, id: Uuid, status: RunStatus, error: Option<&Value>) -> Result<bool> {
+    let n = sql::execute(
+        c,
+        "UPDATE runs SET status = $2, error = $3, finished_at = now() WHERE id = $1 AND status = 'running'",
+        &[&id, &status.as_str(), &error],
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+/// Counts one more handoff and returns how many came before it.
+pub async fn count_handoff(c: &impl GenericClient, id: Uuid) -> Result<i32> {
+    let row = sql::query_one(
+        c,
+        "UPDATE runs SET handoff_count = handoff_count + 1 WHERE id = $1 RETURNING handoff_count - 1",
+        &[&id],
+    )
+    .await?;
+    Ok(row.get(0))
+}
+
+pub async fn handoff_count(c: &impl GenericClient, id: Uuid) -> Result<i32> {
+    Ok(sql::query_one(c, "SELECT handoff_count FROM runs WHERE id = $1", &[&id]).await?.get(0))
+}
+
+pub async fn set_final_text(c: &impl GenericClient, id: Uuid, text: &str) -> Result<()> {
+    sql::execute(c, "UPDATE runs SET final_text = $2 WHERE id = $1", &[&id, &text]).await?;
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! The run workspace in Postgres: files, what each invocation read, and the
+//! run-level commit ledger.
+
+use deadpool_postgres::GenericClient;
+use uuid::Uuid;
+
+use crate::{sql, Result};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct File {
+    pub content: String,
+    pub sha256: String,
+}
+
+pub async fn read(c: &impl GenericClient, run_id: Uuid, path: &str) -> Result<Option<File>> {
+    let row = sql::query_opt(
+        c,
+        "SELECT content, sha256 FROM workspace_files WHERE run_id = $1 AND path = $2",
+        &[&run_id, &path],
+    )
+    .await?;
+    Ok(row.map(|r| File { content: r.get(0), sha256: r.get(1) }))
+}
+
+pub async fn write(c: &impl GenericClient, run_id: Uuid, path: &str, content: &str, sha256: &str) -> Result<()> {
+    sql::execute(
+        c,
+        "INSERT INTO workspace_files (run_id, path, content, sha256) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (run_id, path) DO UPDATE SET content = EXCLUDED.content, sha256 = EXCLUDED.sha256, updated_at = now()",
+        &[&run_id, &path, &content, &sha256],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Every file with its size in bytes.
+pub async fn list(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<(String, usize)>> {
+    let rows = sql::query(
+        c,
+        "SELECT path, octet_length(content) FROM workspace_files WHERE run_id = $1 ORDER BY path",
+        &[&run_id],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get::<_, i32>(1) as usize)).collect())
+}
+
+/// Is there a folder (a file below `path/`) at this path?
+pub async fn is_folder(c: &impl GenericClient, run_id: Uuid, path: &str) -> Result<bool> {
+    let prefix = format!("{}/%", path.trim_end_matches('/'));
+    let row = sql::query_opt(
+        c,
+        "SELECT 1 FROM workspace_files WHERE run_id = $1 AND path LIKE $2 LIMIT 1",
+        &[&run_id, &prefix],
+    )
+    .await?;
+    Ok(row.is_some())
+}
+
+pub async fn mark_read(c: &impl GenericClient, invocation_id: Uuid, path: &str, sha256: &str, whole: bool) -> Result<()> {
+    sql::execute(
+        c,
+        "INSERT INTO workspace_reads (invocation_id, path, sha256, whole) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (invocation_id, path) DO UPDATE SET sha256 = EXCLUDED.sha256, whole = EXCLUDED.whole OR
+             (workspace_reads.whole AND workspace_reads.sha256 = EXCLUDED.sha256)",
+        &[&invocation_id, &path, &sha256, &whole],
+    )
+    .await?;
+    Ok(())
+}
+
+/// What this invocation last read of a file: (sha256, whether it read it whole).
+pub async fn read_mark(c: &impl GenericClient, invocation_id: Uuid, path: &str) -> Result<Option<(String, bool)>> {
+    let row = sql::query_opt(
+        c,
+        "SELECT sha256, whole FROM workspace_reads WHERE invocation_id = $1 AND path = $2",
+        &[&invocation_id, &path],
+    )
+    .await?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
+}
+
+pub struct NewCommit<'a> {
+    pub run_id: Uuid,
+    pub invocation_id: Uuid,
+    pub tool_call_id: &'a str,
+    pub path: &'a str,
+    pub mode: &'a str,
+    pub reason: Option<&'a str>,
+    pub reply: &'a str,
+}
+
+/// Appends to the run's ledger and returns the entry's ordinal (1, 2, …).
+/// Keyed by the tool call, so a resumed invocation cannot commit twice.
+pub async fn commit(c: &impl GenericClient, n: &NewCommit<'_>) -> Result<i32> {
+    let row = sql::query_one(
+        c,
+        "INSERT INTO commits (run_id, ordinal, invocation_id, tool_call_id, path, mode, reason, reply)
+         SELECT $1, coalesce(max(ordinal), 0) + 1, $2, $3, $4, $5, $6, $7 FROM commits WHERE run_id = $1
+         ON CONFLICT (invocation_id, tool_call_id) DO UPDATE SET reply = commits.reply
+         RETURNING ordinal",
+        &[&n.run_id, &n.invocation_id, &n.tool_call_id, &n.path, &n.mode, &n.reason, &n.reply],
+    )
+    .await?;
+    Ok(row.get(0))
+}
+
+/// The reply as of the latest commit, if any.
+pub async fn latest_reply(c: &impl GenericClient, run_id: Uuid) -> Result<Option<String>> {
+    let row = sql::query_opt(
+        c,
+        "SELECT reply FROM commits WHERE run_id = $1 ORDER BY ordinal DESC LIMIT 1",
+        &[&run_id],
+    )
+    .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+pub async fn ledger(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<(i32, String, String)>> {
+    let rows = sql::query(
+        c,
+        "SELECT c.ordinal, i.profile_id, c.path FROM commits c JOIN invocations i ON i.id = c.invocation_id
+          WHERE c.run_id = $1 ORDER BY c.ordinal",
+        &[&run_id],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+}
