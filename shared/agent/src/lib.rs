@@ -1,1 +1,52 @@
+//! Baton's agent loop: a claimed invocation runs model turn → tool calls →
+//! results, each step persisted as it happens and fenced by the claim epoch,
+//! so any worker can resume it after a crash.
+//!
+//! # Layout
+//! - [`runner`]: the loop, one persisted step at a time.
+//! - [`tools`]: the model-visible tools, run inside the step's transaction.
+//! - [`provider`]: the provider trait and the scripted provider.
+//! - [`transcript`]: the persisted transcript, read back as chat messages.
+//! - [`lifecycle`]: transitions that end invocations and runs.
 
+pub mod lifecycle;
+pub mod provider;
+pub mod runner;
+pub mod tools;
+pub mod transcript;
+
+pub use runner::{Exit, Runner};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Store(#[from] baton_store::Error),
+    #[error("host contract broken: {0}")]
+    Contract(String),
+    #[error(transparent)]
+    Provider(#[from] provider::ProviderError),
+}
+
+impl Error {
+    /// The claim was taken over: stop without touching anything.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Error::Store(baton_store::Error::Fenced(_)))
+    }
+
+    /// The database went away: leave the invocation for a retry after the lease.
+    pub fn is_connection(&self) -> bool {
+        matches!(self, Error::Store(e) if e.is_connection())
+    }
+}
+
+impl From<baton_store::tokio_postgres::Error> for Error {
+    fn from(e: baton_store::tokio_postgres::Error) -> Self {
+        Error::Store(e.into())
+    }
+}
+
+impl From<baton_store::PoolError> for Error {
+    fn from(e: baton_store::PoolError) -> Self {
+        Error::Store(e.into())
+    }
+}

@@ -5,6 +5,7 @@
 //! - [`request`]: the bridge's `HandoffRequest`, parsed and validated at the edge.
 //! - [`reply`]: humanized bridge replies and cutting them into chat-sized parts.
 //! - [`language`]: the reply languages.
+//! - [`bridge`]: the status and reply messages a bridge receives.
 //! - [`profiles`]: the agent profiles file and its validation.
 //! - [`tools`]: the model-visible tools and their specs.
 //! - [`handoff`]: `agent_handoff` argument parsing and the handoff policies.
@@ -16,6 +17,7 @@
 //! - [`error`]: recoverable tool errors.
 
 pub mod brief;
+pub mod bridge;
 pub mod error;
 pub mod handoff;
 pub mod journal;

@@ -213,7 +213,7 @@ mod tests {
 
     /// Words that would leak the runtime into what a model reads.
     const RUNTIME_TERMS: [&str; 9] = [
-        "invocation", "task_id", "taskid", "queue", "provider", "session", "runid", "uuid", "/tmp",
+        "invocation", "task_id", "task id", "queue", "provider", "session", "runid", "uuid", "/tmp",
     ];
 
     #[test]

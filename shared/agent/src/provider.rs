@@ -1,0 +1,99 @@
+//! Model providers. The loop sees one trait; each binding in a profile
+//! resolves to an implementation. Providers never see the database.
+
+use async_trait::async_trait;
+use baton_domain::profiles::{ModelBinding, Profile};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// A tool call as the model made it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: Value,
+}
+
+/// One model turn: optional text and any tool calls.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelTurn {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Value>,
+}
+
+/// What a provider is asked: the conversation so far (OpenAI chat shape) and
+/// the tools the agent may call.
+pub struct ModelRequest<'a> {
+    pub profile: &'a Profile,
+    pub messages: &'a [Value],
+    pub tools: &'a [Value],
+    /// `runId:invocationId`, for the provider's own correlation; never shown to the model.
+    pub session_id: String,
+    /// How many model turns this invocation already had.
+    pub turn_index: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    #[error("provider `{0}` is not available in this fleet yet")]
+    Unavailable(&'static str),
+    #[error("model call failed: {0}")]
+    Failed(String),
+}
+
+#[async_trait]
+pub trait Provider: Send + Sync {
+    async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelTurn, ProviderError>;
+}
+
+/// Picks the provider for a profile's binding.
+pub trait Providers: Send + Sync {
+    fn for_binding(&self, binding: &ModelBinding) -> Result<&dyn Provider, ProviderError>;
+}
+
+/// The providers built into the fleet.
+#[derive(Default)]
+pub struct BuiltinProviders {
+    scripted: Scripted,
+}
+
+impl Providers for BuiltinProviders {
+    fn for_binding(&self, binding: &ModelBinding) -> Result<&dyn Provider, ProviderError> {
+        match binding {
+            ModelBinding::Scripted { .. } => Ok(&self.scripted),
+            other => Err(ProviderError::Unavailable(other.provider_name())),
+        }
+    }
+}
+
+/// Plays back the profile's script: turn N is script entry N. Deterministic,
+/// so a resumed invocation continues exactly where it stopped.
+#[derive(Default)]
+pub struct Scripted;
+
+#[async_trait]
+impl Provider for Scripted {
+    async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelTurn, ProviderError> {
+        let ModelBinding::Scripted { script } = &request.profile.model else {
+            return Err(ProviderError::Failed("the scripted provider needs a script".into()));
+        };
+        let Some(turn) = script.get(request.turn_index) else {
+            return Ok(ModelTurn { content: Some("(the script has ended)".into()), ..Default::default() });
+        };
+        let tool_calls = match &turn.tool {
+            Some(name) => vec![ToolCall {
+                id: format!("call_{}", request.turn_index + 1),
+                name: name.clone(),
+                arguments: turn.args.clone(),
+            }],
+            None => vec![],
+        };
+        let usage = json!({"promptTokens": 0, "completionTokens": 0});
+        Ok(ModelTurn { content: turn.text.clone(), tool_calls, usage: Some(usage) })
+    }
+}

@@ -1,0 +1,237 @@
+//! The agent loop. Each iteration reads where the transcript stands and takes
+//! exactly one step: assemble the prompt, call the model, or run one tool
+//! call. Every step commits in its own fenced transaction, so a crash between
+//! steps loses nothing and repeats nothing.
+
+use std::sync::Arc;
+
+use baton_domain::journal;
+use baton_domain::profiles::Profile;
+use baton_domain::prompt::system_prompt;
+use baton_domain::tools::{self, ToolName};
+use baton_domain::ToolError;
+use baton_store::invocations::{self, Invocation};
+use baton_store::journal::{self as events, Event};
+use baton_store::steps::{self, Step};
+use baton_store::{profiles, Pool, Transaction};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::provider::{ModelRequest, ModelTurn, Providers, ToolCall};
+use crate::tools::{dispatch, Effect, ToolCtx, ToolOutcome};
+use crate::transcript::{self, Position};
+use crate::{lifecycle, Error};
+
+/// How an invocation's loop ended on this worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    Transferred,
+    Finished,
+    Failed(String),
+    /// The claim was taken over by another worker; nothing more was written.
+    Fenced,
+    /// Shutdown was requested; the invocation waits at a persisted step.
+    Stopped,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_rounds: usize,
+    pub max_tool_calls: usize,
+    /// Plain-text answers tolerated before the invocation fails.
+    pub max_nudges: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { max_rounds: 80, max_tool_calls: 80, max_nudges: 1 }
+    }
+}
+
+#[derive(Clone)]
+pub struct Runner {
+    pool: Pool,
+    providers: Arc<dyn Providers>,
+    limits: Limits,
+}
+
+/// One claimed invocation on this worker.
+struct Claimed<'a> {
+    inv: &'a Invocation,
+    epoch: i64,
+    profile: Profile,
+    surface: Vec<ToolName>,
+    steps: Vec<Step>,
+}
+
+const NUDGE_TEXT: &str = "Your last answer was plain text, which nobody receives. Use your tools to continue: \
+commit and finish the work, or hand it to another agent.";
+
+impl Runner {
+    pub fn new(pool: Pool, providers: Arc<dyn Providers>, limits: Limits) -> Self {
+        Self { pool, providers, limits }
+    }
+
+    /// Runs (or resumes) a claimed invocation until it hands off, finishes,
+    /// fails, loses its claim, or `stop` is requested.
+    pub async fn run(&self, inv: &Invocation, stop: &CancellationToken) -> Result<Exit, Error> {
+        match self.drive(inv, stop).await {
+            Ok(exit) => Ok(exit),
+            Err(e) if e.is_fenced() => Ok(Exit::Fenced),
+            Err(e) if e.is_connection() => Err(e),
+            Err(e) => {
+                let message = e.to_string();
+                self.fail(inv, "host_error", &message).await?;
+                Ok(Exit::Failed(message))
+            }
+        }
+    }
+
+    async fn drive(&self, inv: &Invocation, stop: &CancellationToken) -> Result<Exit, Error> {
+        let mut claimed = self.load(inv).await?;
+        loop {
+            if stop.is_cancelled() {
+                return Ok(Exit::Stopped);
+            }
+            let exit = match transcript::position(&claimed.steps) {
+                Position::Fresh => self.assemble(&mut claimed).await.map(|_| None)?,
+                Position::PendingCall(call) => self.call_tool(&mut claimed, &call).await?,
+                Position::NeedsModel => self.model_turn(&mut claimed, stop).await?,
+            };
+            if let Some(exit) = exit {
+                return Ok(exit);
+            }
+        }
+    }
+
+    async fn load<'a>(&self, inv: &'a Invocation) -> Result<Claimed<'a>, Error> {
+        let client = self.pool.get().await?;
+        let profile = profiles::get(&client, &inv.profile_id)
+            .await?
+            .ok_or_else(|| Error::Contract(format!("profile `{}` no longer exists", inv.profile_id)))?;
+        let surface = tools::surface(&profile.tool_names(), inv.kind);
+        let steps = steps::load(&client, inv.id).await?;
+        Ok(Claimed { inv, epoch: inv.claim_epoch, profile, surface, steps })
+    }
+
+    async fn append(tx: &Transaction<'_>, c: &mut Claimed<'_>, kind: &str, payload: Value) -> Result<(), Error> {
+        let seq = c.steps.len() as i32;
+        steps::append(tx, c.inv.id, seq, kind, &payload).await?;
+        c.steps.push(Step { seq, kind: kind.to_string(), payload });
+        Ok(())
+    }
+
+    async fn assemble(&self, c: &mut Claimed<'_>) -> Result<(), Error> {
+        let messages = json!([
+            {"role": "system", "content": system_prompt(&c.profile, &c.surface)},
+            {"role": "user", "content": c.inv.brief},
+        ]);
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        invocations::fence(&tx, c.inv.id, c.epoch).await?;
+        Self::append(&tx, c, transcript::PROMPT, json!({"messages": messages})).await?;
+        let id = Some(c.inv.id);
+        let evs = [
+            Event::new(journal::CONTEXT_ASSEMBLED, id, json!({"briefChars": c.inv.brief.chars().count()})),
+            Event::new(journal::SKILL_SCOPES_RESOLVED, id, json!({"profileId": c.profile.id, "skills": []})),
+            Event::new(journal::MODEL_BINDING_RESOLVED, id, json!({"provider": c.profile.model.provider_name()})),
+        ];
+        events::append(&tx, c.inv.run_id, &evs).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn model_turn(&self, c: &mut Claimed<'_>, stop: &CancellationToken) -> Result<Option<Exit>, Error> {
+        let turns = transcript::model_turns(&c.steps);
+        if turns >= self.limits.max_rounds {
+            let message = format!("the agent used all {} model turns without finishing", self.limits.max_rounds);
+            self.fail(c.inv, "agent.round_budget_exhausted", &message).await?;
+            return Ok(Some(Exit::Failed(message)));
+        }
+        let provider = self.providers.for_binding(&c.profile.model)?;
+        let messages = transcript::messages(&c.steps);
+        let specs: Vec<Value> = c.surface.iter().map(|t| tools::spec(*t)).collect();
+        let request = ModelRequest {
+            profile: &c.profile,
+            messages: &messages,
+            tools: &specs,
+            session_id: format!("{}:{}", c.inv.run_id, c.inv.id),
+            turn_index: turns,
+        };
+        // No transaction or row lock is held across the model call.
+        let turn = tokio::select! {
+            turn = provider.complete(&request) => turn?,
+            _ = stop.cancelled() => return Ok(Some(Exit::Stopped)),
+        };
+        self.store_turn(c, turn).await
+    }
+
+    async fn store_turn(&self, c: &mut Claimed<'_>, turn: ModelTurn) -> Result<Option<Exit>, Error> {
+        let closing_not_last = turn.tool_calls.iter().rev().skip(1).any(|call| is_closing(&call.name));
+        let plain = turn.tool_calls.is_empty();
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        invocations::fence(&tx, c.inv.id, c.epoch).await?;
+        let calls = turn.tool_calls.len();
+        Self::append(&tx, c, transcript::MODEL_TURN, serde_json::to_value(&turn).map_err(|e| Error::Contract(e.to_string()))?).await?;
+        let mut evs = vec![Event::new(journal::MODEL_RESPONSE_STORED, Some(c.inv.id), json!({"toolCalls": calls}))];
+        let mut exit = None;
+        if closing_not_last {
+            let message = "the agent called a tool after a closing tool in the same turn";
+            evs.extend(lifecycle::fail_invocation(&tx, c.inv, "agent.tool_after_finish", message).await?);
+            exit = Some(Exit::Failed(message.into()));
+        } else if plain && transcript::nudges(&c.steps) < self.limits.max_nudges {
+            Self::append(&tx, c, transcript::NUDGE, json!({"content": NUDGE_TEXT})).await?;
+        } else if plain {
+            let message = "the agent stopped answering in plain text without finishing or handing off";
+            evs.extend(lifecycle::fail_invocation(&tx, c.inv, "agent.no_closing_tool", message).await?);
+            exit = Some(Exit::Failed(message.into()));
+        }
+        events::append(&tx, c.inv.run_id, &evs).await?;
+        tx.commit().await?;
+        Ok(exit)
+    }
+
+    async fn call_tool(&self, c: &mut Claimed<'_>, call: &ToolCall) -> Result<Option<Exit>, Error> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        invocations::fence(&tx, c.inv.id, c.epoch).await?;
+        let ctx = ToolCtx { invocation: c.inv, profile: &c.profile, surface: &c.surface, call };
+        let outcome = if transcript::tool_calls_made(&c.steps) >= self.limits.max_tool_calls {
+            let error = ToolError::new(
+                baton_domain::error::codes::TOOL_BUDGET_EXHAUSTED,
+                "You have used all your tool calls. Commit and finish, or hand off now.",
+            );
+            ToolOutcome::failed(&ctx, error)
+        } else {
+            dispatch(&tx, &ctx).await?
+        };
+        let payload = transcript::tool_result_payload(call, &outcome.content, outcome.is_error, &outcome.structured);
+        Self::append(&tx, c, transcript::TOOL_RESULT, payload).await?;
+        events::append(&tx, c.inv.run_id, &outcome.events).await?;
+        tx.commit().await?;
+        Ok(match outcome.effect {
+            Effect::Continue => None,
+            Effect::Transferred => Some(Exit::Transferred),
+            Effect::Finished => Some(Exit::Finished),
+        })
+    }
+
+    /// Fails the invocation and its run in one fenced transaction.
+    pub async fn fail(&self, inv: &Invocation, code: &str, message: &str) -> Result<(), Error> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        match invocations::fence(&tx, inv.id, inv.claim_epoch).await {
+            Err(baton_store::Error::Fenced(_)) => return Ok(()),
+            other => other?,
+        }
+        let evs = lifecycle::fail_invocation(&tx, inv, code, message).await?;
+        events::append(&tx, inv.run_id, &evs).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+fn is_closing(name: &str) -> bool {
+    ToolName::parse(name).is_some_and(ToolName::is_closing)
+}

@@ -1,0 +1,156 @@
+//! `agent_list` and `agent_handoff`.
+
+use baton_domain::brief::render_handoff_brief;
+use baton_domain::handoff::{self, HandoffArgs};
+use baton_domain::journal;
+use baton_domain::profiles::Profile;
+use baton_domain::state::{Continuation, InvocationKind, InvocationStatus, TaskStatus};
+use baton_domain::ToolError;
+use baton_store::invocations::{self, NewInvocation};
+use baton_store::journal::Event;
+use baton_store::tasks::{self, NewTask};
+use baton_store::{profiles, runs, GenericClient};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::{str_arg, tool_event, Effect, ToolCtx, ToolOutcome, ToolResult};
+use crate::lifecycle;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Purpose {
+    Any,
+    Delegate,
+    Handoff,
+}
+
+fn operations(caller: &Profile, target: &Profile) -> Vec<&'static str> {
+    let p = &target.delegation;
+    let open = p.callable && p.accepts_caller(&caller.id) && target.is_configured();
+    let mut ops = vec![];
+    if open && caller.delegation.can_delegate && p.allow_as_subagent {
+        ops.push("delegate");
+    }
+    if open && caller.delegation.can_handoff && p.allow_as_handoff_target {
+        ops.push("handoff");
+    }
+    ops
+}
+
+pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
+    let purpose = match str_arg(args, "purpose") {
+        Ok(None | Some("any")) => Purpose::Any,
+        Ok(Some("delegate")) => Purpose::Delegate,
+        Ok(Some("handoff")) => Purpose::Handoff,
+        Ok(Some(other)) => return Ok(Err(ToolError::invalid_arguments(format!("purpose `{other}` is not known; use any, delegate or handoff.")))),
+        Err(e) => return Ok(Err(e)),
+    };
+    let query = str_arg(args, "query").ok().flatten().unwrap_or("").to_lowercase();
+    let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(8).clamp(1, 20) as usize;
+    let mut lines = vec![];
+    for target in profiles::all(c).await? {
+        if target.id == ctx.profile.id {
+            continue;
+        }
+        let ops = operations(ctx.profile, &target);
+        let wanted = match purpose {
+            Purpose::Any => !ops.is_empty(),
+            Purpose::Delegate => ops.contains(&"delegate"),
+            Purpose::Handoff => ops.contains(&"handoff"),
+        };
+        let haystack = format!("{} {} {}", target.id, target.name, target.description).to_lowercase();
+        if wanted && haystack.contains(&query) {
+            lines.push(format!("- {} ({}): {}", target.id, ops.join(", "), target.description));
+        }
+    }
+    lines.truncate(limit);
+    let text = if lines.is_empty() { "No agents are available for that.".to_string() } else { lines.join("\n") };
+    Ok(Ok(ToolOutcome::ok(ctx, text, json!({"count": lines.len()}))))
+}
+
+pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
+    let inv = ctx.invocation;
+    let requested = tool_event(ctx, journal::HANDOFF_REQUESTED, json!({"agentId": args.get("agentId")}));
+    let decided = decide(c, ctx, args).await?;
+    let (args, target) = match decided {
+        Ok(v) => v,
+        Err(e) => return Ok(Ok(ToolOutcome::failed(ctx, e).with_event(requested))),
+    };
+    let next = Uuid::now_v7();
+    let task_id = Uuid::now_v7();
+    let brief = render_handoff_brief(&args.brief);
+    // The partial unique index allows one live foreground owner per run:
+    // the current invocation steps down before its successor exists.
+    invocations::finish(c, inv.id, InvocationStatus::Transferred, None).await?;
+    let new = NewInvocation {
+        id: next,
+        run_id: inv.run_id,
+        parent_invocation_id: Some(inv.id),
+        incoming_task_id: Some(task_id),
+        profile_id: &target.id,
+        kind: InvocationKind::Handoff,
+        brief: &brief,
+    };
+    invocations::insert(c, &new).await?;
+    let key = workspace_key(c, inv.run_id, &target.id).await?;
+    let task_body = Value::Object(args.brief.clone());
+    let task = NewTask {
+        id: task_id,
+        run_id: inv.run_id,
+        parent_invocation_id: inv.id,
+        child_invocation_id: next,
+        target_profile_id: &target.id,
+        workspace_key: &key,
+        continuation: Continuation::TransferControl,
+        task: &task_body,
+        budget: None,
+        created_by_tool_call_id: &ctx.call.id,
+    };
+    tasks::insert(c, &task).await?;
+    runs::count_handoff(c, inv.run_id).await?;
+    lifecycle::publish_invocation(c, inv.run_id, next, InvocationKind::Handoff).await?;
+
+    let mut events = vec![
+        requested,
+        Event::new(journal::INVOCATION_CREATED, Some(next), json!({"kind": "handoff", "profileId": target.id, "parentInvocationId": inv.id})),
+        Event::new(journal::TASK_REGISTERED, Some(next), json!({"taskId": task_id, "continuation": "transfer_control", "workspaceKey": key})),
+        tool_event(ctx, journal::HANDOFF_ACCEPTED, json!({"agentId": target.id, "taskId": task_id, "invocationId": next})),
+        tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({})),
+        Event::new(journal::INVOCATION_TRANSFERRED, Some(inv.id), json!({"to": next, "agentId": target.id})),
+        Event::new(journal::LOOP_FINISHED, Some(inv.id), json!({"exit": "transferred"})),
+    ];
+    if let Some(incoming) = inv.incoming_task_id {
+        if tasks::transition(c, incoming, TaskStatus::Completed, None).await? {
+            events.push(Event::new(journal::TASK_COMPLETED, Some(inv.id), json!({"taskId": incoming})));
+        }
+    }
+    Ok(Ok(ToolOutcome {
+        content: handoff::acceptance_text(&target.id),
+        is_error: false,
+        structured: json!({"agentId": target.id, "status": "accepted"}),
+        effect: Effect::Transferred,
+        events,
+    }))
+}
+
+/// Every policy check, in the seed's order. Nothing is written here.
+async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> Result<Result<(HandoffArgs, Profile), ToolError>, crate::Error> {
+    let args = match handoff::parse_args(args) {
+        Ok(a) => a,
+        Err(e) => return Ok(Err(e)),
+    };
+    let inv = ctx.invocation;
+    let pending = tasks::pending_children(c, inv.id).await? as usize;
+    let so_far = runs::handoff_count(c, inv.run_id).await? as u32;
+    let target = profiles::get(c, &args.agent_id).await?;
+    let checked = handoff::check_source(ctx.profile, inv.kind)
+        .and_then(|_| handoff::check_pending(pending))
+        .and_then(|_| handoff::check_depth(so_far, ctx.profile.delegation.max_handoff_depth))
+        .and_then(|_| handoff::check_target(&ctx.profile.id, &args.agent_id, target.as_ref()));
+    Ok(checked.map(|_| (args, target.expect("checked above"))))
+}
+
+/// The readable handle of a task: the target's id, then `-002`, `-003`, …
+async fn workspace_key(c: &impl GenericClient, run_id: Uuid, target: &str) -> Result<String, crate::Error> {
+    let earlier = tasks::for_run(c, run_id).await?.iter().filter(|t| t.target_profile_id == target).count();
+    Ok(if earlier == 0 { target.to_string() } else { format!("{target}-{:03}", earlier + 1) })
+}

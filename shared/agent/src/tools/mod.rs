@@ -1,0 +1,119 @@
+//! The model-visible tools, executed inside the transaction that also
+//! stores their result: a tool's effect and the step that records it commit
+//! together, so a resumed invocation never applies a call twice.
+
+mod agents;
+mod workspace;
+
+use baton_domain::error::codes;
+use baton_domain::journal;
+use baton_domain::profiles::Profile;
+use baton_domain::tools::ToolName;
+use baton_domain::ToolError;
+use baton_store::invocations::Invocation;
+use baton_store::journal::Event;
+use baton_store::GenericClient;
+use serde_json::{json, Value};
+
+use crate::provider::ToolCall;
+use crate::Error;
+
+/// Everything a tool may know about its caller.
+pub struct ToolCtx<'a> {
+    pub invocation: &'a Invocation,
+    pub profile: &'a Profile,
+    pub surface: &'a [ToolName],
+    pub call: &'a ToolCall,
+}
+
+/// What a tool call changes for the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    Continue,
+    /// The agent handed off: this invocation is transferred.
+    Transferred,
+    /// The agent finished the run.
+    Finished,
+}
+
+/// A tool's result: `content` is what the model reads, `structured` the audit.
+#[derive(Debug, Clone)]
+pub struct ToolOutcome {
+    pub content: String,
+    pub is_error: bool,
+    pub structured: Value,
+    pub effect: Effect,
+    pub events: Vec<Event>,
+}
+
+impl ToolOutcome {
+    pub(crate) fn ok(ctx: &ToolCtx<'_>, content: impl Into<String>, structured: Value) -> Self {
+        let mut outcome = Self { content: content.into(), is_error: false, structured, effect: Effect::Continue, events: vec![] };
+        outcome.events.push(tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({})));
+        outcome
+    }
+
+    pub(crate) fn failed(ctx: &ToolCtx<'_>, error: ToolError) -> Self {
+        let event = tool_event(ctx, journal::TOOL_CALL_FAILED, json!({"code": error.code, "message": error.message}));
+        Self { content: error.message.clone(), is_error: true, structured: error.structured(), effect: Effect::Continue, events: vec![event] }
+    }
+
+    pub(crate) fn with_event(mut self, event: Event) -> Self {
+        self.events.insert(0, event);
+        self
+    }
+}
+
+pub(crate) fn tool_event(ctx: &ToolCtx<'_>, kind: &'static str, mut payload: Value) -> Event {
+    payload["tool"] = ctx.call.name.clone().into();
+    payload["toolCallId"] = ctx.call.id.clone().into();
+    Event::new(kind, Some(ctx.invocation.id), payload)
+}
+
+/// Runs one tool call. A recoverable problem is an `isError` outcome; an
+/// `Err` is a broken host contract that fails the invocation.
+pub async fn dispatch(c: &impl GenericClient, ctx: &ToolCtx<'_>) -> Result<ToolOutcome, Error> {
+    let Some(tool) = ToolName::parse(&ctx.call.name) else {
+        return Err(Error::Contract(format!("the model called an unknown tool `{}`", ctx.call.name)));
+    };
+    if !ctx.surface.contains(&tool) {
+        let names: Vec<&str> = ctx.surface.iter().map(|t| t.as_str()).collect();
+        let error = ToolError::new(
+            codes::TOOL_POLICY_DENIED,
+            format!("You cannot use {} here. Your tools are: {}.", tool.as_str(), names.join(", ")),
+        );
+        return Ok(ToolOutcome::failed(ctx, error));
+    }
+    let args = &ctx.call.arguments;
+    let result = match tool {
+        ToolName::AgentList => agents::list(c, ctx, args).await,
+        ToolName::AgentHandoff => agents::handoff(c, ctx, args).await,
+        ToolName::WorkspaceList => workspace::list(c, ctx, args).await,
+        ToolName::WorkspaceRead => workspace::read(c, ctx, args).await,
+        ToolName::WorkspaceWrite => workspace::write(c, ctx, args).await,
+        ToolName::WorkspacePatch => workspace::patch(c, ctx, args).await,
+        ToolName::WorkspaceCommit => workspace::commit(c, ctx, args).await,
+        ToolName::WorkspaceFinish => workspace::finish(c, ctx).await,
+        ToolName::AgentDelegate | ToolName::AgentAwait | ToolName::TaskReturn => Ok(Err(ToolError::new(
+            codes::TOOL_POLICY_DENIED,
+            format!("{} is not available yet. Finish or hand off the work yourself.", tool.as_str()),
+        ))),
+    }?;
+    Ok(result.unwrap_or_else(|error| ToolOutcome::failed(ctx, error)))
+}
+
+/// Tool implementations return this: the outer `Result` is the host, the
+/// inner one the agent's own mistake.
+pub(crate) type ToolResult = Result<Result<ToolOutcome, ToolError>, Error>;
+
+pub(crate) fn str_arg<'a>(args: &'a Value, name: &str) -> Result<Option<&'a str>, ToolError> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(ToolError::invalid_arguments(format!("`{name}` must be a string."))),
+    }
+}
+
+pub(crate) fn required_str<'a>(args: &'a Value, name: &str) -> Result<&'a str, ToolError> {
+    str_arg(args, name)?.ok_or_else(|| ToolError::invalid_arguments(format!("`{name}` is required.")))
+}

@@ -1,0 +1,103 @@
+//! Publishing with confirms. A publish resolves only when the broker has
+//! taken responsibility for the message; a `mandatory` message that no queue
+//! took comes back as [`Published::Returned`].
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Confirmation, Connection};
+
+use crate::{Error, Result};
+
+/// One message to publish to a queue through the default exchange.
+#[derive(Debug, Clone, Default)]
+pub struct Outgoing<'a> {
+    pub queue: &'a str,
+    pub body: &'a [u8],
+    pub message_id: Option<&'a str>,
+    pub correlation_id: Option<&'a str>,
+    pub reply_to: Option<&'a str>,
+    pub headers: Vec<(&'a str, String)>,
+    pub mandatory: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Published {
+    Confirmed,
+    /// No queue took a mandatory message; the text says why.
+    Returned(String),
+}
+
+/// A channel in confirm mode.
+#[derive(Clone)]
+pub struct Publisher {
+    channel: Channel,
+}
+
+impl Publisher {
+    pub async fn open(connection: &Connection) -> Result<Self> {
+        let channel = connection.create_channel().await?;
+        channel.confirm_select(ConfirmSelectOptions::default()).await?;
+        Ok(Self { channel })
+    }
+
+    pub fn channel(&self) -> &Channel {
+        &self.channel
+    }
+
+    /// Sends the message and returns the pending confirm, so a caller can
+    /// send a batch before waiting on any of it.
+    pub async fn send(&self, m: &Outgoing<'_>) -> Result<lapin::PublisherConfirm> {
+        let options = BasicPublishOptions { mandatory: m.mandatory, ..Default::default() };
+        Ok(self.channel.basic_publish("".into(), m.queue.into(), options, m.body, properties(m)).await?)
+    }
+
+    pub async fn publish(&self, m: &Outgoing<'_>) -> Result<Published> {
+        let confirm = self.send(m).await?;
+        settle(confirm.await?, m.queue)
+    }
+}
+
+/// What a broker confirm means for the message.
+pub fn settle(confirmation: Confirmation, queue: &str) -> Result<Published> {
+    match confirmation {
+        Confirmation::Ack(Some(returned)) => Ok(Published::Returned(format!(
+            "no queue took the message for `{queue}` ({} {})",
+            returned.reply_code, returned.reply_text
+        ))),
+        Confirmation::Ack(None) | Confirmation::NotRequested => Ok(Published::Confirmed),
+        Confirmation::Nack(_) => Err(Error::Nacked(queue.to_string())),
+    }
+}
+
+fn properties(m: &Outgoing<'_>) -> BasicProperties {
+    let mut props = BasicProperties::default()
+        .with_content_type("application/json".into())
+        .with_delivery_mode(2);
+    if let Some(id) = m.message_id {
+        props = props.with_message_id(id.into());
+    }
+    if let Some(id) = m.correlation_id {
+        props = props.with_correlation_id(id.into());
+    }
+    if let Some(reply_to) = m.reply_to {
+        props = props.with_reply_to(reply_to.into());
+    }
+    if !m.headers.is_empty() {
+        let mut table = FieldTable::default();
+        for (k, v) in &m.headers {
+            table.insert((*k).into(), AMQPValue::LongString(v.as_str().into()));
+        }
+        props = props.with_headers(table);
+    }
+    props
+}
+
+/// Reads a string header from a delivery's properties.
+pub fn header(props: &BasicProperties, name: &str) -> Option<String> {
+    let headers = props.headers().as_ref()?;
+    match headers.inner().get(name)? {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
+        _ => None,
+    }
+}

@@ -1,0 +1,97 @@
+//! Queue names and their declaration. Every queue is a durable quorum queue
+//! with a delivery limit and a dead-letter exchange, so a message that keeps
+//! failing lands in `baton.dead` for an operator, never in a loop.
+
+use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, ExchangeKind};
+
+use crate::Result;
+
+pub const BRIDGE_REQUESTS: &str = "baton.bridge.requests";
+pub const BRIDGE_REPLIES: &str = "baton.bridge.replies";
+pub const INVOCATIONS_HANDOFF: &str = "baton.invocations.handoff";
+pub const INVOCATIONS_DELEGATE: &str = "baton.invocations.delegate";
+pub const RUNS_FINISHED: &str = "baton.runs.finished";
+pub const DEAD: &str = "baton.dead";
+pub const DEAD_LETTER_EXCHANGE: &str = "baton.dlx";
+
+/// How many times a message may be delivered before it is dead-lettered.
+pub const DELIVERY_LIMIT: i64 = 5;
+
+/// The fleet's queue names under one prefix (empty in production; one per
+/// test, so tests run side by side on one broker).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Queues {
+    prefix: String,
+}
+
+impl Queues {
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self { prefix: prefix.into() }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The physical name of a logical queue (`baton.dead` → `t42.baton.dead`).
+    pub fn name(&self, logical: &str) -> String {
+        format!("{}{logical}", self.prefix)
+    }
+
+    /// Every queue the fleet reads or writes.
+    pub fn all_logical() -> [&'static str; 6] {
+        [BRIDGE_REQUESTS, BRIDGE_REPLIES, INVOCATIONS_HANDOFF, INVOCATIONS_DELEGATE, RUNS_FINISHED, DEAD]
+    }
+
+    /// Declares the exchange and queues (idempotent: safe at every start-up).
+    pub async fn declare(&self, channel: &Channel) -> Result<()> {
+        let dlx = self.name(DEAD_LETTER_EXCHANGE);
+        let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
+        channel.exchange_declare(dlx.as_str().into(), ExchangeKind::Fanout, durable, FieldTable::default()).await?;
+        for logical in Self::all_logical() {
+            let name = self.name(logical);
+            let args = quorum_args(if logical == DEAD { None } else { Some(&dlx) });
+            let opts = QueueDeclareOptions { durable: true, ..Default::default() };
+            channel.queue_declare(name.as_str().into(), opts, args).await?;
+        }
+        let dead = self.name(DEAD);
+        channel
+            .queue_bind(dead.as_str().into(), dlx.as_str().into(), "".into(), QueueBindOptions::default(), FieldTable::default())
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes every queue and the exchange (tests clean up after themselves).
+    pub async fn delete(&self, channel: &Channel) -> Result<()> {
+        for logical in Self::all_logical() {
+            channel.queue_delete(self.name(logical).as_str().into(), QueueDeleteOptions::default()).await?;
+        }
+        let dlx = self.name(DEAD_LETTER_EXCHANGE);
+        channel.exchange_delete(dlx.as_str().into(), Default::default()).await?;
+        Ok(())
+    }
+}
+
+fn quorum_args(dead_letter_exchange: Option<&str>) -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    if let Some(dlx) = dead_letter_exchange {
+        args.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(DELIVERY_LIMIT));
+        args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(dlx.into()));
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_carry_the_prefix() {
+        let q = Queues::new("t1.");
+        assert_eq!(q.name(DEAD), "t1.baton.dead");
+        assert_eq!(Queues::default().name(BRIDGE_REQUESTS), "baton.bridge.requests");
+    }
+}
