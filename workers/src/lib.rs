@@ -1,1 +1,17 @@
+//! The Baton fleet: configuration, telemetry, and one module per role.
+//!
+//! # Layout
+//! - [`config`]: `Settings` from the environment.
+//! - [`roles`]: intake, invocation, relay, collector, and their supervisor.
+//! - [`bridge`]: status and reply messages for the bridge, via the outbox.
+//! - [`fleet`]: start roles in this process and stop them on a signal.
+//! - [`timeline`]: a run's journal as a readable table.
+//! - [`demo`]: the end-to-end demo.
 
+pub mod bridge;
+pub mod config;
+pub mod demo;
+pub mod fleet;
+pub mod roles;
+pub mod telemetry;
+pub mod timeline;

@@ -1,1 +1,96 @@
-fn main(){}
+//! `baton`: config → telemetry → the command asked for.
+
+use anyhow::Context;
+use baton::config::Settings;
+use baton::fleet::Fleet;
+use baton::roles::Role;
+use baton_domain::profiles::ProfilesFile;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "baton", version, about = "A RabbitMQ + Postgres worker fleet for multi-agent handoffs from chat bridges")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create the database if needed and apply migrations.
+    Migrate,
+    /// Agent profiles.
+    Profiles {
+        #[command(subcommand)]
+        command: ProfilesCommand,
+    },
+    /// Run fleet roles until SIGTERM (all of them unless --role is given).
+    Up {
+        #[arg(long, value_enum)]
+        role: Vec<Role>,
+    },
+    /// Run a real handoff chain end to end and print its timeline and reply.
+    Demo(baton::demo::DemoArgs),
+    /// Inspect runs.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ProfilesCommand {
+    /// Validate a profiles file and load it into Postgres.
+    Apply { file: std::path::PathBuf },
+    /// Validate a profiles file and say what each profile still needs.
+    Check { file: std::path::PathBuf },
+}
+
+#[derive(Subcommand)]
+enum RunsCommand {
+    /// Print a run's timeline across agents.
+    Show { run: uuid::Uuid },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let quiet = matches!(cli.command, Command::Demo(_));
+    baton::telemetry::init(if quiet { "warn" } else { "info" });
+    let settings = Settings::from_env();
+    match cli.command {
+        Command::Migrate => {
+            let applied = baton::demo::prepare_database(&settings).await?;
+            println!("database ready ({applied} migration(s) applied)");
+        }
+        Command::Profiles { command: ProfilesCommand::Apply { file } } => {
+            let parsed = read_profiles(&file)?;
+            let pool = baton_store::pool(&settings.database_url, 1)?;
+            baton_store::profiles::apply(&pool.get().await?, &parsed).await?;
+            println!("applied {} profile(s) and {} route(s)", parsed.profiles.len(), parsed.routes.len());
+        }
+        Command::Profiles { command: ProfilesCommand::Check { file } } => {
+            for p in read_profiles(&file)?.profiles {
+                let missing = p.model.missing_configuration();
+                let state = if missing.is_empty() { "ready".to_string() } else { format!("requires configuration: {}", missing.join(", ")) };
+                println!("{:<16} {:<9} {state}", p.id, p.model.provider_name());
+            }
+        }
+        Command::Up { role } => {
+            let roles = if role.is_empty() { Role::ALL.to_vec() } else { role };
+            tracing::info!(roles = ?roles.iter().map(|r| r.name()).collect::<Vec<_>>(), "starting");
+            Fleet::start(&settings, &roles).run_until_signalled().await?;
+        }
+        Command::Demo(args) => baton::demo::run(&settings, args).await?,
+        Command::Runs { command: RunsCommand::Show { run } } => {
+            let pool = baton_store::pool(&settings.database_url, 1)?;
+            let events = baton_store::journal::timeline(&pool.get().await?, run).await?;
+            print!("{}", baton::timeline::render(&events));
+        }
+    }
+    Ok(())
+}
+
+fn read_profiles(file: &std::path::Path) -> anyhow::Result<ProfilesFile> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    Ok(ProfilesFile::parse(&text)?)
+}

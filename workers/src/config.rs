@@ -1,0 +1,83 @@
+//! One `Settings`, from environment variables with local defaults.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub database_url: String,
+    pub amqp_url: String,
+    /// Prepended to every queue name (tests use one per test).
+    pub queue_prefix: String,
+    /// How long a claim holds without a heartbeat.
+    pub lease: Duration,
+    /// Unacked deliveries per consumer.
+    pub prefetch: u16,
+    /// Invocations one worker process runs at once.
+    pub max_concurrent_invocations: usize,
+    /// Claims of one invocation before it is failed (a crash loop stops here).
+    pub max_claims: i64,
+    pub pool_size: usize,
+    /// The relay's safety-net poll when no notification arrives.
+    pub relay_poll: Duration,
+    /// A name for this process in leases and logs.
+    pub worker_id: String,
+}
+
+fn var(name: &str, default: &str) -> String {
+    std::env::var(name).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_string())
+}
+
+fn number<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+impl Settings {
+    pub fn from_env() -> Self {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into());
+        Self {
+            database_url: var("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/baton"),
+            amqp_url: var("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
+            queue_prefix: var("BATON_QUEUE_PREFIX", ""),
+            lease: Duration::from_millis(number("BATON_LEASE_MS", 15_000)),
+            prefetch: number("BATON_PREFETCH", 32),
+            max_concurrent_invocations: number("BATON_MAX_CONCURRENT_INVOCATIONS", 64),
+            max_claims: number("BATON_MAX_CLAIMS", 5),
+            pool_size: number("BATON_DB_POOL_SIZE", 8),
+            relay_poll: Duration::from_millis(number("BATON_RELAY_POLL_MS", 1_000)),
+            worker_id: var("BATON_WORKER_ID", &format!("{host}-{}", std::process::id())),
+        }
+    }
+
+    pub fn queues(&self) -> baton_bus::Queues {
+        baton_bus::Queues::new(self.queue_prefix.clone())
+    }
+
+    /// The database URL with any password hidden, for messages.
+    pub fn database_url_redacted(&self) -> String {
+        redact(&self.database_url)
+    }
+
+    pub fn amqp_url_redacted(&self) -> String {
+        redact(&self.amqp_url)
+    }
+}
+
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            let user = creds.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_never_print() {
+        assert_eq!(super::redact("amqp://guest:secret@h:5672/%2f"), "amqp://guest:***@h:5672/%2f");
+        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u:***@h/db");
+    }
+}

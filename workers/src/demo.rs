@@ -1,0 +1,151 @@
+//! `baton demo`: migrate, load the example profiles, start every role in this
+//! process, send a WeChat-style request through `baton.bridge.requests`, and
+//! print the run's timeline and the reply the bridge received.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, QueueDeclareOptions};
+use baton_bus::lapin::types::FieldTable;
+use baton_bus::topology::BRIDGE_REQUESTS;
+use baton_bus::{Outgoing, Publisher};
+use baton_domain::profiles::ProfilesFile;
+use baton_domain::request::sample_request_json;
+use futures_lite::StreamExt;
+use serde_json::Value;
+
+use crate::config::Settings;
+use crate::fleet::Fleet;
+use crate::roles::Role;
+
+const EXAMPLE_PROFILES: &str = include_str!("../../examples/profiles.toml");
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Reply language: en or zh-CN.
+    #[arg(long, default_value = "en")]
+    pub language: String,
+    /// A profiles file to use instead of the built-in example.
+    #[arg(long)]
+    pub profiles: Option<std::path::PathBuf>,
+    /// How long to wait for the reply, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+}
+
+/// Creates the database if needed and migrates it, with a clear error when
+/// PostgreSQL is not reachable.
+pub async fn prepare_database(settings: &Settings) -> anyhow::Result<usize> {
+    baton_store::ensure_database(&settings.database_url).await.with_context(|| {
+        format!(
+            "PostgreSQL is not reachable at {}. Start it (on this machine: `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`) or set DATABASE_URL.",
+            settings.database_url_redacted()
+        )
+    })?;
+    let pool = baton_store::pool(&settings.database_url, 1)?;
+    Ok(baton_store::migrate(&pool).await?)
+}
+
+pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    step("checking PostgreSQL and RabbitMQ");
+    let broker = baton_bus::connect(&settings.amqp_url, "baton-demo-bridge").await.with_context(|| {
+        format!(
+            "RabbitMQ is not reachable at {}. Start it (on this machine: `rabbitmq-server -detached`) or set AMQP_URL.",
+            settings.amqp_url_redacted()
+        )
+    })?;
+    let applied = prepare_database(settings).await?;
+    step(&format!("database migrated ({applied} new migration(s))"));
+    let text = match &args.profiles {
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        None => EXAMPLE_PROFILES.to_string(),
+    };
+    let profiles = ProfilesFile::parse(&text)?;
+    let pool = baton_store::pool(&settings.database_url, 2)?;
+    baton_store::profiles::apply(&pool.get().await?, &profiles).await?;
+    step(&format!("applied {} profiles: {}", profiles.profiles.len(), names(&profiles)));
+
+    let fleet = Fleet::start(settings, &Role::ALL);
+    step("started roles: intake, invocation, relay, collector");
+    let outcome = send_and_wait(settings, &broker, &args).await;
+    fleet.stop().await;
+    let _ = broker.close(200, "demo done".into()).await;
+    let (request_id, reply) = outcome?;
+
+    let request = baton_store::requests::get(&pool.get().await?, &request_id).await?.context("request not stored")?;
+    let run_id = request.run_id.context("no run was started")?;
+    let events = baton_store::journal::timeline(&pool.get().await?, run_id).await?;
+    println!("\nTimeline of run {run_id} ({} events across agents)\n", events.len());
+    print!("{}", crate::timeline::render(&events));
+    print_reply(&reply);
+    println!("\nDone in {:.1}s.", started.elapsed().as_secs_f64());
+    if reply["status"] != "completed" {
+        bail!("the run ended {}", reply["status"]);
+    }
+    Ok(())
+}
+
+fn step(text: &str) {
+    println!("==> {text}");
+}
+
+fn names(profiles: &ProfilesFile) -> String {
+    profiles.profiles.iter().map(|p| p.id.as_str()).collect::<Vec<_>>().join(" → ")
+}
+
+/// Plays the bridge: publishes the request with `reply_to` set to its own
+/// queue and prints each status until the reply arrives.
+async fn send_and_wait(settings: &Settings, broker: &baton_bus::lapin::Connection, args: &DemoArgs) -> anyhow::Result<(String, Value)> {
+    let channel = broker.create_channel().await?;
+    // Declare the fleet's queues first: on a fresh broker the roles may not
+    // have yet, and a request published to a missing queue would be lost.
+    settings.queues().declare(&channel).await?;
+    let exclusive = QueueDeclareOptions { exclusive: true, auto_delete: true, ..Default::default() };
+    let reply_queue = channel.queue_declare("".into(), exclusive, FieldTable::default()).await?;
+    let reply_name = reply_queue.name().as_str().to_string();
+    let mut replies = channel
+        .basic_consume(reply_name.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .await?;
+
+    let id = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let body = serde_json::to_vec(&sample_request_json(&id, "docs_agent", &args.language))?;
+    let publisher = Publisher::open(broker).await?;
+    let queue = settings.queues().name(BRIDGE_REQUESTS);
+    let out = Outgoing { queue: &queue, body: &body, message_id: Some(&id), reply_to: Some(&reply_name), mandatory: true, ..Default::default() };
+    if let baton_bus::Published::Returned(why) = publisher.publish(&out).await? {
+        bail!("the request was not delivered: {why}");
+    }
+    step(&format!("bridge sent request {id} to {queue}"));
+
+    let deadline = tokio::time::sleep(Duration::from_secs(args.timeout));
+    tokio::pin!(deadline);
+    loop {
+        let delivery = tokio::select! {
+            d = replies.next() => d.context("reply queue closed")??,
+            _ = &mut deadline => bail!("no reply within {}s; is an invocation worker running?", args.timeout),
+        };
+        delivery.acker.ack(BasicAckOptions::default()).await?;
+        let message: Value = serde_json::from_slice(&delivery.data)?;
+        if message["type"] == "status" {
+            step(&format!("bridge got status #{}: {}", message["seq"], message["status"].as_str().unwrap_or("?")));
+        } else {
+            step("bridge got the reply");
+            return Ok((id, message));
+        }
+    }
+}
+
+fn print_reply(reply: &Value) {
+    println!("\nReply the bridge received");
+    println!("{}", "-".repeat(90));
+    let agents: Vec<&str> = reply["result"]["agents"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    println!("status:   {}", reply["status"].as_str().unwrap_or("?"));
+    println!("language: {}", reply["language"].as_str().unwrap_or("?"));
+    println!("chat:     {}", reply["replyToChatId"].as_str().unwrap_or("-"));
+    println!("agents:   {}", agents.join(" → "));
+    println!("parts:    {}", reply["parts"].as_array().map(Vec::len).unwrap_or(0));
+    println!("{}", "-".repeat(90));
+    println!("{}", reply["text"].as_str().unwrap_or(""));
+    println!("{}", "-".repeat(90));
+}

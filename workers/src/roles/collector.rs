@@ -1,0 +1,105 @@
+//! The result collector: turns a finished run into one humanized reply for
+//! the bridge. Idempotent: the request row is locked and a reply already
+//! sent is never sent again.
+
+use baton_bus::lapin::message::Delivery;
+use baton_bus::messages::RunFinished;
+use baton_bus::topology::RUNS_FINISHED;
+use baton_bus::Publisher;
+use baton_domain::bridge::ReplyInput;
+use baton_domain::reply::Outcome;
+use baton_domain::state::RunStatus;
+use baton_domain::Language;
+use baton_store::runs::Run;
+use baton_store::{invocations, requests, runs, Pool};
+use tokio_util::sync::CancellationToken;
+
+use super::{ack, connect, consume, dead_letter, Role};
+use crate::bridge;
+use crate::config::Settings;
+
+pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
+    let (conn, pool) = connect(settings, Role::Collector).await?;
+    let publisher = Publisher::open(&conn).await?;
+    let queue = settings.queues().name(RUNS_FINISHED);
+    tracing::info!(%queue, "collector consuming");
+    let result = consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &publisher, settings, d)).await;
+    super::close(publisher.channel()).await;
+    result
+}
+
+async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, d: Delivery) -> anyhow::Result<()> {
+    match serde_json::from_slice::<RunFinished>(&d.data) {
+        Ok(message) => {
+            collect(pool, message).await?;
+            ack(&d).await
+        }
+        Err(e) => dead_letter(publisher, settings, &d, RUNS_FINISHED, &format!("not a run-finished message: {e}")).await,
+    }
+}
+
+/// Writes the final status and reply of a run's request to the outbox.
+pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let Some(run) = runs::get(&tx, message.run_id).await? else {
+        anyhow::bail!("run {} does not exist", message.run_id);
+    };
+    let Some(handoff) = run.handoff_id.clone() else {
+        return Ok(());
+    };
+    let Some(request) = requests::lock(&tx, &handoff).await? else {
+        return Ok(());
+    };
+    let Some(outcome) = outcome(&run) else {
+        return Ok(());
+    };
+    if request.reply_sent_at.is_some() {
+        tracing::debug!(%handoff, "reply already sent");
+        return Ok(());
+    }
+    if matches!(outcome, Outcome::Completed { .. }) {
+        requests::add_event(&tx, &handoff, "result_received", None, None).await?;
+    } else if matches!(outcome, Outcome::Failed { .. }) {
+        requests::add_event(&tx, &handoff, "failed", Some("failed"), run.error.as_ref().map(|e| e.to_string()).as_deref()).await?;
+    }
+    bridge::status(&tx, &request, outcome.status(), None).await?;
+    let agents = agents(&tx, &run).await?;
+    let input = ReplyInput {
+        handoff_id: &handoff,
+        chat_id: request.reply_chat_id.as_deref(),
+        source: &request.source,
+        language: Language::parse(&request.language).unwrap_or_default(),
+        outcome,
+        run_id: Some(run.id.to_string()),
+        agents,
+        at: bridge::timestamp(),
+    };
+    bridge::reply(&tx, &request, &input).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+fn outcome(run: &Run) -> Option<Outcome> {
+    let message = |key: &str| run.error.as_ref().and_then(|e| e[key].as_str()).map(str::to_string);
+    Some(match run.status {
+        RunStatus::Running => return None,
+        RunStatus::Completed => Outcome::Completed { final_text: run.final_text.clone().unwrap_or_default() },
+        RunStatus::Failed => Outcome::Failed {
+            code: message("code").unwrap_or_else(|| "failed".into()),
+            message: message("message").unwrap_or_else(|| "the agents could not finish".into()),
+        },
+        RunStatus::Cancelled => Outcome::Cancelled { reason: message("message") },
+    })
+}
+
+/// The agents that held the foreground, in order.
+async fn agents(c: &impl baton_store::GenericClient, run: &Run) -> anyhow::Result<Vec<String>> {
+    let mut names: Vec<String> = vec![];
+    for inv in invocations::for_run(c, run.id).await? {
+        if inv.kind.is_foreground() && names.last() != Some(&inv.profile_id) {
+            names.push(inv.profile_id);
+        }
+    }
+    Ok(names)
+}

@@ -1,0 +1,205 @@
+//! Invocation workers: claim an invocation under a row lock, ack the
+//! delivery once the claim commits (from then on the Postgres lease owns the
+//! work), renew the lease by heartbeat, and run the agent loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_agent::provider::BuiltinProviders;
+use baton_agent::runner::{Exit, Limits, Runner};
+use baton_bus::lapin::message::Delivery;
+use baton_bus::messages::RunInvocation;
+use baton_bus::topology::{INVOCATIONS_DELEGATE, INVOCATIONS_HANDOFF};
+use baton_bus::Publisher;
+use baton_domain::journal;
+use baton_domain::state::{InvocationKind, TaskStatus};
+use baton_store::invocations::{self, Invocation};
+use baton_store::journal::Event;
+use baton_store::{requests, runs, tasks, GenericClient, Pool};
+use serde_json::json;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::{ack, connect, consume, dead_letter, Role};
+use crate::bridge;
+use crate::config::Settings;
+
+/// What one worker process shares across its invocations.
+#[derive(Clone)]
+pub struct Worker {
+    pub pool: Pool,
+    pub runner: Runner,
+    pub settings: Settings,
+}
+
+impl Worker {
+    pub fn new(pool: Pool, settings: Settings) -> Self {
+        let runner = Runner::new(pool.clone(), Arc::new(BuiltinProviders::default()), Limits::default());
+        Self { pool, runner, settings }
+    }
+}
+
+pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
+    let (conn, pool) = connect(settings, Role::Invocation).await?;
+    let publisher = Publisher::open(&conn).await?;
+    let worker = Worker::new(pool, settings.clone());
+    let slots = Arc::new(Semaphore::new(settings.max_concurrent_invocations));
+    let running = Arc::new(tokio::sync::Mutex::new(JoinSet::new()));
+    let queues = settings.queues();
+    let consumers = [INVOCATIONS_HANDOFF, INVOCATIONS_DELEGATE].map(|logical| {
+        let (conn, queue) = (&conn, queues.name(logical));
+        let (worker, slots, running, publisher) = (&worker, &slots, &running, &publisher);
+        async move {
+            let queue_ref = &queue;
+            consume(conn, &queue, settings.prefetch, shutdown, move |d| async move {
+                // A free slot first: a saturated worker stops taking deliveries,
+                // and the broker keeps them for another worker.
+                let permit = slots.clone().acquire_owned().await?;
+                if let Some(inv) = receive(worker, publisher, &d, queue_ref).await? {
+                    let (worker, stop) = (worker.clone(), shutdown.clone());
+                    running.lock().await.spawn(async move {
+                        let _permit = permit;
+                        worker.execute(inv, stop).await;
+                    });
+                }
+                Ok(())
+            })
+            .await
+        }
+    });
+    let [a, b] = consumers;
+    let result = tokio::try_join!(a, b).map(|_| ());
+    // In-flight loops see the same shutdown and stop at a persisted step.
+    let mut running = running.lock().await;
+    while running.join_next().await.is_some() {}
+    super::close(publisher.channel()).await;
+    result
+}
+
+/// Parses and claims; acks once the claim (or the finding that there is
+/// nothing to do) is committed.
+async fn receive(worker: &Worker, publisher: &Publisher, d: &Delivery, queue: &str) -> anyhow::Result<Option<Invocation>> {
+    let message: RunInvocation = match serde_json::from_slice(&d.data) {
+        Ok(m) => m,
+        Err(e) => {
+            dead_letter(publisher, &worker.settings, d, queue, &format!("not an invocation message: {e}")).await?;
+            return Ok(None);
+        }
+    };
+    let claimed = worker.claim(message).await?;
+    ack(d).await?;
+    Ok(claimed)
+}
+
+impl Worker {
+    /// Claims the invocation with its journal events, in one transaction.
+    /// `None`: already claimed, finished, or given up on.
+    pub async fn claim(&self, message: RunInvocation) -> anyhow::Result<Option<Invocation>> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let Some(inv) = invocations::claim(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease).await? else {
+            tx.commit().await?;
+            tracing::debug!(invocation = %message.invocation_id, "nothing to claim");
+            return Ok(None);
+        };
+        if inv.claim_epoch > self.settings.max_claims {
+            let text = format!("gave up after {} attempts to run this stage", self.settings.max_claims);
+            let evs = baton_agent::lifecycle::fail_invocation(&tx, &inv, "host.too_many_attempts", &text).await?;
+            baton_store::journal::append(&tx, inv.run_id, &evs).await?;
+            tx.commit().await?;
+            return Ok(None);
+        }
+        let evs = started_events(&tx, &inv).await?;
+        baton_store::journal::append(&tx, inv.run_id, &evs).await?;
+        tx.commit().await?;
+        Ok(Some(inv))
+    }
+
+    /// Runs a claimed invocation with a heartbeat until it exits.
+    pub async fn execute(&self, inv: Invocation, shutdown: CancellationToken) {
+        let lost = CancellationToken::new();
+        let stop = CancellationToken::new();
+        let heartbeat = tokio::spawn(heartbeat(self.pool.clone(), inv.id, inv.claim_epoch, self.settings.lease, lost.clone()));
+        let watcher = {
+            let (stop, lost, shutdown) = (stop.clone(), lost.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                tokio::select! { _ = lost.cancelled() => {}, _ = shutdown.cancelled() => {} }
+                stop.cancel();
+            })
+        };
+        let exit = self.runner.run(&inv, &stop).await;
+        heartbeat.abort();
+        watcher.abort();
+        match exit {
+            Ok(Exit::Stopped) if !lost.is_cancelled() => self.release(&inv).await,
+            Ok(exit) => tracing::info!(invocation = %inv.id, profile = %inv.profile_id, ?exit, "invocation exited"),
+            Err(e) => tracing::warn!(invocation = %inv.id, error = %e, "invocation interrupted; another worker resumes it after the lease"),
+        }
+    }
+
+    /// Hands a claim back on shutdown so another worker resumes it at once.
+    async fn release(&self, inv: &Invocation) {
+        let result: anyhow::Result<()> = async {
+            let mut client = self.pool.get().await?;
+            let tx = client.transaction().await?;
+            invocations::fence(&tx, inv.id, inv.claim_epoch).await?;
+            tx.execute("UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1", &[&inv.id]).await?;
+            baton_agent::lifecycle::publish_invocation(&tx, inv.run_id, inv.id, inv.kind).await?;
+            tx.commit().await?;
+            Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => tracing::info!(invocation = %inv.id, "claim released for another worker"),
+            Err(e) => tracing::warn!(invocation = %inv.id, error = %e, "could not release claim; the lease will expire"),
+        }
+    }
+}
+
+/// The journal (and, for a root's first start, the bridge status) of a claim.
+async fn started_events(c: &impl GenericClient, inv: &Invocation) -> anyhow::Result<Vec<Event>> {
+    let id = Some(inv.id);
+    if inv.claim_epoch > 1 {
+        return Ok(vec![Event::new(journal::INVOCATION_STARTED, id, json!({"resumed": true, "epoch": inv.claim_epoch}))]);
+    }
+    let mut evs = vec![];
+    if let Some(task) = inv.incoming_task_id {
+        if tasks::transition(c, task, TaskStatus::Running, None).await? {
+            evs.push(Event::new(journal::TASK_STARTED, id, json!({"taskId": task})));
+        }
+    }
+    evs.push(Event::new(journal::INVOCATION_STARTED, id, json!({"kind": inv.kind.as_str(), "profileId": inv.profile_id})));
+    if inv.kind == InvocationKind::Root {
+        let run = runs::get(c, inv.run_id).await?;
+        if let Some(handoff) = run.and_then(|r| r.handoff_id) {
+            if let Some(request) = requests::get(c, &handoff).await? {
+                bridge::status(c, &request, "running", None).await?;
+            }
+        }
+    }
+    Ok(evs)
+}
+
+/// Renews the lease every third of its length; cancels `lost` when the claim
+/// is gone, so the loop stops (its writes would be refused anyway).
+async fn heartbeat(pool: Pool, id: uuid::Uuid, epoch: i64, lease: Duration, lost: CancellationToken) {
+    let mut tick = tokio::time::interval(lease / 3);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let renewed = match pool.get().await {
+            Ok(client) => invocations::renew(&client, id, epoch, lease).await,
+            Err(e) => Err(e.into()),
+        };
+        match renewed {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(invocation = %id, epoch, "claim lost; stopping");
+                lost.cancel();
+                return;
+            }
+            Err(e) => tracing::warn!(invocation = %id, error = %e, "heartbeat failed; retrying"),
+        }
+    }
+}

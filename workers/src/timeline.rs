@@ -1,0 +1,35 @@
+//! A run's journal across agents, as a table for people.
+
+use std::fmt::Write;
+
+use baton_store::journal::EventRow;
+
+/// Renders events as `#  +ms  agent  event  detail`.
+pub fn render(events: &[EventRow]) -> String {
+    let Some(first) = events.first() else {
+        return "(no events)\n".to_string();
+    };
+    let mut out = format!("{:>3}  {:>7}  {:<10}  {:<30}  {}\n", "#", "+ms", "agent", "event", "detail");
+    out.push_str(&format!("{}\n", "-".repeat(90)));
+    for e in events {
+        let ms = (e.at - first.at).num_milliseconds();
+        let agent = e.profile_id.as_deref().unwrap_or("run");
+        let _ = writeln!(out, "{:>3}  {:>7}  {:<10}  {:<30}  {}", e.seq, ms, agent, e.kind, detail(&e.payload));
+    }
+    out
+}
+
+/// The few payload fields worth a glance, on one short line.
+fn detail(payload: &serde_json::Value) -> String {
+    let keys = ["tool", "agentId", "path", "kind", "code", "message", "exit", "provider", "resumed"];
+    let parts: Vec<String> = keys
+        .iter()
+        .filter_map(|k| payload.get(*k).filter(|v| !v.is_null()).map(|v| format!("{k}={}", v.as_str().map(str::to_string).unwrap_or(v.to_string()))))
+        .collect();
+    let line = parts.join(" ");
+    if line.chars().count() > 60 {
+        line.chars().take(57).collect::<String>() + "..."
+    } else {
+        line
+    }
+}
