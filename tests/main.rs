@@ -1,1 +1,7 @@
+//! Integration tests: the whole fleet against the real RabbitMQ and
+//! PostgreSQL. Each test has its own database and queue prefix.
 
+mod bridge;
+mod chain;
+mod claims;
+mod errors;

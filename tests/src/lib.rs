@@ -1,1 +1,204 @@
+//! Test helpers: each test gets its own database and its own queue prefix on
+//! the real PostgreSQL and RabbitMQ, and both are removed when the test ends,
+//! even when it fails (the clean-up runs in `Drop`).
 
+use std::future::Future;
+use std::time::Duration;
+
+use baton::config::Settings;
+use baton::fleet::Fleet;
+use baton::roles::Role;
+use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, QueueDeclareOptions, QueueDeleteOptions};
+use baton_bus::lapin::types::FieldTable;
+use baton_bus::lapin::{Connection, Consumer};
+use baton_bus::topology::BRIDGE_REQUESTS;
+use baton_bus::{Outgoing, Publisher};
+use baton_domain::profiles::ProfilesFile;
+use baton_store::Pool;
+use futures_lite::StreamExt;
+use serde_json::Value;
+use uuid::Uuid;
+
+pub use baton_domain::request::sample_request_json;
+
+/// One isolated test environment.
+pub struct TestEnv {
+    pub settings: Settings,
+    pub pool: Pool,
+    pub conn: Connection,
+    pub publisher: Publisher,
+    /// A bridge's own reply queue (`reply_to`), removed with the rest.
+    pub reply_queue: String,
+    db_name: String,
+    admin_url: String,
+}
+
+const DEFAULT_DB: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+impl TestEnv {
+    pub async fn new() -> Self {
+        let id = Uuid::new_v4().simple().to_string();
+        let db_name = format!("baton_test_{}", &id[..16]);
+        let admin_url = std::env::var("TEST_ADMIN_DATABASE_URL").unwrap_or_else(|_| DEFAULT_DB.to_string());
+        let mut settings = Settings::from_env();
+        settings.database_url = admin_url.rsplit_once('/').map(|(base, _)| format!("{base}/{db_name}")).unwrap();
+        settings.queue_prefix = format!("t{}.", &id[..10]);
+        settings.pool_size = 4;
+        settings.relay_poll = Duration::from_millis(200);
+        settings.lease = Duration::from_secs(3);
+        settings.worker_id = format!("test-{}", &id[..6]);
+        baton_store::ensure_database(&settings.database_url).await.expect("create test database");
+        let pool = baton_store::pool(&settings.database_url, 4).unwrap();
+        baton_store::migrate(&pool).await.expect("migrate");
+        let conn = baton_bus::connect(&settings.amqp_url, "baton-test").await.expect("connect to RabbitMQ");
+        let channel = conn.create_channel().await.unwrap();
+        settings.queues().declare(&channel).await.unwrap();
+        let reply_queue = format!("{}bridge.test.replies", settings.queue_prefix);
+        let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+        channel.queue_declare(reply_queue.as_str().into(), durable, FieldTable::default()).await.unwrap();
+        let publisher = Publisher::open(&conn).await.unwrap();
+        Self { settings, pool, conn, publisher, reply_queue, db_name, admin_url }
+    }
+
+    pub async fn apply_profiles(&self, text: &str) {
+        let file = ProfilesFile::parse(text).expect("valid profiles");
+        baton_store::profiles::apply(&self.pool.get().await.unwrap(), &file).await.unwrap();
+    }
+
+    pub async fn apply_example_profiles(&self) {
+        self.apply_profiles(include_str!("../../examples/profiles.toml")).await;
+    }
+
+    pub fn start(&self, roles: &[Role]) -> Fleet {
+        Fleet::start(&self.settings, roles)
+    }
+
+    pub fn start_all(&self) -> Fleet {
+        self.start(&Role::ALL)
+    }
+
+    /// Publishes raw bytes to the fleet's request queue, as a bridge would.
+    pub async fn send_raw(&self, body: &[u8], reply_to: Option<&str>) {
+        let queue = self.settings.queues().name(BRIDGE_REQUESTS);
+        let out = Outgoing { queue: &queue, body, reply_to, ..Default::default() };
+        self.publisher.publish(&out).await.unwrap();
+    }
+
+    /// Sends a request whose replies come to this test's own reply queue.
+    pub async fn send_request(&self, request: &Value) {
+        self.send_raw(&serde_json::to_vec(request).unwrap(), Some(&self.reply_queue.clone())).await;
+    }
+
+    pub async fn consume(&self, queue: &str) -> Consumer {
+        let channel = self.conn.create_channel().await.unwrap();
+        channel.basic_consume(queue.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await.unwrap()
+    }
+
+    pub async fn replies(&self) -> Consumer {
+        self.consume(&self.reply_queue.clone()).await
+    }
+
+    pub fn queue(&self, logical: &str) -> String {
+        self.settings.queues().name(logical)
+    }
+
+    pub async fn db(&self) -> baton_store::Client {
+        self.pool.get().await.unwrap()
+    }
+
+    pub async fn scalar_i64(&self, sql: &str, params: &[&(dyn baton_store::tokio_postgres::types::ToSql + Sync)]) -> i64 {
+        self.db().await.query_one(sql, params).await.unwrap().get(0)
+    }
+
+    /// The run started for a request.
+    pub async fn run_of(&self, handoff_id: &str) -> Uuid {
+        let c = self.db().await;
+        let r = baton_store::requests::get(&c, handoff_id).await.unwrap().expect("request stored");
+        r.run_id.expect("run started")
+    }
+
+    /// Event types of a run's journal, in order.
+    pub async fn journal(&self, run_id: Uuid) -> Vec<String> {
+        let c = self.db().await;
+        baton_store::journal::timeline(&c, run_id).await.unwrap().into_iter().map(|e| e.kind).collect()
+    }
+
+    /// Handoff event types of a request, in order.
+    pub async fn handoff_events(&self, handoff_id: &str) -> Vec<String> {
+        let c = self.db().await;
+        baton_store::requests::events(&c, handoff_id).await.unwrap().into_iter().map(|e| e.kind).collect()
+    }
+}
+
+/// Reads messages until the reply (`type: reply`) arrives; returns every
+/// message seen, reply last.
+pub async fn until_reply(consumer: &mut Consumer, within: Duration) -> Vec<Value> {
+    let mut seen = vec![];
+    loop {
+        let message = next_json(consumer, within).await;
+        let done = message["type"] == "reply";
+        seen.push(message);
+        if done {
+            return seen;
+        }
+    }
+}
+
+/// The next message on a consumer, acked, as JSON (with headers folded in
+/// under `_headers` for dead-letter checks).
+pub async fn next_json(consumer: &mut Consumer, within: Duration) -> Value {
+    let delivery = tokio::time::timeout(within, consumer.next())
+        .await
+        .expect("timed out waiting for a message")
+        .expect("consumer closed")
+        .expect("delivery error");
+    delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
+    let mut value: Value = serde_json::from_slice(&delivery.data).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&delivery.data).into()));
+    let error = baton_bus::publish::header(&delivery.properties, "x-baton-error");
+    if let Some(error) = error {
+        value = serde_json::json!({"_body": value, "_error": error});
+    }
+    value
+}
+
+/// Polls `check` until it yields `Some`, or panics after `within`.
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        let (amqp, queues, reply) = (self.settings.amqp_url.clone(), self.settings.queues(), self.reply_queue.clone());
+        let (admin, db) = (self.admin_url.clone(), self.db_name.clone());
+        // A fresh runtime on its own thread: Drop may run while a test panics
+        // inside another runtime.
+        let cleanup = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                if let Ok(conn) = baton_bus::connect(&amqp, "baton-test-cleanup").await {
+                    if let Ok(ch) = conn.create_channel().await {
+                        let _ = queues.delete(&ch).await;
+                        let _ = ch.queue_delete(reply.as_str().into(), QueueDeleteOptions::default()).await;
+                    }
+                    let _ = conn.close(200, "bye".into()).await;
+                }
+                if let Ok((client, c)) = baton_store::tokio_postgres::connect(&admin, baton_store::tokio_postgres::NoTls).await {
+                    tokio::spawn(c);
+                    let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)")).await;
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}

@@ -28,7 +28,7 @@ mod sql;
 
 use std::str::FromStr;
 
-pub use deadpool_postgres::{GenericClient, Pool, PoolError, Transaction};
+pub use deadpool_postgres::{Client, GenericClient, Pool, PoolError, Transaction};
 pub use tokio_postgres;
 
 mod embedded {

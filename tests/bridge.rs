@@ -1,0 +1,113 @@
+//! The bridge side: idempotent intake, bad input, statuses and replies.
+
+use std::time::Duration;
+
+use baton::roles::collector;
+use baton_bus::messages::RunFinished;
+use baton_bus::topology::DEAD;
+use baton_tests::{eventually, next_json, sample_request_json, until_reply, TestEnv};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn the_same_request_delivered_twice_starts_one_run() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    let request = sample_request_json("dup-1", "docs_agent", "zh-CN");
+    env.send_request(&request).await;
+    env.send_request(&request).await;
+    let messages = until_reply(&mut replies, WAIT).await;
+    eventually(WAIT, "the second delivery is recorded", || async {
+        (env.scalar_i64("SELECT deliveries::bigint FROM handoff_requests WHERE id = 'dup-1'", &[]).await == 2).then_some(())
+    })
+    .await;
+    fleet.stop().await;
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM runs WHERE handoff_id = 'dup-1'", &[]).await, 1);
+    let reply = messages.last().unwrap();
+    assert_eq!(reply["language"], "zh-CN");
+    assert_eq!(messages.iter().filter(|m| m["type"] == "reply").count(), 1);
+}
+
+#[tokio::test]
+async fn a_finished_run_is_replied_to_once_even_if_collected_twice() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("once-1", "docs_agent", "en")).await;
+    until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    let run_id = env.run_of("once-1").await;
+    let outbox_before = env.scalar_i64("SELECT count(*) FROM outbox", &[]).await;
+    collector::collect(&env.pool, RunFinished { run_id }).await.unwrap();
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM outbox", &[]).await, outbox_before, "no second reply queued");
+    let sent = env.scalar_i64("SELECT count(*) FROM handoff_events WHERE handoff_id = 'once-1' AND type = 'reply_sent'", &[]).await;
+    assert_eq!(sent, 1);
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_json_is_dead_lettered_with_its_reason() {
+    let env = TestEnv::new().await;
+    let fleet = env.start(&[baton::roles::Role::Intake]);
+    let mut dead = env.consume(&env.queue(DEAD)).await;
+    env.send_raw(b"{not json", None).await;
+    let message = next_json(&mut dead, WAIT).await;
+    fleet.stop().await;
+    assert_eq!(message["_body"], "{not json");
+    assert!(message["_error"].as_str().unwrap().starts_with("body is not JSON"), "{message}");
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM handoff_requests", &[]).await, 0);
+}
+
+#[tokio::test]
+async fn a_request_missing_a_field_is_dead_lettered_and_the_sender_gets_a_failed_reply() {
+    let env = TestEnv::new().await;
+    let fleet = env.start(&[baton::roles::Role::Intake]);
+    let mut dead = env.consume(&env.queue(DEAD)).await;
+    let mut replies = env.replies().await;
+    let mut request = sample_request_json("bad-1", "docs_agent", "en");
+    request.as_object_mut().unwrap().remove("userIntent");
+    env.send_request(&request).await;
+    let reply = next_json(&mut replies, WAIT).await;
+    let dead_letter = next_json(&mut dead, WAIT).await;
+    fleet.stop().await;
+    assert_eq!(reply["type"], "reply");
+    assert_eq!(reply["status"], "failed");
+    assert_eq!(reply["handoffId"], "bad-1");
+    assert_eq!(reply["replyToChatId"], "wxid_demo_chat");
+    assert!(reply["error"]["message"].as_str().unwrap().contains("userIntent"), "{reply}");
+    assert!(dead_letter["_error"].as_str().unwrap().contains("userIntent"), "{dead_letter}");
+}
+
+#[tokio::test]
+async fn a_request_for_an_agent_nobody_handles_fails_with_a_reply() {
+    let env = TestEnv::new().await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("noroute-1", "codex", "en")).await;
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    let reply = messages.last().unwrap();
+    assert_eq!(reply["status"], "failed");
+    assert!(reply["text"].as_str().unwrap().contains("codex"), "{reply}");
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM runs", &[]).await, 0);
+}
+
+#[tokio::test]
+async fn a_draft_is_stored_but_not_run_and_manual_waits_for_an_operator() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    let mut draft = sample_request_json("draft-1", "docs_agent", "en");
+    draft["status"] = "draft".into();
+    env.send_request(&draft).await;
+    env.send_request(&sample_request_json("manual-1", "manual", "en")).await;
+    let status = next_json(&mut replies, WAIT).await;
+    fleet.stop().await;
+    assert_eq!(status["handoffId"], "manual-1", "a draft sends nothing");
+    assert_eq!(status["status"], "accepted");
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM runs", &[]).await, 0);
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'draft-1' AND status = 'draft'", &[]).await, 1);
+}

@@ -1,0 +1,167 @@
+//! The handoff chain end to end: request in, three agents, one reply out.
+
+use std::time::Duration;
+
+use baton_tests::{sample_request_json, until_reply, TestEnv};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Runs one request through the fleet and returns every bridge message.
+pub async fn run_request(env: &TestEnv, id: &str) -> Vec<Value> {
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json(id, "docs_agent", "en")).await;
+    until_reply(&mut replies, WAIT).await
+}
+
+#[tokio::test]
+async fn a_three_stage_chain_runs_and_the_bridge_gets_one_humanized_reply() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let fleet = env.start_all();
+    let messages = run_request(&env, "chain-1").await;
+    fleet.stop().await;
+
+    let statuses: Vec<(&str, i64)> = messages[..messages.len() - 1]
+        .iter()
+        .map(|m| (m["status"].as_str().unwrap(), m["seq"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(statuses, vec![("accepted", 1), ("running", 2), ("completed", 3)]);
+    let reply = messages.last().unwrap();
+    assert_eq!(reply["status"], "completed");
+    assert_eq!(reply["handoffId"], "chain-1");
+    assert_eq!(reply["replyToChatId"], "wxid_demo_chat");
+    let agents: Vec<&str> = reply["result"]["agents"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(agents, vec!["writer", "editor", "finalizer"]);
+    let text = reply["text"].as_str().unwrap();
+    assert!(text.contains("**Deadline: signed forms by Wednesday.**"), "editor's change is in the reply: {text}");
+    assert!(text.contains("Ms. Li, Class 3B"), "finalizer's change is in the reply: {text}");
+    assert_eq!(reply["parts"].as_array().unwrap().len(), 1);
+
+    let run = env.run_of("chain-1").await;
+    let ledger = baton_store::workspace::ledger(&env.db().await, run).await.unwrap();
+    let committers: Vec<&str> = ledger.iter().map(|(_, p, _)| p.as_str()).collect();
+    assert_eq!(committers, vec!["writer", "editor", "finalizer"]);
+    assert_eq!(
+        env.handoff_events("chain-1").await,
+        vec!["created", "context_packaged", "sent", "accepted", "status_changed", "status_changed", "result_received", "status_changed", "reply_sent"]
+    );
+}
+
+/// Seed 000 section 9: a successful handoff's journal, in this order.
+#[tokio::test]
+async fn the_journal_follows_the_seed_handoff_sequence() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let fleet = env.start_all();
+    run_request(&env, "journal-1").await;
+    fleet.stop().await;
+    let journal = env.journal(env.run_of("journal-1").await).await;
+    let expected = [
+        "run_created",
+        "agent_invocation_created",
+        "agent_invocation_started",
+        "agent_handoff_requested",
+        "agent_invocation_created",
+        "agent_task_registered",
+        "agent_handoff_accepted",
+        "agent_invocation_transferred",
+        "agent_loop_finished",
+        "agent_task_started",
+        "agent_invocation_started",
+        "context_assembled",
+        "skill_scopes_resolved",
+        "agent_handoff_requested",
+        "agent_invocation_transferred",
+        "agent_loop_finished",
+        "agent_task_completed",
+        "agent_task_started",
+        "agent_invocation_started",
+        "context_assembled",
+        "agent_task_completed",
+        "agent_invocation_completed",
+        "run_completed",
+    ];
+    let mut at = 0;
+    for want in expected {
+        let found = journal[at..].iter().position(|k| k == want);
+        assert!(found.is_some(), "`{want}` missing after position {at} in {journal:?}");
+        at += found.unwrap() + 1;
+    }
+    assert_eq!(journal.last().map(String::as_str), Some("run_completed"));
+}
+
+/// The successor reads a markdown brief and a prompt from its own view.
+#[tokio::test]
+async fn the_next_agent_receives_a_rendered_markdown_brief() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let fleet = env.start_all();
+    run_request(&env, "brief-1").await;
+    fleet.stop().await;
+    let run = env.run_of("brief-1").await;
+    let c = env.db().await;
+    let invocations = baton_store::invocations::for_run(&c, run).await.unwrap();
+    let editor = invocations.iter().find(|i| i.profile_id == "editor").unwrap();
+    let steps = baton_store::steps::load(&c, editor.id).await.unwrap();
+    let prompt = &steps[0].payload["messages"];
+    let system = prompt[0]["content"].as_str().unwrap();
+    let brief = prompt[1]["content"].as_str().unwrap();
+    for section in ["# Handoff Brief", "## Title\nEdit the draft", "## Reason\n", "## Objective\nTighten output/main.md", "## Context Summary\n", "## Workspace References\n- output/main.md", "## Must Preserve\n- The date and the Wednesday deadline.", "## Completion Criteria\n", "## Working Notes\n"] {
+        assert!(brief.contains(section), "brief lacks {section:?}:\n{brief}");
+    }
+    assert!(system.contains("hand the next stage to another agent with agent_handoff"), "{system}");
+    let finalizer = invocations.iter().find(|i| i.profile_id == "finalizer").unwrap();
+    assert!(finalizer.brief.contains("## Additional Instructions\n- tone: warm"), "{}", finalizer.brief);
+    // Nothing the models read names an id, a queue or the provider's session.
+    for inv in &invocations {
+        let text = baton_store::steps::load(&c, inv.id).await.unwrap().iter().map(|s| s.payload.to_string()).collect::<String>();
+        for leak in [inv.id.to_string(), run.to_string(), "baton.invocations".into(), "invocation".into()] {
+            assert!(!text.contains(&leak), "{} saw `{leak}`", inv.profile_id);
+        }
+    }
+}
+
+/// Seed 000 section 10: a later stage may finish on an earlier stage's commit.
+#[tokio::test]
+async fn agent_handoff_continues_after_prior_commit() {
+    let env = TestEnv::new().await;
+    env.apply_profiles(
+        r#"
+[routes]
+docs_agent = "drafter"
+
+[[profiles]]
+id = "drafter"
+name = "Drafter"
+description = "Drafts."
+tools = ["workspace_write", "workspace_commit", "agent_handoff"]
+[profiles.model]
+provider = "scripted"
+script = [
+  { tool = "workspace_write", args = { path = "output/main.md", content = "Committed by the drafter." } },
+  { tool = "workspace_commit" },
+  { tool = "agent_handoff", args = { agentId = "closer", handoff = { objective = "Finish the run." } } },
+]
+[profiles.delegation]
+can_handoff = true
+
+[[profiles]]
+id = "closer"
+name = "Closer"
+description = "Closes."
+tools = ["workspace_finish"]
+[profiles.model]
+provider = "scripted"
+script = [{ tool = "workspace_finish" }]
+"#,
+    )
+    .await;
+    let fleet = env.start_all();
+    let messages = run_request(&env, "prior-commit").await;
+    fleet.stop().await;
+    let reply = messages.last().unwrap();
+    assert_eq!(reply["status"], "completed");
+    assert_eq!(reply["result"]["finalText"], "Committed by the drafter.");
+    assert_eq!(reply["result"]["agents"], serde_json::json!(["drafter", "closer"]));
+}

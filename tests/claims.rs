@@ -1,0 +1,180 @@
+//! Fenced claims: duplicates find nothing, an expired lease is taken over,
+//! and the stalled worker's writes are refused.
+
+use std::time::Duration;
+
+use baton::roles::invocation::Worker;
+use baton::roles::Role;
+use baton_agent::Exit;
+use baton_bus::messages::RunInvocation;
+use baton_bus::topology::INVOCATIONS_HANDOFF;
+use baton_bus::Outgoing;
+use baton_tests::{eventually, sample_request_json, until_reply, TestEnv};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Starts intake and relay only, sends a request, and returns its root invocation.
+async fn pending_root(env: &TestEnv, id: &str) -> (baton::fleet::Fleet, RunInvocation) {
+    let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
+    env.send_request(&sample_request_json(id, "docs_agent", "en")).await;
+    let (invocation_id, run_id) = eventually(WAIT, "the root invocation exists", || async {
+        let row = env.db().await.query_opt("SELECT id, run_id FROM invocations WHERE kind = 'root'", &[]).await.unwrap();
+        row.map(|r| (r.get::<_, Uuid>(0), r.get::<_, Uuid>(1)))
+    })
+    .await;
+    (fleet, RunInvocation { invocation_id, run_id })
+}
+
+#[tokio::test]
+async fn a_duplicate_invocation_message_finds_nothing_to_do() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("first", "docs_agent", "en")).await;
+    until_reply(&mut replies, WAIT).await;
+    let run = env.run_of("first").await;
+    let root: Uuid = env.db().await.query_one("SELECT id FROM invocations WHERE run_id = $1 AND kind = 'root'", &[&run]).await.unwrap().get(0);
+    let events_before = env.journal(run).await.len();
+
+    // The same "run it" message again, through the broker, then a second
+    // request behind it on the same queue: once that one is done, the
+    // duplicate has been handled.
+    let body = serde_json::to_vec(&RunInvocation { invocation_id: root, run_id: run }).unwrap();
+    let queue = env.queue(INVOCATIONS_HANDOFF);
+    env.publisher.publish(&Outgoing { queue: &queue, body: &body, ..Default::default() }).await.unwrap();
+    env.send_request(&sample_request_json("second", "docs_agent", "en")).await;
+    until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+
+    assert_eq!(env.journal(run).await.len(), events_before, "the finished run did not move");
+    let epoch = env.scalar_i64("SELECT claim_epoch FROM invocations WHERE id = $1", &[&root]).await;
+    assert_eq!(epoch, 1, "nobody claimed the finished invocation again");
+    let worker = Worker::new(env.pool.clone(), env.settings.clone());
+    assert!(worker.claim(RunInvocation { invocation_id: root, run_id: run }).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let (fleet, message) = pending_root(&env, "takeover").await;
+    let mut a_settings = env.settings.clone();
+    a_settings.worker_id = "worker-a".into();
+    let mut b_settings = env.settings.clone();
+    b_settings.worker_id = "worker-b".into();
+    let a = Worker::new(env.pool.clone(), a_settings);
+    let b = Worker::new(env.pool.clone(), b_settings);
+
+    let held_by_a = a.claim(message).await.unwrap().expect("a claims");
+    assert_eq!(held_by_a.claim_epoch, 1);
+    assert!(b.claim(message).await.unwrap().is_none(), "a live lease cannot be claimed");
+
+    // A stalls past its lease; B takes over with a higher epoch.
+    env.db().await.execute("UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1", &[&message.invocation_id]).await.unwrap();
+    let held_by_b = b.claim(message).await.unwrap().expect("b takes over");
+    assert_eq!(held_by_b.claim_epoch, 2);
+
+    // A wakes up: its writes are refused and its loop stops without writing.
+    let c = env.db().await;
+    let fenced = baton_store::invocations::fence(&c, held_by_a.id, held_by_a.claim_epoch).await;
+    assert!(matches!(fenced, Err(baton_store::Error::Fenced(_))), "{fenced:?}");
+    let exit = a.runner.run(&held_by_a, &CancellationToken::new()).await.unwrap();
+    assert_eq!(exit, Exit::Fenced);
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM steps WHERE invocation_id = $1", &[&held_by_a.id]).await, 0);
+
+    // B runs the writer stage; the rest of the chain completes through the fleet.
+    let invocation_fleet = env.start(&[Role::Invocation]);
+    let mut replies = env.replies().await;
+    assert_eq!(b.runner.run(&held_by_b, &CancellationToken::new()).await.unwrap(), Exit::Transferred);
+    let messages = until_reply(&mut replies, WAIT).await;
+    invocation_fleet.stop().await;
+    fleet.stop().await;
+    assert_eq!(messages.last().unwrap()["status"], "completed");
+    let resumed = env.journal(message.run_id).await.iter().filter(|k| *k == "agent_invocation_started").count();
+    assert_eq!(resumed, 4, "three stages started, one of them twice (the takeover)");
+}
+
+/// Seed 000 section 10: handoff is refused while delegated tasks are pending.
+#[tokio::test]
+async fn agent_handoff_denies_pending_delegated_tasks() {
+    let env = TestEnv::new().await;
+    env.apply_profiles(
+        r#"
+[routes]
+docs_agent = "lead"
+[[profiles]]
+id = "lead"
+name = "Lead"
+description = "Leads."
+tools = ["agent_handoff", "workspace_write", "workspace_commit"]
+[profiles.model]
+provider = "scripted"
+script = [
+  { tool = "agent_handoff", args = { agentId = "closer", handoff = { objective = "Close." } } },
+  { tool = "workspace_write", args = { path = "output/main.md", content = "Lead's text." } },
+  { tool = "workspace_commit" },
+  { tool = "agent_handoff", args = { agentId = "closer", handoff = { objective = "Close." } } },
+]
+[profiles.delegation]
+can_handoff = true
+[[profiles]]
+id = "closer"
+name = "Closer"
+description = "Closes."
+tools = ["workspace_finish"]
+[profiles.model]
+provider = "scripted"
+script = [{ tool = "workspace_finish" }]
+"#,
+    )
+    .await;
+    let (fleet, message) = pending_root(&env, "pending").await;
+    let worker = Worker::new(env.pool.clone(), env.settings.clone());
+    let lead = worker.claim(message).await.unwrap().unwrap();
+    // A delegated (ReturnToParent) task of the lead, still queued.
+    let child = Uuid::now_v7();
+    let c = env.db().await;
+    c.execute(
+        "INSERT INTO invocations (id, run_id, parent_invocation_id, profile_id, kind, status, exit_policy, brief)
+         VALUES ($1, $2, $3, 'closer', 'child', 'created', 'task_return_required', '# Delegated Task')",
+        &[&child, &message.run_id, &lead.id],
+    )
+    .await
+    .unwrap();
+    c.execute(
+        "INSERT INTO tasks (id, run_id, parent_invocation_id, child_invocation_id, target_profile_id, workspace_key, continuation, status, task, created_by_tool_call_id)
+         VALUES ($1, $2, $3, $4, 'closer', 'closer', 'return_to_parent', 'queued', '{}', 'x')",
+        &[&Uuid::now_v7(), &message.run_id, &lead.id, &child],
+    )
+    .await
+    .unwrap();
+    // The lead's handoff, run as the loop runs it: inside a fenced transaction.
+    let profile = baton_store::profiles::get(&c, "lead").await.unwrap().unwrap();
+    let surface = baton_domain::tools::surface(&profile.tool_names(), lead.kind);
+    let call = baton_agent::provider::ToolCall {
+        id: "call_1".into(),
+        name: "agent_handoff".into(),
+        arguments: serde_json::json!({"agentId": "closer", "handoff": {"objective": "Close."}}),
+    };
+    let ctx = baton_agent::tools::ToolCtx { invocation: &lead, profile: &profile, surface: &surface, call: &call };
+    let mut client = env.db().await;
+    let tx = client.transaction().await.unwrap();
+    baton_store::invocations::fence(&tx, lead.id, lead.claim_epoch).await.unwrap();
+    let refused = baton_agent::tools::dispatch(&tx, &ctx).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert!(refused.is_error);
+    assert_eq!(refused.structured["error"]["code"], "agent.handoff_pending_tasks");
+    assert!(refused.content.contains("agent_await"), "{}", refused.content);
+
+    // Once the delegated task is done, the same handoff goes through.
+    c.execute("UPDATE tasks SET status = 'completed' WHERE continuation = 'return_to_parent'", &[]).await.unwrap();
+    let tx = client.transaction().await.unwrap();
+    let accepted = baton_agent::tools::dispatch(&tx, &ctx).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(!accepted.is_error, "{}", accepted.content);
+    assert_eq!(accepted.content, "Handoff accepted for Agent closer. Your part is complete.");
+    fleet.stop().await;
+}
