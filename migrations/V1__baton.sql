@@ -63,6 +63,8 @@ CREATE TABLE invocations (
     status               text NOT NULL,
     exit_policy          text NOT NULL,
     brief                text NOT NULL,
+    -- The provider session id: the provider may correlate turns with it; the model never sees it.
+    session_id           text GENERATED ALWAYS AS (run_id::text || ':' || id::text) STORED,
     claim_epoch          bigint NOT NULL DEFAULT 0,
     lease_owner          text,
     lease_expires_at     timestamptz,

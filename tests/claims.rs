@@ -178,3 +178,33 @@ script = [{ tool = "workspace_finish" }]
     assert_eq!(accepted.content, "Handoff accepted for Agent closer. Your part is complete.");
     fleet.stop().await;
 }
+
+/// A worker that claimed an invocation and died: the relay's sweep
+/// re-publishes it after the lease, and another worker finishes the run.
+#[tokio::test]
+async fn work_of_a_dead_worker_is_re_published_and_finished_by_another() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let (fleet, message) = pending_root(&env, "orphan").await;
+    let dead = Worker::new(env.pool.clone(), env.settings.clone());
+    let claimed = dead.claim(message).await.unwrap().expect("claimed, then the worker dies");
+    // The dead worker had acked its delivery: the queue no longer holds it.
+    let queue = env.queue(INVOCATIONS_HANDOFF);
+    let channel = env.conn.create_channel().await.unwrap();
+    eventually(WAIT, "the root message was published", || async {
+        let purged = channel.queue_purge(queue.as_str().into(), Default::default()).await.unwrap();
+        (purged > 0).then_some(())
+    })
+    .await;
+    env.db().await.execute("UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1", &[&claimed.id]).await.unwrap();
+    let mut replies = env.replies().await;
+    let workers = env.start(&[Role::Invocation]);
+    let messages = until_reply(&mut replies, WAIT).await;
+    workers.stop().await;
+    fleet.stop().await;
+    assert_eq!(messages.last().unwrap()["status"], "completed");
+    let epoch = env.scalar_i64("SELECT claim_epoch FROM invocations WHERE id = $1", &[&claimed.id]).await;
+    assert_eq!(epoch, 2, "taken over once");
+    let republished = env.scalar_i64("SELECT count(*) FROM invocations WHERE id = $1 AND republished_at IS NOT NULL", &[&claimed.id]).await;
+    assert_eq!(republished, 1, "the relay re-published it");
+}
