@@ -91,7 +91,7 @@ fn step(text: &str) {
 }
 
 fn names(profiles: &ProfilesFile) -> String {
-    profiles.profiles.iter().map(|p| p.id.as_str()).collect::<Vec<_>>().join(" → ")
+    profiles.profiles.iter().map(|p| p.id.as_str()).collect::<Vec<_>>().join(", ")
 }
 
 /// Plays the bridge: publishes the request with `reply_to` set to its own

@@ -49,6 +49,12 @@ enum ProfilesCommand {
 enum RunsCommand {
     /// Print a run's timeline across agents.
     Show { run: uuid::Uuid },
+    /// Cancel a run: every live invocation stops and the bridge is told `cancelled`.
+    Cancel {
+        run: uuid::Uuid,
+        #[arg(long, default_value = "cancelled by an operator")]
+        reason: String,
+    },
 }
 
 #[tokio::main]
@@ -85,6 +91,14 @@ async fn main() -> anyhow::Result<()> {
             let pool = baton_store::pool(&settings.database_url, 1)?;
             let events = baton_store::journal::timeline(&pool.get().await?, run).await?;
             print!("{}", baton::timeline::render(&events));
+        }
+        Command::Runs { command: RunsCommand::Cancel { run, reason } } => {
+            let pool = baton_store::pool(&settings.database_url, 1)?;
+            if baton::operator::cancel_run(&pool, run, &reason).await? {
+                println!("run {run} cancelled; the bridge will be told");
+            } else {
+                println!("run {run} had already ended");
+            }
         }
     }
     Ok(())

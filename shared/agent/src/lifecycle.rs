@@ -22,15 +22,23 @@ pub async fn publish_invocation(c: &impl GenericClient, run_id: Uuid, invocation
     Ok(())
 }
 
+/// Queues a parked parent's wake-up on the delegate queue.
+pub async fn publish_wake(c: &impl GenericClient, run_id: Uuid, parent: Uuid) -> Result<(), Error> {
+    let body = serde_json::to_value(RunInvocation { invocation_id: parent, run_id }).map_err(|e| Error::Contract(e.to_string()))?;
+    outbox::enqueue(c, &Message::fleet(INVOCATIONS_DELEGATE, body)).await?;
+    Ok(())
+}
+
 async fn publish_finished(c: &impl GenericClient, run_id: Uuid) -> Result<(), Error> {
     let body = serde_json::to_value(RunFinished { run_id }).map_err(|e| Error::Contract(e.to_string()))?;
     outbox::enqueue(c, &Message::fleet(RUNS_FINISHED, body)).await?;
     Ok(())
 }
 
-/// The final owner finished: its incoming task, itself and the run complete.
+/// The final owner finished: its unfinished children are cancelled, then its
+/// incoming task, itself and the run complete.
 pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Vec<Event>, Error> {
-    let mut events = vec![];
+    let mut events = cancel_tasks(c, inv.run_id, Some(inv.id)).await?;
     if let Some(task) = inv.incoming_task_id {
         if tasks::transition(c, task, TaskStatus::Completed, None).await? {
             events.push(Event::new(journal::TASK_COMPLETED, Some(inv.id), json!({"taskId": task})));
@@ -39,6 +47,7 @@ pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Ve
     invocations::finish(c, inv.id, InvocationStatus::Completed, None).await?;
     events.push(Event::new(journal::INVOCATION_COMPLETED, Some(inv.id), json!({})));
     events.push(Event::new(journal::LOOP_FINISHED, Some(inv.id), json!({"exit": "finished"})));
+    events.extend(cancel_tasks(c, inv.run_id, None).await?);
     invocations::cancel_live(c, inv.run_id).await?;
     if runs::finish(c, inv.run_id, RunStatus::Completed, None).await? {
         events.push(Event::new(journal::RUN_COMPLETED, None, json!({})));
@@ -47,10 +56,16 @@ pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Ve
     Ok(events)
 }
 
-/// A broken host contract: the invocation, its incoming task and the run fail,
-/// visibly, and the bridge is told.
+/// A broken host contract (or a spent budget): the invocation fails, visibly.
+/// A child's failure fails only its task, which its parent reads as a
+/// result; an owner's failure fails the run, and the bridge is told.
 pub async fn fail_invocation(c: &impl GenericClient, inv: &Invocation, code: &str, message: &str) -> Result<Vec<Event>, Error> {
     let error: Value = json!({"code": code, "message": message});
+    if inv.kind == InvocationKind::Child {
+        let mut events = vec![Event::new(journal::CHILD_INVOCATION_FAILED, Some(inv.id), error.clone())];
+        events.extend(end_child(c, inv, TaskStatus::Failed, Some(&error)).await?);
+        return Ok(events);
+    }
     let mut events = vec![];
     invocations::finish(c, inv.id, InvocationStatus::Failed, Some(&error)).await?;
     events.push(Event::new(journal::INVOCATION_FAILED, Some(inv.id), error.clone()));
@@ -65,10 +80,80 @@ pub async fn fail_invocation(c: &impl GenericClient, inv: &Invocation, code: &st
 
 /// Ends a run as failed (no-op when it already ended).
 pub async fn fail_run(c: &impl GenericClient, run_id: Uuid, error: &Value) -> Result<Vec<Event>, Error> {
-    invocations::cancel_live(c, run_id).await?;
-    if !runs::finish(c, run_id, RunStatus::Failed, Some(error)).await? {
+    end_run(c, run_id, RunStatus::Failed, error).await
+}
+
+/// An operator cancels a run: every live invocation stops at its next step
+/// (its fence fails), and the bridge is told `cancelled`.
+pub async fn cancel_run(c: &impl GenericClient, run_id: Uuid, reason: &str) -> Result<Vec<Event>, Error> {
+    let error = json!({"code": "cancelled", "message": reason});
+    let mut events = vec![Event::new(journal::RUN_CANCEL_REQUESTED, None, error.clone())];
+    events.extend(end_run(c, run_id, RunStatus::Cancelled, &error).await?);
+    Ok(events)
+}
+
+async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error: &Value) -> Result<Vec<Event>, Error> {
+    if !runs::finish(c, run_id, status, Some(error)).await? {
         return Ok(vec![]);
     }
+    let mut events = cancel_tasks(c, run_id, None).await?;
+    invocations::cancel_live(c, run_id).await?;
     publish_finished(c, run_id).await?;
-    Ok(vec![Event::new(journal::RUN_FAILED, None, error.clone())])
+    let kind = if status == RunStatus::Cancelled { journal::RUN_CANCELLED } else { journal::RUN_FAILED };
+    events.push(Event::new(kind, None, error.clone()));
+    Ok(events)
+}
+
+/// Cancels unfinished tasks (one parent's children, or all of the run's) and
+/// their invocations; a running child stops at its next step.
+async fn cancel_tasks(c: &impl GenericClient, run_id: Uuid, parent: Option<Uuid>) -> Result<Vec<Event>, Error> {
+    let mut events = vec![];
+    for (task, child) in tasks::cancel_unfinished(c, run_id, parent).await? {
+        if invocations::cancel(c, child).await? {
+            events.push(Event::new(journal::INVOCATION_CANCELLED, Some(child), json!({})));
+        }
+        events.push(Event::new(journal::TASK_CANCELLED, Some(child), json!({"taskId": task})));
+    }
+    Ok(events)
+}
+
+/// A child ended (returned, failed, ran out of budget): its task and itself
+/// end, and its parent is woken if that was what it waited for.
+pub async fn end_child(c: &impl GenericClient, inv: &Invocation, status: TaskStatus, error: Option<&Value>) -> Result<Vec<Event>, Error> {
+    let mut events = vec![];
+    let (inv_status, inv_event) = match status {
+        TaskStatus::Completed => (InvocationStatus::Completed, journal::INVOCATION_COMPLETED),
+        _ => (InvocationStatus::Failed, journal::INVOCATION_FAILED),
+    };
+    invocations::finish(c, inv.id, inv_status, error).await?;
+    if let Some(task) = inv.incoming_task_id {
+        if tasks::transition(c, task, status, error).await? {
+            let kind = if status == TaskStatus::Completed { journal::TASK_COMPLETED } else { journal::TASK_FAILED };
+            events.push(Event::new(kind, Some(inv.id), json!({"taskId": task, "error": error})));
+        }
+    }
+    events.push(Event::new(inv_event, Some(inv.id), json!({})));
+    events.push(Event::new(journal::LOOP_FINISHED, Some(inv.id), json!({"exit": "returned"})));
+    if let Some(parent) = inv.parent_invocation_id {
+        events.extend(wake_if_ready(c, inv.run_id, parent).await?);
+    }
+    Ok(events)
+}
+
+/// Wakes a parked parent whose wait is over, under its row lock: a parent
+/// that is parking right now holds that lock, so this waits and then sees it.
+pub async fn wake_if_ready(c: &impl GenericClient, run_id: Uuid, parent: Uuid) -> Result<Vec<Event>, Error> {
+    let Some(locked) = invocations::lock(c, parent).await? else {
+        return Ok(vec![]);
+    };
+    if locked.status != InvocationStatus::Parked {
+        return Ok(vec![]);
+    }
+    let children = tasks::children_of(c, parent).await?;
+    let over = locked.await_spec.as_ref().is_none_or(|spec| crate::tools::wait_is_over(spec, &children));
+    if !over || !invocations::wake(c, parent).await? {
+        return Ok(vec![]);
+    }
+    publish_wake(c, run_id, parent).await?;
+    Ok(vec![Event::new(journal::INVOCATION_WOKEN, Some(parent), json!({}))])
 }

@@ -85,6 +85,9 @@ impl Provider for Scripted {
         let Some(turn) = script.get(request.turn_index) else {
             return Ok(ModelTurn { content: Some("(the script has ended)".into()), ..Default::default() });
         };
+        if let Some(ms) = turn.delay_ms {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
         let tool_calls = match &turn.tool {
             Some(name) => vec![ToolCall {
                 id: format!("call_{}", request.turn_index + 1),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use baton_domain::journal;
 use baton_domain::profiles::Profile;
+use baton_domain::state::InvocationKind;
 use baton_domain::prompt::system_prompt;
 use baton_domain::tools::{self, ToolName};
 use baton_domain::ToolError;
@@ -32,6 +33,8 @@ pub enum Exit {
     Fenced,
     /// Shutdown was requested; the invocation waits at a persisted step.
     Stopped,
+    /// The agent waits for delegated tasks; it is parked and the worker is free.
+    Parked,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +65,32 @@ struct Claimed<'a> {
     profile: Profile,
     surface: Vec<ToolName>,
     steps: Vec<Step>,
+    limits: Limits,
+    tokens: i64,
+}
+
+/// A delegated task's budget narrows the runtime's limits.
+fn narrow(limits: Limits, budget: Option<&Value>) -> (Limits, Option<u64>) {
+    let Some(budget) = budget else {
+        return (limits, None);
+    };
+    let cap = |key: &str, max: usize| budget[key].as_u64().map_or(max, |b| (b as usize).min(max));
+    let narrowed = Limits {
+        max_rounds: cap("maxRounds", limits.max_rounds),
+        max_tool_calls: cap("maxToolCalls", limits.max_tool_calls),
+        ..limits
+    };
+    (narrowed, budget["maxTokens"].as_u64())
+}
+
+/// Tokens a turn used, whatever the provider calls them.
+fn tokens_of(turn: &ModelTurn) -> i64 {
+    let Some(u) = &turn.usage else { return 0 };
+    let n = |k: &str| u[k].as_i64().unwrap_or(0);
+    match n("total_tokens") {
+        0 => n("promptTokens") + n("completionTokens") + n("prompt_tokens") + n("completion_tokens"),
+        total => total,
+    }
 }
 
 const NUDGE_TEXT: &str = "Your last answer was plain text, which nobody receives. Use your tools to continue: \
@@ -111,7 +140,8 @@ impl Runner {
             .ok_or_else(|| Error::Contract(format!("profile `{}` no longer exists", inv.profile_id)))?;
         let surface = tools::surface(&profile.tool_names(), inv.kind);
         let steps = steps::load(&client, inv.id).await?;
-        Ok(Claimed { inv, epoch: inv.claim_epoch, profile, surface, steps })
+        let (limits, _) = narrow(self.limits, inv.budget.as_ref());
+        Ok(Claimed { inv, epoch: inv.claim_epoch, profile, surface, steps, limits, tokens: inv.tokens_used })
     }
 
     async fn append(tx: &Transaction<'_>, c: &mut Claimed<'_>, kind: &str, payload: Value) -> Result<(), Error> {
@@ -143,9 +173,9 @@ impl Runner {
 
     async fn model_turn(&self, c: &mut Claimed<'_>, stop: &CancellationToken) -> Result<Option<Exit>, Error> {
         let turns = transcript::model_turns(&c.steps);
-        if turns >= self.limits.max_rounds {
-            let message = format!("the agent used all {} model turns without finishing", self.limits.max_rounds);
-            self.fail(c.inv, "agent.round_budget_exhausted", &message).await?;
+        if let Some(message) = self.spent(c, turns) {
+            let code = if c.inv.kind == InvocationKind::Child { "agent.child_budget_exhausted" } else { "agent.round_budget_exhausted" };
+            self.fail(c.inv, code, &message).await?;
             return Ok(Some(Exit::Failed(message)));
         }
         let provider = self.providers.for_binding(&c.profile.model)?;
@@ -166,6 +196,21 @@ impl Runner {
         self.store_turn(c, turn).await
     }
 
+    /// Why the invocation may not call its model again, if it may not.
+    fn spent(&self, c: &Claimed<'_>, turns: usize) -> Option<String> {
+        let (_, max_tokens) = narrow(self.limits, c.inv.budget.as_ref());
+        if turns >= c.limits.max_rounds {
+            return Some(format!("the agent used all {} of its model turns without finishing", c.limits.max_rounds));
+        }
+        if let Some(max) = max_tokens.filter(|m| c.tokens >= *m as i64) {
+            return Some(format!("the agent used {} tokens, over its budget of {max}", c.tokens));
+        }
+        match c.inv.deadline_at {
+            Some(deadline) if chrono::Utc::now() >= deadline => Some("the task ran past its deadline".to_string()),
+            _ => None,
+        }
+    }
+
     async fn store_turn(&self, c: &mut Claimed<'_>, turn: ModelTurn) -> Result<Option<Exit>, Error> {
         let closing_not_last = turn.tool_calls.iter().rev().skip(1).any(|call| is_closing(&call.name));
         let plain = turn.tool_calls.is_empty();
@@ -173,6 +218,11 @@ impl Runner {
         let tx = client.transaction().await?;
         invocations::fence(&tx, c.inv.id, c.epoch).await?;
         let calls = turn.tool_calls.len();
+        let tokens = tokens_of(&turn);
+        if tokens > 0 {
+            invocations::add_tokens(&tx, c.inv.id, tokens).await?;
+            c.tokens += tokens;
+        }
         Self::append(&tx, c, transcript::MODEL_TURN, serde_json::to_value(&turn).map_err(|e| Error::Contract(e.to_string()))?).await?;
         let mut evs = vec![Event::new(journal::MODEL_RESPONSE_STORED, Some(c.inv.id), json!({"toolCalls": calls}))];
         let mut exit = None;
@@ -197,7 +247,7 @@ impl Runner {
         let tx = client.transaction().await?;
         invocations::fence(&tx, c.inv.id, c.epoch).await?;
         let ctx = ToolCtx { invocation: c.inv, profile: &c.profile, surface: &c.surface, call };
-        let outcome = if transcript::tool_calls_made(&c.steps) >= self.limits.max_tool_calls {
+        let outcome = if transcript::tool_calls_made(&c.steps) >= c.limits.max_tool_calls {
             let error = ToolError::new(
                 baton_domain::error::codes::TOOL_BUDGET_EXHAUSTED,
                 "You have used all your tool calls. Commit and finish, or hand off now.",
@@ -206,14 +256,18 @@ impl Runner {
         } else {
             dispatch(&tx, &ctx).await?
         };
-        let payload = transcript::tool_result_payload(call, &outcome.content, outcome.is_error, &outcome.structured);
-        Self::append(&tx, c, transcript::TOOL_RESULT, payload).await?;
+        // A parked call has no result yet: it runs again when the agent is woken.
+        if outcome.effect != Effect::Parked {
+            let payload = transcript::tool_result_payload(call, &outcome.content, outcome.is_error, &outcome.structured);
+            Self::append(&tx, c, transcript::TOOL_RESULT, payload).await?;
+        }
         events::append(&tx, c.inv.run_id, &outcome.events).await?;
         tx.commit().await?;
         Ok(match outcome.effect {
             Effect::Continue => None,
             Effect::Transferred => Some(Exit::Transferred),
             Effect::Finished => Some(Exit::Finished),
+            Effect::Parked => Some(Exit::Parked),
         })
     }
 

@@ -53,3 +53,11 @@ pub mod codes {
     pub const REQUIRED_ARTIFACT_EMPTY: &str = "workspace.required_artifact_empty";
     pub const COMMIT_MODE_INVALID: &str = "workspace.commit_mode_invalid";
 }
+
+pub mod delegation_codes {
+    pub const DELEGATION_POLICY_DENIED: &str = "agent.delegation_policy_denied";
+    pub const DELEGATION_BUDGET_EXHAUSTED: &str = "agent.delegation_budget_exhausted";
+    pub const AWAIT_TASK_NOT_FOUND: &str = "agent.await_task_not_found";
+    pub const NO_CHILD_TASKS: &str = "agent.no_child_tasks";
+    pub const TASK_RETURN_DENIED: &str = "agent.task_return_denied";
+}

@@ -167,7 +167,7 @@ mod tests {
             description: format!("{id} agent"),
             system_prompt: String::new(),
             tools: vec!["agent_handoff".into(), "workspace_finish".into()],
-            model: ModelBinding::Scripted { script: vec![ScriptedTurn { tool: None, args: json!({}), text: Some("hi".into()) }] },
+            model: ModelBinding::Scripted { script: vec![ScriptedTurn { tool: None, args: json!({}), text: Some("hi".into()), delay_ms: None }] },
             delegation,
         }
     }

@@ -9,6 +9,7 @@
 //! - [`profiles`]: the agent profiles file and its validation.
 //! - [`tools`]: the model-visible tools and their specs.
 //! - [`handoff`]: `agent_handoff` argument parsing and the handoff policies.
+//! - [`delegation`]: `agent_delegate`, `agent_await`, `task_return`: parsing, policies, rendering.
 //! - [`brief`]: the markdown briefs agents read first.
 //! - [`prompt`]: the default system prompt.
 //! - [`workspace`]: logical paths, reads, patches, commit modes.
@@ -17,6 +18,7 @@
 //! - [`error`]: recoverable tool errors.
 
 pub mod brief;
+pub mod delegation;
 pub mod bridge;
 pub mod error;
 pub mod handoff;

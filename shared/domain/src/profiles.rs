@@ -70,6 +70,9 @@ pub struct ScriptedTurn {
     #[serde(default = "empty_object")]
     pub args: Value,
     pub text: Option<String>,
+    /// How long this turn "thinks" before answering (to show crashes mid-call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
 }
 
 fn empty_object() -> Value {

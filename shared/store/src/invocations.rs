@@ -22,6 +22,12 @@ pub struct Invocation {
     pub status: InvocationStatus,
     pub brief: String,
     pub claim_epoch: i64,
+    /// A child's narrowed limits (`maxRounds`, `maxToolCalls`, `maxTokens`).
+    pub budget: Option<Value>,
+    pub deadline_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub tokens_used: i64,
+    /// What a parked (or just woken) parent waits for.
+    pub await_spec: Option<Value>,
 }
 
 pub struct NewInvocation<'a> {
@@ -32,10 +38,12 @@ pub struct NewInvocation<'a> {
     pub profile_id: &'a str,
     pub kind: InvocationKind,
     pub brief: &'a str,
+    pub budget: Option<&'a Value>,
+    pub deadline_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-const COLUMNS: &str =
-    "i.id, i.run_id, i.parent_invocation_id, i.incoming_task_id, i.profile_id, i.kind, i.status, i.brief, i.claim_epoch";
+const COLUMNS: &str = "i.id, i.run_id, i.parent_invocation_id, i.incoming_task_id, i.profile_id, i.kind, i.status, i.brief, \
+     i.claim_epoch, i.budget, i.deadline_at, i.tokens_used, i.await_spec";
 
 fn from_row(row: &Row) -> Result<Invocation> {
     let kind: String = row.get(5);
@@ -50,14 +58,19 @@ fn from_row(row: &Row) -> Result<Invocation> {
         status: InvocationStatus::parse(&status).ok_or_else(|| Error::Corrupt(format!("invocation status {status}")))?,
         brief: row.get(7),
         claim_epoch: row.get(8),
+        budget: row.get(9),
+        deadline_at: row.get(10),
+        tokens_used: row.get(11),
+        await_spec: row.get(12),
     })
 }
 
 pub async fn insert(c: &impl GenericClient, new: &NewInvocation<'_>) -> Result<()> {
     sql::execute(
         c,
-        "INSERT INTO invocations (id, run_id, parent_invocation_id, incoming_task_id, profile_id, kind, status, exit_policy, brief)
-         VALUES ($1, $2, $3, $4, $5, $6, 'created', $7, $8)",
+        "INSERT INTO invocations (id, run_id, parent_invocation_id, incoming_task_id, profile_id, kind, status, exit_policy, brief,
+                                  budget, deadline_at)
+         VALUES ($1, $2, $3, $4, $5, $6, 'created', $7, $8, $9, $10)",
         &[
             &new.id,
             &new.run_id,
@@ -67,6 +80,8 @@ pub async fn insert(c: &impl GenericClient, new: &NewInvocation<'_>) -> Result<(
             &new.kind.as_str(),
             &new.kind.exit_policy().as_str(),
             &new.brief,
+            &new.budget,
+            &new.deadline_at,
         ],
     )
     .await?;
@@ -83,17 +98,18 @@ pub async fn for_run(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<Invocat
     sql::query(c, &sql, &[&run_id]).await?.iter().map(from_row).collect()
 }
 
-/// Claims an invocation that is new, or whose holder's lease expired, in one
+/// Claims an invocation that is new, woken from a wait, or whose holder's lease expired, in one
 /// statement under a row lock (`SKIP LOCKED`: a concurrent claimer just finds
 /// nothing). Bumps the epoch; returns `None` when there is nothing to claim.
 pub async fn claim(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Invocation>> {
     let sql = format!(
         "UPDATE invocations i
-            SET status = 'running', claim_epoch = i.claim_epoch + 1, lease_owner = $2,
+            SET status = 'running', claim_epoch = i.claim_epoch + 1, lease_owner = $2, woken = false, wake_at = NULL,
                 lease_expires_at = now() + make_interval(secs => $3), started_at = coalesce(i.started_at, now())
            FROM (SELECT inv.id FROM invocations inv JOIN runs r ON r.id = inv.run_id
                   WHERE inv.id = $1 AND r.status = 'running'
-                    AND (inv.status = 'created' OR (inv.status = 'running' AND inv.lease_expires_at < now()))
+                    AND (inv.status = 'created' OR (inv.status = 'parked' AND inv.woken)
+                         OR (inv.status = 'running' AND inv.lease_expires_at < now()))
                   FOR UPDATE OF inv SKIP LOCKED) c
           WHERE i.id = c.id
       RETURNING {COLUMNS}"
@@ -179,4 +195,72 @@ pub async fn cancel_live(c: &impl GenericClient, run_id: Uuid) -> Result<u64> {
         &[&run_id],
     )
     .await
+}
+
+/// Parks a parent until its children finish or `wake_at`; the worker is freed.
+pub async fn park(c: &impl GenericClient, id: Uuid, spec: &Value, wake_at: chrono::DateTime<chrono::Utc>) -> Result<()> {
+    sql::execute(
+        c,
+        "UPDATE invocations SET status = 'parked', await_spec = $2, wake_at = $3, woken = false,
+                lease_owner = NULL, lease_expires_at = NULL
+          WHERE id = $1 AND status = 'running'",
+        &[&id, spec, &wake_at],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Locks a parent for a wake-up decision: parking and waking both hold this
+/// row lock, so a child finishing while its parent parks is never missed.
+pub async fn lock(c: &impl GenericClient, id: Uuid) -> Result<Option<Invocation>> {
+    let sql = format!("SELECT {COLUMNS} FROM invocations i WHERE i.id = $1 FOR UPDATE");
+    sql::query_opt(c, &sql, &[&id]).await?.as_ref().map(from_row).transpose()
+}
+
+/// Marks a parked parent woken; `false` when it was not parked or already woken.
+pub async fn wake(c: &impl GenericClient, id: Uuid) -> Result<bool> {
+    let n = sql::execute(
+        c,
+        "UPDATE invocations SET woken = true WHERE id = $1 AND status = 'parked' AND NOT woken",
+        &[&id],
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+/// Parked parents whose wait timed out, marked woken.
+pub async fn wake_timed_out(c: &impl GenericClient) -> Result<Vec<(Uuid, Uuid)>> {
+    let rows = sql::query(
+        c,
+        "UPDATE invocations SET woken = true
+          WHERE id IN (SELECT id FROM invocations WHERE status = 'parked' AND NOT woken AND wake_at < now()
+                        LIMIT 500 FOR UPDATE SKIP LOCKED)
+      RETURNING id, run_id",
+        &[],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Clears a wait once its result is stored.
+pub async fn clear_await(c: &impl GenericClient, id: Uuid) -> Result<()> {
+    sql::execute(c, "UPDATE invocations SET await_spec = NULL WHERE id = $1", &[&id]).await?;
+    Ok(())
+}
+
+pub async fn add_tokens(c: &impl GenericClient, id: Uuid, tokens: i64) -> Result<()> {
+    sql::execute(c, "UPDATE invocations SET tokens_used = tokens_used + $2 WHERE id = $1", &[&id, &tokens]).await?;
+    Ok(())
+}
+
+/// Cancels one invocation if it is still live.
+pub async fn cancel(c: &impl GenericClient, id: Uuid) -> Result<bool> {
+    let n = sql::execute(
+        c,
+        "UPDATE invocations SET status = 'cancelled', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
+          WHERE id = $1 AND status IN ('created', 'running', 'parked')",
+        &[&id],
+    )
+    .await?;
+    Ok(n == 1)
 }

@@ -32,6 +32,18 @@ pub struct Task {
     pub status: String,
     pub task: Value,
     pub created_by_tool_call_id: String,
+    pub result: Option<Value>,
+    pub error: Option<Value>,
+}
+
+impl Task {
+    pub fn status(&self) -> Option<TaskStatus> {
+        TaskStatus::parse(&self.status)
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        self.status().is_some_and(TaskStatus::is_terminal)
+    }
 }
 
 pub async fn insert(c: &impl GenericClient, t: &NewTask<'_>) -> Result<()> {
@@ -88,27 +100,60 @@ pub async fn pending_children(c: &impl GenericClient, parent: Uuid) -> Result<i6
     Ok(row.get(0))
 }
 
+const COLUMNS: &str = "id, parent_invocation_id, child_invocation_id, target_profile_id, workspace_key, continuation, \
+     status, task, created_by_tool_call_id, result, error";
+
+fn from_row(r: &tokio_postgres::Row) -> Task {
+    Task {
+        id: r.get(0),
+        parent_invocation_id: r.get(1),
+        child_invocation_id: r.get(2),
+        target_profile_id: r.get(3),
+        workspace_key: r.get(4),
+        continuation: r.get(5),
+        status: r.get(6),
+        task: r.get(7),
+        created_by_tool_call_id: r.get(8),
+        result: r.get(9),
+        error: r.get(10),
+    }
+}
+
 pub async fn for_run(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<Task>> {
+    let sql = format!("SELECT {COLUMNS} FROM tasks WHERE run_id = $1 ORDER BY created_at, id");
+    Ok(sql::query(c, &sql, &[&run_id]).await?.iter().map(from_row).collect())
+}
+
+/// The delegated (ReturnToParent) tasks of a parent, oldest first.
+pub async fn children_of(c: &impl GenericClient, parent: Uuid) -> Result<Vec<Task>> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM tasks WHERE parent_invocation_id = $1 AND continuation = 'return_to_parent' ORDER BY created_at, id"
+    );
+    Ok(sql::query(c, &sql, &[&parent]).await?.iter().map(from_row).collect())
+}
+
+/// The task an invocation works on (its incoming task).
+pub async fn of_child(c: &impl GenericClient, child: Uuid) -> Result<Option<Task>> {
+    let sql = format!("SELECT {COLUMNS} FROM tasks WHERE child_invocation_id = $1");
+    Ok(sql::query_opt(c, &sql, &[&child]).await?.as_ref().map(from_row))
+}
+
+pub async fn set_result(c: &impl GenericClient, id: Uuid, result: &Value, result_ref: &str) -> Result<()> {
+    sql::execute(c, "UPDATE tasks SET result = $2, result_ref = $3 WHERE id = $1", &[&id, result, &result_ref]).await?;
+    Ok(())
+}
+
+/// Cancels the unfinished delegated tasks of one parent, or every unfinished
+/// task of the run when `parent` is `None`; returns (task id, child invocation id).
+pub async fn cancel_unfinished(c: &impl GenericClient, run_id: Uuid, parent: Option<Uuid>) -> Result<Vec<(Uuid, Uuid)>> {
     let rows = sql::query(
         c,
-        "SELECT id, parent_invocation_id, child_invocation_id, target_profile_id, workspace_key, continuation, status,
-                task, created_by_tool_call_id
-           FROM tasks WHERE run_id = $1 ORDER BY created_at, id",
-        &[&run_id],
+        "UPDATE tasks SET status = 'cancelled', finished_at = now()
+          WHERE run_id = $1 AND status IN ('queued', 'running')
+            AND ($2::uuid IS NULL OR (parent_invocation_id = $2 AND continuation = 'return_to_parent'))
+      RETURNING id, child_invocation_id",
+        &[&run_id, &parent],
     )
     .await?;
-    Ok(rows
-        .iter()
-        .map(|r| Task {
-            id: r.get(0),
-            parent_invocation_id: r.get(1),
-            child_invocation_id: r.get(2),
-            target_profile_id: r.get(3),
-            workspace_key: r.get(4),
-            continuation: r.get(5),
-            status: r.get(6),
-            task: r.get(7),
-            created_by_tool_call_id: r.get(8),
-        })
-        .collect())
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }

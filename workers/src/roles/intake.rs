@@ -131,6 +131,8 @@ async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Resu
         profile_id: &profile.id,
         kind: InvocationKind::Root,
         brief: &brief,
+        budget: None,
+        deadline_at: None,
     };
     invocations::insert(c, &new).await?;
     baton_agent::lifecycle::publish_invocation(c, run_id, root, InvocationKind::Root).await?;

@@ -115,7 +115,8 @@ impl Relay {
     }
 
     /// Re-publishes stalled invocations through the outbox (the next batch
-    /// sends them); whoever claims one bumps its epoch and fences the old worker.
+    /// sends them); whoever claims one bumps its epoch and fences the old
+    /// worker. Also wakes parked parents whose wait timed out.
     async fn sweep_stalled(&self) -> anyhow::Result<()> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
@@ -123,6 +124,10 @@ impl Relay {
         for (id, run_id, kind) in &stalled {
             tracing::info!(invocation = %id, "re-publishing stalled invocation");
             baton_agent::lifecycle::publish_invocation(&tx, *run_id, *id, *kind).await?;
+        }
+        // Parked parents whose wait timed out: wake them to read what is done.
+        for (id, run_id) in invocations::wake_timed_out(&tx).await? {
+            baton_agent::lifecycle::publish_wake(&tx, run_id, id).await?;
         }
         tx.commit().await?;
         Ok(())

@@ -89,6 +89,8 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
         profile_id: &target.id,
         kind: InvocationKind::Handoff,
         brief: &brief,
+        budget: None,
+        deadline_at: None,
     };
     invocations::insert(c, &new).await?;
     let key = workspace_key(c, inv.run_id, &target.id).await?;
@@ -150,7 +152,7 @@ async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> Resu
 }
 
 /// The readable handle of a task: the target's id, then `-002`, `-003`, …
-async fn workspace_key(c: &impl GenericClient, run_id: Uuid, target: &str) -> Result<String, crate::Error> {
+pub(crate) async fn workspace_key(c: &impl GenericClient, run_id: Uuid, target: &str) -> Result<String, crate::Error> {
     let earlier = tasks::for_run(c, run_id).await?.iter().filter(|t| t.target_profile_id == target).count();
     Ok(if earlier == 0 { target.to_string() } else { format!("{target}-{:03}", earlier + 1) })
 }

@@ -3,6 +3,7 @@
 //! together, so a resumed invocation never applies a call twice.
 
 mod agents;
+mod delegation;
 mod workspace;
 
 use baton_domain::error::codes;
@@ -32,8 +33,10 @@ pub enum Effect {
     Continue,
     /// The agent handed off: this invocation is transferred.
     Transferred,
-    /// The agent finished the run.
+    /// The agent finished: the run (an owner) or its task (a child).
     Finished,
+    /// The agent waits for delegated tasks: park it and free the worker.
+    Parked,
 }
 
 /// A tool's result: `content` is what the model reads, `structured` the audit.
@@ -63,6 +66,8 @@ impl ToolOutcome {
         self
     }
 }
+
+pub(crate) use delegation::wait_is_over;
 
 pub(crate) fn tool_event(ctx: &ToolCtx<'_>, kind: &'static str, mut payload: Value) -> Event {
     payload["tool"] = ctx.call.name.clone().into();
@@ -94,10 +99,9 @@ pub async fn dispatch(c: &impl GenericClient, ctx: &ToolCtx<'_>) -> Result<ToolO
         ToolName::WorkspacePatch => workspace::patch(c, ctx, args).await,
         ToolName::WorkspaceCommit => workspace::commit(c, ctx, args).await,
         ToolName::WorkspaceFinish => workspace::finish(c, ctx).await,
-        ToolName::AgentDelegate | ToolName::AgentAwait | ToolName::TaskReturn => Ok(Err(ToolError::new(
-            codes::TOOL_POLICY_DENIED,
-            format!("{} is not available yet. Finish or hand off the work yourself.", tool.as_str()),
-        ))),
+        ToolName::AgentDelegate => delegation::delegate(c, ctx, args).await,
+        ToolName::AgentAwait => delegation::await_tasks(c, ctx, args).await,
+        ToolName::TaskReturn => delegation::task_return(c, ctx, args).await,
     }?;
     Ok(result.unwrap_or_else(|error| ToolOutcome::failed(ctx, error)))
 }

@@ -1,0 +1,203 @@
+//! `agent_delegate`, `agent_await` and `task_return`: return-mode delegation
+//! across the fleet. Children run on any worker; a waiting parent is parked
+//! in Postgres and woken through the outbox.
+
+use baton_domain::delegation::{self as dg, AwaitArgs, AwaitMode, Capsule, TaskView};
+use baton_domain::error::delegation_codes as codes;
+use baton_domain::journal;
+use baton_domain::state::{Continuation, InvocationKind, TaskStatus};
+use baton_domain::ToolError;
+use baton_store::invocations::{self, NewInvocation};
+use baton_store::journal::Event;
+use baton_store::tasks::{self, NewTask, Task};
+use baton_store::{profiles, workspace, GenericClient};
+use chrono::{DateTime, Duration, Utc};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::{tool_event, Effect, ToolCtx, ToolOutcome, ToolResult};
+use crate::lifecycle;
+
+pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
+    let args = match dg::parse_delegate(args) {
+        Ok(a) => a,
+        Err(e) => return Ok(Err(e)),
+    };
+    let inv = ctx.invocation;
+    let target = profiles::get(c, &args.agent_id).await?;
+    if let Err(e) = dg::check_delegate(ctx.profile, inv.kind, &args.agent_id, target.as_ref()) {
+        return Ok(Err(e));
+    }
+    let children = tasks::children_of(c, inv.id).await?;
+    let open = children.iter().filter(|t| !t.is_terminal()).count();
+    if let Err(e) = dg::check_capacity(children.len(), open) {
+        return Ok(Err(e));
+    }
+    let target = target.expect("checked above");
+    let (child, task_id) = (Uuid::now_v7(), Uuid::now_v7());
+    let key = super::agents::workspace_key(c, inv.run_id, &target.id).await?;
+    let brief = dg::render_task_brief(&args.task, &ctx.profile.id);
+    let budget = serde_json::to_value(&args.budget).map_err(|e| crate::Error::Contract(e.to_string()))?;
+    let deadline = args.budget.deadline_ms.map(|ms| Utc::now() + Duration::milliseconds(ms as i64));
+    let new = NewInvocation {
+        id: child,
+        run_id: inv.run_id,
+        parent_invocation_id: Some(inv.id),
+        incoming_task_id: Some(task_id),
+        profile_id: &target.id,
+        kind: InvocationKind::Child,
+        brief: &brief,
+        budget: Some(&budget),
+        deadline_at: deadline,
+    };
+    invocations::insert(c, &new).await?;
+    let body = Value::Object(args.task.clone());
+    let task = NewTask {
+        id: task_id,
+        run_id: inv.run_id,
+        parent_invocation_id: inv.id,
+        child_invocation_id: child,
+        target_profile_id: &target.id,
+        workspace_key: &key,
+        continuation: Continuation::ReturnToParent,
+        task: &body,
+        budget: Some(&budget),
+        created_by_tool_call_id: &ctx.call.id,
+    };
+    tasks::insert(c, &task).await?;
+    lifecycle::publish_invocation(c, inv.run_id, child, InvocationKind::Child).await?;
+    let text = format!(
+        "Started task {key} with Agent {}. Carry on with your own work; call agent_await when you need its result.",
+        target.id
+    );
+    let outcome = ToolOutcome::ok(ctx, text, json!({"task": key, "status": "queued", "agentId": target.id}));
+    let events = [
+        tool_event(ctx, journal::DELEGATE_STARTED, json!({"agentId": target.id, "taskId": task_id})),
+        Event::new(journal::INVOCATION_CREATED, Some(child), json!({"kind": "child", "profileId": target.id, "parentInvocationId": inv.id})),
+        Event::new(journal::TASK_REGISTERED, Some(child), json!({"taskId": task_id, "continuation": "return_to_parent", "workspaceKey": key})),
+    ];
+    Ok(Ok(events.into_iter().rev().fold(outcome, ToolOutcome::with_event)))
+}
+
+/// The tasks a wait is about: the named handles, or all of the parent's.
+pub(crate) fn select<'a>(children: &'a [Task], keys: Option<&[String]>) -> Result<Vec<&'a Task>, ToolError> {
+    let Some(keys) = keys else {
+        return Ok(children.iter().collect());
+    };
+    keys.iter()
+        .map(|k| {
+            children.iter().find(|t| &t.workspace_key == k).ok_or_else(|| {
+                ToolError::new(codes::AWAIT_TASK_NOT_FOUND, format!("You have no delegated task `{k}`. Use the handle agent_delegate gave you."))
+            })
+        })
+        .collect()
+}
+
+fn statuses(selected: &[&Task]) -> Vec<TaskStatus> {
+    selected.iter().filter_map(|t| t.status()).collect()
+}
+
+pub async fn await_tasks(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
+    let parsed = match dg::parse_await(args) {
+        Ok(a) => a,
+        Err(e) => return Ok(Err(e)),
+    };
+    let inv = ctx.invocation;
+    let children = tasks::children_of(c, inv.id).await?;
+    if children.is_empty() {
+        return Ok(Err(ToolError::new(codes::NO_CHILD_TASKS, "You have not delegated any task; there is nothing to wait for.")));
+    }
+    let selected = match select(&children, parsed.keys.as_deref()) {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(e)),
+    };
+    let deadline = deadline_of(inv.await_spec.as_ref(), &ctx.call.id, parsed.timeout_ms);
+    let ready = dg::await_ready(parsed.mode, &statuses(&selected));
+    if ready || Utc::now() >= deadline {
+        invocations::clear_await(c, inv.id).await?;
+        let views: Vec<TaskView<'_>> = selected.iter().map(|t| view(t)).collect();
+        let text = dg::render_results(&views, !ready);
+        let event = tool_event(ctx, journal::AWAIT_COMPLETED, json!({"timedOut": !ready}));
+        let structured = json!({"timedOut": !ready, "tasks": selected.iter().map(|t| json!({"task": t.workspace_key, "status": t.status})).collect::<Vec<_>>()});
+        return Ok(Ok(ToolOutcome::ok(ctx, text, structured).with_event(event)));
+    }
+    park(c, ctx, &parsed, deadline).await
+}
+
+/// A wait keeps its deadline across wake-ups: it belongs to the tool call.
+fn deadline_of(spec: Option<&Value>, call_id: &str, timeout_ms: u64) -> DateTime<Utc> {
+    spec.filter(|s| s["toolCallId"] == call_id)
+        .and_then(|s| s["deadline"].as_str())
+        .and_then(|d| DateTime::parse_from_rfc3339(d).ok())
+        .map(|d| d.with_timezone(&Utc))
+        .unwrap_or_else(|| Utc::now() + Duration::milliseconds(timeout_ms as i64))
+}
+
+/// Parks the parent under its row lock (held since the fence): a child that
+/// finishes meanwhile waits for this lock, then sees the parent parked and wakes it.
+async fn park(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &AwaitArgs, deadline: DateTime<Utc>) -> ToolResult {
+    let spec = json!({
+        "toolCallId": ctx.call.id,
+        "keys": args.keys,
+        "mode": args.mode,
+        "deadline": deadline.to_rfc3339(),
+    });
+    invocations::park(c, ctx.invocation.id, &spec, deadline).await?;
+    let events = vec![
+        tool_event(ctx, journal::AWAIT_STARTED, json!({"mode": args.mode, "keys": args.keys})),
+        Event::new(journal::INVOCATION_PARKED, Some(ctx.invocation.id), json!({"until": deadline.to_rfc3339()})),
+    ];
+    Ok(Ok(ToolOutcome { content: String::new(), is_error: false, structured: Value::Null, effect: Effect::Parked, events }))
+}
+
+fn view(t: &Task) -> TaskView<'_> {
+    TaskView {
+        key: &t.workspace_key,
+        agent: &t.target_profile_id,
+        status: t.status().unwrap_or(TaskStatus::Queued),
+        capsule: t.result.as_ref().and_then(|r| serde_json::from_value::<Capsule>(r.clone()).ok()),
+        error: t.error.as_ref().and_then(|e| e["message"].as_str()),
+    }
+}
+
+/// Whether a parked parent's wait is over (used when a child ends).
+pub(crate) fn wait_is_over(spec: &Value, children: &[Task]) -> bool {
+    let keys: Option<Vec<String>> = serde_json::from_value(spec["keys"].clone()).ok().flatten();
+    let mode: AwaitMode = serde_json::from_value(spec["mode"].clone()).unwrap_or(AwaitMode::NextCompleted);
+    select(children, keys.as_deref()).map(|s| dg::await_ready(mode, &statuses(&s))).unwrap_or(true)
+}
+
+pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
+    let capsule = match dg::parse_return(args) {
+        Ok(v) => v,
+        Err(e) => return Ok(Err(e)),
+    };
+    let inv = ctx.invocation;
+    let Some(task) = tasks::of_child(c, inv.id).await? else {
+        return Ok(Err(ToolError::new(codes::TASK_RETURN_DENIED, "Nobody is waiting for a result from you.")));
+    };
+    let result = serde_json::to_value(&capsule).map_err(|e| crate::Error::Contract(e.to_string()))?;
+    let result_ref = format!("agent-results/{}.json", inv.id);
+    let record = json!({"schemaVersion": 1, "status": capsule.status, "summary": capsule.summary, "result": result});
+    write_file(c, inv.run_id, &result_ref, &record.to_string()).await?;
+    let summary_path = format!("summaries/{}-result.md", task.workspace_key);
+    write_file(c, inv.run_id, &summary_path, &dg::render_result_file(&task.workspace_key, &task.target_profile_id, &capsule)).await?;
+    tasks::set_result(c, task.id, &result, &result_ref).await?;
+    let mut events = vec![tool_event(ctx, journal::TASK_RETURN_RECORDED, json!({"status": capsule.status})), tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({}))];
+    let status = if capsule.status == "failed" { TaskStatus::Failed } else { TaskStatus::Completed };
+    let error = (status == TaskStatus::Failed).then(|| json!({"code": "agent.task_failed", "message": capsule.summary}));
+    events.extend(lifecycle::end_child(c, inv, status, error.as_ref()).await?);
+    Ok(Ok(ToolOutcome {
+        content: "Your result was returned. Your task is complete.".into(),
+        is_error: false,
+        structured: json!({"returned": true}),
+        effect: Effect::Finished,
+        events,
+    }))
+}
+
+async fn write_file(c: &impl GenericClient, run: Uuid, path: &str, content: &str) -> Result<(), crate::Error> {
+    let sha = baton_domain::workspace::sha256_hex(content);
+    workspace::write(c, run, path, content, &sha).await?;
+    Ok(())
+}

@@ -1,0 +1,343 @@
+//! Return-mode delegation: `agent_delegate`, `agent_await` and `task_return`.
+//! Parsing, policies, the wait decision and what each agent reads, all pure.
+
+use std::fmt::Write;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::delegation_codes as codes;
+use crate::error::ToolError;
+use crate::handoff::MAX_TEXT_CHARS;
+use crate::profiles::Profile;
+use crate::state::{InvocationKind, TaskStatus};
+use crate::tools::ToolName;
+
+/// Delegated tasks one parent invocation may start, and have open at once.
+pub const MAX_CHILDREN_PER_PARENT: usize = 8;
+pub const MAX_CONCURRENT_CHILDREN: usize = 3;
+pub const DEFAULT_AWAIT_MS: u64 = 120_000;
+pub const MAX_AWAIT_MS: u64 = 300_000;
+
+/// A delegated task's limits; each narrows the runtime's own.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Budget {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_rounds: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tool_calls: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Wall-clock time the child may take, from its creation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DelegateArgs {
+    pub agent_id: String,
+    pub task: Map<String, Value>,
+    pub budget: Budget,
+}
+
+pub fn parse_delegate(args: &Value) -> Result<DelegateArgs, ToolError> {
+    let agent_id = match args.get("agentId") {
+        Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
+        _ => return Err(ToolError::invalid_arguments("`agentId` is required: name the agent from agent_list.")),
+    };
+    let Some(Value::Object(task)) = args.get("task") else {
+        return Err(ToolError::invalid_arguments("`task` is required: an object with at least an `objective`."));
+    };
+    match task.get("objective") {
+        Some(Value::String(s)) if !s.trim().is_empty() => {}
+        _ => return Err(ToolError::invalid_arguments("`task.objective` is required: say what the other agent must do.")),
+    }
+    for field in ["objective", "title"] {
+        if task.get(field).and_then(Value::as_str).is_some_and(|s| s.chars().count() > MAX_TEXT_CHARS) {
+            return Err(ToolError::invalid_arguments(format!("`task.{field}` is longer than {MAX_TEXT_CHARS} characters.")));
+        }
+    }
+    let budget = parse_budget(args.get("budget"))?;
+    Ok(DelegateArgs { agent_id, task: task.clone(), budget })
+}
+
+fn parse_budget(value: Option<&Value>) -> Result<Budget, ToolError> {
+    let Some(value) = value.filter(|v| !v.is_null()) else {
+        return Ok(Budget::default());
+    };
+    let budget: Budget = serde_json::from_value(value.clone())
+        .map_err(|_| ToolError::invalid_arguments("`budget` takes whole numbers: maxRounds, maxToolCalls, maxTokens, deadlineMs."))?;
+    let fields = [budget.max_rounds, budget.max_tool_calls, budget.max_tokens, budget.deadline_ms];
+    if fields.iter().any(|f| *f == Some(0)) {
+        return Err(ToolError::invalid_arguments("Each budget limit must be at least 1."));
+    }
+    Ok(budget)
+}
+
+/// May this agent delegate, and will the target take the task from it?
+pub fn check_delegate(caller: &Profile, kind: InvocationKind, agent_id: &str, target: Option<&Profile>) -> Result<(), ToolError> {
+    let denied = |m: String| ToolError::new(codes::DELEGATION_POLICY_DENIED, m);
+    if !kind.is_foreground() || !caller.delegation.can_delegate || !caller.has_tool(ToolName::AgentDelegate) {
+        return Err(denied("You cannot delegate work in this run. Do the task yourself.".into()));
+    }
+    let Some(target) = target else {
+        return Err(ToolError::new(
+            crate::error::codes::TARGET_NOT_FOUND,
+            format!("There is no agent `{agent_id}`. Use agent_list with purpose \"delegate\" to see who can help."),
+        ));
+    };
+    let p = &target.delegation;
+    if !p.callable || !p.allow_as_subagent {
+        return Err(denied(format!("Agent `{agent_id}` does not take delegated tasks. Choose another agent.")));
+    }
+    if !p.accepts_caller(&caller.id) {
+        return Err(denied(format!("Agent `{agent_id}` does not take tasks from you. Choose another agent.")));
+    }
+    if !target.is_configured() {
+        return Err(ToolError::new(
+            crate::error::codes::TARGET_REQUIRES_CONFIGURATION,
+            format!("Agent `{agent_id}` is not set up to run yet. Choose another agent."),
+        ));
+    }
+    Ok(())
+}
+
+/// The parent's delegation budget.
+pub fn check_capacity(started: usize, open: usize) -> Result<(), ToolError> {
+    let exhausted = |m: String| ToolError::new(codes::DELEGATION_BUDGET_EXHAUSTED, m);
+    if started >= MAX_CHILDREN_PER_PARENT {
+        return Err(exhausted(format!("You have already delegated {started} tasks, the most allowed. Finish the work yourself.")));
+    }
+    if open >= MAX_CONCURRENT_CHILDREN {
+        return Err(exhausted(format!(
+            "{open} of your delegated tasks are still in progress, the most at once. Wait for one with agent_await."
+        )));
+    }
+    Ok(())
+}
+
+/// The `# Delegated Task` brief a child reads.
+pub fn render_task_brief(task: &Map<String, Value>, from: &str) -> String {
+    let mut out = format!("# Delegated Task\n\nAgent {from} asked you to do this task and return the result.\n");
+    for (key, heading) in [("title", "Title"), ("objective", "Objective"), ("context", "Context"), ("expectedOutput", "Expected Output")] {
+        if let Some(text) = task.get(key).and_then(Value::as_str).filter(|t| !t.trim().is_empty()) {
+            let _ = write!(out, "\n## {heading}\n{}\n", text.trim());
+        }
+    }
+    let known = ["title", "objective", "context", "expectedOutput"];
+    let extra: Vec<String> = task
+        .iter()
+        .filter(|(k, _)| !known.contains(&k.as_str()))
+        .map(|(k, v)| format!("- {k}: {}", v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
+        .collect();
+    if !extra.is_empty() {
+        let _ = write!(out, "\n## Additional Instructions\n{}\n", extra.join("\n"));
+    }
+    out.push_str("\n## Working Notes\n- You share the workspace with the agent who asked; write notes under scratch/ if useful.\n- When you are done, call task_return with a clear summary, your findings and any warnings.\n");
+    out
+}
+
+/// How long to wait and for what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AwaitMode {
+    NextCompleted,
+    AllCompleted,
+    StatusOnly,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AwaitArgs {
+    /// Workspace keys of the tasks to wait for; `None` means all of the caller's.
+    pub keys: Option<Vec<String>>,
+    pub mode: AwaitMode,
+    pub timeout_ms: u64,
+}
+
+pub fn parse_await(args: &Value) -> Result<AwaitArgs, ToolError> {
+    let keys = match args.get("taskIds") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(items)) => Some(
+            items
+                .iter()
+                .map(|i| i.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| ToolError::invalid_arguments("`taskIds` lists the handles you got from agent_delegate."))?,
+        ),
+        Some(_) => return Err(ToolError::invalid_arguments("`taskIds` must be a list of task handles.")),
+    };
+    let mode = match args.get("mode").and_then(Value::as_str) {
+        None | Some("nextCompleted") => AwaitMode::NextCompleted,
+        Some("allCompleted") => AwaitMode::AllCompleted,
+        Some("statusOnly") => AwaitMode::StatusOnly,
+        Some(other) => return Err(ToolError::invalid_arguments(format!("mode `{other}` is not known; use nextCompleted, allCompleted or statusOnly."))),
+    };
+    let timeout_ms = args.get("timeoutMs").and_then(Value::as_u64).unwrap_or(DEFAULT_AWAIT_MS).clamp(1, MAX_AWAIT_MS);
+    Ok(AwaitArgs { keys, mode, timeout_ms })
+}
+
+/// Is the wait over, given the selected tasks' statuses?
+pub fn await_ready(mode: AwaitMode, statuses: &[TaskStatus]) -> bool {
+    match mode {
+        AwaitMode::StatusOnly => true,
+        AwaitMode::NextCompleted => statuses.iter().any(|s| s.is_terminal()),
+        AwaitMode::AllCompleted => statuses.iter().all(|s| s.is_terminal()),
+    }
+}
+
+/// What a child hands back with `task_return`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Capsule {
+    pub summary: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suggested_next_actions: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub questions_for_caller: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<Value>,
+}
+
+pub fn parse_return(args: &Value) -> Result<Capsule, ToolError> {
+    match args.get("summary") {
+        Some(Value::String(s)) if !s.trim().is_empty() => {}
+        _ => return Err(ToolError::invalid_arguments("`summary` is required: say what you found or did.")),
+    }
+    let mut merged = Map::new();
+    merged.insert("status".into(), "completed".into());
+    if let Value::Object(given) = args {
+        merged.extend(given.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())));
+    }
+    let mut capsule: Capsule = serde_json::from_value(Value::Object(merged))
+        .map_err(|e| ToolError::invalid_arguments(format!("task_return arguments are malformed: {e}")))?;
+    if capsule.status != "completed" && capsule.status != "failed" {
+        return Err(ToolError::invalid_arguments("`status` is completed or failed."));
+    }
+    if let Some(c) = &capsule.confidence {
+        if !["low", "medium", "high"].contains(&c.as_str()) {
+            return Err(ToolError::invalid_arguments("`confidence` is low, medium or high."));
+        }
+    }
+    capsule.summary = capsule.summary.trim().to_string();
+    Ok(capsule)
+}
+
+/// One task as the waiting parent reads it.
+pub struct TaskView<'a> {
+    pub key: &'a str,
+    pub agent: &'a str,
+    pub status: TaskStatus,
+    pub capsule: Option<Capsule>,
+    pub error: Option<&'a str>,
+}
+
+/// The markdown capsules `agent_await` returns.
+pub fn render_results(tasks: &[TaskView<'_>], timed_out: bool) -> String {
+    let mut out = String::new();
+    if timed_out {
+        out.push_str("The wait timed out; these tasks are not all done yet.\n\n");
+    }
+    for t in tasks {
+        let _ = writeln!(out, "## Task {} (Agent {}): {}", t.key, t.agent, t.status);
+        if let Some(e) = t.error {
+            let _ = writeln!(out, "Error: {e}");
+        }
+        if let Some(c) = &t.capsule {
+            let _ = writeln!(out, "Summary: {}", c.summary);
+            for (label, items) in [
+                ("Findings", &c.findings),
+                ("Warnings", &c.warnings),
+                ("Suggested next actions", &c.suggested_next_actions),
+                ("Questions for you", &c.questions_for_caller),
+            ] {
+                if !items.is_empty() {
+                    let _ = writeln!(out, "{label}:\n{}", items.iter().map(|i| format!("- {i}")).collect::<Vec<_>>().join("\n"));
+                }
+            }
+            if let Some(conf) = &c.confidence {
+                let _ = writeln!(out, "Confidence: {conf}");
+            }
+        }
+        out.push('\n');
+    }
+    out.push_str("Use these results in your work; commit and finish when the reply is ready.");
+    out
+}
+
+/// The result file kept in the workspace for people and later agents.
+pub fn render_result_file(key: &str, agent: &str, capsule: &Capsule) -> String {
+    let view = TaskView { key, agent, status: if capsule.status == "failed" { TaskStatus::Failed } else { TaskStatus::Completed }, capsule: Some(capsule.clone()), error: None };
+    let text = render_results(&[view], false);
+    text.trim_end_matches("Use these results in your work; commit and finish when the reply is ready.").trim_end().to_string() + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn delegate_needs_an_objective_and_sane_budgets() {
+        assert!(parse_delegate(&json!({"agentId": "c", "task": {}})).is_err());
+        let err = parse_delegate(&json!({"agentId": "c", "task": {"objective": "x"}, "budget": {"maxRounds": 0}})).unwrap_err();
+        assert!(err.message.contains("at least 1"));
+        let ok = parse_delegate(&json!({"agentId": "c", "task": {"objective": "x"}, "budget": {"maxRounds": 2, "deadlineMs": 500}})).unwrap();
+        assert_eq!(ok.budget.max_rounds, Some(2));
+        assert_eq!(ok.budget.deadline_ms, Some(500));
+    }
+
+    #[test]
+    fn a_wait_is_over_when_its_mode_says_so() {
+        use TaskStatus::*;
+        assert!(await_ready(AwaitMode::NextCompleted, &[Running, Completed]));
+        assert!(!await_ready(AwaitMode::NextCompleted, &[Running, Queued]));
+        assert!(!await_ready(AwaitMode::AllCompleted, &[Failed, Running]));
+        assert!(await_ready(AwaitMode::AllCompleted, &[Failed, Cancelled, Completed]));
+        assert!(await_ready(AwaitMode::StatusOnly, &[Running]));
+    }
+
+    #[test]
+    fn await_arguments_default_and_clamp() {
+        let a = parse_await(&json!({})).unwrap();
+        assert_eq!((a.keys, a.mode, a.timeout_ms), (None, AwaitMode::NextCompleted, DEFAULT_AWAIT_MS));
+        let a = parse_await(&json!({"taskIds": ["checker"], "mode": "allCompleted", "timeoutMs": 9_999_999})).unwrap();
+        assert_eq!(a.timeout_ms, MAX_AWAIT_MS);
+        assert!(parse_await(&json!({"mode": "soon"})).is_err());
+    }
+
+    #[test]
+    fn task_return_needs_a_summary_and_known_values() {
+        assert!(parse_return(&json!({})).is_err());
+        assert!(parse_return(&json!({"summary": "x", "status": "meh"})).is_err());
+        let c = parse_return(&json!({"summary": " Checked. ", "findings": ["ok"], "confidence": "high"})).unwrap();
+        assert_eq!(c.summary, "Checked.");
+        assert_eq!(c.status, "completed");
+    }
+
+    #[test]
+    fn results_read_as_markdown_capsules_with_handles_not_ids() {
+        let capsule = parse_return(&json!({"summary": "Dates are right.", "findings": ["Friday is correct"], "confidence": "high"})).unwrap();
+        let views = [TaskView { key: "checker", agent: "checker", status: TaskStatus::Completed, capsule: Some(capsule), error: None }];
+        let text = render_results(&views, false);
+        assert!(text.starts_with("## Task checker (Agent checker): completed\nSummary: Dates are right.\nFindings:\n- Friday is correct"));
+        assert!(text.contains("Confidence: high"));
+    }
+
+    #[test]
+    fn the_child_brief_is_markdown_from_the_childs_view() {
+        let task = json!({"objective": "Check the dates.", "context": "A school notice.", "tone": "brief"});
+        let text = render_task_brief(task.as_object().unwrap(), "editor");
+        assert!(text.starts_with("# Delegated Task\n\nAgent editor asked you"));
+        assert!(text.contains("## Objective\nCheck the dates."));
+        assert!(text.contains("## Additional Instructions\n- tone: brief"));
+        assert!(text.contains("call task_return"));
+    }
+}
