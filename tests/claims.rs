@@ -93,8 +93,13 @@ async fn an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced() {
     invocation_fleet.stop().await;
     fleet.stop().await;
     assert_eq!(messages.last().unwrap()["status"], "completed");
-    let resumed = env.journal(message.run_id).await.iter().filter(|k| *k == "agent_invocation_started").count();
-    assert_eq!(resumed, 4, "three stages started, one of them twice (the takeover)");
+    let timeline = baton_store::journal::timeline(&env.db().await, message.run_id).await.unwrap();
+    let writer_starts: Vec<_> = timeline
+        .iter()
+        .filter(|e| e.kind == "agent_invocation_started" && e.invocation_id == Some(message.invocation_id))
+        .map(|e| e.payload["resumed"].as_bool().unwrap_or(false))
+        .collect();
+    assert_eq!(writer_starts, vec![false, true], "the writer started once and was resumed once, by the takeover");
 }
 
 /// Seed 000 section 10: handoff is refused while delegated tasks are pending.
