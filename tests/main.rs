@@ -4,4 +4,5 @@
 mod bridge;
 mod chain;
 mod claims;
+mod delegation;
 mod errors;

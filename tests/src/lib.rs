@@ -202,3 +202,37 @@ impl Drop for TestEnv {
         let _ = cleanup.join();
     }
 }
+
+impl TestEnv {
+    /// The invocations of a run that ran a given profile, oldest first.
+    pub async fn invocations_of(&self, run_id: Uuid, profile: &str) -> Vec<baton_store::invocations::Invocation> {
+        let all = baton_store::invocations::for_run(&self.db().await, run_id).await.unwrap();
+        all.into_iter().filter(|i| i.profile_id == profile).collect()
+    }
+
+    /// The tool results an invocation's model read, in order.
+    pub async fn tool_results(&self, invocation: Uuid) -> Vec<Value> {
+        let steps = baton_store::steps::load(&self.db().await, invocation).await.unwrap();
+        steps.into_iter().filter(|s| s.kind == "tool_result").map(|s| s.payload).collect()
+    }
+
+    /// Runs one request through the whole fleet and returns the bridge's messages.
+    pub async fn run_request(&self, id: &str) -> Vec<Value> {
+        let fleet = self.start_all();
+        let mut replies = self.replies().await;
+        self.send_request(&sample_request_json(id, "docs_agent", "en")).await;
+        let messages = until_reply(&mut replies, Duration::from_secs(30)).await;
+        fleet.stop().await;
+        messages
+    }
+}
+
+/// A profile in the profiles file's TOML, for tests that script agents.
+pub fn profile(id: &str, tools: &[&str], delegation: &str, script: &[&str]) -> String {
+    let tools: Vec<String> = tools.iter().map(|t| format!("\"{t}\"")).collect();
+    format!(
+        "[[profiles]]\nid = \"{id}\"\nname = \"{id}\"\ndescription = \"The {id} agent.\"\ntools = [{}]\n[profiles.model]\nprovider = \"scripted\"\nscript = [\n{}\n]\n[profiles.delegation]\n{delegation}\n",
+        tools.join(", "),
+        script.iter().map(|s| format!("  {s},")).collect::<Vec<_>>().join("\n")
+    )
+}

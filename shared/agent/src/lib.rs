@@ -37,6 +37,11 @@ impl Error {
     pub fn is_connection(&self) -> bool {
         matches!(self, Error::Store(e) if e.is_connection())
     }
+
+    /// The database aborted the transaction (deadlock, serialization): run it again.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Store(e) if e.is_retryable())
+    }
 }
 
 impl From<baton_store::tokio_postgres::Error> for Error {

@@ -62,6 +62,7 @@ pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Ve
 pub async fn fail_invocation(c: &impl GenericClient, inv: &Invocation, code: &str, message: &str) -> Result<Vec<Event>, Error> {
     let error: Value = json!({"code": code, "message": message});
     if inv.kind == InvocationKind::Child {
+        lock_parent(c, inv).await?;
         let mut events = vec![Event::new(journal::CHILD_INVOCATION_FAILED, Some(inv.id), error.clone())];
         events.extend(end_child(c, inv, TaskStatus::Failed, Some(&error)).await?);
         return Ok(events);
@@ -138,6 +139,16 @@ pub async fn end_child(c: &impl GenericClient, inv: &Invocation, status: TaskSta
         events.extend(wake_if_ready(c, inv.run_id, parent).await?);
     }
     Ok(events)
+}
+
+/// Locks a child's parent before the child touches its task: every path
+/// that ends a child takes the parent's lock first, so two children ending
+/// at once queue up instead of deadlocking.
+pub async fn lock_parent(c: &impl GenericClient, inv: &Invocation) -> Result<(), Error> {
+    if let Some(parent) = inv.parent_invocation_id {
+        invocations::lock(c, parent).await?;
+    }
+    Ok(())
 }
 
 /// Wakes a parked parent whose wait is over, under its row lock: a parent

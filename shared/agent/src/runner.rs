@@ -93,6 +93,9 @@ fn tokens_of(turn: &ModelTurn) -> i64 {
     }
 }
 
+/// What agents and users read when the host broke; the journal keeps the details.
+const HOST_ERROR_TEXT: &str = "the agent stopped because of an internal error";
+
 const NUDGE_TEXT: &str = "Your last answer was plain text, which nobody receives. Use your tools to continue: \
 commit and finish the work, or hand it to another agent.";
 
@@ -109,9 +112,10 @@ impl Runner {
             Err(e) if e.is_fenced() => Ok(Exit::Fenced),
             Err(e) if e.is_connection() => Err(e),
             Err(e) => {
-                let message = e.to_string();
-                self.fail(inv, "host_error", &message).await?;
-                Ok(Exit::Failed(message))
+                let detail = e.to_string();
+                tracing::error!(invocation = %inv.id, error = %detail, "invocation failed");
+                self.fail(inv, "host_error", HOST_ERROR_TEXT, Some(&detail)).await?;
+                Ok(Exit::Failed(detail))
             }
         }
     }
@@ -144,30 +148,30 @@ impl Runner {
         Ok(Claimed { inv, epoch: inv.claim_epoch, profile, surface, steps, limits, tokens: inv.tokens_used })
     }
 
-    async fn append(tx: &Transaction<'_>, c: &mut Claimed<'_>, kind: &str, payload: Value) -> Result<(), Error> {
-        let seq = c.steps.len() as i32;
-        steps::append(tx, c.inv.id, seq, kind, &payload).await?;
-        c.steps.push(Step { seq, kind: kind.to_string(), payload });
-        Ok(())
-    }
-
     async fn assemble(&self, c: &mut Claimed<'_>) -> Result<(), Error> {
         let messages = json!([
             {"role": "system", "content": system_prompt(&c.profile, &c.surface)},
             {"role": "user", "content": c.inv.brief},
         ]);
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        invocations::fence(&tx, c.inv.id, c.epoch).await?;
-        Self::append(&tx, c, transcript::PROMPT, json!({"messages": messages})).await?;
         let id = Some(c.inv.id);
         let evs = [
             Event::new(journal::CONTEXT_ASSEMBLED, id, json!({"briefChars": c.inv.brief.chars().count()})),
             Event::new(journal::SKILL_SCOPES_RESOLVED, id, json!({"profileId": c.profile.id, "skills": []})),
             Event::new(journal::MODEL_BINDING_RESOLVED, id, json!({"provider": c.profile.model.provider_name()})),
         ];
-        events::append(&tx, c.inv.run_id, &evs).await?;
-        tx.commit().await?;
+        let prompt = json!({"messages": messages});
+        let written = retry(|| async {
+            let mut client = self.pool.get().await?;
+            let tx = client.transaction().await?;
+            let mut w = Written::new(c);
+            invocations::fence(&tx, c.inv.id, c.epoch).await?;
+            w.append(&tx, c.inv.id, transcript::PROMPT, prompt.clone()).await?;
+            events::append(&tx, c.inv.run_id, &evs).await?;
+            tx.commit().await?;
+            Ok(w)
+        })
+        .await?;
+        written.apply(c);
         Ok(())
     }
 
@@ -175,7 +179,7 @@ impl Runner {
         let turns = transcript::model_turns(&c.steps);
         if let Some(message) = self.spent(c, turns) {
             let code = if c.inv.kind == InvocationKind::Child { "agent.child_budget_exhausted" } else { "agent.round_budget_exhausted" };
-            self.fail(c.inv, code, &message).await?;
+            self.fail(c.inv, code, &message, None).await?;
             return Ok(Some(Exit::Failed(message)));
         }
         let provider = self.providers.for_binding(&c.profile.model)?;
@@ -193,7 +197,10 @@ impl Runner {
             turn = provider.complete(&request) => turn?,
             _ = stop.cancelled() => return Ok(Some(Exit::Stopped)),
         };
-        self.store_turn(c, turn).await
+        let written = retry(|| self.store_turn(c, &turn)).await?;
+        let exit = written.exit.clone();
+        written.apply(c);
+        Ok(exit)
     }
 
     /// Why the invocation may not call its model again, if it may not.
@@ -211,40 +218,49 @@ impl Runner {
         }
     }
 
-    async fn store_turn(&self, c: &mut Claimed<'_>, turn: ModelTurn) -> Result<Option<Exit>, Error> {
+    async fn store_turn(&self, c: &Claimed<'_>, turn: &ModelTurn) -> Result<Written, Error> {
         let closing_not_last = turn.tool_calls.iter().rev().skip(1).any(|call| is_closing(&call.name));
         let plain = turn.tool_calls.is_empty();
+        let payload = sanitize(serde_json::to_value(turn).map_err(|e| Error::Contract(e.to_string()))?);
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
+        let mut w = Written::new(c);
         invocations::fence(&tx, c.inv.id, c.epoch).await?;
-        let calls = turn.tool_calls.len();
-        let tokens = tokens_of(&turn);
-        if tokens > 0 {
-            invocations::add_tokens(&tx, c.inv.id, tokens).await?;
-            c.tokens += tokens;
+        w.tokens = tokens_of(turn);
+        if w.tokens > 0 {
+            invocations::add_tokens(&tx, c.inv.id, w.tokens).await?;
         }
-        Self::append(&tx, c, transcript::MODEL_TURN, serde_json::to_value(&turn).map_err(|e| Error::Contract(e.to_string()))?).await?;
-        let mut evs = vec![Event::new(journal::MODEL_RESPONSE_STORED, Some(c.inv.id), json!({"toolCalls": calls}))];
-        let mut exit = None;
+        w.append(&tx, c.inv.id, transcript::MODEL_TURN, payload).await?;
+        let mut evs = vec![Event::new(journal::MODEL_RESPONSE_STORED, Some(c.inv.id), json!({"toolCalls": turn.tool_calls.len()}))];
         if closing_not_last {
             let message = "the agent called a tool after a closing tool in the same turn";
             evs.extend(lifecycle::fail_invocation(&tx, c.inv, "agent.tool_after_finish", message).await?);
-            exit = Some(Exit::Failed(message.into()));
+            w.exit = Some(Exit::Failed(message.into()));
         } else if plain && transcript::nudges(&c.steps) < self.limits.max_nudges {
-            Self::append(&tx, c, transcript::NUDGE, json!({"content": NUDGE_TEXT})).await?;
+            w.append(&tx, c.inv.id, transcript::NUDGE, json!({"content": NUDGE_TEXT})).await?;
         } else if plain {
             let message = "the agent stopped answering in plain text without finishing or handing off";
             evs.extend(lifecycle::fail_invocation(&tx, c.inv, "agent.no_closing_tool", message).await?);
-            exit = Some(Exit::Failed(message.into()));
+            w.exit = Some(Exit::Failed(message.into()));
         }
         events::append(&tx, c.inv.run_id, &evs).await?;
         tx.commit().await?;
-        Ok(exit)
+        Ok(w)
     }
 
     async fn call_tool(&self, c: &mut Claimed<'_>, call: &ToolCall) -> Result<Option<Exit>, Error> {
+        let written = retry(|| self.run_tool(c, call)).await?;
+        let exit = written.exit.clone();
+        written.apply(c);
+        Ok(exit)
+    }
+
+    /// One tool call: its effect, its result and its events in one fenced
+    /// transaction (run again whole if the database asks for a retry).
+    async fn run_tool(&self, c: &Claimed<'_>, call: &ToolCall) -> Result<Written, Error> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
+        let mut w = Written::new(c);
         invocations::fence(&tx, c.inv.id, c.epoch).await?;
         let ctx = ToolCtx { invocation: c.inv, profile: &c.profile, surface: &c.surface, call };
         let outcome = if transcript::tool_calls_made(&c.steps) >= c.limits.max_tool_calls {
@@ -259,30 +275,96 @@ impl Runner {
         // A parked call has no result yet: it runs again when the agent is woken.
         if outcome.effect != Effect::Parked {
             let payload = transcript::tool_result_payload(call, &outcome.content, outcome.is_error, &outcome.structured);
-            Self::append(&tx, c, transcript::TOOL_RESULT, payload).await?;
+            w.append(&tx, c.inv.id, transcript::TOOL_RESULT, payload).await?;
         }
         events::append(&tx, c.inv.run_id, &outcome.events).await?;
         tx.commit().await?;
-        Ok(match outcome.effect {
+        w.exit = match outcome.effect {
             Effect::Continue => None,
             Effect::Transferred => Some(Exit::Transferred),
             Effect::Finished => Some(Exit::Finished),
             Effect::Parked => Some(Exit::Parked),
-        })
+        };
+        Ok(w)
     }
 
-    /// Fails the invocation and its run in one fenced transaction.
-    pub async fn fail(&self, inv: &Invocation, code: &str, message: &str) -> Result<(), Error> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        match invocations::fence(&tx, inv.id, inv.claim_epoch).await {
-            Err(baton_store::Error::Fenced(_)) => return Ok(()),
-            other => other?,
-        }
-        let evs = lifecycle::fail_invocation(&tx, inv, code, message).await?;
-        events::append(&tx, inv.run_id, &evs).await?;
-        tx.commit().await?;
+    /// Fails the invocation in one fenced transaction: an owner's run fails
+    /// with it, a child's task fails and its parent reads why. `detail` (the
+    /// host's own words) goes to the journal only; agents and users read `message`.
+    pub async fn fail(&self, inv: &Invocation, code: &str, message: &str, detail: Option<&str>) -> Result<(), Error> {
+        retry(|| async {
+            let mut client = self.pool.get().await?;
+            let tx = client.transaction().await?;
+            match invocations::fence(&tx, inv.id, inv.claim_epoch).await {
+                Err(baton_store::Error::Fenced(_)) => return Ok(()),
+                other => other?,
+            }
+            let mut evs = lifecycle::fail_invocation(&tx, inv, code, message).await?;
+            if let Some(detail) = detail {
+                evs.insert(0, Event::new(journal::HOST_ERROR, Some(inv.id), json!({"code": code, "detail": detail})));
+            }
+            events::append(&tx, inv.run_id, &evs).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// What a step transaction wrote; it joins the in-memory transcript only
+/// once the transaction has committed.
+struct Written {
+    next_seq: i32,
+    steps: Vec<Step>,
+    tokens: i64,
+    exit: Option<Exit>,
+}
+
+impl Written {
+    fn new(c: &Claimed<'_>) -> Self {
+        Self { next_seq: c.steps.len() as i32, steps: vec![], tokens: 0, exit: None }
+    }
+
+    async fn append(&mut self, tx: &Transaction<'_>, invocation: uuid::Uuid, kind: &str, payload: Value) -> Result<(), Error> {
+        steps::append(tx, invocation, self.next_seq, kind, &payload).await?;
+        self.steps.push(Step { seq: self.next_seq, kind: kind.to_string(), payload });
+        self.next_seq += 1;
         Ok(())
+    }
+
+    fn apply(self, c: &mut Claimed<'_>) {
+        c.steps.extend(self.steps);
+        c.tokens += self.tokens;
+    }
+}
+
+/// Runs a transaction again when the database aborted it for a deadlock or
+/// a serialization failure (the whole step is re-run, so it stays atomic).
+async fn retry<T, F, Fut>(mut attempt: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut tries = 0u64;
+    loop {
+        tries += 1;
+        match attempt().await {
+            Err(e) if e.is_retryable() && tries < 5 => {
+                tracing::debug!(error = %e, tries, "retrying a step transaction");
+                tokio::time::sleep(std::time::Duration::from_millis(5 * tries + (tries * 7919) % 11)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Postgres text cannot hold NUL; a model may still produce one.
+fn sanitize(value: Value) -> Value {
+    match value {
+        Value::String(s) if s.contains('\0') => Value::String(s.replace('\0', "\u{FFFD}")),
+        Value::Array(items) => Value::Array(items.into_iter().map(sanitize).collect()),
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, sanitize(v))).collect()),
+        other => other,
     }
 }
 

@@ -18,6 +18,8 @@ pub const MAX_CHILDREN_PER_PARENT: usize = 8;
 pub const MAX_CONCURRENT_CHILDREN: usize = 3;
 pub const DEFAULT_AWAIT_MS: u64 = 120_000;
 pub const MAX_AWAIT_MS: u64 = 300_000;
+/// The longest wall-clock deadline a delegated task may be given (one day).
+pub const MAX_DEADLINE_MS: u64 = 86_400_000;
 
 /// A delegated task's limits; each narrows the runtime's own.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,6 +73,9 @@ fn parse_budget(value: Option<&Value>) -> Result<Budget, ToolError> {
     let fields = [budget.max_rounds, budget.max_tool_calls, budget.max_tokens, budget.deadline_ms];
     if fields.iter().any(|f| *f == Some(0)) {
         return Err(ToolError::invalid_arguments("Each budget limit must be at least 1."));
+    }
+    if budget.deadline_ms.is_some_and(|d| d > MAX_DEADLINE_MS) {
+        return Err(ToolError::invalid_arguments(format!("`budget.deadlineMs` is at most {MAX_DEADLINE_MS} (one day).")));
     }
     Ok(budget)
 }

@@ -38,3 +38,4 @@ pub const DELEGATE_STARTED: &str = "agent_delegate_started";
 pub const AWAIT_STARTED: &str = "agent_await_started";
 pub const AWAIT_COMPLETED: &str = "agent_await_completed";
 pub const TASK_RETURN_RECORDED: &str = "task_return_recorded";
+pub const HOST_ERROR: &str = "host_error";

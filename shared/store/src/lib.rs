@@ -37,7 +37,7 @@ mod embedded {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("database error: {0}")]
+    #[error("database error: {}", describe(.0))]
     Db(#[from] tokio_postgres::Error),
     #[error("database pool error: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
@@ -53,14 +53,33 @@ pub enum Error {
     Fenced(uuid::Uuid),
 }
 
+/// A database error with the server's own words (tokio-postgres shows only "db error").
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
 impl Error {
-    /// Whether the database itself went away (worth a reconnect and retry).
+    /// Whether the database itself went away or is failing over (worth a
+    /// reconnect and a later retry): SQLSTATE classes 08 (connection), 53
+    /// (resources) and 57P (operator intervention), or a closed client.
     pub fn is_connection(&self) -> bool {
         match self {
             Error::Pool(_) => true,
-            Error::Db(e) => e.is_closed() || e.as_db_error().is_none(),
+            Error::Db(e) => match e.code() {
+                Some(code) => ["08", "53", "57P"].iter().any(|class| code.code().starts_with(class)),
+                None => e.is_closed() || e.to_string().contains("connection"),
+            },
             _ => false,
         }
+    }
+
+    /// Whether the server aborted the transaction so it can simply be run
+    /// again: class 40 (deadlock, serialization failure).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Db(e) if e.code().is_some_and(|c| c.code().starts_with("40")))
     }
 }
 

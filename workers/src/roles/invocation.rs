@@ -110,7 +110,7 @@ impl Worker {
             tx.commit().await?;
             return Ok(None);
         }
-        let evs = started_events(&tx, &inv).await?;
+        let evs = started_events(&tx, &inv, &self.settings.worker_id).await?;
         baton_store::journal::append(&tx, inv.run_id, &evs).await?;
         tx.commit().await?;
         Ok(Some(inv))
@@ -133,6 +133,7 @@ impl Worker {
         watcher.abort();
         match exit {
             Ok(Exit::Stopped) if !lost.is_cancelled() => self.release(&inv).await,
+            Ok(Exit::Parked) => tracing::info!(invocation = %inv.id, profile = %inv.profile_id, "parked until its delegated tasks are done"),
             Ok(exit) => tracing::info!(invocation = %inv.id, profile = %inv.profile_id, ?exit, "invocation exited"),
             Err(e) => tracing::warn!(invocation = %inv.id, error = %e, "invocation interrupted; another worker resumes it after the lease"),
         }
@@ -158,10 +159,11 @@ impl Worker {
 }
 
 /// The journal (and, for a root's first start, the bridge status) of a claim.
-async fn started_events(c: &impl GenericClient, inv: &Invocation) -> anyhow::Result<Vec<Event>> {
+async fn started_events(c: &impl GenericClient, inv: &Invocation, worker: &str) -> anyhow::Result<Vec<Event>> {
     let id = Some(inv.id);
     if inv.claim_epoch > 1 {
-        return Ok(vec![Event::new(journal::INVOCATION_STARTED, id, json!({"resumed": true, "epoch": inv.claim_epoch}))]);
+        let payload = json!({"resumed": true, "epoch": inv.claim_epoch, "worker": worker});
+        return Ok(vec![Event::new(journal::INVOCATION_STARTED, id, payload)]);
     }
     let mut evs = vec![];
     if let Some(task) = inv.incoming_task_id {
@@ -169,7 +171,7 @@ async fn started_events(c: &impl GenericClient, inv: &Invocation) -> anyhow::Res
             evs.push(Event::new(journal::TASK_STARTED, id, json!({"taskId": task})));
         }
     }
-    evs.push(Event::new(journal::INVOCATION_STARTED, id, json!({"kind": inv.kind.as_str(), "profileId": inv.profile_id})));
+    evs.push(Event::new(journal::INVOCATION_STARTED, id, json!({"kind": inv.kind.as_str(), "profileId": inv.profile_id, "worker": worker})));
     if inv.kind == InvocationKind::Root {
         let run = runs::get(c, inv.run_id).await?;
         if let Some(handoff) = run.and_then(|r| r.handoff_id) {

@@ -38,7 +38,7 @@ pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
     let key = super::agents::workspace_key(c, inv.run_id, &target.id).await?;
     let brief = dg::render_task_brief(&args.task, &ctx.profile.id);
     let budget = serde_json::to_value(&args.budget).map_err(|e| crate::Error::Contract(e.to_string()))?;
-    let deadline = args.budget.deadline_ms.map(|ms| Utc::now() + Duration::milliseconds(ms as i64));
+    let deadline = args.budget.deadline_ms.map(|ms| Utc::now() + Duration::milliseconds(ms.min(dg::MAX_DEADLINE_MS) as i64));
     let new = NewInvocation {
         id: child,
         run_id: inv.run_id,
@@ -173,6 +173,7 @@ pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
         Err(e) => return Ok(Err(e)),
     };
     let inv = ctx.invocation;
+    lifecycle::lock_parent(c, inv).await?;
     let Some(task) = tasks::of_child(c, inv.id).await? else {
         return Ok(Err(ToolError::new(codes::TASK_RETURN_DENIED, "Nobody is waiting for a result from you.")));
     };

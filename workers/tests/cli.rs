@@ -1,0 +1,45 @@
+//! The `baton` binary's offline commands. (Having a test here also makes
+//! `cargo test --workspace` build the binary that the process tests in
+//! `tests/` spawn.)
+
+use std::process::Command;
+
+fn baton(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_baton")).args(args).output().expect("run baton");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+}
+
+#[test]
+fn profiles_check_says_which_profiles_are_ready() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/profiles.toml");
+    let (ok, text) = baton(&["profiles", "check", file]);
+    assert!(ok, "{text}");
+    for id in ["writer", "editor", "checker", "finalizer"] {
+        let line = text.lines().find(|l| l.starts_with(id)).unwrap_or_else(|| panic!("{id} missing:\n{text}"));
+        assert!(line.ends_with("ready"), "{line}");
+    }
+}
+
+#[test]
+fn profiles_check_names_what_an_incomplete_binding_lacks() {
+    let dir = std::env::temp_dir().join(format!("baton-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("profiles.toml");
+    std::fs::write(&file, "[[profiles]]\nid = \"coder\"\nname = \"Coder\"\ndescription = \"Codes.\"\n[profiles.model]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n").unwrap();
+    let (ok, text) = baton(&["profiles", "check", file.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(ok, "{text}");
+    assert!(text.contains("coder") && text.contains("requires configuration: model"), "{text}");
+}
+
+#[test]
+fn a_bad_profiles_file_is_refused_with_the_reason() {
+    let dir = std::env::temp_dir().join(format!("baton-cli-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("profiles.toml");
+    std::fs::write(&file, "[routes]\ndocs_agent = \"ghost\"\n").unwrap();
+    let (ok, text) = baton(&["profiles", "check", file.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(!ok);
+    assert!(text.contains("unknown profile `ghost`"), "{text}");
+}
