@@ -10,12 +10,19 @@ pub struct Settings {
     pub queue_prefix: String,
     /// How long a claim holds without a heartbeat.
     pub lease: Duration,
-    /// Unacked deliveries per consumer.
+    /// Unacked deliveries per consumer (intake, collector).
     pub prefetch: u16,
+    /// Unacked deliveries per invocation queue consumer: small, so a busy
+    /// worker does not hoard work another worker could start.
+    pub invocation_prefetch: u16,
     /// Invocations one worker process runs at once.
     pub max_concurrent_invocations: usize,
-    /// Claims of one invocation before it is failed (a crash loop stops here).
-    pub max_claims: i64,
+    /// Takeovers of one invocation (its worker died or stalled) before it is
+    /// failed: a crash loop stops here.
+    pub max_takeovers: i32,
+    /// How long a created invocation may go unclaimed before the relay
+    /// re-publishes it (its message may have been lost).
+    pub unclaimed_grace: Duration,
     pub pool_size: usize,
     /// The relay's safety-net poll when no notification arrives.
     pub relay_poll: Duration,
@@ -40,8 +47,10 @@ impl Settings {
             queue_prefix: var("BATON_QUEUE_PREFIX", ""),
             lease: Duration::from_millis(number("BATON_LEASE_MS", 15_000)),
             prefetch: number("BATON_PREFETCH", 32),
+            invocation_prefetch: number("BATON_INVOCATION_PREFETCH", 8),
             max_concurrent_invocations: number("BATON_MAX_CONCURRENT_INVOCATIONS", 64),
-            max_claims: number("BATON_MAX_CLAIMS", 5),
+            max_takeovers: number("BATON_MAX_TAKEOVERS", 3),
+            unclaimed_grace: Duration::from_millis(number("BATON_UNCLAIMED_GRACE_MS", 60_000)),
             pool_size: number("BATON_DB_POOL_SIZE", 8),
             relay_poll: Duration::from_millis(number("BATON_RELAY_POLL_MS", 1_000)),
             worker_id: var("BATON_WORKER_ID", &format!("{host}-{}", std::process::id())),

@@ -77,7 +77,11 @@ async fn main() -> anyhow::Result<()> {
         Command::Profiles { command: ProfilesCommand::Check { file } } => {
             for p in read_profiles(&file)?.profiles {
                 let missing = p.model.missing_configuration();
-                let state = if missing.is_empty() { "ready".to_string() } else { format!("requires configuration: {}", missing.join(", ")) };
+                let state = match (missing.is_empty(), p.model.unavailable()) {
+                    (false, _) => format!("requires configuration: {}", missing.join(", ")),
+                    (true, Some(why)) => format!("not runnable: {why}"),
+                    (true, None) => "ready".to_string(),
+                };
                 println!("{:<16} {:<9} {state}", p.id, p.model.provider_name());
             }
         }

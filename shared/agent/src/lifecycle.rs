@@ -29,7 +29,8 @@ pub async fn publish_wake(c: &impl GenericClient, run_id: Uuid, parent: Uuid) ->
     Ok(())
 }
 
-async fn publish_finished(c: &impl GenericClient, run_id: Uuid) -> Result<(), Error> {
+/// Queues "this run reached a terminal state" for the collector.
+pub async fn publish_finished(c: &impl GenericClient, run_id: Uuid) -> Result<(), Error> {
     let body = serde_json::to_value(RunFinished { run_id }).map_err(|e| Error::Contract(e.to_string()))?;
     outbox::enqueue(c, &Message::fleet(RUNS_FINISHED, body)).await?;
     Ok(())

@@ -182,12 +182,15 @@ pub fn parse_await(args: &Value) -> Result<AwaitArgs, ToolError> {
     Ok(AwaitArgs { keys, mode, timeout_ms })
 }
 
-/// Is the wait over, given the selected tasks' statuses?
-pub fn await_ready(mode: AwaitMode, statuses: &[TaskStatus]) -> bool {
+/// Is the wait over? Each selected task is (status, whether the parent has
+/// already read its result). `nextCompleted` waits for a result not read
+/// yet, unless every task is done (then there is nothing left to wait for).
+pub fn await_ready(mode: AwaitMode, tasks: &[(TaskStatus, bool)]) -> bool {
+    let all_done = tasks.iter().all(|(s, _)| s.is_terminal());
     match mode {
         AwaitMode::StatusOnly => true,
-        AwaitMode::NextCompleted => statuses.iter().any(|s| s.is_terminal()),
-        AwaitMode::AllCompleted => statuses.iter().all(|s| s.is_terminal()),
+        AwaitMode::AllCompleted => all_done,
+        AwaitMode::NextCompleted => all_done || tasks.iter().any(|(s, read)| s.is_terminal() && !read),
     }
 }
 
@@ -302,11 +305,19 @@ mod tests {
     #[test]
     fn a_wait_is_over_when_its_mode_says_so() {
         use TaskStatus::*;
-        assert!(await_ready(AwaitMode::NextCompleted, &[Running, Completed]));
-        assert!(!await_ready(AwaitMode::NextCompleted, &[Running, Queued]));
-        assert!(!await_ready(AwaitMode::AllCompleted, &[Failed, Running]));
-        assert!(await_ready(AwaitMode::AllCompleted, &[Failed, Cancelled, Completed]));
-        assert!(await_ready(AwaitMode::StatusOnly, &[Running]));
+        assert!(await_ready(AwaitMode::NextCompleted, &[(Running, false), (Completed, false)]));
+        assert!(!await_ready(AwaitMode::NextCompleted, &[(Running, false), (Queued, false)]));
+        assert!(!await_ready(AwaitMode::AllCompleted, &[(Failed, false), (Running, false)]));
+        assert!(await_ready(AwaitMode::AllCompleted, &[(Failed, true), (Cancelled, false), (Completed, false)]));
+        assert!(await_ready(AwaitMode::StatusOnly, &[(Running, false)]));
+    }
+
+    #[test]
+    fn next_completed_does_not_return_a_result_already_read() {
+        use TaskStatus::*;
+        assert!(!await_ready(AwaitMode::NextCompleted, &[(Completed, true), (Running, false)]));
+        assert!(await_ready(AwaitMode::NextCompleted, &[(Completed, true), (Failed, false)]));
+        assert!(await_ready(AwaitMode::NextCompleted, &[(Completed, true), (Completed, true)]), "nothing left to wait for");
     }
 
     #[test]

@@ -132,6 +132,12 @@ impl ModelBinding {
         }
     }
 
+    /// Why this fleet cannot run the binding even when it is complete.
+    pub fn unavailable(&self) -> Option<String> {
+        let name = self.provider_name();
+        (!RUNNABLE_PROVIDERS.contains(&name)).then(|| format!("provider `{name}` is not available in this build yet"))
+    }
+
     pub fn provider_name(&self) -> &'static str {
         match self {
             ModelBinding::Scripted { .. } => "scripted",
@@ -141,9 +147,13 @@ impl ModelBinding {
     }
 }
 
+/// Providers this build of the fleet can run.
+pub const RUNNABLE_PROVIDERS: &[&str] = &["scripted"];
+
 impl Profile {
+    /// Complete and runnable here: only such a profile can receive work.
     pub fn is_configured(&self) -> bool {
-        self.model.missing_configuration().is_empty()
+        self.model.missing_configuration().is_empty() && self.model.unavailable().is_none()
     }
 
     /// The tools this profile lists that Baton knows; unknown names are

@@ -319,7 +319,20 @@ pub fn parse_request(body: &[u8]) -> Result<HandoffRequest, RequestError> {
     let text = check_envelope(body).map_err(RequestError::bare)?;
     let value: Value = serde_json::from_str(text)
         .map_err(|e| RequestError::bare(format!("body is not JSON: {e}")))?;
+    if contains_nul(&value) {
+        // Postgres text cannot store NUL; refuse it here with a clear reason.
+        return Err(RequestError::salvaged("a string contains a NUL character (\\u0000)".to_owned(), &value));
+    }
     build_request(&value).map_err(|reason| RequestError::salvaged(reason, &value))
+}
+
+fn contains_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(contains_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || contains_nul(v)),
+        _ => false,
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -682,6 +695,20 @@ pub fn sample_request_json(id: &str, target: &str, language: &str) -> Value {
         "createdAt": "2025-06-06T09:30:00+08:00",
         "updatedAt": "2025-06-06T09:30:00+08:00"
     })
+}
+
+#[cfg(test)]
+mod nul_tests {
+    use super::*;
+
+    #[test]
+    fn a_nul_character_anywhere_is_refused_with_the_sender_still_told() {
+        let mut v = sample_request_json("nul-1", "docs_agent", "en");
+        v["userIntent"] = "bad\u{0}intent".into();
+        let err = parse_request(v.to_string().as_bytes()).unwrap_err();
+        assert!(err.reason.contains("NUL"), "{}", err.reason);
+        assert_eq!(err.handoff_id.as_deref(), Some("nul-1"));
+    }
 }
 
 #[cfg(test)]

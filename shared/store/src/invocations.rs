@@ -28,6 +28,8 @@ pub struct Invocation {
     pub tokens_used: i64,
     /// What a parked (or just woken) parent waits for.
     pub await_spec: Option<Value>,
+    /// Claims taken from a holder that neither finished nor handed back.
+    pub takeovers: i32,
 }
 
 pub struct NewInvocation<'a> {
@@ -43,7 +45,7 @@ pub struct NewInvocation<'a> {
 }
 
 const COLUMNS: &str = "i.id, i.run_id, i.parent_invocation_id, i.incoming_task_id, i.profile_id, i.kind, i.status, i.brief, \
-     i.claim_epoch, i.budget, i.deadline_at, i.tokens_used, i.await_spec";
+     i.claim_epoch, i.budget, i.deadline_at, i.tokens_used, i.await_spec, i.takeovers";
 
 fn from_row(row: &Row) -> Result<Invocation> {
     let kind: String = row.get(5);
@@ -62,6 +64,7 @@ fn from_row(row: &Row) -> Result<Invocation> {
         deadline_at: row.get(10),
         tokens_used: row.get(11),
         await_spec: row.get(12),
+        takeovers: row.get(13),
     })
 }
 
@@ -105,6 +108,7 @@ pub async fn claim(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duratio
     let sql = format!(
         "UPDATE invocations i
             SET status = 'running', claim_epoch = i.claim_epoch + 1, lease_owner = $2, woken = false, wake_at = NULL,
+                takeovers = i.takeovers + CASE WHEN i.status = 'running' AND i.lease_owner IS NOT NULL THEN 1 ELSE 0 END,
                 lease_expires_at = now() + make_interval(secs => $3), started_at = coalesce(i.started_at, now())
            FROM (SELECT inv.id FROM invocations inv JOIN runs r ON r.id = inv.run_id
                   WHERE inv.id = $1 AND r.status = 'running'
@@ -158,23 +162,25 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: InvocationStatus, 
 }
 
 /// Invocations whose message may have been lost or whose worker died: a
-/// running one past its lease, or a created one nobody claimed in `grace`.
-/// Each is returned at most once per `grace`, so the relay re-publishes it
-/// without flooding the queue.
-pub async fn take_stalled(c: &impl GenericClient, grace: Duration) -> Result<Vec<(Uuid, Uuid, InvocationKind)>> {
-    let secs = grace.as_secs_f64();
+/// running one past its lease, a created one nobody claimed in `grace`, or a
+/// woken parent nobody claimed (its wake-up met a locked row).
+/// Each is returned at most once per `again_after`, so the relay re-publishes
+/// it without flooding the queue.
+pub async fn take_stalled(c: &impl GenericClient, grace: Duration, again_after: Duration) -> Result<Vec<(Uuid, Uuid, InvocationKind)>> {
+    let (secs, again) = (grace.as_secs_f64(), again_after.as_secs_f64());
     let rows = sql::query(
         c,
         "UPDATE invocations SET republished_at = now()
           WHERE id IN (
               SELECT id FROM invocations
-               WHERE status IN ('created', 'running')
+               WHERE (status IN ('created', 'running') OR (status = 'parked' AND woken))
                  AND ((status = 'running' AND lease_expires_at < now())
-                      OR (status = 'created' AND created_at < now() - make_interval(secs => $1)))
-                 AND (republished_at IS NULL OR republished_at < now() - make_interval(secs => $1))
+                      OR (status = 'created' AND created_at < now() - make_interval(secs => $1))
+                      OR (status = 'parked' AND woken))
+                 AND (republished_at IS NULL OR republished_at < now() - make_interval(secs => $2))
                LIMIT 500 FOR UPDATE SKIP LOCKED)
       RETURNING id, run_id, kind",
-        &[&secs],
+        &[&secs, &again],
     )
     .await?;
     rows.iter()
@@ -221,7 +227,7 @@ pub async fn lock(c: &impl GenericClient, id: Uuid) -> Result<Option<Invocation>
 pub async fn wake(c: &impl GenericClient, id: Uuid) -> Result<bool> {
     let n = sql::execute(
         c,
-        "UPDATE invocations SET woken = true WHERE id = $1 AND status = 'parked' AND NOT woken",
+        "UPDATE invocations SET woken = true, republished_at = now() WHERE id = $1 AND status = 'parked' AND NOT woken",
         &[&id],
     )
     .await?;
@@ -232,7 +238,7 @@ pub async fn wake(c: &impl GenericClient, id: Uuid) -> Result<bool> {
 pub async fn wake_timed_out(c: &impl GenericClient) -> Result<Vec<(Uuid, Uuid)>> {
     let rows = sql::query(
         c,
-        "UPDATE invocations SET woken = true
+        "UPDATE invocations SET woken = true, republished_at = now()
           WHERE id IN (SELECT id FROM invocations WHERE status = 'parked' AND NOT woken AND wake_at < now()
                         LIMIT 500 FOR UPDATE SKIP LOCKED)
       RETURNING id, run_id",
@@ -260,6 +266,19 @@ pub async fn cancel(c: &impl GenericClient, id: Uuid) -> Result<bool> {
         "UPDATE invocations SET status = 'cancelled', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
           WHERE id = $1 AND status IN ('created', 'running', 'parked')",
         &[&id],
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+/// Hands a claim back (graceful shutdown): the lease ends now and no holder
+/// remains, so the next claim is not counted as a takeover.
+pub async fn release(c: &impl GenericClient, id: Uuid, epoch: i64) -> Result<bool> {
+    let n = sql::execute(
+        c,
+        "UPDATE invocations SET lease_expires_at = now() - interval '1 millisecond', lease_owner = NULL
+          WHERE id = $1 AND claim_epoch = $2 AND status = 'running'",
+        &[&id, &epoch],
     )
     .await?;
     Ok(n == 1)

@@ -133,3 +133,14 @@ pub async fn events(c: &impl GenericClient, handoff_id: &str) -> Result<Vec<Hand
     .await?;
     Ok(rows.iter().map(|r| HandoffEvent { kind: r.get(0), status: r.get(1), message: r.get(2), at: r.get(3) }).collect())
 }
+
+/// A stored draft becomes the request the bridge now sends as `requested`.
+pub async fn promote_draft(c: &impl GenericClient, id: &str, body: &Value) -> Result<()> {
+    sql::execute(
+        c,
+        "UPDATE handoff_requests SET body = $2, status = 'requested', updated_at = now() WHERE id = $1 AND status = 'draft'",
+        &[&id, body],
+    )
+    .await?;
+    Ok(())
+}

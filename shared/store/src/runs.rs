@@ -86,3 +86,19 @@ pub async fn set_final_text(c: &impl GenericClient, id: Uuid, text: &str) -> Res
     sql::execute(c, "UPDATE runs SET final_text = $2 WHERE id = $1", &[&id, &text]).await?;
     Ok(())
 }
+
+/// Ended runs of bridge requests whose reply has not been written after
+/// `grace` (their "run finished" message was lost, or the collector failed).
+pub async fn unreplied(c: &impl GenericClient, grace: std::time::Duration) -> Result<Vec<Uuid>> {
+    let secs = grace.as_secs_f64();
+    let rows = sql::query(
+        c,
+        "SELECT r.id FROM handoff_requests h JOIN runs r ON r.id = h.run_id
+          WHERE h.reply_sent_at IS NULL AND h.run_id IS NOT NULL
+            AND r.status <> 'running' AND r.finished_at < now() - make_interval(secs => $1)
+          LIMIT 200",
+        &[&secs],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}

@@ -34,6 +34,8 @@ pub struct Task {
     pub created_by_tool_call_id: String,
     pub result: Option<Value>,
     pub error: Option<Value>,
+    /// Whether the parent has read this task's result.
+    pub delivered: bool,
 }
 
 impl Task {
@@ -101,7 +103,7 @@ pub async fn pending_children(c: &impl GenericClient, parent: Uuid) -> Result<i6
 }
 
 const COLUMNS: &str = "id, parent_invocation_id, child_invocation_id, target_profile_id, workspace_key, continuation, \
-     status, task, created_by_tool_call_id, result, error";
+     status, task, created_by_tool_call_id, result, error, delivered";
 
 fn from_row(r: &tokio_postgres::Row) -> Task {
     Task {
@@ -116,6 +118,7 @@ fn from_row(r: &tokio_postgres::Row) -> Task {
         created_by_tool_call_id: r.get(8),
         result: r.get(9),
         error: r.get(10),
+        delivered: r.get(11),
     }
 }
 
@@ -156,4 +159,10 @@ pub async fn cancel_unfinished(c: &impl GenericClient, run_id: Uuid, parent: Opt
     )
     .await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Records that the parent has read these tasks' results.
+pub async fn mark_delivered(c: &impl GenericClient, ids: &[Uuid]) -> Result<()> {
+    sql::execute(c, "UPDATE tasks SET delivered = true WHERE id = ANY($1)", &[&ids]).await?;
+    Ok(())
 }

@@ -30,10 +30,11 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
 
 async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, d: Delivery) -> anyhow::Result<()> {
     match serde_json::from_slice::<RunFinished>(&d.data) {
-        Ok(message) => {
-            collect(pool, message).await?;
-            ack(&d).await
-        }
+        Ok(message) => match collect(pool, message).await {
+            Ok(()) => ack(&d).await,
+            Err(e) if super::is_transient(&e) => Err(e),
+            Err(e) => dead_letter(publisher, settings, &d, RUNS_FINISHED, &format!("could not collect the run: {e:#}")).await,
+        },
         Err(e) => dead_letter(publisher, settings, &d, RUNS_FINISHED, &format!("not a run-finished message: {e}")).await,
     }
 }

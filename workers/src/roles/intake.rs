@@ -37,8 +37,21 @@ async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, deliver
     match parse_request(&delivery.data) {
         Ok(request) => {
             let reply_to = delivery.properties.reply_to().as_ref().map(|r| r.as_str().to_string());
-            accept(pool, &request, reply_to.as_deref()).await?;
-            ack(&delivery).await
+            match accept(pool, &request, reply_to.as_deref()).await {
+                Ok(()) => ack(&delivery).await,
+                Err(e) if super::is_transient(&e) => Err(e),
+                // A request the store cannot take will never be taken: tell
+                // the sender and dead-letter it instead of redelivering it.
+                Err(e) => {
+                    let error = RequestError {
+                        reason: format!("the request could not be stored: {e:#}"),
+                        handoff_id: Some(request.id.clone()),
+                        reply_to_chat_id: request.reply_to_chat_id().map(str::to_string),
+                        language: Some(request.language()),
+                    };
+                    reject(publisher, settings, &delivery, &error).await
+                }
+            }
         }
         Err(error) => reject(publisher, settings, &delivery, &error).await,
     }
@@ -68,9 +81,12 @@ async fn reject(publisher: &Publisher, settings: &Settings, delivery: &Delivery,
             body: &body,
             message_id: Some(&message_id),
             correlation_id: Some(id),
+            mandatory: true,
             ..Default::default()
         };
-        publisher.publish(&out).await?;
+        if let baton_bus::Published::Returned(why) = publisher.publish(&out).await? {
+            tracing::warn!(handoff = %id, why, "the failed reply found no queue; it stays in baton.dead with the request");
+        }
     }
     dead_letter(publisher, settings, delivery, BRIDGE_REQUESTS, &error.reason).await
 }
@@ -90,7 +106,15 @@ async fn accept(pool: &Pool, request: &HandoffRequest, reply_to: Option<&str>) -
         reply_chat_id: request.reply_to_chat_id(),
     };
     if !requests::insert_or_count(&tx, &new).await? {
-        tracing::info!(handoff = %request.id, "duplicate request acknowledged; no new run");
+        // The same id again: a duplicate (acknowledged, counted, nothing
+        // more), or a draft the bridge now sends as `requested`.
+        let stored = requests::get(&tx, &request.id).await?.expect("counted in this transaction");
+        if stored.status == "draft" && request.is_runnable() {
+            requests::promote_draft(&tx, &request.id, &body).await?;
+            start(&tx, request).await?;
+        } else {
+            tracing::info!(handoff = %request.id, "duplicate request acknowledged; no new run");
+        }
         tx.commit().await?;
         return Ok(());
     }

@@ -18,8 +18,8 @@ use baton_store::journal::Event;
 use baton_store::{requests, runs, tasks, GenericClient, Pool};
 use serde_json::json;
 use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::{ack, connect, consume, dead_letter, Role};
 use crate::bridge;
@@ -45,20 +45,27 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let publisher = Publisher::open(&conn).await?;
     let worker = Worker::new(pool, settings.clone());
     let slots = Arc::new(Semaphore::new(settings.max_concurrent_invocations));
-    let running = Arc::new(tokio::sync::Mutex::new(JoinSet::new()));
+    // Agent loops outlive a broker reconnect (they only need Postgres); the
+    // tracker reaps finished ones and lets shutdown wait for the rest.
+    let loops = TaskTracker::new();
     let queues = settings.queues();
     let consumers = [INVOCATIONS_HANDOFF, INVOCATIONS_DELEGATE].map(|logical| {
         let (conn, queue) = (&conn, queues.name(logical));
-        let (worker, slots, running, publisher) = (&worker, &slots, &running, &publisher);
+        let (worker, slots, loops, publisher) = (&worker, &slots, &loops, &publisher);
         async move {
             let queue_ref = &queue;
-            consume(conn, &queue, settings.prefetch, shutdown, move |d| async move {
+            consume(conn, &queue, settings.invocation_prefetch, shutdown, move |d| async move {
                 // A free slot first: a saturated worker stops taking deliveries,
-                // and the broker keeps them for another worker.
-                let permit = slots.clone().acquire_owned().await?;
+                // and the broker keeps them for another worker. On shutdown the
+                // delivery is left unacked and goes back to the queue.
+                let permit = tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => return Ok(()),
+                    permit = slots.clone().acquire_owned() => permit?,
+                };
                 if let Some(inv) = receive(worker, publisher, &d, queue_ref).await? {
                     let (worker, stop) = (worker.clone(), shutdown.clone());
-                    running.lock().await.spawn(async move {
+                    loops.spawn(async move {
                         let _permit = permit;
                         worker.execute(inv, stop).await;
                     });
@@ -70,9 +77,11 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     });
     let [a, b] = consumers;
     let result = tokio::try_join!(a, b).map(|_| ());
-    // In-flight loops see the same shutdown and stop at a persisted step.
-    let mut running = running.lock().await;
-    while running.join_next().await.is_some() {}
+    loops.close();
+    if shutdown.is_cancelled() {
+        // In-flight loops see the same shutdown and stop at a persisted step.
+        loops.wait().await;
+    }
     super::close(publisher.channel()).await;
     result
 }
@@ -103,9 +112,12 @@ impl Worker {
             tracing::debug!(invocation = %message.invocation_id, "nothing to claim");
             return Ok(None);
         };
-        if inv.claim_epoch > self.settings.max_claims {
-            let text = format!("gave up after {} attempts to run this stage", self.settings.max_claims);
-            let evs = baton_agent::lifecycle::fail_invocation(&tx, &inv, "host.too_many_attempts", &text).await?;
+        if inv.takeovers > self.settings.max_takeovers {
+            // A stage whose workers keep dying stops here instead of looping.
+            let text = "the agent stopped because its workers kept failing";
+            let detail = json!({"code": "host.too_many_takeovers", "detail": format!("taken over {} times", inv.takeovers)});
+            let mut evs = vec![Event::new(journal::HOST_ERROR, Some(inv.id), detail)];
+            evs.extend(baton_agent::lifecycle::fail_invocation(&tx, &inv, "host.too_many_takeovers", text).await?);
             baton_store::journal::append(&tx, inv.run_id, &evs).await?;
             tx.commit().await?;
             return Ok(None);
@@ -120,17 +132,17 @@ impl Worker {
     pub async fn execute(&self, inv: Invocation, shutdown: CancellationToken) {
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
-        let heartbeat = tokio::spawn(heartbeat(self.pool.clone(), inv.id, inv.claim_epoch, self.settings.lease, lost.clone()));
-        let watcher = {
+        // Aborted when this function returns or unwinds: a panicking loop must
+        // not keep its lease alive.
+        let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(self.pool.clone(), inv.id, inv.claim_epoch, self.settings.lease, lost.clone())));
+        let _watcher = AbortOnDrop({
             let (stop, lost, shutdown) = (stop.clone(), lost.clone(), shutdown.clone());
             tokio::spawn(async move {
                 tokio::select! { _ = lost.cancelled() => {}, _ = shutdown.cancelled() => {} }
                 stop.cancel();
             })
-        };
+        });
         let exit = self.runner.run(&inv, &stop).await;
-        heartbeat.abort();
-        watcher.abort();
         match exit {
             Ok(Exit::Stopped) if !lost.is_cancelled() => self.release(&inv).await,
             Ok(Exit::Parked) => tracing::info!(invocation = %inv.id, profile = %inv.profile_id, "parked until its delegated tasks are done"),
@@ -144,8 +156,9 @@ impl Worker {
         let result: anyhow::Result<()> = async {
             let mut client = self.pool.get().await?;
             let tx = client.transaction().await?;
-            invocations::fence(&tx, inv.id, inv.claim_epoch).await?;
-            tx.execute("UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1", &[&inv.id]).await?;
+            if !invocations::release(&tx, inv.id, inv.claim_epoch).await? {
+                return Ok(());
+            }
             baton_agent::lifecycle::publish_invocation(&tx, inv.run_id, inv.id, inv.kind).await?;
             tx.commit().await?;
             Ok(())
@@ -203,5 +216,14 @@ async fn heartbeat(pool: Pool, id: uuid::Uuid, epoch: i64, lease: Duration, lost
             }
             Err(e) => tracing::warn!(invocation = %id, error = %e, "heartbeat failed; retrying"),
         }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -112,8 +112,9 @@ where
         .await?;
     let result = loop {
         let next = tokio::select! {
-            next = consumer.next() => next,
+            biased;
             _ = shutdown.cancelled() => break Ok(()),
+            next = consumer.next() => next,
         };
         match next {
             Some(Ok(delivery)) => {
@@ -159,4 +160,22 @@ pub(crate) async fn dead_letter(
     publisher.publish(&out).await?;
     tracing::warn!(queue = source_queue, reason, "message dead-lettered");
     ack(delivery).await
+}
+
+/// Whether an error will likely pass on its own (a service went away, the
+/// database aborted a transaction): the role reconnects and the message is
+/// redelivered. Anything else is permanent for this message.
+pub(crate) fn is_transient(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        if let Some(store) = cause.downcast_ref::<baton_store::Error>() {
+            return store.is_connection() || store.is_retryable();
+        }
+        if let Some(agent) = cause.downcast_ref::<baton_agent::Error>() {
+            return agent.is_connection() || agent.is_retryable();
+        }
+        cause.downcast_ref::<baton_store::PoolError>().is_some()
+            || cause.downcast_ref::<baton_bus::lapin::Error>().is_some()
+            || cause.downcast_ref::<baton_bus::Error>().is_some()
+            || cause.downcast_ref::<baton_store::tokio_postgres::Error>().is_some_and(|e| e.is_closed() || e.code().is_some_and(|c| c.code().starts_with("08") || c.code().starts_with("40")))
+    })
 }

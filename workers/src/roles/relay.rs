@@ -18,6 +18,7 @@ use super::{connect, Role};
 use crate::config::Settings;
 
 const BATCH: i64 = 256;
+const CONFIRM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let (conn, pool) = connect(settings, Role::Relay).await?;
@@ -91,8 +92,16 @@ impl Relay {
             pending.push((confirm, queue, m, body));
         }
         for (confirm, queue, m, body) in pending {
-            if let Published::Returned(reason) = settle(confirm.await?, &queue)? {
-                self.dead_letter(m, &queue, &body, &reason).await?;
+            let confirmation = tokio::time::timeout(CONFIRM_TIMEOUT, confirm)
+                .await
+                .map_err(|_| anyhow::anyhow!("the broker did not confirm within {CONFIRM_TIMEOUT:?}"))??;
+            // Settled one by one: a message the broker refuses (a full or
+            // missing bridge queue) goes to baton.dead with the reason instead
+            // of blocking every message behind it.
+            match settle(confirmation, &queue) {
+                Ok(Published::Confirmed) => {}
+                Ok(Published::Returned(reason)) => self.dead_letter(m, &queue, &body, &reason).await?,
+                Err(e) => self.dead_letter(m, &queue, &body, &e.to_string()).await?,
             }
         }
         tx.commit().await?;
@@ -120,7 +129,7 @@ impl Relay {
     async fn sweep_stalled(&self) -> anyhow::Result<()> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let stalled = invocations::take_stalled(&tx, self.settings.lease).await?;
+        let stalled = invocations::take_stalled(&tx, self.settings.unclaimed_grace, self.settings.lease).await?;
         for (id, run_id, kind) in &stalled {
             tracing::info!(invocation = %id, "re-publishing stalled invocation");
             baton_agent::lifecycle::publish_invocation(&tx, *run_id, *id, *kind).await?;
@@ -128,6 +137,11 @@ impl Relay {
         // Parked parents whose wait timed out: wake them to read what is done.
         for (id, run_id) in invocations::wake_timed_out(&tx).await? {
             baton_agent::lifecycle::publish_wake(&tx, run_id, id).await?;
+        }
+        // Ended runs whose reply was never written: tell the collector again.
+        for run_id in baton_store::runs::unreplied(&tx, self.settings.unclaimed_grace).await? {
+            tracing::info!(run = %run_id, "re-publishing an unreplied finished run");
+            baton_agent::lifecycle::publish_finished(&tx, run_id).await?;
         }
         tx.commit().await?;
         Ok(())

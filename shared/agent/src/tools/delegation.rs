@@ -93,8 +93,8 @@ pub(crate) fn select<'a>(children: &'a [Task], keys: Option<&[String]>) -> Resul
         .collect()
 }
 
-fn statuses(selected: &[&Task]) -> Vec<TaskStatus> {
-    selected.iter().filter_map(|t| t.status()).collect()
+fn progress(selected: &[&Task]) -> Vec<(TaskStatus, bool)> {
+    selected.iter().filter_map(|t| Some((t.status()?, t.delivered))).collect()
 }
 
 pub async fn await_tasks(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
@@ -112,9 +112,13 @@ pub async fn await_tasks(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
         Err(e) => return Ok(Err(e)),
     };
     let deadline = deadline_of(inv.await_spec.as_ref(), &ctx.call.id, parsed.timeout_ms);
-    let ready = dg::await_ready(parsed.mode, &statuses(&selected));
+    let ready = dg::await_ready(parsed.mode, &progress(&selected));
     if ready || Utc::now() >= deadline {
         invocations::clear_await(c, inv.id).await?;
+        if parsed.mode != AwaitMode::StatusOnly {
+            let read: Vec<Uuid> = selected.iter().filter(|t| t.is_terminal()).map(|t| t.id).collect();
+            tasks::mark_delivered(c, &read).await?;
+        }
         let views: Vec<TaskView<'_>> = selected.iter().map(|t| view(t)).collect();
         let text = dg::render_results(&views, !ready);
         let event = tool_event(ctx, journal::AWAIT_COMPLETED, json!({"timedOut": !ready}));
@@ -164,7 +168,7 @@ fn view(t: &Task) -> TaskView<'_> {
 pub(crate) fn wait_is_over(spec: &Value, children: &[Task]) -> bool {
     let keys: Option<Vec<String>> = serde_json::from_value(spec["keys"].clone()).ok().flatten();
     let mode: AwaitMode = serde_json::from_value(spec["mode"].clone()).unwrap_or(AwaitMode::NextCompleted);
-    select(children, keys.as_deref()).map(|s| dg::await_ready(mode, &statuses(&s))).unwrap_or(true)
+    select(children, keys.as_deref()).map(|s| dg::await_ready(mode, &progress(&s))).unwrap_or(true)
 }
 
 pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
