@@ -6,3 +6,4 @@ mod chain;
 mod claims;
 mod delegation;
 mod errors;
+mod process;

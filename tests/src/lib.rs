@@ -236,3 +236,61 @@ pub fn profile(id: &str, tools: &[&str], delegation: &str, script: &[&str]) -> S
         script.iter().map(|s| format!("  {s},")).collect::<Vec<_>>().join("\n")
     )
 }
+
+/// A real `baton` process (the binary `cargo test --workspace` builds),
+/// killed when dropped.
+pub struct BatonProcess {
+    pub child: tokio::process::Child,
+    pub worker_id: String,
+}
+
+/// Where the `baton` binary is: next to this test binary's `deps/` folder.
+pub fn baton_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let bin = dir.join("baton");
+    assert!(bin.exists(), "{} is missing: run the tests with `cargo test --workspace`, which builds it", bin.display());
+    bin
+}
+
+impl TestEnv {
+    /// Starts `baton up --role ROLE` as a separate process on this test's
+    /// database and queues.
+    pub fn spawn_baton(&self, role: &str, worker_id: &str) -> BatonProcess {
+        let log = std::fs::File::create(std::env::temp_dir().join(format!("{}{worker_id}.log", self.settings.queue_prefix))).unwrap();
+        let child = tokio::process::Command::new(baton_binary())
+            .args(["up", "--role", role])
+            .env("DATABASE_URL", &self.settings.database_url)
+            .env("AMQP_URL", &self.settings.amqp_url)
+            .env("BATON_QUEUE_PREFIX", &self.settings.queue_prefix)
+            .env("BATON_LEASE_MS", self.settings.lease.as_millis().to_string())
+            .env("BATON_RELAY_POLL_MS", self.settings.relay_poll.as_millis().to_string())
+            .env("BATON_WORKER_ID", worker_id)
+            .env("BATON_DB_POOL_SIZE", "3")
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn baton");
+        BatonProcess { child, worker_id: worker_id.to_string() }
+    }
+}
+
+impl BatonProcess {
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("running").to_string();
+        let status = std::process::Command::new("kill").args([&format!("-{signal}"), &pid]).status().unwrap();
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
+    /// Waits for the process to exit and returns its exit code.
+    pub async fn exit_code(&mut self, within: Duration) -> Option<i32> {
+        let status = tokio::time::timeout(within, self.child.wait()).await.expect("the process did not exit in time").unwrap();
+        status.code()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
