@@ -249,7 +249,7 @@ pub fn baton_binary() -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
     let bin = dir.join("baton");
-    assert!(bin.exists(), "{} is missing: run the tests with `cargo test --workspace`, which builds it", bin.display());
+    assert!(bin.exists(), "{} is missing: run the tests with `cargo nextest run --workspace` (or `cargo test --workspace`), which builds it", bin.display());
     bin
 }
 
