@@ -159,7 +159,7 @@ script = [{ tool = "workspace_finish" }]
     // The lead's handoff, run as the loop runs it: inside a fenced transaction.
     let profile = baton_store::profiles::get(&c, "lead").await.unwrap().unwrap();
     let surface = baton_domain::tools::surface(&profile.tool_names(), lead.kind);
-    let call = baton_agent::provider::ToolCall {
+    let call = baton_agent::providers::ToolCall {
         id: "call_1".into(),
         name: "agent_handoff".into(),
         arguments: serde_json::json!({"agentId": "closer", "handoff": {"objective": "Close."}}),

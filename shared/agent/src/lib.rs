@@ -5,12 +5,12 @@
 //! # Layout
 //! - [`runner`]: the loop, one persisted step at a time.
 //! - [`tools`]: the model-visible tools, run inside the step's transaction.
-//! - [`provider`]: the provider trait and the scripted provider.
+//! - [`providers`]: the provider trait; scripted, OpenAI-compatible and command providers.
 //! - [`transcript`]: the persisted transcript, read back as chat messages.
 //! - [`lifecycle`]: transitions that end invocations and runs.
 
 pub mod lifecycle;
-pub mod provider;
+pub mod providers;
 pub mod runner;
 pub mod tools;
 pub mod transcript;
@@ -24,7 +24,7 @@ pub enum Error {
     #[error("host contract broken: {0}")]
     Contract(String),
     #[error(transparent)]
-    Provider(#[from] provider::ProviderError),
+    Provider(#[from] providers::ProviderError),
 }
 
 impl Error {

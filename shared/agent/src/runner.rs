@@ -18,7 +18,7 @@ use baton_store::{profiles, Pool, Transaction};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::provider::{ModelRequest, ModelTurn, Providers, ToolCall};
+use crate::providers::{ModelRequest, ModelTurn, Providers, ToolCall};
 use crate::tools::{dispatch, Effect, ToolCtx, ToolOutcome};
 use crate::transcript::{self, Position};
 use crate::{lifecycle, Error};
@@ -63,6 +63,8 @@ struct Claimed<'a> {
     inv: &'a Invocation,
     epoch: i64,
     profile: Profile,
+    /// The invocation's own profile's skills (never its caller's).
+    skills: Vec<baton_domain::profiles::Skill>,
     surface: Vec<ToolName>,
     steps: Vec<Step>,
     limits: Limits,
@@ -142,21 +144,22 @@ impl Runner {
         let profile = profiles::get(&client, &inv.profile_id)
             .await?
             .ok_or_else(|| Error::Contract(format!("profile `{}` no longer exists", inv.profile_id)))?;
-        let surface = tools::surface(&profile.tool_names(), inv.kind);
+        let surface = tools::surface(&tool_names(&profile), inv.kind);
         let steps = steps::load(&client, inv.id).await?;
         let (limits, _) = narrow(self.limits, inv.budget.as_ref());
-        Ok(Claimed { inv, epoch: inv.claim_epoch, profile, surface, steps, limits, tokens: inv.tokens_used })
+        let skills = profiles::skills(&client, &profile.skills).await?;
+        Ok(Claimed { inv, epoch: inv.claim_epoch, profile, skills, surface, steps, limits, tokens: inv.tokens_used })
     }
 
     async fn assemble(&self, c: &mut Claimed<'_>) -> Result<(), Error> {
         let messages = json!([
-            {"role": "system", "content": system_prompt(&c.profile, &c.surface)},
+            {"role": "system", "content": system_prompt(&c.profile, &c.surface, &c.skills)},
             {"role": "user", "content": c.inv.brief},
         ]);
         let id = Some(c.inv.id);
         let evs = [
             Event::new(journal::CONTEXT_ASSEMBLED, id, json!({"briefChars": c.inv.brief.chars().count()})),
-            Event::new(journal::SKILL_SCOPES_RESOLVED, id, json!({"profileId": c.profile.id, "skills": []})),
+            Event::new(journal::SKILL_SCOPES_RESOLVED, id, json!({"profileId": c.profile.id, "skills": c.skills.iter().map(|s| &s.id).collect::<Vec<_>>()})),
             Event::new(journal::MODEL_BINDING_RESOLVED, id, json!({"provider": c.profile.model.provider_name()})),
         ];
         let prompt = json!({"messages": messages});
@@ -231,7 +234,8 @@ impl Runner {
             invocations::add_tokens(&tx, c.inv.id, w.tokens).await?;
         }
         w.append(&tx, c.inv.id, transcript::MODEL_TURN, payload).await?;
-        let mut evs = vec![Event::new(journal::MODEL_RESPONSE_STORED, Some(c.inv.id), json!({"toolCalls": turn.tool_calls.len()}))];
+        let stored = json!({"toolCalls": turn.tool_calls.len(), "tokens": w.tokens, "attempts": turn.attempts});
+        let mut evs = vec![Event::new(journal::MODEL_RESPONSE_STORED, Some(c.inv.id), stored)];
         if closing_not_last {
             let message = "the agent called a tool after a closing tool in the same turn";
             evs.extend(lifecycle::fail_invocation(&tx, c.inv, "agent.tool_after_finish", message).await?);
@@ -365,6 +369,17 @@ fn sanitize(value: Value) -> Value {
         Value::Array(items) => Value::Array(items.into_iter().map(sanitize).collect()),
         Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, sanitize(v))).collect()),
         other => other,
+    }
+}
+
+/// The tools a profile's agent may call. An external command agent's
+/// result is recorded through the workspace tools, whatever its profile lists.
+fn tool_names(profile: &Profile) -> Vec<ToolName> {
+    match profile.model {
+        baton_domain::profiles::ModelBinding::Command { .. } => {
+            vec![ToolName::WorkspaceRead, ToolName::WorkspaceWrite, ToolName::WorkspaceCommit, ToolName::WorkspaceFinish]
+        }
+        _ => profile.tool_names(),
     }
 }
 

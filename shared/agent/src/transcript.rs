@@ -4,7 +4,7 @@
 use baton_store::steps::Step;
 use serde_json::{json, Value};
 
-use crate::provider::{ModelTurn, ToolCall};
+use crate::providers::{ModelTurn, ToolCall};
 
 pub const PROMPT: &str = "prompt";
 pub const MODEL_TURN: &str = "model_turn";

@@ -167,6 +167,7 @@ mod tests {
             description: format!("{id} agent"),
             system_prompt: String::new(),
             tools: vec!["agent_handoff".into(), "workspace_finish".into()],
+            skills: vec![],
             model: ModelBinding::Scripted { script: vec![ScriptedTurn { tool: None, args: json!({}), text: Some("hi".into()), delay_ms: None }] },
             delegation,
         }
@@ -234,7 +235,7 @@ mod tests {
         let picky = profile("t", DelegationPolicy { allowed_callers: vec!["other".into()], ..Default::default() });
         assert_eq!(check_target("w", "t", Some(&picky)).unwrap_err().code, codes::HANDOFF_POLICY_DENIED);
         let mut bare = profile("t", DelegationPolicy::default());
-        bare.model = ModelBinding::Openai { base_url: None, model: None, api_key_env: None, temperature: None, max_tokens: None };
+        bare.model = ModelBinding::Openai { base_url: None, model: None, api_key_env: None, temperature: None, max_tokens: None, timeout_secs: None, max_attempts: None };
         assert_eq!(check_target("w", "t", Some(&bare)).unwrap_err().code, codes::TARGET_REQUIRES_CONFIGURATION);
         assert!(check_target("w", "t", Some(&profile("t", DelegationPolicy::default()))).is_ok());
     }

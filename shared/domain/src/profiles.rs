@@ -18,6 +18,20 @@ pub struct ProfilesFile {
     pub routes: BTreeMap<String, String>,
     #[serde(default)]
     pub profiles: Vec<Profile>,
+    /// Named instruction packs that profiles enable by id.
+    #[serde(default)]
+    pub skills: Vec<Skill>,
+}
+
+/// A named instruction pack, included in the prompt of every profile that
+/// enables it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Skill {
+    pub id: String,
+    #[serde(default)]
+    pub description: String,
+    pub instructions: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,6 +46,9 @@ pub struct Profile {
     /// The model-visible tool surface.
     #[serde(default)]
     pub tools: Vec<String>,
+    /// Skills (by id) this profile's agent always has.
+    #[serde(default)]
+    pub skills: Vec<String>,
     pub model: ModelBinding,
     #[serde(default)]
     pub delegation: DelegationPolicy,
@@ -53,6 +70,10 @@ pub enum ModelBinding {
         api_key_env: Option<String>,
         temperature: Option<f32>,
         max_tokens: Option<u32>,
+        /// Seconds one HTTP request may take (default 120).
+        timeout_secs: Option<u64>,
+        /// Attempts before the call fails, retries included (default 5).
+        max_attempts: Option<u32>,
     },
     /// An external coding agent run as a process.
     Command {
@@ -148,7 +169,7 @@ impl ModelBinding {
 }
 
 /// Providers this build of the fleet can run.
-pub const RUNNABLE_PROVIDERS: &[&str] = &["scripted"];
+pub const RUNNABLE_PROVIDERS: &[&str] = &["scripted", "openai", "command"];
 
 impl Profile {
     /// Complete and runnable here: only such a profile can receive work.
@@ -202,6 +223,15 @@ impl ProfilesFile {
                 if ToolName::parse(t).is_none() {
                     problems.push(format!("profile `{}` lists unknown tool `{t}`", p.id));
                 }
+            }
+        }
+        let skills: BTreeSet<&str> = self.skills.iter().map(|s| s.id.as_str()).collect();
+        if skills.len() != self.skills.len() {
+            problems.push("a skill id is defined twice".to_string());
+        }
+        for p in &self.profiles {
+            for skill in p.skills.iter().filter(|s| !skills.contains(s.as_str())) {
+                problems.push(format!("profile `{}` enables unknown skill `{skill}`", p.id));
             }
         }
         for (target, profile) in &self.routes {

@@ -1,10 +1,12 @@
 //! The default system prompt: who the agent is and how it ends its part,
 //! described from its own point of view and from the tools it really has.
 
-use crate::profiles::Profile;
+use crate::profiles::{Profile, Skill};
 use crate::tools::ToolName;
 
-pub fn system_prompt(profile: &Profile, surface: &[ToolName]) -> String {
+/// The system prompt: the profile's own words, the shared workspace, the
+/// profile's skills, and how this agent ends its part.
+pub fn system_prompt(profile: &Profile, surface: &[ToolName], skills: &[Skill]) -> String {
     let mut parts = vec![];
     let own = profile.system_prompt.trim();
     parts.push(if own.is_empty() { format!("You are {}. {}", profile.name, profile.description) } else { own.to_string() });
@@ -12,6 +14,10 @@ pub fn system_prompt(profile: &Profile, surface: &[ToolName]) -> String {
         "You work in a shared workspace with other agents. Write your work to workspace files (output/main.md holds the reply for the user)."
             .to_string(),
     );
+    if !skills.is_empty() {
+        let packs: Vec<String> = skills.iter().map(|s| format!("### {}\n{}", s.id, s.instructions.trim())).collect();
+        parts.push(format!("## Skills\n{}", packs.join("\n\n")));
+    }
     parts.push(closing_guidance(surface));
     parts.join("\n\n")
 }
@@ -48,6 +54,7 @@ mod tests {
             description: "Edits drafts.".into(),
             system_prompt: String::new(),
             tools: vec![],
+            skills: vec![],
             model: ModelBinding::Scripted { script: vec![] },
             delegation: DelegationPolicy::default(),
         }
@@ -55,7 +62,7 @@ mod tests {
 
     #[test]
     fn default_agent_system_prompt_describes_handoff_from_current_agent_view() {
-        let text = system_prompt(&profile(), &[ToolName::WorkspaceCommit, ToolName::AgentHandoff]);
+        let text = system_prompt(&profile(), &[ToolName::WorkspaceCommit, ToolName::AgentHandoff], &[]);
         assert!(text.starts_with("You are Editor. Edits drafts."));
         assert!(text.contains("hand the next stage to another agent with agent_handoff"));
         assert!(text.contains("After a successful handoff your part is complete"));
@@ -67,16 +74,23 @@ mod tests {
 
     #[test]
     fn a_finishing_agent_is_told_to_finish_not_to_answer_in_plain_text() {
-        let text = system_prompt(&profile(), &[ToolName::WorkspaceCommit, ToolName::WorkspaceFinish]);
+        let text = system_prompt(&profile(), &[ToolName::WorkspaceCommit, ToolName::WorkspaceFinish], &[]);
         assert!(text.contains("call workspace_finish"));
         assert!(!text.contains("agent_handoff"));
+    }
+
+    #[test]
+    fn enabled_skills_are_part_of_the_prompt() {
+        let skill = Skill { id: "plain-chinese".into(), description: String::new(), instructions: "Write short sentences.".into() };
+        let text = system_prompt(&profile(), &[ToolName::WorkspaceFinish], &[skill]);
+        assert!(text.contains("## Skills\n### plain-chinese\nWrite short sentences."), "{text}");
     }
 
     #[test]
     fn handoff_target_profiles_do_not_require_finish_tool() {
         // An intermediate stage with only handoff is a valid profile: it is
         // told to hand off, never to finish.
-        let text = system_prompt(&profile(), &[ToolName::WorkspaceWrite, ToolName::AgentHandoff]);
+        let text = system_prompt(&profile(), &[ToolName::WorkspaceWrite, ToolName::AgentHandoff], &[]);
         assert!(text.contains("agent_handoff"));
         assert!(!text.contains("workspace_finish"));
     }

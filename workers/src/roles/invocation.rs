@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_agent::provider::BuiltinProviders;
+use baton_agent::providers::BuiltinProviders;
 use baton_agent::runner::{Exit, Limits, Runner};
 use baton_bus::lapin::message::Delivery;
 use baton_bus::messages::RunInvocation;

@@ -16,7 +16,7 @@ use baton_store::journal::Event;
 use baton_store::GenericClient;
 use serde_json::{json, Value};
 
-use crate::provider::ToolCall;
+use crate::providers::ToolCall;
 use crate::Error;
 
 /// Everything a tool may know about its caller.

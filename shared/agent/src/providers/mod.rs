@@ -1,5 +1,12 @@
 //! Model providers. The loop sees one trait; each binding in a profile
 //! resolves to an implementation. Providers never see the database.
+//!
+//! - [`scripted`](Scripted): a deterministic list of turns, for demos and tests.
+//! - [`openai`]: any OpenAI-compatible Chat Completions endpoint.
+//! - [`command`]: an external coding agent run as a process.
+
+pub mod command;
+pub mod openai;
 
 use async_trait::async_trait;
 use baton_domain::profiles::{ModelBinding, Profile};
@@ -24,6 +31,9 @@ pub struct ModelTurn {
     pub tool_calls: Vec<ToolCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Value>,
+    /// Calls it took to get this turn (retries included), for the journal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
 }
 
 /// What a provider is asked: the conversation so far (OpenAI chat shape) and
@@ -60,14 +70,17 @@ pub trait Providers: Send + Sync {
 #[derive(Default)]
 pub struct BuiltinProviders {
     scripted: Scripted,
+    openai: openai::OpenAi,
+    command: command::CommandAgent,
 }
 
 impl Providers for BuiltinProviders {
     fn for_binding(&self, binding: &ModelBinding) -> Result<&dyn Provider, ProviderError> {
-        match binding {
-            ModelBinding::Scripted { .. } => Ok(&self.scripted),
-            other => Err(ProviderError::Unavailable(other.provider_name())),
-        }
+        Ok(match binding {
+            ModelBinding::Scripted { .. } => &self.scripted,
+            ModelBinding::Openai { .. } => &self.openai,
+            ModelBinding::Command { .. } => &self.command,
+        })
     }
 }
 
@@ -97,6 +110,6 @@ impl Provider for Scripted {
             None => vec![],
         };
         let usage = json!({"promptTokens": 0, "completionTokens": 0});
-        Ok(ModelTurn { content: turn.text.clone(), tool_calls, usage: Some(usage) })
+        Ok(ModelTurn { content: turn.text.clone(), tool_calls, usage: Some(usage), attempts: None })
     }
 }

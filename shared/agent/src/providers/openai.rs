@@ -1,0 +1,218 @@
+//! Any OpenAI-compatible Chat Completions endpoint with tool calling
+//! (OpenAI, DeepSeek, Qwen/DashScope compatible mode, vLLM, Ollama,
+//! llama.cpp server). Retries 429 and 5xx with backoff and jitter,
+//! honouring `Retry-After`, within a request timeout and an attempt budget.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use backon::BackoffBuilder;
+use baton_domain::profiles::ModelBinding;
+use serde_json::{json, Value};
+
+use super::{ModelRequest, ModelTurn, Provider, ProviderError, ToolCall};
+
+const DEFAULT_TIMEOUT_SECS: u64 = 120;
+const DEFAULT_ATTEMPTS: u32 = 5;
+/// The longest `Retry-After` honoured; a server asking for more is failed.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+pub struct OpenAi {
+    client: reqwest::Client,
+    /// The shortest wait between attempts (tests make it small).
+    pub min_backoff: Duration,
+}
+
+impl Default for OpenAi {
+    fn default() -> Self {
+        Self { client: reqwest::Client::new(), min_backoff: Duration::from_millis(500) }
+    }
+}
+
+/// The endpoint and settings a profile binds to.
+struct Endpoint<'a> {
+    url: String,
+    model: &'a str,
+    key: Option<String>,
+    temperature: Option<f32>,
+    max_tokens: Option<u32>,
+    timeout: Duration,
+    attempts: u32,
+}
+
+fn endpoint(binding: &ModelBinding) -> Result<Endpoint<'_>, ProviderError> {
+    let ModelBinding::Openai { base_url, model, api_key_env, temperature, max_tokens, timeout_secs, max_attempts } = binding else {
+        return Err(ProviderError::Failed("not an openai binding".into()));
+    };
+    let (Some(base), Some(model)) = (base_url.as_deref(), model.as_deref()) else {
+        return Err(ProviderError::Failed("the profile needs base_url and model".into()));
+    };
+    let key = match api_key_env.as_deref() {
+        Some(name) => Some(std::env::var(name).map_err(|_| ProviderError::Failed(format!("environment variable {name} is not set")))?),
+        None => None,
+    };
+    Ok(Endpoint {
+        url: format!("{}/chat/completions", base.trim_end_matches('/')),
+        model,
+        key,
+        temperature: *temperature,
+        max_tokens: *max_tokens,
+        timeout: Duration::from_secs(timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS)),
+        attempts: max_attempts.unwrap_or(DEFAULT_ATTEMPTS).max(1),
+    })
+}
+
+fn body(e: &Endpoint<'_>, request: &ModelRequest<'_>) -> Value {
+    let mut body = json!({ "model": e.model, "messages": request.messages });
+    if !request.tools.is_empty() {
+        body["tools"] = Value::Array(request.tools.to_vec());
+        body["tool_choice"] = "auto".into();
+    }
+    if let Some(t) = e.temperature {
+        body["temperature"] = json!(t);
+    }
+    if let Some(m) = e.max_tokens {
+        body["max_tokens"] = json!(m);
+    }
+    body
+}
+
+/// What one attempt came to.
+enum Attempt {
+    Done(Value),
+    /// Worth another try, after at least this long.
+    Retry(String, Option<Duration>),
+    Fatal(String),
+}
+
+#[async_trait]
+impl Provider for OpenAi {
+    async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelTurn, ProviderError> {
+        let e = endpoint(&request.profile.model)?;
+        let body = body(&e, request);
+        let mut delays = backon::ExponentialBuilder::default()
+            .with_min_delay(self.min_backoff)
+            .with_max_delay(Duration::from_secs(20))
+            .with_jitter()
+            .without_max_times()
+            .build();
+        let mut last = String::new();
+        for attempt in 1..=e.attempts {
+            match self.attempt(&e, &body, &request.session_id).await {
+                Attempt::Done(response) => {
+                    let mut turn = parse_response(&response)?;
+                    turn.attempts = Some(attempt);
+                    return Ok(turn);
+                }
+                Attempt::Fatal(why) => return Err(ProviderError::Failed(why)),
+                Attempt::Retry(why, after) => {
+                    let wait = delays.next().unwrap_or(MAX_RETRY_AFTER).max(after.unwrap_or_default());
+                    tracing::warn!(attempt, why = %why, ?wait, "model call failed; retrying");
+                    last = why;
+                    if attempt < e.attempts {
+                        tokio::time::sleep(wait).await;
+                    }
+                }
+            }
+        }
+        Err(ProviderError::Failed(format!("model call failed after {} attempts: {last}", e.attempts)))
+    }
+}
+
+impl OpenAi {
+    async fn attempt(&self, e: &Endpoint<'_>, body: &Value, session: &str) -> Attempt {
+        let mut call = self.client.post(&e.url).timeout(e.timeout).header("X-Session-Id", session).json(body);
+        if let Some(key) = &e.key {
+            call = call.bearer_auth(key);
+        }
+        let response = match call.send().await {
+            Ok(r) => r,
+            Err(err) if err.is_timeout() => return Attempt::Retry(format!("no answer within {:?}", e.timeout), None),
+            Err(err) if err.is_connect() || err.is_request() => return Attempt::Retry(format!("could not reach {}: {err}", e.url), None),
+            Err(err) => return Attempt::Fatal(err.to_string()),
+        };
+        let status = response.status();
+        let retry_after = retry_after(response.headers());
+        let text = match response.text().await {
+            Ok(t) => t,
+            Err(err) if err.is_timeout() => return Attempt::Retry(format!("no answer within {:?}", e.timeout), None),
+            Err(err) => return Attempt::Retry(err.to_string(), None),
+        };
+        let snippet: String = text.chars().take(300).collect();
+        if status.as_u16() == 429 || status.is_server_error() {
+            return match retry_after {
+                Some(after) if after > MAX_RETRY_AFTER => Attempt::Fatal(format!("HTTP {status}; the server asks to wait {after:?}")),
+                after => Attempt::Retry(format!("HTTP {status}: {snippet}"), after),
+            };
+        }
+        if !status.is_success() {
+            return Attempt::Fatal(format!("HTTP {status}: {snippet}"));
+        }
+        serde_json::from_str(&text).map(Attempt::Done).unwrap_or_else(|err| Attempt::Fatal(format!("the response is not JSON ({err}): {snippet}")))
+    }
+}
+
+/// `Retry-After` in seconds (the HTTP-date form is rare for these APIs).
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    value.trim().parse::<f64>().ok().filter(|s| *s >= 0.0).map(Duration::from_secs_f64)
+}
+
+/// The first choice's message as a turn. Arguments that are not valid JSON
+/// reach the tool as a string, which answers with a recoverable error.
+pub fn parse_response(response: &Value) -> Result<ModelTurn, ProviderError> {
+    let message = &response["choices"][0]["message"];
+    if message.is_null() {
+        return Err(ProviderError::Failed(format!("the response has no message: {}", truncate(response))));
+    }
+    let tool_calls = message["tool_calls"]
+        .as_array()
+        .map(|calls| calls.iter().enumerate().map(|(i, c)| tool_call(i, c)).collect())
+        .unwrap_or_default();
+    Ok(ModelTurn {
+        content: message["content"].as_str().filter(|c| !c.is_empty()).map(str::to_string),
+        tool_calls,
+        usage: response.get("usage").cloned(),
+        attempts: None,
+    })
+}
+
+fn tool_call(index: usize, call: &Value) -> ToolCall {
+    let raw = call["function"]["arguments"].as_str().unwrap_or("{}");
+    let arguments = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()));
+    ToolCall {
+        id: call["id"].as_str().map(str::to_string).unwrap_or_else(|| format!("call_{index}")),
+        name: call["function"]["name"].as_str().unwrap_or_default().to_string(),
+        arguments,
+    }
+}
+
+fn truncate(v: &Value) -> String {
+    v.to_string().chars().take(300).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_calls_and_usage_are_read_from_the_first_choice() {
+        let response = json!({
+            "choices": [{"message": {"content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "workspace_write", "arguments": "{\"path\":\"output/main.md\"}"}},
+                {"id": "c2", "type": "function", "function": {"name": "workspace_commit", "arguments": "not json"}}
+            ]}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        });
+        let turn = parse_response(&response).unwrap();
+        assert_eq!(turn.content, None);
+        assert_eq!(turn.tool_calls[0].arguments["path"], "output/main.md");
+        assert_eq!(turn.tool_calls[1].arguments, Value::String("not json".into()));
+        assert_eq!(turn.usage.unwrap()["total_tokens"], 15);
+    }
+
+    #[test]
+    fn a_response_without_a_message_is_a_clear_failure() {
+        assert!(parse_response(&json!({"error": "nope"})).unwrap_err().to_string().contains("no message"));
+    }
+}
