@@ -29,6 +29,9 @@ pub async fn status(c: &impl GenericClient, request: &Request, status: &str, not
     let seq = requests::set_status(c, &request.id, status).await?;
     requests::add_event(c, &request.id, "status_changed", Some(status), note).await?;
     let body = bridge::status(&request.id, status, seq, request.reply_chat_id.as_deref(), now());
+    if let Some(url) = &request.status_url {
+        baton_store::callbacks::enqueue(c, &request.id, url, &body).await?;
+    }
     outbox::enqueue(c, &route(request, bridge::status_message_id(&request.id, status), body, false)).await
 }
 

@@ -35,6 +35,27 @@ enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
+    /// Work bridge handoffs by hand (the manual flow).
+    Handoff {
+        #[command(subcommand)]
+        command: HandoffCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum HandoffCommand {
+    /// The request after filtering, its status and its events.
+    Show { id: String },
+    /// A ready-to-copy prompt for an external agent.
+    Prompt { id: String },
+    /// Record an external agent's result (from FILE, or - for stdin) and reply to the bridge.
+    PasteResult { id: String, file: String },
+    /// Cancel the handoff; the bridge is told.
+    Cancel {
+        id: String,
+        #[arg(long, default_value = "cancelled by an operator")]
+        reason: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -76,7 +97,12 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Profiles { command: ProfilesCommand::Check { file } } => {
             for p in read_profiles(&file)?.profiles {
-                let missing = p.model.missing_configuration();
+                let mut missing: Vec<String> = p.model.missing_configuration().iter().map(|m| m.to_string()).collect();
+                if let baton_domain::profiles::ModelBinding::Openai { api_key_env: Some(var), .. } = &p.model {
+                    if std::env::var(var).is_err() {
+                        missing.push(format!("environment variable {var}"));
+                    }
+                }
                 let state = match (missing.is_empty(), p.model.unavailable()) {
                     (false, _) => format!("requires configuration: {}", missing.join(", ")),
                     (true, Some(why)) => format!("not runnable: {why}"),
@@ -96,6 +122,7 @@ async fn main() -> anyhow::Result<()> {
             let events = baton_store::journal::timeline(&pool.get().await?, run).await?;
             print!("{}", baton::timeline::render(&events));
         }
+        Command::Handoff { command } => handoff(&settings, command).await?,
         Command::Runs { command: RunsCommand::Cancel { run, reason } } => {
             let pool = baton_store::pool(&settings.database_url, 1)?;
             if baton::operator::cancel_run(&pool, run, &reason).await? {
@@ -103,6 +130,30 @@ async fn main() -> anyhow::Result<()> {
             } else {
                 println!("run {run} had already ended");
             }
+        }
+    }
+    Ok(())
+}
+
+async fn handoff(settings: &Settings, command: HandoffCommand) -> anyhow::Result<()> {
+    use baton::operator::{self, Settle};
+    let pool = baton_store::pool(&settings.database_url, 1)?;
+    match command {
+        HandoffCommand::Show { id } => print!("{}", operator::handoff_show(&pool, &id).await?),
+        HandoffCommand::Prompt { id } => print!("{}", operator::handoff_prompt(&pool, &id).await?),
+        HandoffCommand::PasteResult { id, file } => {
+            let text = if file == "-" {
+                std::io::read_to_string(std::io::stdin())?
+            } else {
+                std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?
+            };
+            anyhow::ensure!(!text.trim().is_empty(), "the result is empty");
+            let run = operator::settle_handoff(&pool, &id, Settle::Result, text.trim()).await?;
+            println!("handoff {id} completed (run {run}); the reply is on its way to the bridge");
+        }
+        HandoffCommand::Cancel { id, reason } => {
+            operator::settle_handoff(&pool, &id, Settle::Cancel, &reason).await?;
+            println!("handoff {id} cancelled; the bridge will be told");
         }
     }
     Ok(())

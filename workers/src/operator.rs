@@ -1,6 +1,14 @@
-//! What an operator can do to a run from the command line.
+//! What an operator can do from the command line: cancel a run, and work
+//! a handoff by hand (the manual flow of the bridge protocol).
 
-use baton_store::Pool;
+use anyhow::{bail, Context};
+use baton_domain::brief::render_request_brief;
+use baton_domain::journal;
+use baton_domain::request::HandoffRequest;
+use baton_domain::state::RunStatus;
+use baton_store::journal::Event;
+use baton_store::{runs, Pool};
+use serde_json::json;
 use uuid::Uuid;
 
 /// Cancels a run in one transaction; `false` when it had already ended.
@@ -12,4 +20,95 @@ pub async fn cancel_run(pool: &Pool, run_id: Uuid, reason: &str) -> anyhow::Resu
     baton_store::journal::append(&tx, run_id, &events).await?;
     tx.commit().await?;
     Ok(cancelled)
+}
+
+/// `baton handoff show`: the request as agents see it (after the disclosure
+/// policy), its status and its events.
+pub async fn handoff_show(pool: &Pool, id: &str) -> anyhow::Result<String> {
+    let c = pool.get().await?;
+    let request = baton_store::requests::get(&c, id).await?.with_context(|| format!("no handoff `{id}`"))?;
+    let parsed: HandoffRequest = serde_json::from_value(request.body.clone())?;
+    let mut out = format!(
+        "handoff {id}\n  source: {}\n  target: {}\n  status: {}\n  language: {}\n  chat: {}\n  replies to: {}\n  run: {}\n",
+        request.source,
+        request.target_agent,
+        request.status,
+        request.language,
+        request.reply_chat_id.as_deref().unwrap_or("-"),
+        request.reply_to.as_deref().unwrap_or(baton_bus::topology::BRIDGE_REPLIES),
+        request.run_id.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
+    );
+    let redactions = &parsed.context.redactions;
+    out.push_str(&format!("\nContext after filtering ({} removal(s)):\n", redactions.len()));
+    for r in redactions {
+        out.push_str(&format!("  - {}: {}\n", r.field, r.reason));
+    }
+    out.push_str(&format!("\n{}\nEvents:\n", render_request_brief(&parsed)));
+    for e in baton_store::requests::events(&c, id).await? {
+        let detail = [e.status.as_deref(), e.message.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ");
+        out.push_str(&format!("  {}  {:<18} {detail}\n", e.at.format("%Y-%m-%d %H:%M:%S"), e.kind));
+    }
+    Ok(out)
+}
+
+/// `baton handoff prompt`: a ready-to-copy prompt for an external agent.
+pub async fn handoff_prompt(pool: &Pool, id: &str) -> anyhow::Result<String> {
+    let c = pool.get().await?;
+    let request = baton_store::requests::get(&c, id).await?.with_context(|| format!("no handoff `{id}`"))?;
+    let parsed: HandoffRequest = serde_json::from_value(request.body)?;
+    Ok(format!(
+        "{}\n## How to answer\nReply with the result only, as plain text in {}: it is sent to the user as it is.\n",
+        render_request_brief(&parsed),
+        if parsed.language() == baton_domain::Language::ZhCn { "Simplified Chinese" } else { "English" }
+    ))
+}
+
+/// What an operator did to a waiting handoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// `paste-result`: an external agent's result, sent to the user.
+    Result,
+    /// `cancel`: the handoff is dropped; the user is told.
+    Cancel,
+}
+
+/// Completes (or cancels) a handoff by hand: a run is recorded with the
+/// outcome and the collector sends the reply, exactly as for a run the
+/// fleet did itself. A handoff the fleet is running is cancelled through
+/// its run; one that has ended is refused.
+pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> anyhow::Result<Uuid> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let request = baton_store::requests::lock(&tx, id).await?.with_context(|| format!("no handoff `{id}`"))?;
+    if request.reply_sent_at.is_some() || ["completed", "failed", "cancelled"].contains(&request.status.as_str()) {
+        bail!("handoff `{id}` has already ended ({})", request.status);
+    }
+    if let Some(run) = request.run_id {
+        if how == Settle::Result {
+            bail!("handoff `{id}` is being run by the fleet; cancel it first to answer by hand");
+        }
+        let events = baton_agent::lifecycle::cancel_run(&tx, run, text).await?;
+        baton_store::journal::append(&tx, run, &events).await?;
+        tx.commit().await?;
+        return Ok(run);
+    }
+    let run = Uuid::now_v7();
+    runs::insert(&tx, run, Some(id), "manual").await?;
+    baton_store::requests::link_run(&tx, id, run).await?;
+    let (status, error, kind) = match how {
+        Settle::Result => {
+            runs::set_final_text(&tx, run, text).await?;
+            (RunStatus::Completed, None, journal::RUN_COMPLETED)
+        }
+        Settle::Cancel => (RunStatus::Cancelled, Some(json!({"code": "cancelled", "message": text})), journal::RUN_CANCELLED),
+    };
+    runs::finish(&tx, run, status, error.as_ref()).await?;
+    let events = [
+        Event::new(journal::RUN_CREATED, None, json!({"handoffId": id, "manual": true})),
+        Event::new(kind, None, json!({"by": "operator"})),
+    ];
+    baton_store::journal::append(&tx, run, &events).await?;
+    baton_agent::lifecycle::publish_finished(&tx, run).await?;
+    tx.commit().await?;
+    Ok(run)
 }

@@ -13,14 +13,18 @@
 //! - [`journal`]: run events.
 //! - [`workspace`]: files, read marks and the commit ledger.
 //! - [`outbox`]: messages waiting for the relay.
-//! - [`profiles`]: agent profiles and routes.
+//! - [`profiles`]: agent profiles, skills and routes.
+//! - [`callbacks`]: HTTP status callbacks waiting for delivery.
+//! - [`settings`]: fleet-wide settings (the disclosure policy).
 
+pub mod callbacks;
 pub mod invocations;
 pub mod journal;
 pub mod outbox;
 pub mod profiles;
 pub mod requests;
 pub mod runs;
+pub mod settings;
 pub mod steps;
 pub mod tasks;
 pub mod workspace;

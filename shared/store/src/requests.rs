@@ -16,6 +16,7 @@ pub struct NewRequest<'a> {
     pub language: &'a str,
     pub reply_to: Option<&'a str>,
     pub reply_chat_id: Option<&'a str>,
+    pub status_url: Option<&'a str>,
 }
 
 #[derive(Debug, Clone)]
@@ -28,6 +29,7 @@ pub struct Request {
     pub language: String,
     pub reply_to: Option<String>,
     pub reply_chat_id: Option<String>,
+    pub status_url: Option<String>,
     pub run_id: Option<Uuid>,
     pub deliveries: i32,
     pub reply_sent_at: Option<DateTime<Utc>>,
@@ -46,18 +48,18 @@ pub struct HandoffEvent {
 pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Result<bool> {
     let row = sql::query_one(
         c,
-        "INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+        "INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id, status_url)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
          ON CONFLICT (id) DO UPDATE SET deliveries = handoff_requests.deliveries + 1, updated_at = now()
          RETURNING deliveries = 1",
-        &[&r.id, r.body, &r.source, &r.target_agent, &r.status, &r.language, &r.reply_to, &r.reply_chat_id],
+        &[&r.id, r.body, &r.source, &r.target_agent, &r.status, &r.language, &r.reply_to, &r.reply_chat_id, &r.status_url],
     )
     .await?;
     Ok(row.get(0))
 }
 
 const COLUMNS: &str =
-    "id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries, reply_sent_at";
+    "id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries, reply_sent_at, status_url";
 
 fn from_row(r: &tokio_postgres::Row) -> Request {
     Request {
@@ -72,6 +74,7 @@ fn from_row(r: &tokio_postgres::Row) -> Request {
         run_id: r.get(8),
         deliveries: r.get(9),
         reply_sent_at: r.get(10),
+        status_url: r.get(11),
     }
 }
 
@@ -135,11 +138,12 @@ pub async fn events(c: &impl GenericClient, handoff_id: &str) -> Result<Vec<Hand
 }
 
 /// A stored draft becomes the request the bridge now sends as `requested`.
-pub async fn promote_draft(c: &impl GenericClient, id: &str, body: &Value) -> Result<()> {
+pub async fn promote_draft(c: &impl GenericClient, id: &str, body: &Value, status_url: Option<&str>) -> Result<()> {
     sql::execute(
         c,
-        "UPDATE handoff_requests SET body = $2, status = 'requested', updated_at = now() WHERE id = $1 AND status = 'draft'",
-        &[&id, body],
+        "UPDATE handoff_requests SET body = $2, status = 'requested', status_url = $3, updated_at = now()
+          WHERE id = $1 AND status = 'draft'",
+        &[&id, body, &status_url],
     )
     .await?;
     Ok(())

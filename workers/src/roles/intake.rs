@@ -104,13 +104,14 @@ async fn accept(pool: &Pool, request: &HandoffRequest, reply_to: Option<&str>) -
         language: request.language().as_str(),
         reply_to,
         reply_chat_id: request.reply_to_chat_id(),
+        status_url: status_url(request),
     };
     if !requests::insert_or_count(&tx, &new).await? {
         // The same id again: a duplicate (acknowledged, counted, nothing
         // more), or a draft the bridge now sends as `requested`.
         let stored = requests::get(&tx, &request.id).await?.expect("counted in this transaction");
         if stored.status == "draft" && request.is_runnable() {
-            requests::promote_draft(&tx, &request.id, &body).await?;
+            requests::promote_draft(&tx, &request.id, &body, status_url(request)).await?;
             start(&tx, request).await?;
         } else {
             tracing::info!(handoff = %request.id, "duplicate request acknowledged; no new run");
@@ -188,4 +189,8 @@ async fn refuse(c: &impl GenericClient, stored: &requests::Request, request: &Ha
     };
     bridge::reply(c, stored, &input).await?;
     Ok(())
+}
+
+fn status_url(request: &HandoffRequest) -> Option<&str> {
+    request.callback.as_ref().and_then(|c| c.status_url.as_deref()).filter(|u| !u.trim().is_empty())
 }

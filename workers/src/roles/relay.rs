@@ -27,7 +27,11 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let (_listening, listener) = listen(&settings.database_url, wake.clone()).await?;
     let relay = Relay { pool, publisher, settings: settings.clone() };
     tracing::info!("relay publishing");
+    let callbacks_stop = shutdown.child_token();
+    let callbacks = tokio::spawn(super::callbacks::deliver(relay.pool.clone(), settings.relay_poll, callbacks_stop.clone()));
     let result = relay.serve(&wake, &listener, shutdown).await;
+    callbacks_stop.cancel();
+    let _ = callbacks.await;
     super::close(relay.publisher.channel()).await;
     result
 }
