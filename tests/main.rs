@@ -7,3 +7,4 @@ mod claims;
 mod delegation;
 mod errors;
 mod process;
+mod providers;

@@ -19,6 +19,8 @@ use futures_lite::StreamExt;
 use serde_json::Value;
 use uuid::Uuid;
 
+pub mod http;
+
 pub use baton_domain::request::sample_request_json;
 
 /// One isolated test environment.

@@ -119,8 +119,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Demo(args) => baton::demo::run(&settings, args).await?,
         Command::Runs { command: RunsCommand::Show { run } } => {
             let pool = baton_store::pool(&settings.database_url, 1)?;
-            let events = baton_store::journal::timeline(&pool.get().await?, run).await?;
+            let c = pool.get().await?;
+            let events = baton_store::journal::timeline(&c, run).await?;
             print!("{}", baton::timeline::render(&events));
+            println!("tokens used: {}", baton_store::runs::tokens_used(&c, run).await?);
         }
         Command::Handoff { command } => handoff(&settings, command).await?,
         Command::Runs { command: RunsCommand::Cancel { run, reason } } => {

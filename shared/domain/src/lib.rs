@@ -11,6 +11,7 @@
 //! - [`handoff`]: `agent_handoff` argument parsing and the handoff policies.
 //! - [`delegation`]: `agent_delegate`, `agent_await`, `task_return`: parsing, policies, rendering.
 //! - [`brief`]: the markdown briefs agents read first.
+//! - [`disclosure`]: the disclosure policy: what an agent may see, secrets and personal data redacted.
 //! - [`prompt`]: the default system prompt.
 //! - [`workspace`]: logical paths, reads, patches, commit modes.
 //! - [`state`]: run, invocation and task state machines.
@@ -19,6 +20,7 @@
 
 pub mod brief;
 pub mod delegation;
+pub mod disclosure;
 pub mod bridge;
 pub mod error;
 pub mod handoff;
