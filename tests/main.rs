@@ -7,4 +7,5 @@ mod claims;
 mod delegation;
 mod errors;
 mod process;
+mod protocol;
 mod providers;

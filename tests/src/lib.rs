@@ -218,11 +218,17 @@ impl TestEnv {
         steps.into_iter().filter(|s| s.kind == "tool_result").map(|s| s.payload).collect()
     }
 
-    /// Runs one request through the whole fleet and returns the bridge's messages.
+    /// Runs the sample request with this id through the whole fleet and
+    /// returns the bridge's messages.
     pub async fn run_request(&self, id: &str) -> Vec<Value> {
+        self.run(&sample_request_json(id, "docs_agent", "en")).await
+    }
+
+    /// Runs one request through the whole fleet and returns the bridge's messages.
+    pub async fn run(&self, request: &Value) -> Vec<Value> {
         let fleet = self.start_all();
         let mut replies = self.replies().await;
-        self.send_request(&sample_request_json(id, "docs_agent", "en")).await;
+        self.send_request(request).await;
         let messages = until_reply(&mut replies, Duration::from_secs(30)).await;
         fleet.stop().await;
         messages

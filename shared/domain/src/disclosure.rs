@@ -712,6 +712,22 @@ fn phones(text: &str) -> Vec<Hit> {
         .collect()
 }
 
+/// The disclosure section of the profiles file: a default policy and one
+/// per `targetAgent` that needs another.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DisclosureConfig {
+    pub default: DisclosurePolicy,
+    pub targets: std::collections::BTreeMap<String, DisclosurePolicy>,
+}
+
+impl DisclosureConfig {
+    /// The policy for a request's target agent.
+    pub fn for_target(&self, target: &str) -> &DisclosurePolicy {
+        self.targets.get(target).unwrap_or(&self.default)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,9 @@ pub struct ProfilesFile {
     /// Named instruction packs that profiles enable by id.
     #[serde(default)]
     pub skills: Vec<Skill>,
+    /// What each target agent may see of a request's context.
+    #[serde(default)]
+    pub disclosure: crate::disclosure::DisclosureConfig,
 }
 
 /// A named instruction pack, included in the prompt of every profile that

@@ -26,6 +26,7 @@ pub async fn apply(c: &impl GenericClient, file: &ProfilesFile) -> Result<()> {
         )
         .await?;
     }
+    crate::settings::put(c, DISCLOSURE, &serde_json::to_value(&file.disclosure)?).await?;
     sql::execute(c, "DELETE FROM routes", &[]).await?;
     for (target, profile) in &file.routes {
         sql::execute(c, "INSERT INTO routes (target_agent, profile_id) VALUES ($1, $2)", &[target, profile]).await?;
@@ -58,4 +59,14 @@ pub async fn skills(c: &impl GenericClient, ids: &[String]) -> Result<Vec<Skill>
     let mut found: Vec<(String, Skill)> = rows.iter().map(|r| Ok((r.get(0), serde_json::from_value(r.get(1))?))).collect::<Result<_>>()?;
     found.sort_by_key(|(id, _)| ids.iter().position(|i| i == id));
     Ok(found.into_iter().map(|(_, s)| s).collect())
+}
+
+const DISCLOSURE: &str = "disclosure";
+
+/// The disclosure policy loaded with the profiles file (the defaults when none was).
+pub async fn disclosure(c: &impl GenericClient) -> Result<baton_domain::disclosure::DisclosureConfig> {
+    match crate::settings::get(c, DISCLOSURE).await? {
+        Some(value) => Ok(serde_json::from_value(value)?),
+        None => Ok(Default::default()),
+    }
 }

@@ -4,6 +4,7 @@
 use baton_bus::topology::{BRIDGE_REPLIES, BRIDGE_REQUESTS};
 use baton_bus::{Outgoing, Publisher};
 use baton_domain::brief::render_request_brief;
+use baton_domain::disclosure;
 use baton_domain::bridge::{self as wire, ReplyInput};
 use baton_domain::journal;
 use baton_domain::reply::Outcome;
@@ -91,9 +92,14 @@ async fn reject(publisher: &Publisher, settings: &Settings, delivery: &Delivery,
     dead_letter(publisher, settings, delivery, BRIDGE_REQUESTS, &error.reason).await
 }
 
-async fn accept(pool: &Pool, request: &HandoffRequest, reply_to: Option<&str>) -> anyhow::Result<()> {
+async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>) -> anyhow::Result<()> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
+    // The disclosure policy runs before anything is stored or shown: no
+    // agent, prompt, external tool or operator view sees what it removes.
+    let policy = profiles::disclosure(&tx).await?;
+    let filtered = disclosure::apply(policy.for_target(original.target_agent.as_str()), original);
+    let request = &filtered.request;
     let body = serde_json::to_value(request)?;
     let new = NewRequest {
         id: &request.id,
@@ -120,6 +126,11 @@ async fn accept(pool: &Pool, request: &HandoffRequest, reply_to: Option<&str>) -
         return Ok(());
     }
     requests::add_event(&tx, &request.id, "created", Some(request.status.as_str()), None).await?;
+    if !filtered.removed.is_empty() {
+        let what: Vec<String> = filtered.removed.iter().map(|r| format!("{} ({})", r.field, r.reason)).collect();
+        let note = format!("{} removal(s): {}", what.len(), what.join("; "));
+        requests::add_event(&tx, &request.id, "disclosure_filtered", None, Some(&note)).await?;
+    }
     requests::add_event(&tx, &request.id, "context_packaged", None, None).await?;
     if request.is_runnable() {
         start(&tx, request).await?;
