@@ -165,3 +165,37 @@ script = [{ tool = "workspace_finish" }]
     assert_eq!(reply["result"]["finalText"], "Committed by the drafter.");
     assert_eq!(reply["result"]["agents"], serde_json::json!(["drafter", "closer"]));
 }
+
+/// Seed 000 section 6: each invocation resolves its own profile's skills,
+/// never its caller's, records them and includes them in its prompt.
+#[tokio::test]
+async fn each_agent_gets_its_own_profiles_skills_in_its_prompt() {
+    let env = TestEnv::new().await;
+    let profiles = include_str!("../examples/profiles.toml").to_string()
+        + "\n[[skills]]\nid = \"school-tone\"\ndescription = \"How the school writes to parents.\"\ninstructions = \"Address parents warmly; put dates in bold.\"\n";
+    let profiles = profiles.replacen("id = \"writer\"\nname = \"Writer\"", "id = \"writer\"\nname = \"Writer\"\nskills = [\"school-tone\"]", 1);
+    env.apply_profiles(&profiles).await;
+    let fleet = env.start_all();
+    run_request(&env, "skills-1").await;
+    fleet.stop().await;
+    let run = env.run_of("skills-1").await;
+    let c = env.db().await;
+    let prompt_of = |profile: &'static str| {
+        let env = &env;
+        async move {
+            let inv = &env.invocations_of(run, profile).await[0];
+            baton_store::steps::load(&env.db().await, inv.id).await.unwrap()[0].payload["messages"][0]["content"].as_str().unwrap().to_string()
+        }
+    };
+    assert!(prompt_of("writer").await.contains("## Skills\n### school-tone\nAddress parents warmly; put dates in bold."));
+    assert!(!prompt_of("editor").await.contains("school-tone"), "the editor does not inherit the writer's skills");
+    let resolved: Vec<serde_json::Value> = baton_store::journal::timeline(&c, run)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "skill_scopes_resolved")
+        .map(|e| e.payload["skills"].clone())
+        .collect();
+    assert_eq!(resolved[0], serde_json::json!(["school-tone"]));
+    assert_eq!(resolved[1], serde_json::json!([]));
+}

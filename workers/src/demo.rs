@@ -31,6 +31,9 @@ pub struct DemoArgs {
     /// How long to wait for the reply, in seconds.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+    /// The request's targetAgent (routed through the profiles file).
+    #[arg(long, default_value = "docs_agent")]
+    pub target: String,
 }
 
 /// Creates the database if needed and migrates it, with a clear error when
@@ -79,7 +82,8 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     println!("\nTimeline of run {run_id} ({} events across agents)\n", events.len());
     print!("{}", crate::timeline::render(&events));
     print_reply(&reply);
-    println!("\nDone in {:.1}s.", started.elapsed().as_secs_f64());
+    let tokens = baton_store::runs::tokens_used(&pool.get().await?, run_id).await?;
+    println!("\nDone in {:.1}s ({tokens} model tokens).", started.elapsed().as_secs_f64());
     if reply["status"] != "completed" {
         bail!("the run ended {}", reply["status"]);
     }
@@ -109,7 +113,7 @@ async fn send_and_wait(settings: &Settings, broker: &baton_bus::lapin::Connectio
         .await?;
 
     let id = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let body = serde_json::to_vec(&sample_request_json(&id, "docs_agent", &args.language))?;
+    let body = serde_json::to_vec(&sample_request_json(&id, &args.target, &args.language))?;
     let publisher = Publisher::open(broker).await?;
     let queue = settings.queues().name(BRIDGE_REQUESTS);
     let out = Outgoing { queue: &queue, body: &body, message_id: Some(&id), reply_to: Some(&reply_name), mandatory: true, ..Default::default() };
