@@ -81,9 +81,11 @@ async fn an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced() {
     let c = env.db().await;
     let fenced = baton_store::invocations::fence(&c, held_by_a.id, held_by_a.claim_epoch).await;
     assert!(matches!(fenced, Err(baton_store::Error::Fenced(_))), "{fenced:?}");
+    let steps_before = env.scalar_i64("SELECT count(*) FROM steps WHERE invocation_id = $1", &[&held_by_a.id]).await;
+    assert_eq!(steps_before, 1, "only the prompt, written with A's claim");
     let exit = a.runner.run(&held_by_a, &CancellationToken::new()).await.unwrap();
     assert_eq!(exit, Exit::Fenced);
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM steps WHERE invocation_id = $1", &[&held_by_a.id]).await, 0);
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM steps WHERE invocation_id = $1", &[&held_by_a.id]).await, steps_before, "A wrote nothing");
 
     // B runs the writer stage; the rest of the chain completes through the fleet.
     let invocation_fleet = env.start(&[Role::Invocation]);

@@ -17,6 +17,10 @@ pub struct Settings {
     pub invocation_prefetch: u16,
     /// Invocations one worker process runs at once.
     pub max_concurrent_invocations: usize,
+    /// Which invocation queues this worker consumes: both (default), or only
+    /// `handoff` (foreground stages) or `delegate` (children and wake-ups),
+    /// so each kind of work can be scaled on its own.
+    pub invocation_queues: Vec<String>,
     /// Takeovers of one invocation (its worker died or stalled) before it is
     /// failed: a crash loop stops here.
     pub max_takeovers: i32,
@@ -49,9 +53,10 @@ impl Settings {
             prefetch: number("BATON_PREFETCH", 32),
             invocation_prefetch: number("BATON_INVOCATION_PREFETCH", 8),
             max_concurrent_invocations: number("BATON_MAX_CONCURRENT_INVOCATIONS", 64),
+            invocation_queues: var("BATON_INVOCATION_QUEUES", "handoff,delegate").split(',').map(|q| q.trim().to_string()).collect(),
             max_takeovers: number("BATON_MAX_TAKEOVERS", 3),
             unclaimed_grace: Duration::from_millis(number("BATON_UNCLAIMED_GRACE_MS", 60_000)),
-            pool_size: number("BATON_DB_POOL_SIZE", 8),
+            pool_size: number("BATON_DB_POOL_SIZE", 16),
             relay_poll: Duration::from_millis(number("BATON_RELAY_POLL_MS", 1_000)),
             worker_id: var("BATON_WORKER_ID", &format!("{host}-{}", std::process::id())),
         }

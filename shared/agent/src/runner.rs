@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use baton_domain::journal;
-use baton_domain::profiles::Profile;
+use baton_domain::profiles::{Profile, Skill};
 use baton_domain::state::InvocationKind;
 use baton_domain::prompt::system_prompt;
 use baton_domain::tools::{self, ToolName};
@@ -141,35 +141,29 @@ impl Runner {
 
     async fn load<'a>(&self, inv: &'a Invocation) -> Result<Claimed<'a>, Error> {
         let client = self.pool.get().await?;
-        let profile = profiles::get(&client, &inv.profile_id)
-            .await?
-            .ok_or_else(|| Error::Contract(format!("profile `{}` no longer exists", inv.profile_id)))?;
+        // Pipelined: both queries go out before either answer comes back.
+        let (profile, steps) = tokio::try_join!(profiles::get(&client, &inv.profile_id), steps::load(&client, inv.id))?;
+        let profile = profile.ok_or_else(|| Error::Contract(format!("profile `{}` no longer exists", inv.profile_id)))?;
         let surface = tools::surface(&tool_names(&profile), inv.kind);
-        let steps = steps::load(&client, inv.id).await?;
         let (limits, _) = narrow(self.limits, inv.budget.as_ref());
         let skills = profiles::skills(&client, &profile.skills).await?;
         Ok(Claimed { inv, epoch: inv.claim_epoch, profile, skills, surface, steps, limits, tokens: inv.tokens_used })
     }
 
     async fn assemble(&self, c: &mut Claimed<'_>) -> Result<(), Error> {
-        let messages = json!([
-            {"role": "system", "content": system_prompt(&c.profile, &c.surface, &c.skills)},
-            {"role": "user", "content": c.inv.brief},
-        ]);
-        let id = Some(c.inv.id);
-        let evs = [
-            Event::new(journal::CONTEXT_ASSEMBLED, id, json!({"briefChars": c.inv.brief.chars().count()})),
-            Event::new(journal::SKILL_SCOPES_RESOLVED, id, json!({"profileId": c.profile.id, "skills": c.skills.iter().map(|s| &s.id).collect::<Vec<_>>()})),
-            Event::new(journal::MODEL_BINDING_RESOLVED, id, json!({"provider": c.profile.model.provider_name()})),
-        ];
-        let prompt = json!({"messages": messages});
+        let (prompt, evs) = prompt_step(c.inv, &c.profile, &c.surface, &c.skills);
         let written = retry(|| async {
             let mut client = self.pool.get().await?;
             let tx = client.transaction().await?;
             let mut w = Written::new(c);
-            invocations::fence(&tx, c.inv.id, c.epoch).await?;
-            w.append(&tx, c.inv.id, transcript::PROMPT, prompt.clone()).await?;
-            events::append(&tx, c.inv.run_id, &evs).await?;
+            let (fenced, appended, logged) = tokio::join!(
+                invocations::fence(&tx, c.inv.id, c.epoch),
+                w.append(&tx, c.inv.id, transcript::PROMPT, prompt.clone()),
+                events::append(&tx, c.inv.run_id, &evs),
+            );
+            fenced?;
+            appended?;
+            logged?;
             tx.commit().await?;
             Ok(w)
         })
@@ -200,7 +194,16 @@ impl Runner {
             turn = provider.complete(&request) => turn?,
             _ = stop.cancelled() => return Ok(Some(Exit::Stopped)),
         };
-        let written = retry(|| self.store_turn(c, &turn)).await?;
+        // The turn and the tool calls it asks for commit together: one
+        // transaction instead of one per step. If a call breaks the host, the
+        // turn is stored alone first, so the model is never asked twice.
+        let written = match retry(|| self.turn_and_calls(c, &turn)).await {
+            Err(e) if !e.is_fenced() && !e.is_connection() => {
+                tracing::warn!(invocation = %c.inv.id, error = %e, "a tool call failed; storing the turn on its own");
+                retry(|| self.store_turn(c, &turn)).await?
+            }
+            other => other?,
+        };
         let exit = written.exit.clone();
         written.apply(c);
         Ok(exit)
@@ -219,6 +222,41 @@ impl Runner {
             Some(deadline) if chrono::Utc::now() >= deadline => Some("the task ran past its deadline".to_string()),
             _ => None,
         }
+    }
+
+    async fn turn_and_calls(&self, c: &Claimed<'_>, turn: &ModelTurn) -> Result<Written, Error> {
+        let closing_not_last = turn.tool_calls.iter().rev().skip(1).any(|call| is_closing(&call.name));
+        if turn.tool_calls.is_empty() || closing_not_last {
+            return self.store_turn(c, turn).await;
+        }
+        let payload = sanitize(serde_json::to_value(turn).map_err(|e| Error::Contract(e.to_string()))?);
+        let calls: Vec<ToolCall> = serde_json::from_value(payload["toolCalls"].clone()).map_err(|e| Error::Contract(e.to_string()))?;
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let mut w = Written::new(c);
+        let tokens = tokens_of(turn);
+        w.tokens = tokens;
+        let stored = json!({"toolCalls": calls.len(), "tokens": tokens, "attempts": turn.attempts});
+        let evs = [Event::new(journal::MODEL_RESPONSE_STORED, Some(c.inv.id), stored)];
+        let (fenced, appended, logged, counted) = tokio::join!(
+            invocations::fence(&tx, c.inv.id, c.epoch),
+            w.append(&tx, c.inv.id, transcript::MODEL_TURN, payload),
+            events::append(&tx, c.inv.run_id, &evs),
+            add_tokens(&tx, c.inv.id, tokens),
+        );
+        fenced?;
+        appended?;
+        logged?;
+        counted?;
+        for call in &calls {
+            let effect = self.run_call(&tx, c, call, &mut w).await?;
+            if let Some(exit) = exit_of(effect) {
+                w.exit = Some(exit);
+                break;
+            }
+        }
+        tx.commit().await?;
+        Ok(w)
     }
 
     async fn store_turn(&self, c: &Claimed<'_>, turn: &ModelTurn) -> Result<Written, Error> {
@@ -259,37 +297,46 @@ impl Runner {
         Ok(exit)
     }
 
-    /// One tool call: its effect, its result and its events in one fenced
+    /// One tool call of a stored turn (after a resume, or a turn stored on
+    /// its own): its effect, its result and its events in one fenced
     /// transaction (run again whole if the database asks for a retry).
     async fn run_tool(&self, c: &Claimed<'_>, call: &ToolCall) -> Result<Written, Error> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         let mut w = Written::new(c);
         invocations::fence(&tx, c.inv.id, c.epoch).await?;
+        let effect = self.run_call(&tx, c, call, &mut w).await?;
+        tx.commit().await?;
+        w.exit = exit_of(effect);
+        Ok(w)
+    }
+
+    /// Runs one call inside the caller's fenced transaction and records its
+    /// result (a parked call has no result yet: it runs again when woken).
+    async fn run_call(&self, tx: &Transaction<'_>, c: &Claimed<'_>, call: &ToolCall, w: &mut Written) -> Result<Effect, Error> {
         let ctx = ToolCtx { invocation: c.inv, profile: &c.profile, surface: &c.surface, call };
-        let outcome = if transcript::tool_calls_made(&c.steps) >= c.limits.max_tool_calls {
+        let made = transcript::tool_calls_made(&c.steps) + transcript::tool_calls_made(&w.steps);
+        let outcome = if made >= c.limits.max_tool_calls {
             let error = ToolError::new(
                 baton_domain::error::codes::TOOL_BUDGET_EXHAUSTED,
                 "You have used all your tool calls. Commit and finish, or hand off now.",
             );
             ToolOutcome::failed(&ctx, error)
         } else {
-            dispatch(&tx, &ctx).await?
+            dispatch(tx, &ctx).await?
         };
-        // A parked call has no result yet: it runs again when the agent is woken.
-        if outcome.effect != Effect::Parked {
-            let payload = transcript::tool_result_payload(call, &outcome.content, outcome.is_error, &outcome.structured);
-            w.append(&tx, c.inv.id, transcript::TOOL_RESULT, payload).await?;
+        if outcome.effect == Effect::Parked {
+            events::append(tx, c.inv.run_id, &outcome.events).await?;
+            return Ok(outcome.effect);
         }
-        events::append(&tx, c.inv.run_id, &outcome.events).await?;
-        tx.commit().await?;
-        w.exit = match outcome.effect {
-            Effect::Continue => None,
-            Effect::Transferred => Some(Exit::Transferred),
-            Effect::Finished => Some(Exit::Finished),
-            Effect::Parked => Some(Exit::Parked),
-        };
-        Ok(w)
+        let payload = transcript::tool_result_payload(call, &outcome.content, outcome.is_error, &outcome.structured);
+        let (appended, logged) = tokio::join!(
+            w.append(tx, c.inv.id, transcript::TOOL_RESULT, payload),
+            events::append(tx, c.inv.run_id, &outcome.events),
+        );
+        appended?;
+        logged?;
+        Ok(outcome.effect)
     }
 
     /// Fails the invocation in one fenced transaction: an owner's run fails
@@ -313,6 +360,52 @@ impl Runner {
         })
         .await
     }
+}
+
+fn exit_of(effect: Effect) -> Option<Exit> {
+    match effect {
+        Effect::Continue => None,
+        Effect::Transferred => Some(Exit::Transferred),
+        Effect::Finished => Some(Exit::Finished),
+        Effect::Parked => Some(Exit::Parked),
+    }
+}
+
+async fn add_tokens(tx: &Transaction<'_>, id: uuid::Uuid, tokens: i64) -> Result<(), Error> {
+    if tokens > 0 {
+        invocations::add_tokens(tx, id, tokens).await?;
+    }
+    Ok(())
+}
+
+/// The first step of every invocation: the system prompt (its own profile,
+/// tools and skills) and its brief, with the journal events that say so.
+pub fn prompt_step(inv: &Invocation, profile: &Profile, surface: &[ToolName], skills: &[Skill]) -> (Value, Vec<Event>) {
+    let messages = json!([
+        {"role": "system", "content": system_prompt(profile, surface, skills)},
+        {"role": "user", "content": inv.brief},
+    ]);
+    let id = Some(inv.id);
+    let evs = vec![
+        Event::new(journal::CONTEXT_ASSEMBLED, id, json!({"briefChars": inv.brief.chars().count()})),
+        Event::new(journal::SKILL_SCOPES_RESOLVED, id, json!({"profileId": profile.id, "skills": skills.iter().map(|s| &s.id).collect::<Vec<_>>()})),
+        Event::new(journal::MODEL_BINDING_RESOLVED, id, json!({"provider": profile.model.provider_name()})),
+    ];
+    (json!({"messages": messages}), evs)
+}
+
+/// Writes the first step inside a claim's transaction, so a new invocation
+/// costs no transaction of its own before its first model call. Returns the
+/// events to append (none when the profile is gone: the loop reports that).
+pub async fn write_prompt_step(c: &impl baton_store::GenericClient, inv: &Invocation) -> Result<Vec<Event>, Error> {
+    let Some(profile) = profiles::get(c, &inv.profile_id).await? else {
+        return Ok(vec![]);
+    };
+    let skills = profiles::skills(c, &profile.skills).await?;
+    let surface = tools::surface(&tool_names(&profile), inv.kind);
+    let (prompt, evs) = prompt_step(inv, &profile, &surface, &skills);
+    steps::append(c, inv.id, 0, transcript::PROMPT, &prompt).await?;
+    Ok(evs)
 }
 
 /// What a step transaction wrote; it joins the in-memory transcript only

@@ -168,7 +168,7 @@ mod tests {
             system_prompt: String::new(),
             tools: vec!["agent_handoff".into(), "workspace_finish".into()],
             skills: vec![],
-            model: ModelBinding::Scripted { script: vec![ScriptedTurn { tool: None, args: json!({}), text: Some("hi".into()), delay_ms: None }] },
+            model: ModelBinding::Scripted { script: vec![ScriptedTurn { tool: None, args: json!({}), text: Some("hi".into()), delay_ms: None, calls: vec![] }] },
             delegation,
         }
     }

@@ -97,6 +97,18 @@ pub struct ScriptedTurn {
     /// How long this turn "thinks" before answering (to show crashes mid-call).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<u64>,
+    /// Several tool calls in this one turn (instead of `tool`/`args`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<ScriptedCall>,
+}
+
+/// One tool call of a scripted turn with several.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedCall {
+    pub tool: String,
+    #[serde(default = "empty_object")]
+    pub args: Value,
 }
 
 fn empty_object() -> Value {

@@ -49,10 +49,16 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     // tracker reaps finished ones and lets shutdown wait for the rest.
     let loops = TaskTracker::new();
     let queues = settings.queues();
+    let wanted = |logical: &str| settings.invocation_queues.iter().any(|q| logical.ends_with(&format!(".{q}")));
     let consumers = [INVOCATIONS_HANDOFF, INVOCATIONS_DELEGATE].map(|logical| {
+        let enabled = wanted(logical);
         let (conn, queue) = (&conn, queues.name(logical));
         let (worker, slots, loops, publisher) = (&worker, &slots, &loops, &publisher);
         async move {
+            if !enabled {
+                shutdown.cancelled().await;
+                return Ok(());
+            }
             let queue_ref = &queue;
             consume(conn, &queue, settings.invocation_prefetch, shutdown, move |d| async move {
                 // A free slot first: a saturated worker stops taking deliveries,
@@ -178,13 +184,21 @@ async fn started_events(c: &impl GenericClient, inv: &Invocation, worker: &str) 
         let payload = json!({"resumed": true, "epoch": inv.claim_epoch, "worker": worker});
         return Ok(vec![Event::new(journal::INVOCATION_STARTED, id, payload)]);
     }
-    let mut evs = vec![];
-    if let Some(task) = inv.incoming_task_id {
-        if tasks::transition(c, task, TaskStatus::Running, None).await? {
-            evs.push(Event::new(journal::TASK_STARTED, id, json!({"taskId": task})));
+    // A first claim also starts the incoming task and writes the prompt, in
+    // this same transaction (pipelined: one round trip for both).
+    let task_started = async {
+        match inv.incoming_task_id {
+            Some(task) => Ok::<_, anyhow::Error>(tasks::transition(c, task, TaskStatus::Running, None).await?.then_some(task)),
+            None => Ok(None),
         }
+    };
+    let (task, prompt) = tokio::try_join!(task_started, async { Ok(baton_agent::runner::write_prompt_step(c, inv).await?) })?;
+    let mut evs = vec![];
+    if let Some(task) = task {
+        evs.push(Event::new(journal::TASK_STARTED, id, json!({"taskId": task})));
     }
     evs.push(Event::new(journal::INVOCATION_STARTED, id, json!({"kind": inv.kind.as_str(), "profileId": inv.profile_id, "worker": worker})));
+    evs.extend(prompt);
     if inv.kind == InvocationKind::Root {
         let run = runs::get(c, inv.run_id).await?;
         if let Some(handoff) = run.and_then(|r| r.handoff_id) {

@@ -101,13 +101,15 @@ impl Provider for Scripted {
         if let Some(ms) = turn.delay_ms {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
         }
+        let turn_no = request.turn_index + 1;
         let tool_calls = match &turn.tool {
-            Some(name) => vec![ToolCall {
-                id: format!("call_{}", request.turn_index + 1),
-                name: name.clone(),
-                arguments: turn.args.clone(),
-            }],
-            None => vec![],
+            Some(name) => vec![ToolCall { id: format!("call_{turn_no}"), name: name.clone(), arguments: turn.args.clone() }],
+            None => turn
+                .calls
+                .iter()
+                .enumerate()
+                .map(|(i, c)| ToolCall { id: format!("call_{turn_no}_{}", i + 1), name: c.tool.clone(), arguments: c.args.clone() })
+                .collect(),
         };
         let usage = json!({"promptTokens": 0, "completionTokens": 0});
         Ok(ModelTurn { content: turn.text.clone(), tool_calls, usage: Some(usage), attempts: None })

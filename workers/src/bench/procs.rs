@@ -1,0 +1,130 @@
+//! The processes a bench run starts: the support roles once, worker
+//! processes per measurement; and reading their memory.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use baton_bus::lapin::options::QueueDeclareOptions;
+use baton_bus::lapin::types::FieldTable;
+use tokio::process::{Child, Command};
+
+use super::scenario::Side;
+use crate::config::Settings;
+
+#[derive(Default)]
+pub struct Procs {
+    support: Vec<Child>,
+    workers: Vec<Child>,
+}
+
+fn command(settings: &Settings, args: &[&str], name: &str, env: &[(&str, &str)]) -> anyhow::Result<Command> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(args)
+        .env("DATABASE_URL", &settings.database_url)
+        .env("AMQP_URL", &settings.amqp_url)
+        .env("BATON_QUEUE_PREFIX", &settings.queue_prefix)
+        .env("BATON_WORKER_ID", name)
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Ok(cmd)
+}
+
+impl Procs {
+    pub fn spawn(&mut self, settings: &Settings, args: &[&str], name: &str, env: &[(&str, &str)]) -> anyhow::Result<u32> {
+        let child = command(settings, args, name, env)?.spawn().context("starting a baton process")?;
+        let pid = child.id().context("the process has a pid")?;
+        self.support.push(child);
+        Ok(pid)
+    }
+
+    pub fn spawn_worker(&mut self, settings: &Settings, args: &[&str], name: &str, env: &[(&str, &str)]) -> anyhow::Result<u32> {
+        let child = command(settings, args, name, env)?.spawn().context("starting a worker process")?;
+        let pid = child.id().context("the process has a pid")?;
+        self.workers.push(child);
+        Ok(pid)
+    }
+
+    /// SIGTERM, then wait: workers shut down gracefully between measurements.
+    pub async fn stop_workers(&mut self) {
+        stop(&mut self.workers).await;
+    }
+
+    pub async fn stop_all(&mut self) {
+        stop(&mut self.workers).await;
+        stop(&mut self.support).await;
+    }
+}
+
+async fn stop(children: &mut Vec<Child>) {
+    for child in children.iter() {
+        if let Some(pid) = child.id() {
+            let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        }
+    }
+    for mut child in children.drain(..) {
+        if tokio::time::timeout(Duration::from_secs(15), child.wait()).await.is_err() {
+            let _ = child.kill().await;
+        }
+    }
+}
+
+/// Resident memory of a process, in KiB.
+pub fn rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Samples a process's RSS every 50 ms and keeps the peak.
+pub struct RssSampler {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+impl RssSampler {
+    pub fn start(pid: u32) -> Self {
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut peak = 0;
+            loop {
+                peak = peak.max(rss_kb(pid).unwrap_or(0));
+                tokio::select! {
+                    _ = &mut stopped => return peak,
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+            }
+        });
+        Self { stop, task }
+    }
+
+    pub async fn stop(self) -> u64 {
+        let _ = self.stop.send(());
+        self.task.await.unwrap_or(0)
+    }
+}
+
+/// Waits until `count` workers consume the side's first queue.
+pub async fn wait_for_consumers(settings: &Settings, side: Side, count: usize) -> anyhow::Result<()> {
+    let queue = match side {
+        Side::Raw => super::raw::hop_queue(settings),
+        Side::Baton => settings.queues().name(baton_bus::topology::INVOCATIONS_HANDOFF),
+    };
+    let conn = baton_bus::connect(&settings.amqp_url, "baton-bench-probe").await?;
+    let channel = conn.create_channel().await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+        let q = channel.queue_declare(queue.as_str().into(), passive, FieldTable::default()).await?;
+        if q.consumer_count() as usize >= count {
+            let _ = conn.close(200, "ok".into()).await;
+            return Ok(());
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "workers did not start consuming {queue}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

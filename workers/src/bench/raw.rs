@@ -1,0 +1,131 @@
+//! The raw baseline: the least a hop can cost with the same I/O and the
+//! same durability, written directly on lapin and deadpool-postgres. A
+//! worker consumes a message, claims the row under `FOR UPDATE SKIP LOCKED`,
+//! inserts the next stage's row and an event in the same transaction,
+//! publishes the next message with a publisher confirm, and acks.
+
+use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
+use baton_bus::lapin::types::{AMQPValue, FieldTable};
+use baton_bus::{Outgoing, Publisher};
+use baton_store::Pool;
+use futures_lite::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::config::Settings;
+
+pub const STAGES: i32 = 3;
+
+pub const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS raw_items (
+    id uuid PRIMARY KEY, chain uuid NOT NULL, stage int NOT NULL, status text NOT NULL,
+    claimed_by text, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE TABLE IF NOT EXISTS raw_events (
+    id bigserial PRIMARY KEY, item uuid NOT NULL, kind text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE INDEX IF NOT EXISTS raw_events_item ON raw_events (item, kind);";
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct RawHop {
+    pub id: Uuid,
+    pub chain: Uuid,
+    pub stage: i32,
+}
+
+pub fn hop_queue(settings: &Settings) -> String {
+    settings.queues().name("bench.raw.hop")
+}
+
+pub fn done_queue(settings: &Settings) -> String {
+    settings.queues().name("bench.raw.done")
+}
+
+/// Declares the baseline's two queues like the fleet's (durable quorum).
+pub async fn declare(channel: &baton_bus::lapin::Channel, settings: &Settings) -> anyhow::Result<()> {
+    for name in [hop_queue(settings), done_queue(settings)] {
+        let mut args = FieldTable::default();
+        args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+        let opts = QueueDeclareOptions { durable: true, ..Default::default() };
+        channel.queue_declare(name.as_str().into(), opts, args).await?;
+    }
+    Ok(())
+}
+
+/// Inserts a chain's first row and publishes its message.
+pub async fn start_chain(pool: &Pool, publisher: &Publisher, settings: &Settings) -> anyhow::Result<Uuid> {
+    let hop = RawHop { id: Uuid::now_v7(), chain: Uuid::now_v7(), stage: 1 };
+    let c = pool.get().await?;
+    c.execute("INSERT INTO raw_items (id, chain, stage, status) VALUES ($1, $2, 1, 'created')", &[&hop.id, &hop.chain]).await?;
+    let body = serde_json::to_vec(&hop)?;
+    let queue = hop_queue(settings);
+    publisher.publish(&Outgoing { queue: &queue, body: &body, ..Default::default() }).await?;
+    Ok(hop.chain)
+}
+
+/// One baseline worker process: runs hops until shutdown.
+pub async fn work(settings: &Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let conn = baton_bus::connect(&settings.amqp_url, "baton-bench-raw").await?;
+    let pool = baton_store::pool(&settings.database_url, settings.pool_size)?;
+    let publisher = Publisher::open(&conn).await?;
+    let channel = conn.create_channel().await?;
+    channel.basic_qos(settings.invocation_prefetch, BasicQosOptions::default()).await?;
+    let queue = hop_queue(settings);
+    let mut consumer = channel.basic_consume(queue.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(settings.max_concurrent_invocations));
+    loop {
+        let delivery = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            d = consumer.next() => match d { Some(d) => d?, None => break },
+        };
+        let permit = slots.clone().acquire_owned().await?;
+        let (pool, publisher, settings) = (pool.clone(), publisher.clone(), settings.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Err(e) = hop(&pool, &publisher, &settings, &delivery.data).await {
+                tracing::warn!(error = %e, "raw hop failed");
+            }
+            let _ = delivery.acker.ack(BasicAckOptions::default()).await;
+        });
+    }
+    let _ = channel.close(200, "bye".into()).await;
+    Ok(())
+}
+
+async fn hop(pool: &Pool, publisher: &Publisher, settings: &Settings, data: &[u8]) -> anyhow::Result<()> {
+    let msg: RawHop = serde_json::from_slice(data)?;
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let claim = tx.prepare_cached(
+        "UPDATE raw_items SET status = 'running', claimed_by = $2
+          WHERE id = (SELECT id FROM raw_items WHERE id = $1 AND status = 'created' FOR UPDATE SKIP LOCKED) RETURNING stage",
+    );
+    let event = tx.prepare_cached("INSERT INTO raw_events (item, kind) VALUES ($1, $2)");
+    let next_row = tx.prepare_cached("INSERT INTO raw_items (id, chain, stage, status) VALUES ($1, $2, $3, 'created')");
+    let (claim, event, next_row) = (claim.await?, event.await?, next_row.await?);
+    if tx.query_opt(&claim, &[&msg.id, &settings.worker_id]).await?.is_none() {
+        return Ok(()); // a duplicate: nothing to do
+    }
+    tx.execute(&event, &[&msg.id, &"started"]).await?;
+    let next = (msg.stage < STAGES).then(|| RawHop { id: Uuid::now_v7(), chain: msg.chain, stage: msg.stage + 1 });
+    if let Some(next) = &next {
+        tx.execute(&next_row, &[&next.id, &next.chain, &next.stage]).await?;
+        tx.execute(&event, &[&msg.id, &"accepted"]).await?;
+    }
+    tx.commit().await?;
+    let (queue, body) = match next {
+        Some(next) => (hop_queue(settings), serde_json::to_vec(&next)?),
+        None => (done_queue(settings), serde_json::to_vec(&msg)?),
+    };
+    publisher.publish(&Outgoing { queue: &queue, body: &body, ..Default::default() }).await?;
+    Ok(())
+}
+
+/// Hop latencies (predecessor's commit → successor's claim), in ms.
+pub const LATENCY_SQL: &str = "
+SELECT extract(epoch FROM (s.at - a.at)) * 1000
+  FROM raw_events a
+  JOIN raw_items p ON p.id = a.item
+  JOIN raw_items n ON n.chain = p.chain AND n.stage = p.stage + 1
+  JOIN raw_events s ON s.item = n.id AND s.kind = 'started'
+ WHERE a.kind = 'accepted' AND p.chain = ANY($1)";

@@ -1,0 +1,157 @@
+//! One measurement: keep N chains in flight until M have finished, then read
+//! the hop latencies each side wrote down.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions};
+use baton_bus::lapin::types::FieldTable;
+use baton_bus::topology::BRIDGE_REQUESTS;
+use baton_bus::Outgoing;
+use baton_domain::request::sample_request_json;
+use futures_lite::StreamExt;
+use serde_json::Value;
+
+use super::{raw, Bench, SCENARIO_TIMEOUT};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Raw,
+    Baton,
+}
+
+impl Side {
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Raw => "raw",
+            Side::Baton => "baton",
+        }
+    }
+}
+
+/// What one measurement found.
+#[derive(Debug, Clone, Default)]
+pub struct Measurement {
+    pub chains: usize,
+    pub hops: usize,
+    pub wall: Duration,
+    pub hops_per_sec: f64,
+    /// Hop latency percentiles (p50, p95, p99), in ms.
+    pub latency_ms: [f64; 3],
+}
+
+pub async fn run(bench: &Bench, side: Side, chains: usize, concurrency: usize) -> anyhow::Result<Measurement> {
+    let queue = match side {
+        Side::Raw => raw::done_queue(&bench.settings),
+        Side::Baton => bench.reply_queue.clone(),
+    };
+    let channel = bench.conn.create_channel().await?;
+    let mut done = channel.basic_consume(queue.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+    let mut ids = vec![];
+    let started = Instant::now();
+    let deadline = started + SCENARIO_TIMEOUT;
+    while ids.len() < concurrency.min(chains) {
+        ids.push(start(bench, side).await?);
+    }
+    let mut finished = 0;
+    while finished < chains {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let delivery = tokio::time::timeout(remaining, done.next())
+            .await
+            .with_context(|| format!("{} chains of {chains} finished in time", finished))?
+            .context("the consumer closed")??;
+        delivery.acker.ack(BasicAckOptions::default()).await?;
+        if !is_finished(side, &delivery.data)? {
+            continue;
+        }
+        finished += 1;
+        if ids.len() < chains {
+            ids.push(start(bench, side).await?);
+        }
+    }
+    let wall = started.elapsed();
+    let _ = channel.close(200, "measured".into()).await;
+    let hops = chains * (raw::STAGES as usize - 1);
+    let latency_ms = latencies(bench, side, &ids).await?;
+    Ok(Measurement { chains, hops, wall, hops_per_sec: hops as f64 / wall.as_secs_f64(), latency_ms })
+}
+
+/// Starts one chain and returns its id (a chain id, or a request id).
+async fn start(bench: &Bench, side: Side) -> anyhow::Result<String> {
+    match side {
+        Side::Raw => Ok(raw::start_chain(&bench.pool, &bench.publisher, &bench.settings).await?.to_string()),
+        Side::Baton => {
+            let id = format!("bench-{}", uuid::Uuid::now_v7().simple());
+            send_request(bench, &id, "docs_agent").await?;
+            Ok(id)
+        }
+    }
+}
+
+pub async fn send_request(bench: &Bench, id: &str, target: &str) -> anyhow::Result<()> {
+    let body = serde_json::to_vec(&sample_request_json(id, target, "en"))?;
+    let queue = bench.settings.queues().name(BRIDGE_REQUESTS);
+    let out = Outgoing { queue: &queue, body: &body, message_id: Some(id), reply_to: Some(&bench.reply_queue), ..Default::default() };
+    bench.publisher.publish(&out).await?;
+    Ok(())
+}
+
+fn is_finished(side: Side, data: &[u8]) -> anyhow::Result<bool> {
+    if side == Side::Raw {
+        return Ok(true);
+    }
+    let message: Value = serde_json::from_slice(data)?;
+    if message["type"] != "reply" {
+        return Ok(false);
+    }
+    anyhow::ensure!(message["status"] == "completed", "a bench run ended {}: {}", message["status"], message["text"]);
+    Ok(true)
+}
+
+const BATON_LATENCY_SQL: &str = "
+SELECT extract(epoch FROM (s.created_at - a.created_at)) * 1000
+  FROM handoff_requests h
+  JOIN events a ON a.run_id = h.run_id AND a.type = 'agent_handoff_accepted'
+  JOIN events s ON s.run_id = h.run_id AND s.type = 'agent_invocation_started'
+               AND s.invocation_id = (a.payload->>'invocationId')::uuid
+ WHERE h.id = ANY($1)";
+
+async fn latencies(bench: &Bench, side: Side, ids: &[String]) -> anyhow::Result<[f64; 3]> {
+    let c = bench.pool.get().await?;
+    let row = match side {
+        Side::Raw => {
+            let chains: Vec<uuid::Uuid> = ids.iter().map(|i| i.parse()).collect::<Result<_, _>>()?;
+            let sql = format!("SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY x) FROM ({}) l(x)", raw::LATENCY_SQL);
+            c.query_one(&sql, &[&chains]).await?
+        }
+        Side::Baton => {
+            let sql = format!("SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY x) FROM ({BATON_LATENCY_SQL}) l(x)");
+            c.query_one(&sql, &[&ids]).await?
+        }
+    };
+    let p: Option<Vec<f64>> = row.get(0);
+    let p = p.unwrap_or_default();
+    Ok([p.first().copied().unwrap_or(0.0), p.get(1).copied().unwrap_or(0.0), p.get(2).copied().unwrap_or(0.0)])
+}
+
+/// Sends `count` requests whose root delegates and waits, and returns once
+/// every one of them is parked.
+pub async fn park(bench: &Bench, count: usize) -> anyhow::Result<()> {
+    for i in 0..count {
+        send_request(bench, &format!("park-{i}"), "codex").await?;
+    }
+    let deadline = Instant::now() + SCENARIO_TIMEOUT;
+    let mut last = 0;
+    loop {
+        let parked: i64 = bench.pool.get().await?.query_one("SELECT count(*) FROM invocations WHERE status = 'parked'", &[]).await?.get(0);
+        if parked as usize >= count {
+            return Ok(());
+        }
+        if parked as usize / 1000 > last {
+            last = parked as usize / 1000;
+            println!("    {parked} parked");
+        }
+        anyhow::ensure!(Instant::now() < deadline, "only {parked} of {count} parents parked in time");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
