@@ -159,8 +159,12 @@ impl Bench {
         let conn = baton_bus::connect(&settings.amqp_url, "baton-bench").await.context("connecting to RabbitMQ")?;
         let channel = conn.create_channel().await?;
         let queues = settings.queues();
+        // Whatever an interrupted bench left behind goes first.
         let _ = queues.delete(&channel).await;
         let channel = conn.create_channel().await?;
+        for q in [raw::hop_queue(settings), raw::done_queue(settings), settings.queues().name("bench.replies")] {
+            channel.queue_delete(q.as_str().into(), Default::default()).await?;
+        }
         queues.declare(&channel).await?;
         raw::declare(&channel, settings).await?;
         let reply_queue = settings.queues().name("bench.replies");

@@ -61,7 +61,7 @@ pub async fn run(bench: &Bench, side: Side, chains: usize, concurrency: usize) -
             .with_context(|| format!("{} chains of {chains} finished in time", finished))?
             .context("the consumer closed")??;
         delivery.acker.ack(BasicAckOptions::default()).await?;
-        if !is_finished(side, &delivery.data)? {
+        if !is_finished(side, &delivery.data, &ids)? {
             continue;
         }
         finished += 1;
@@ -96,12 +96,15 @@ pub async fn send_request(bench: &Bench, id: &str, target: &str) -> anyhow::Resu
     Ok(())
 }
 
-fn is_finished(side: Side, data: &[u8]) -> anyhow::Result<bool> {
+/// Whether this message says one of this measurement's chains finished.
+fn is_finished(side: Side, data: &[u8], ids: &[String]) -> anyhow::Result<bool> {
     if side == Side::Raw {
-        return Ok(true);
+        let hop: raw::RawHop = serde_json::from_slice(data)?;
+        return Ok(ids.contains(&hop.chain.to_string()));
     }
     let message: Value = serde_json::from_slice(data)?;
-    if message["type"] != "reply" {
+    let ours = message["handoffId"].as_str().is_some_and(|id| ids.iter().any(|i| i == id));
+    if message["type"] != "reply" || !ours {
         return Ok(false);
     }
     anyhow::ensure!(message["status"] == "completed", "a bench run ended {}: {}", message["status"], message["text"]);
@@ -140,7 +143,7 @@ pub async fn park(bench: &Bench, count: usize) -> anyhow::Result<()> {
     for i in 0..count {
         send_request(bench, &format!("park-{i}"), "codex").await?;
     }
-    let deadline = Instant::now() + SCENARIO_TIMEOUT;
+    let deadline = Instant::now() + SCENARIO_TIMEOUT * 3;
     let mut last = 0;
     loop {
         let parked: i64 = bench.pool.get().await?.query_one("SELECT count(*) FROM invocations WHERE status = 'parked'", &[]).await?.get(0);

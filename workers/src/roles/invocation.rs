@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{ack, connect, consume, dead_letter, Role};
+use super::{ack, connect, consume_until, dead_letter, Broken, Role};
 use crate::bridge;
 use crate::config::Settings;
 
@@ -60,7 +60,9 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
                 return Ok(());
             }
             let queue_ref = &queue;
-            consume(conn, &queue, settings.invocation_prefetch, shutdown, move |d| async move {
+            let broken = Broken::default();
+            let broken_ref = &broken;
+            consume_until(conn, &queue, settings.invocation_prefetch, shutdown, &broken, move |d| async move {
                 // A free slot first: a saturated worker stops taking deliveries,
                 // and the broker keeps them for another worker. On shutdown the
                 // delivery is left unacked and goes back to the queue.
@@ -69,13 +71,21 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
                     _ = shutdown.cancelled() => return Ok(()),
                     permit = slots.clone().acquire_owned() => permit?,
                 };
-                if let Some(inv) = receive(worker, publisher, &d, queue_ref).await? {
-                    let (worker, stop) = (worker.clone(), shutdown.clone());
-                    loops.spawn(async move {
-                        let _permit = permit;
-                        worker.execute(inv, stop).await;
-                    });
-                }
+                // Claims run side by side, each in its own task: one slow claim
+                // does not hold up the deliveries behind it.
+                let (worker, publisher, stop) = (worker.clone(), publisher.clone(), shutdown.clone());
+                let (queue, broken) = (queue_ref.clone(), broken_ref.clone());
+                loops.spawn(async move {
+                    let _permit = permit;
+                    if stop.is_cancelled() {
+                        return; // unclaimed and unacked: it goes back to the queue
+                    }
+                    match receive(&worker, &publisher, &d, &queue).await {
+                        Ok(Some(inv)) => worker.execute(inv, stop).await,
+                        Ok(None) => {}
+                        Err(e) => broken.fail(&e),
+                    }
+                });
                 Ok(())
             })
             .await

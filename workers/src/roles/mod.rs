@@ -106,6 +106,42 @@ where
     F: Fn(Delivery) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
+    consume_until(conn, queue, prefetch, shutdown, &Broken::default(), handle).await
+}
+
+/// A failure seen by work the consumer handed off to another task: it ends
+/// the consumer (the role then reconnects), and unacked deliveries return
+/// to the queue when the channel closes.
+#[derive(Clone, Default)]
+pub(crate) struct Broken {
+    token: CancellationToken,
+    why: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Broken {
+    pub(crate) fn fail(&self, e: &anyhow::Error) {
+        self.why.lock().expect("not poisoned").get_or_insert_with(|| format!("{e:#}"));
+        self.token.cancel();
+    }
+
+    fn error(&self) -> anyhow::Error {
+        anyhow::anyhow!(self.why.lock().expect("not poisoned").clone().unwrap_or_default())
+    }
+}
+
+/// [`consume`], also ended by `broken`.
+pub(crate) async fn consume_until<F, Fut>(
+    conn: &Connection,
+    queue: &str,
+    prefetch: u16,
+    shutdown: &CancellationToken,
+    broken: &Broken,
+    handle: F,
+) -> anyhow::Result<()>
+where
+    F: Fn(Delivery) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
     let channel = conn.create_channel().await?;
     channel.basic_qos(prefetch, BasicQosOptions::default()).await?;
     let mut consumer = channel
@@ -115,6 +151,7 @@ where
         let next = tokio::select! {
             biased;
             _ = shutdown.cancelled() => break Ok(()),
+            _ = broken.token.cancelled() => break Err(broken.error()),
             next = consumer.next() => next,
         };
         match next {

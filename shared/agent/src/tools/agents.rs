@@ -70,17 +70,12 @@ pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> To
 pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
     let inv = ctx.invocation;
     let requested = tool_event(ctx, journal::HANDOFF_REQUESTED, json!({"agentId": args.get("agentId")}));
-    let decided = decide(c, ctx, args).await?;
-    let (args, target) = match decided {
+    let (args, target, key) = match decide(c, ctx, args).await? {
         Ok(v) => v,
         Err(e) => return Ok(Ok(ToolOutcome::failed(ctx, e).with_event(requested))),
     };
-    let next = Uuid::now_v7();
-    let task_id = Uuid::now_v7();
+    let (next, task_id) = (Uuid::now_v7(), Uuid::now_v7());
     let brief = render_handoff_brief(&args.brief);
-    // The partial unique index allows one live foreground owner per run:
-    // the current invocation steps down before its successor exists.
-    invocations::finish(c, inv.id, InvocationStatus::Transferred, None).await?;
     let new = NewInvocation {
         id: next,
         run_id: inv.run_id,
@@ -92,8 +87,6 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
         budget: None,
         deadline_at: None,
     };
-    invocations::insert(c, &new).await?;
-    let key = workspace_key(c, inv.run_id, &target.id).await?;
     let task_body = Value::Object(args.brief.clone());
     let task = NewTask {
         id: task_id,
@@ -107,10 +100,28 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
         budget: None,
         created_by_tool_call_id: &ctx.call.id,
     };
-    tasks::insert(c, &task).await?;
-    runs::count_handoff(c, inv.run_id).await?;
-    lifecycle::publish_invocation(c, inv.run_id, next, InvocationKind::Handoff).await?;
-
+    let incoming_done = async {
+        match inv.incoming_task_id {
+            Some(incoming) => Ok(tasks::transition(c, incoming, TaskStatus::Completed, None).await?.then_some(incoming)),
+            None => Ok::<_, crate::Error>(None),
+        }
+    };
+    // In this order: the current invocation steps down before its successor
+    // exists (the partial unique index allows one live foreground owner per
+    // run), and the successor exists before its task refers to it. The
+    // writes that depend on nothing are pipelined beside that chain.
+    let chain = async {
+        invocations::finish(c, inv.id, InvocationStatus::Transferred, None).await?;
+        invocations::insert(c, &new).await?;
+        tasks::insert(c, &task).await?;
+        Ok::<_, crate::Error>(())
+    };
+    let (_, _, _, incoming) = tokio::try_join!(
+        chain,
+        async { Ok(runs::count_handoff(c, inv.run_id).await?) },
+        lifecycle::publish_invocation(c, inv.run_id, next, InvocationKind::Handoff),
+        incoming_done,
+    )?;
     let mut events = vec![
         requested,
         Event::new(journal::INVOCATION_CREATED, Some(next), json!({"kind": "handoff", "profileId": target.id, "parentInvocationId": inv.id})),
@@ -120,10 +131,8 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
         Event::new(journal::INVOCATION_TRANSFERRED, Some(inv.id), json!({"to": next, "agentId": target.id})),
         Event::new(journal::LOOP_FINISHED, Some(inv.id), json!({"exit": "transferred"})),
     ];
-    if let Some(incoming) = inv.incoming_task_id {
-        if tasks::transition(c, incoming, TaskStatus::Completed, None).await? {
-            events.push(Event::new(journal::TASK_COMPLETED, Some(inv.id), json!({"taskId": incoming})));
-        }
+    if let Some(incoming) = incoming {
+        events.push(Event::new(journal::TASK_COMPLETED, Some(inv.id), json!({"taskId": incoming})));
     }
     Ok(Ok(ToolOutcome {
         content: handoff::acceptance_text(&target.id),
@@ -134,21 +143,27 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
     }))
 }
 
-/// Every policy check, in the seed's order. Nothing is written here.
-async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> Result<Result<(HandoffArgs, Profile), ToolError>, crate::Error> {
+type Decided = (HandoffArgs, Profile, String);
+
+/// Every policy check, in the seed's order; the reads go out together.
+/// Nothing is written here.
+async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> Result<Result<Decided, ToolError>, crate::Error> {
     let args = match handoff::parse_args(args) {
         Ok(a) => a,
         Err(e) => return Ok(Err(e)),
     };
     let inv = ctx.invocation;
-    let pending = tasks::pending_children(c, inv.id).await? as usize;
-    let so_far = runs::handoff_count(c, inv.run_id).await? as u32;
-    let target = profiles::get(c, &args.agent_id).await?;
+    let (pending, so_far, target, key) = tokio::try_join!(
+        async { Ok::<_, crate::Error>(tasks::pending_children(c, inv.id).await?) },
+        async { Ok(runs::handoff_count(c, inv.run_id).await?) },
+        async { Ok(profiles::get(c, &args.agent_id).await?) },
+        workspace_key(c, inv.run_id, &args.agent_id),
+    )?;
     let checked = handoff::check_source(ctx.profile, inv.kind)
-        .and_then(|_| handoff::check_pending(pending))
-        .and_then(|_| handoff::check_depth(so_far, ctx.profile.delegation.max_handoff_depth))
+        .and_then(|_| handoff::check_pending(pending as usize))
+        .and_then(|_| handoff::check_depth(so_far as u32, ctx.profile.delegation.max_handoff_depth))
         .and_then(|_| handoff::check_target(&ctx.profile.id, &args.agent_id, target.as_ref()));
-    Ok(checked.map(|_| (args, target.expect("checked above"))))
+    Ok(checked.map(|_| (args, target.expect("checked above"), key)))
 }
 
 /// The readable handle of a task: the target's id, then `-002`, `-003`, …
