@@ -111,3 +111,21 @@ async fn a_draft_is_stored_but_not_run_and_manual_waits_for_an_operator() {
     assert_eq!(env.scalar_i64("SELECT count(*) FROM runs", &[]).await, 0);
     assert_eq!(env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'draft-1' AND status = 'draft'", &[]).await, 1);
 }
+
+#[tokio::test]
+async fn old_finished_runs_are_pruned_and_their_request_still_counts_as_seen() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    env.run_request("old-1").await;
+    let run = env.run_of("old-1").await;
+    let c = env.db().await;
+    c.execute("UPDATE runs SET finished_at = now() - interval '40 days' WHERE id = $1", &[&run]).await.unwrap();
+    assert_eq!(baton::operator::prune_runs(&env.pool, Duration::from_secs(30 * 86_400), 1).await.unwrap(), 1);
+    for table in ["runs WHERE id", "invocations WHERE run_id", "events WHERE run_id", "tasks WHERE run_id", "commits WHERE run_id"] {
+        assert_eq!(env.scalar_i64(&format!("SELECT count(*) FROM {table} = $1"), &[&run]).await, 0, "{table}");
+    }
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'old-1'", &[]).await, 1);
+    // A young run is kept.
+    env.run_request("young-1").await;
+    assert_eq!(baton::operator::prune_runs(&env.pool, Duration::from_secs(30 * 86_400), 10).await.unwrap(), 0);
+}

@@ -75,6 +75,14 @@ enum ProfilesCommand {
 enum RunsCommand {
     /// Print a run's timeline across agents.
     Show { run: uuid::Uuid },
+    /// Delete finished runs older than N days with everything they own
+    /// (the bridge requests and their events stay).
+    Prune {
+        #[arg(long)]
+        older_than_days: f64,
+        #[arg(long, default_value_t = 500)]
+        batch: i64,
+    },
     /// Cancel a run: every live invocation stops and the bridge is told `cancelled`.
     Cancel {
         run: uuid::Uuid,
@@ -142,6 +150,13 @@ async fn main() -> anyhow::Result<()> {
             println!("tokens used: {}", baton_store::runs::tokens_used(&c, run).await?);
         }
         Command::Handoff { command } => handoff(&settings, command).await?,
+        Command::Runs { command: RunsCommand::Prune { older_than_days, batch } } => {
+            anyhow::ensure!(older_than_days >= 0.0, "--older-than-days must not be negative");
+            let pool = baton_store::pool(&settings.database_url, 1)?;
+            let age = std::time::Duration::from_secs_f64(older_than_days * 86_400.0);
+            let n = baton::operator::prune_runs(&pool, age, batch.max(1)).await?;
+            println!("pruned {n} finished run(s)");
+        }
         Command::Runs { command: RunsCommand::Cancel { run, reason } } => {
             let pool = baton_store::pool(&settings.database_url, 1)?;
             if baton::operator::cancel_run(&pool, run, &reason).await? {

@@ -112,3 +112,19 @@ pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> a
     tx.commit().await?;
     Ok(run)
 }
+
+/// `baton runs prune`: deletes finished runs older than `older_than`, a batch
+/// per transaction so live work is never held up for long. Returns how many.
+pub async fn prune_runs(pool: &Pool, older_than: std::time::Duration, batch: i64) -> anyhow::Result<usize> {
+    let mut total = 0;
+    loop {
+        let mut client = pool.get().await?;
+        let tx = client.transaction().await?;
+        let n = runs::prune(&tx, older_than, batch).await?;
+        tx.commit().await?;
+        total += n;
+        if (n as i64) < batch {
+            return Ok(total);
+        }
+    }
+}

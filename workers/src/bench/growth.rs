@@ -55,6 +55,8 @@ pub async fn load(pool: &Pool, invocations: usize) -> anyhow::Result<Duration> {
                FROM generate_series(1, {n}) g"
         ),
         "ANALYZE".to_string(),
+        // Flush the load now, so its writes do not land in the measurement.
+        "CHECKPOINT".to_string(),
     ];
     for sql in statements {
         c.batch_execute(&sql).await?;
