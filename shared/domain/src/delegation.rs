@@ -71,7 +71,7 @@ fn parse_budget(value: Option<&Value>) -> Result<Budget, ToolError> {
     let budget: Budget = serde_json::from_value(value.clone())
         .map_err(|_| ToolError::invalid_arguments("`budget` takes whole numbers: maxRounds, maxToolCalls, maxTokens, deadlineMs."))?;
     let fields = [budget.max_rounds, budget.max_tool_calls, budget.max_tokens, budget.deadline_ms];
-    if fields.iter().any(|f| *f == Some(0)) {
+    if fields.contains(&Some(0)) {
         return Err(ToolError::invalid_arguments("Each budget limit must be at least 1."));
     }
     if budget.deadline_ms.is_some_and(|d| d > MAX_DEADLINE_MS) {

@@ -122,11 +122,7 @@ impl TaskStatus {
     /// The task state machine: queued → running → one terminal state, which is final.
     pub fn can_become(self, next: Self) -> bool {
         use TaskStatus::*;
-        match (self, next) {
-            (Queued, Running | Failed | Cancelled) => true,
-            (Running, Completed | Failed | Cancelled) => true,
-            _ => false,
-        }
+        matches!((self, next), (Queued, Running | Failed | Cancelled) | (Running, Completed | Failed | Cancelled))
     }
 }
 

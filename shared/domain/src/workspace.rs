@@ -38,7 +38,7 @@ fn normalize(raw: &str) -> Result<String, ToolError> {
         return Err(invalid("use a relative path such as output/main.md"));
     }
     let parts: Vec<&str> = trimmed.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
-    if parts.iter().any(|p| *p == "..") {
+    if parts.contains(&"..") {
         return Err(invalid("`..` is not allowed"));
     }
     Ok(parts.join("/") + if trimmed.ends_with('/') { "/" } else { "" })
