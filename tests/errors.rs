@@ -137,3 +137,9 @@ async fn finishing_before_any_commit_is_a_recoverable_error() {
     let call = r#"{ tool = "workspace_finish" }"#;
     assert_refused(call, 4, HELPER, "agent.foreground_commit_required", "workspace_commit").await;
 }
+
+#[tokio::test]
+async fn a_tool_the_model_made_up_is_a_recoverable_error() {
+    let call = r#"{ tool = "agent_teleport", args = { to = "mars" } }"#;
+    assert_refused(call, 4, HELPER, "agent.tool_policy_denied", "There is no tool `agent_teleport`").await;
+}

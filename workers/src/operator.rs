@@ -88,6 +88,9 @@ pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> a
             bail!("handoff `{id}` is being run by the fleet; cancel it first to answer by hand");
         }
         let events = baton_agent::lifecycle::cancel_run(&tx, run, text).await?;
+        if events.len() <= 1 {
+            bail!("handoff `{id}` has already ended; its reply is on its way");
+        }
         baton_store::journal::append(&tx, run, &events).await?;
         tx.commit().await?;
         return Ok(run);

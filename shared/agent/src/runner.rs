@@ -95,6 +95,10 @@ fn tokens_of(turn: &ModelTurn) -> i64 {
     }
 }
 
+/// How long a finished turn is retried while the database is away (well
+/// within the default lease).
+const PERSIST_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What agents and users read when the host broke; the journal keeps the details.
 const HOST_ERROR_TEXT: &str = "the agent stopped because of an internal error";
 
@@ -161,9 +165,7 @@ impl Runner {
                 w.append(&tx, c.inv.id, transcript::PROMPT, prompt.clone()),
                 events::append(&tx, c.inv.run_id, &evs),
             );
-            fenced?;
-            appended?;
-            logged?;
+            first_cause([fenced.map_err(Error::from), appended, logged.map_err(Error::from)])?;
             tx.commit().await?;
             Ok(w)
         })
@@ -179,6 +181,17 @@ impl Runner {
             self.fail(c.inv, code, &message, None).await?;
             return Ok(Some(Exit::Failed(message)));
         }
+        let external = matches!(c.profile.model, baton_domain::profiles::ModelBinding::Command { .. });
+        if external && c.steps.last().is_some_and(|s| s.kind == transcript::EXTERNAL_STARTED) {
+            // An external agent was started and its answer never stored: its
+            // side effects may be done, so it is not run a second time.
+            let message = "the external agent was interrupted before its result was recorded";
+            self.fail(c.inv, "host.external_agent_interrupted", message, None).await?;
+            return Ok(Some(Exit::Failed(message.into())));
+        }
+        if external {
+            self.mark_external_start(c).await?;
+        }
         let provider = self.providers.for_binding(&c.profile.model)?;
         let messages = transcript::messages(&c.steps);
         let specs: Vec<Value> = c.surface.iter().map(|t| tools::spec(*t)).collect();
@@ -189,15 +202,25 @@ impl Runner {
             session_id: format!("{}:{}", c.inv.run_id, c.inv.id),
             turn_index: turns,
         };
-        // No transaction or row lock is held across the model call.
-        let turn = tokio::select! {
-            turn = provider.complete(&request) => turn?,
-            _ = stop.cancelled() => return Ok(Some(Exit::Stopped)),
+        // No transaction or row lock is held across the model call. A model
+        // call is dropped on shutdown (nothing was stored, so it is simply
+        // asked again); an external agent is let finish, as killing it would
+        // lose work it has done.
+        let mut turn = if external {
+            provider.complete(&request).await?
+        } else {
+            tokio::select! {
+                biased;
+                turn = provider.complete(&request) => turn?,
+                _ = stop.cancelled() => return Ok(Some(Exit::Stopped)),
+            }
         };
+        name_calls(&mut turn, turns);
         // The turn and the tool calls it asks for commit together: one
         // transaction instead of one per step. If a call breaks the host, the
-        // turn is stored alone first, so the model is never asked twice.
-        let written = match retry(|| self.turn_and_calls(c, &turn)).await {
+        // turn is stored alone first, so the model is never asked twice; if
+        // the database is briefly away, storing is tried again for a while.
+        let written = match self.persist_turn(c, &turn).await {
             Err(e) if !e.is_fenced() && !e.is_connection() => {
                 tracing::warn!(invocation = %c.inv.id, error = %e, "a tool call failed; storing the turn on its own");
                 retry(|| self.store_turn(c, &turn)).await?
@@ -207,6 +230,37 @@ impl Runner {
         let exit = written.exit.clone();
         written.apply(c);
         Ok(exit)
+    }
+
+    /// Stores a finished turn, riding out a short database outage: a turn
+    /// that is not stored would be asked of the model again.
+    async fn persist_turn(&self, c: &Claimed<'_>, turn: &ModelTurn) -> Result<Written, Error> {
+        let give_up = tokio::time::Instant::now() + PERSIST_PATIENCE;
+        loop {
+            match retry(|| self.turn_and_calls(c, turn)).await {
+                Err(e) if e.is_connection() && tokio::time::Instant::now() < give_up => {
+                    tracing::warn!(invocation = %c.inv.id, error = %e, "storing a finished turn; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Records that an external agent is about to start (see `model_turn`).
+    async fn mark_external_start(&self, c: &mut Claimed<'_>) -> Result<(), Error> {
+        let written = retry(|| async {
+            let mut client = self.pool.get().await?;
+            let tx = client.transaction().await?;
+            let mut w = Written::new(c);
+            invocations::fence(&tx, c.inv.id, c.epoch).await?;
+            w.append(&tx, c.inv.id, transcript::EXTERNAL_STARTED, json!({})).await?;
+            tx.commit().await?;
+            Ok(w)
+        })
+        .await?;
+        written.apply(c);
+        Ok(())
     }
 
     /// Why the invocation may not call its model again, if it may not.
@@ -244,10 +298,7 @@ impl Runner {
             events::append(&tx, c.inv.run_id, &evs),
             add_tokens(&tx, c.inv.id, tokens),
         );
-        fenced?;
-        appended?;
-        logged?;
-        counted?;
+        first_cause([fenced.map_err(Error::from), appended, logged.map_err(Error::from), counted])?;
         for call in &calls {
             let effect = self.run_call(&tx, c, call, &mut w).await?;
             if let Some(exit) = exit_of(effect) {
@@ -334,8 +385,7 @@ impl Runner {
             w.append(tx, c.inv.id, transcript::TOOL_RESULT, payload),
             events::append(tx, c.inv.run_id, &outcome.events),
         );
-        appended?;
-        logged?;
+        first_cause([appended, logged.map_err(Error::from)])?;
         Ok(outcome.effect)
     }
 
@@ -359,6 +409,19 @@ impl Runner {
             Ok(())
         })
         .await
+    }
+}
+
+/// Every call of a turn gets an id unique in the invocation: some endpoints
+/// omit ids or repeat them, and results, resumption and the commit ledger
+/// are keyed by them.
+fn name_calls(turn: &mut ModelTurn, turn_index: usize) {
+    let mut seen = std::collections::HashSet::new();
+    for (i, call) in turn.tool_calls.iter_mut().enumerate() {
+        if call.id.trim().is_empty() || !seen.insert(call.id.clone()) {
+            call.id = format!("t{}_{}", turn_index + 1, i + 1);
+            seen.insert(call.id.clone());
+        }
     }
 }
 
@@ -455,13 +518,27 @@ where
     }
 }
 
-/// Postgres text cannot hold NUL; a model may still produce one.
+/// Postgres text cannot hold NUL; a model may still produce one, in a value
+/// or in a key.
 fn sanitize(value: Value) -> Value {
+    let clean = |s: String| if s.contains('\0') { s.replace('\0', "\u{FFFD}") } else { s };
     match value {
-        Value::String(s) if s.contains('\0') => Value::String(s.replace('\0', "\u{FFFD}")),
+        Value::String(s) => Value::String(clean(s)),
         Value::Array(items) => Value::Array(items.into_iter().map(sanitize).collect()),
-        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, sanitize(v))).collect()),
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (clean(k), sanitize(v))).collect()),
         other => other,
+    }
+}
+
+/// The error that matters among pipelined statements: once one statement
+/// fails, the others in the transaction fail with 25P02 ("transaction
+/// aborted"), which must not hide the first cause.
+fn first_cause(results: impl IntoIterator<Item = Result<(), Error>>) -> Result<(), Error> {
+    let errors: Vec<Error> = results.into_iter().filter_map(Result::err).collect();
+    let aborted = |e: &Error| matches!(e, Error::Store(baton_store::Error::Db(db)) if db.code().is_some_and(|c| c.code() == "25P02"));
+    match errors.iter().position(|e| !aborted(e)) {
+        Some(i) => Err(errors.into_iter().nth(i).expect("found")),
+        None => errors.into_iter().next().map_or(Ok(()), Err),
     }
 }
 
@@ -478,4 +555,25 @@ fn tool_names(profile: &Profile) -> Vec<ToolName> {
 
 fn is_closing(name: &str) -> bool {
     ToolName::parse(name).is_some_and(ToolName::is_closing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_and_repeated_call_ids_are_renamed_uniquely() {
+        let call = |id: &str| ToolCall { id: id.into(), name: "workspace_list".into(), arguments: json!({}) };
+        let mut turn = ModelTurn { tool_calls: vec![call("a"), call(""), call("a"), call("b")], ..Default::default() };
+        name_calls(&mut turn, 2);
+        let ids: Vec<&str> = turn.tool_calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, vec!["a", "t3_2", "t3_3", "b"]);
+    }
+
+    #[test]
+    fn nul_characters_leave_keys_and_values() {
+        let clean = sanitize(json!({"a\u{0}": ["x\u{0}y"]}));
+        assert!(!clean.to_string().contains('\u{0}') && !clean.to_string().contains("\\u0000"), "{clean}");
+        assert_eq!(clean["a\u{FFFD}"][0], "x\u{FFFD}y");
+    }
 }

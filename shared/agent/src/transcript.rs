@@ -10,6 +10,8 @@ pub const PROMPT: &str = "prompt";
 pub const MODEL_TURN: &str = "model_turn";
 pub const TOOL_RESULT: &str = "tool_result";
 pub const NUDGE: &str = "nudge";
+/// An external agent was started; its result is the next model turn.
+pub const EXTERNAL_STARTED: &str = "external_started";
 
 /// A tool result as stored (and as the model reads it back).
 pub fn tool_result_payload(call: &ToolCall, content: &str, is_error: bool, structured: &Value) -> Value {

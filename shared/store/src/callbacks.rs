@@ -55,3 +55,10 @@ pub async fn retry_later(c: &impl GenericClient, id: i64, delay: std::time::Dura
     .await?;
     Ok(())
 }
+
+/// Keeps a callback from being taken again while it is being delivered.
+pub async fn lease(c: &impl GenericClient, id: i64, for_how_long: std::time::Duration) -> Result<()> {
+    let secs = for_how_long.as_secs_f64();
+    sql::execute(c, "UPDATE callbacks SET next_attempt_at = now() + make_interval(secs => $2) WHERE id = $1", &[&id, &secs]).await?;
+    Ok(())
+}

@@ -118,6 +118,8 @@ pub async fn prune(c: &impl GenericClient, older_than: std::time::Duration, limi
     let rows = sql::query(
         c,
         "SELECT id FROM runs WHERE status <> 'running' AND finished_at < now() - make_interval(secs => $1)
+            -- never a run whose bridge has not been told yet
+            AND NOT EXISTS (SELECT 1 FROM handoff_requests h WHERE h.run_id = runs.id AND h.reply_sent_at IS NULL)
           ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED",
         &[&secs, &limit],
     )

@@ -123,7 +123,7 @@ async fn hop(pool: &Pool, publisher: &Publisher, settings: &Settings, data: &[u8
 
 /// Hop latencies (predecessor's commit → successor's claim), in ms.
 pub const LATENCY_SQL: &str = "
-SELECT extract(epoch FROM (s.at - a.at)) * 1000
+SELECT extract(epoch FROM (s.at - a.at)) * 1000, a.at, s.at
   FROM raw_events a
   JOIN raw_items p ON p.id = a.item
   JOIN raw_items n ON n.chain = p.chain AND n.stage = p.stage + 1

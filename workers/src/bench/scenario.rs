@@ -71,9 +71,12 @@ pub async fn run(bench: &Bench, side: Side, chains: usize, concurrency: usize) -
     }
     let wall = started.elapsed();
     let _ = channel.close(200, "measured".into()).await;
-    let hops = chains * (raw::STAGES as usize - 1);
-    let latency_ms = latencies(bench, side, &ids).await?;
-    Ok(Measurement { chains, hops, wall, hops_per_sec: hops as f64 / wall.as_secs_f64(), latency_ms })
+    let (latency_ms, hops, span) = latencies(bench, side, &ids).await?;
+    // Throughput counts the hops themselves: from the first handoff committed
+    // to the last successor claimed, read off each side's own journal, so the
+    // work before a chain's first hop and after its last (intake, the final
+    // stage, the reply) does not count against either side.
+    Ok(Measurement { chains, hops, wall, hops_per_sec: hops as f64 / span.max(1e-6), latency_ms })
 }
 
 /// Starts one chain and returns its id (a chain id, or a request id).
@@ -112,29 +115,36 @@ fn is_finished(side: Side, data: &[u8], ids: &[String]) -> anyhow::Result<bool> 
 }
 
 const BATON_LATENCY_SQL: &str = "
-SELECT extract(epoch FROM (s.created_at - a.created_at)) * 1000
+SELECT extract(epoch FROM (s.created_at - a.created_at)) * 1000, a.created_at, s.created_at
   FROM handoff_requests h
   JOIN events a ON a.run_id = h.run_id AND a.type = 'agent_handoff_accepted'
   JOIN events s ON s.run_id = h.run_id AND s.type = 'agent_invocation_started'
                AND s.invocation_id = (a.payload->>'invocationId')::uuid
  WHERE h.id = ANY($1)";
 
-async fn latencies(bench: &Bench, side: Side, ids: &[String]) -> anyhow::Result<[f64; 3]> {
+/// Hop latency percentiles (ms), the number of hops, and the span (s) from
+/// the first handoff committed to the last successor claimed.
+async fn latencies(bench: &Bench, side: Side, ids: &[String]) -> anyhow::Result<([f64; 3], usize, f64)> {
     let c = bench.pool.get().await?;
+    let summary = |hops: &str| {
+        format!(
+            "SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY ms), count(*),
+                    extract(epoch FROM max(started) - min(accepted))::float8
+               FROM ({hops}) l(ms, accepted, started)"
+        )
+    };
     let row = match side {
         Side::Raw => {
             let chains: Vec<uuid::Uuid> = ids.iter().map(|i| i.parse()).collect::<Result<_, _>>()?;
-            let sql = format!("SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY x) FROM ({}) l(x)", raw::LATENCY_SQL);
-            c.query_one(&sql, &[&chains]).await?
+            c.query_one(&summary(raw::LATENCY_SQL), &[&chains]).await?
         }
-        Side::Baton => {
-            let sql = format!("SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY x) FROM ({BATON_LATENCY_SQL}) l(x)");
-            c.query_one(&sql, &[&ids]).await?
-        }
+        Side::Baton => c.query_one(&summary(BATON_LATENCY_SQL), &[&ids]).await?,
     };
-    let p: Option<Vec<f64>> = row.get(0);
-    let p = p.unwrap_or_default();
-    Ok([p.first().copied().unwrap_or(0.0), p.get(1).copied().unwrap_or(0.0), p.get(2).copied().unwrap_or(0.0)])
+    let p: Vec<f64> = row.get::<_, Option<Vec<f64>>>(0).unwrap_or_default();
+    let at = |i: usize| p.get(i).copied().unwrap_or(0.0);
+    let hops: i64 = row.get(1);
+    let span: Option<f64> = row.get(2);
+    Ok(([at(0), at(1), at(2)], hops as usize, span.unwrap_or(0.0)))
 }
 
 /// Sends `count` requests whose root delegates and waits, and returns once

@@ -29,22 +29,35 @@ pub async fn deliver(pool: Pool, poll: Duration, shutdown: CancellationToken) {
     }
 }
 
+/// Leases the due callbacks in a short transaction, POSTs them with no
+/// transaction open, then records each outcome. A crash between the POST and
+/// the record sends that update again after the lease: at least once, and
+/// `seq` lets the bridge drop the repeat.
 async fn deliver_due(pool: &Pool, client: &reqwest::Client) -> anyhow::Result<()> {
-    let mut db = pool.get().await?;
-    let tx = db.transaction().await?;
-    for cb in callbacks::take_due(&tx, BATCH).await? {
-        match post(client, &cb.url, &cb.body).await {
-            Ok(()) => callbacks::delete(&tx, cb.id).await?,
+    let due = {
+        let mut db = pool.get().await?;
+        let tx = db.transaction().await?;
+        let due = callbacks::take_due(&tx, BATCH).await?;
+        for cb in &due {
+            callbacks::lease(&tx, cb.id, POST_TIMEOUT * 2).await?;
+        }
+        tx.commit().await?;
+        due
+    };
+    for cb in due {
+        let outcome = post(client, &cb.url, &cb.body).await;
+        let db = pool.get().await?;
+        match outcome {
+            Ok(()) => callbacks::delete(&db, cb.id).await?,
             Err(why) if cb.attempts + 1 >= MAX_ATTEMPTS => {
                 tracing::warn!(handoff = %cb.handoff_id, url = %cb.url, why, "status callback given up");
                 let note = format!("status callback to {} given up after {MAX_ATTEMPTS} attempts: {why}", cb.url);
-                requests::add_event(&tx, &cb.handoff_id, "callback_failed", None, Some(&note)).await?;
-                callbacks::delete(&tx, cb.id).await?;
+                requests::add_event(&db, &cb.handoff_id, "callback_failed", None, Some(&note)).await?;
+                callbacks::delete(&db, cb.id).await?;
             }
-            Err(why) => callbacks::retry_later(&tx, cb.id, backoff(cb.attempts), &why).await?,
+            Err(why) => callbacks::retry_later(&db, cb.id, backoff(cb.attempts), &why).await?,
         }
     }
-    tx.commit().await?;
     Ok(())
 }
 

@@ -44,8 +44,9 @@ async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, deliver
                 // A request the store cannot take will never be taken: tell
                 // the sender and dead-letter it instead of redelivering it.
                 Err(e) => {
+                    tracing::error!(handoff = %request.id, error = %format!("{e:#}"), "request could not be stored");
                     let error = RequestError {
-                        reason: format!("the request could not be stored: {e:#}"),
+                        reason: "the request could not be stored; an operator can see why in baton.dead".into(),
                         handoff_id: Some(request.id.clone()),
                         reply_to_chat_id: request.reply_to_chat_id().map(str::to_string),
                         language: Some(request.language()),
@@ -118,6 +119,7 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>) 
         let stored = requests::get(&tx, &request.id).await?.expect("counted in this transaction");
         if stored.status == "draft" && request.is_runnable() {
             requests::promote_draft(&tx, &request.id, &body, status_url(request)).await?;
+            record_disclosure(&tx, &request.id, &filtered.removed).await?;
             start(&tx, request).await?;
         } else {
             tracing::info!(handoff = %request.id, "duplicate request acknowledged; no new run");
@@ -126,11 +128,7 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>) 
         return Ok(());
     }
     requests::add_event(&tx, &request.id, "created", Some(request.status.as_str()), None).await?;
-    if !filtered.removed.is_empty() {
-        let what: Vec<String> = filtered.removed.iter().map(|r| format!("{} ({})", r.field, r.reason)).collect();
-        let note = format!("{} removal(s): {}", what.len(), what.join("; "));
-        requests::add_event(&tx, &request.id, "disclosure_filtered", None, Some(&note)).await?;
-    }
+    record_disclosure(&tx, &request.id, &filtered.removed).await?;
     requests::add_event(&tx, &request.id, "context_packaged", None, None).await?;
     if request.is_runnable() {
         start(&tx, request).await?;
@@ -204,4 +202,15 @@ async fn refuse(c: &impl GenericClient, stored: &requests::Request, request: &Ha
 
 fn status_url(request: &HandoffRequest) -> Option<&str> {
     request.callback.as_ref().and_then(|c| c.status_url.as_deref()).filter(|u| !u.trim().is_empty())
+}
+
+/// One `disclosure_filtered` event listing what the policy removed, if anything.
+async fn record_disclosure(c: &impl GenericClient, id: &str, removed: &[baton_domain::request::Redaction]) -> anyhow::Result<()> {
+    if removed.is_empty() {
+        return Ok(());
+    }
+    let what: Vec<String> = removed.iter().map(|r| format!("{} ({})", r.field, r.reason)).collect();
+    let note = format!("{} removal(s): {}", what.len(), what.join("; "));
+    requests::add_event(c, id, "disclosure_filtered", None, Some(&note)).await?;
+    Ok(())
 }

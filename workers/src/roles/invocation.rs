@@ -112,8 +112,21 @@ async fn receive(worker: &Worker, publisher: &Publisher, d: &Delivery, queue: &s
             return Ok(None);
         }
     };
-    let claimed = worker.claim(message).await?;
-    ack(d).await?;
+    let claimed = match worker.claim(message).await {
+        Ok(claimed) => claimed,
+        Err(e) if super::is_transient(&e) => return Err(e),
+        // A claim that can never succeed (a corrupt row): say why, don't loop.
+        Err(e) => {
+            dead_letter(publisher, &worker.settings, d, queue, &format!("could not claim the invocation: {e:#}")).await?;
+            return Ok(None);
+        }
+    };
+    // From here the Postgres lease owns the work: a failed ack (the channel
+    // closed under us) only means a duplicate delivery later, which finds
+    // nothing to claim. The claimed work still runs, or is handed back.
+    if let Err(e) = ack(d).await {
+        tracing::warn!(invocation = %message.invocation_id, error = %format!("{e:#}"), "ack failed after the claim committed");
+    }
     Ok(claimed)
 }
 

@@ -155,7 +155,7 @@ impl OpenAi {
 /// `Retry-After` in seconds (the HTTP-date form is rare for these APIs).
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    value.trim().parse::<f64>().ok().filter(|s| *s >= 0.0).map(Duration::from_secs_f64)
+    value.trim().parse::<f64>().ok().and_then(|s| Duration::try_from_secs_f64(s).ok())
 }
 
 /// The first choice's message as a turn. Arguments that are not valid JSON
@@ -209,6 +209,17 @@ mod tests {
         assert_eq!(turn.tool_calls[0].arguments["path"], "output/main.md");
         assert_eq!(turn.tool_calls[1].arguments, Value::String("not json".into()));
         assert_eq!(turn.usage.unwrap()["total_tokens"], 15);
+    }
+
+    #[test]
+    fn retry_after_is_read_in_seconds_and_absurd_values_are_ignored() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::RETRY_AFTER, "2".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(2)));
+        for bad in ["inf", "1e30", "-1", "soon"] {
+            headers.insert(reqwest::header::RETRY_AFTER, bad.parse().unwrap());
+            assert_eq!(retry_after(&headers), None, "{bad}");
+        }
     }
 
     #[test]

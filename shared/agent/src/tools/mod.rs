@@ -78,8 +78,15 @@ pub(crate) fn tool_event(ctx: &ToolCtx<'_>, kind: &'static str, mut payload: Val
 /// Runs one tool call. A recoverable problem is an `isError` outcome; an
 /// `Err` is a broken host contract that fails the invocation.
 pub async fn dispatch(c: &impl GenericClient, ctx: &ToolCtx<'_>) -> Result<ToolOutcome, Error> {
+    // A tool name the model made up is its own mistake to fix, not a broken
+    // host: it reads which tools it has and carries on.
     let Some(tool) = ToolName::parse(&ctx.call.name) else {
-        return Err(Error::Contract(format!("the model called an unknown tool `{}`", ctx.call.name)));
+        let names: Vec<&str> = ctx.surface.iter().map(|t| t.as_str()).collect();
+        let error = ToolError::new(
+            codes::TOOL_POLICY_DENIED,
+            format!("There is no tool `{}`. Your tools are: {}.", ctx.call.name, names.join(", ")),
+        );
+        return Ok(ToolOutcome::failed(ctx, error));
     };
     if !ctx.surface.contains(&tool) {
         let names: Vec<&str> = ctx.surface.iter().map(|t| t.as_str()).collect();
