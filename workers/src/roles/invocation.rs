@@ -40,20 +40,36 @@ impl Worker {
     }
 }
 
-pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
-    let (conn, pool) = connect(settings, Role::Invocation).await?;
+/// What an invocation role keeps across broker reconnects: agent loops
+/// outlive a lost connection (they only need Postgres), so their slots, pool
+/// and tracker do too, and a reconnect never doubles the concurrency.
+pub struct State {
+    worker: Worker,
+    slots: Arc<Semaphore>,
+    loops: TaskTracker,
+}
+
+impl State {
+    pub fn new(settings: &Settings) -> anyhow::Result<Self> {
+        let pool = baton_store::pool(&settings.database_url, settings.pool_size)?;
+        Ok(Self {
+            worker: Worker::new(pool, settings.clone()),
+            slots: Arc::new(Semaphore::new(settings.max_concurrent_invocations)),
+            loops: TaskTracker::new(),
+        })
+    }
+}
+
+pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
+    let (conn, _) = connect(settings, Role::Invocation).await?;
     let publisher = Publisher::open(&conn).await?;
-    let worker = Worker::new(pool, settings.clone());
-    let slots = Arc::new(Semaphore::new(settings.max_concurrent_invocations));
-    // Agent loops outlive a broker reconnect (they only need Postgres); the
-    // tracker reaps finished ones and lets shutdown wait for the rest.
-    let loops = TaskTracker::new();
+    let (worker, slots, loops) = (&state.worker, &state.slots, &state.loops);
     let queues = settings.queues();
     let wanted = |logical: &str| settings.invocation_queues.iter().any(|q| logical.ends_with(&format!(".{q}")));
     let consumers = [INVOCATIONS_HANDOFF, INVOCATIONS_DELEGATE].map(|logical| {
         let enabled = wanted(logical);
         let (conn, queue) = (&conn, queues.name(logical));
-        let (worker, slots, loops, publisher) = (&worker, &slots, &loops, &publisher);
+        let publisher = &publisher;
         async move {
             if !enabled {
                 shutdown.cancelled().await;
@@ -93,9 +109,9 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     });
     let [a, b] = consumers;
     let result = tokio::try_join!(a, b).map(|_| ());
-    loops.close();
     if shutdown.is_cancelled() {
         // In-flight loops see the same shutdown and stop at a persisted step.
+        loops.close();
         loops.wait().await;
     }
     super::close(publisher.channel()).await;

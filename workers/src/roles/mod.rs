@@ -52,10 +52,17 @@ pub async fn run(role: Role, settings: Settings, shutdown: CancellationToken) {
         .with_jitter()
         .without_max_times()
         .build();
+    let state = match role {
+        Role::Invocation => match invocation::State::new(&settings) {
+            Ok(side) => Some(side),
+            Err(e) => return tracing::error!(error = %format!("{e:#}"), "invocation role cannot start"),
+        },
+        _ => None,
+    };
     loop {
         let attempt = match role {
             Role::Intake => intake::run(&settings, &shutdown).await,
-            Role::Invocation => invocation::run(&settings, &shutdown).await,
+            Role::Invocation => invocation::run(state.as_ref().expect("built for this role"), &settings, &shutdown).await,
             Role::Relay => relay::run(&settings, &shutdown).await,
             Role::Collector => collector::run(&settings, &shutdown).await,
         };
