@@ -44,6 +44,9 @@ pub struct BenchArgs {
     /// Parents to park on agent_await for the memory reading (0 skips it).
     #[arg(long, default_value_t = 10_000)]
     pub parked: usize,
+    /// Keep the bench database afterwards (to look at its journal).
+    #[arg(long)]
+    pub keep: bool,
 }
 
 const PROFILES: &str = r#"
@@ -127,7 +130,7 @@ pub async fn run(base: &Settings, args: BenchArgs) -> anyhow::Result<()> {
     let mut env = Bench::prepare(&settings).await?;
     let outcome = env.measure_all(&args).await;
     env.procs.stop_all().await;
-    let cleanup = env.cleanup().await;
+    let cleanup = env.cleanup(args.keep).await;
     let (rows, memory) = outcome?;
     cleanup?;
     println!("\n{}", report::render(&rows, &memory, started.elapsed()));
@@ -246,22 +249,37 @@ impl Bench {
         Ok((count, before, after))
     }
 
-    async fn cleanup(&self) -> anyhow::Result<()> {
+    async fn cleanup(&self, keep_database: bool) -> anyhow::Result<()> {
         let channel = self.conn.create_channel().await?;
         let _ = self.settings.queues().delete(&channel).await;
         for q in [raw::hop_queue(&self.settings), raw::done_queue(&self.settings), self.reply_queue.clone()] {
             let _ = channel.queue_delete(q.as_str().into(), Default::default()).await;
         }
         let _ = self.conn.close(200, "bench done".into()).await;
+        if !keep_database {
+            self.pool.close();
+            drop_database(&self.settings.database_url).await?;
+        }
         Ok(())
     }
 }
 
-async fn recreate_database(url: &str) -> anyhow::Result<()> {
+async fn admin(url: &str) -> anyhow::Result<(baton_store::tokio_postgres::Client, String)> {
     let (head, name) = url.rsplit_once('/').context("a database URL ends in /name")?;
     let (client, conn) = baton_store::tokio_postgres::connect(&format!("{head}/postgres"), baton_store::tokio_postgres::NoTls).await?;
     tokio::spawn(conn);
+    Ok((client, name.to_string()))
+}
+
+async fn drop_database(url: &str) -> anyhow::Result<()> {
+    let (client, name) = admin(url).await?;
     client.batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).await?;
+    Ok(())
+}
+
+async fn recreate_database(url: &str) -> anyhow::Result<()> {
+    drop_database(url).await?;
+    let (client, name) = admin(url).await?;
     client.batch_execute(&format!("CREATE DATABASE \"{name}\"")).await?;
     Ok(())
 }

@@ -85,7 +85,7 @@ pub fn render(rows: &[Row], memory: &Memory, took: Duration) -> String {
     if let Some(idle) = memory.idle_kb {
         let _ = writeln!(out, "- idle: {}", mb(idle));
     }
-    let _ = writeln!(out, "- peak under load (64 in flight): {}", mb(memory.loaded_kb));
+    let _ = writeln!(out, "- peak under load (the most chains in flight): {}", mb(memory.loaded_kb));
     if let Some((n, before, after)) = memory.parked {
         let _ = writeln!(out, "- with {n} parents parked on agent_await: {} (was {} before they parked: {:+.1} MB)", mb(after), mb(before), (after as f64 - before as f64) / 1024.0);
     }
