@@ -4,14 +4,18 @@
 //!
 //! # Layout
 //! - [`runner`]: the loop, one persisted step at a time.
+//! - [`first_step`]: an invocation's system prompt and brief, written with its claim.
+//! - `step`: step transactions: what they wrote, retries, safe-to-store model output.
 //! - [`tools`]: the model-visible tools, run inside the step's transaction.
 //! - [`providers`]: the provider trait; scripted, OpenAI-compatible and command providers.
 //! - [`transcript`]: the persisted transcript, read back as chat messages.
 //! - [`lifecycle`]: transitions that end invocations and runs.
 
+pub mod first_step;
 pub mod lifecycle;
 pub mod providers;
 pub mod runner;
+mod step;
 pub mod tools;
 pub mod transcript;
 

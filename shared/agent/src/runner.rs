@@ -6,9 +6,8 @@
 use std::sync::Arc;
 
 use baton_domain::journal;
-use baton_domain::profiles::{Profile, Skill};
+use baton_domain::profiles::{Profile};
 use baton_domain::state::InvocationKind;
-use baton_domain::prompt::system_prompt;
 use baton_domain::tools::{self, ToolName};
 use baton_domain::ToolError;
 use baton_store::invocations::{self, Invocation};
@@ -21,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 use crate::providers::{ModelRequest, ModelTurn, Providers, ToolCall};
 use crate::tools::{dispatch, Effect, ToolCtx, ToolOutcome};
 use crate::transcript::{self, Position};
+use crate::first_step::{prompt_step, tool_names};
+use crate::step::{add_tokens, first_cause, name_calls, retry, sanitize, tokens_of, Written};
 use crate::{lifecycle, Error};
 
 /// How an invocation's loop ended on this worker.
@@ -71,6 +72,14 @@ struct Claimed<'a> {
     tokens: i64,
 }
 
+impl Claimed<'_> {
+    /// Adds what a committed step transaction wrote.
+    fn absorb(&mut self, written: Written) {
+        self.steps.extend(written.steps);
+        self.tokens += written.tokens;
+    }
+}
+
 /// A delegated task's budget narrows the runtime's limits.
 fn narrow(limits: Limits, budget: Option<&Value>) -> (Limits, Option<u64>) {
     let Some(budget) = budget else {
@@ -83,16 +92,6 @@ fn narrow(limits: Limits, budget: Option<&Value>) -> (Limits, Option<u64>) {
         ..limits
     };
     (narrowed, budget["maxTokens"].as_u64())
-}
-
-/// Tokens a turn used, whatever the provider calls them.
-fn tokens_of(turn: &ModelTurn) -> i64 {
-    let Some(u) = &turn.usage else { return 0 };
-    let n = |k: &str| u[k].as_i64().unwrap_or(0);
-    match n("total_tokens") {
-        0 => n("promptTokens") + n("completionTokens") + n("prompt_tokens") + n("completion_tokens"),
-        total => total,
-    }
 }
 
 /// How long a finished turn is retried while the database is away (well
@@ -159,7 +158,7 @@ impl Runner {
         let written = retry(|| async {
             let mut client = self.pool.get().await?;
             let tx = client.transaction().await?;
-            let mut w = Written::new(c);
+            let mut w = Written::new(c.steps.len());
             let (fenced, appended, logged) = tokio::join!(
                 invocations::fence(&tx, c.inv.id, c.epoch),
                 w.append(&tx, c.inv.id, transcript::PROMPT, prompt.clone()),
@@ -170,7 +169,7 @@ impl Runner {
             Ok(w)
         })
         .await?;
-        written.apply(c);
+        c.absorb(written);
         Ok(())
     }
 
@@ -228,7 +227,7 @@ impl Runner {
             other => other?,
         };
         let exit = written.exit.clone();
-        written.apply(c);
+        c.absorb(written);
         Ok(exit)
     }
 
@@ -252,14 +251,14 @@ impl Runner {
         let written = retry(|| async {
             let mut client = self.pool.get().await?;
             let tx = client.transaction().await?;
-            let mut w = Written::new(c);
+            let mut w = Written::new(c.steps.len());
             invocations::fence(&tx, c.inv.id, c.epoch).await?;
             w.append(&tx, c.inv.id, transcript::EXTERNAL_STARTED, json!({})).await?;
             tx.commit().await?;
             Ok(w)
         })
         .await?;
-        written.apply(c);
+        c.absorb(written);
         Ok(())
     }
 
@@ -287,7 +286,7 @@ impl Runner {
         let calls: Vec<ToolCall> = serde_json::from_value(payload["toolCalls"].clone()).map_err(|e| Error::Contract(e.to_string()))?;
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let mut w = Written::new(c);
+        let mut w = Written::new(c.steps.len());
         let tokens = tokens_of(turn);
         w.tokens = tokens;
         let stored = json!({"toolCalls": calls.len(), "tokens": tokens, "attempts": turn.attempts});
@@ -316,7 +315,7 @@ impl Runner {
         let payload = sanitize(serde_json::to_value(turn).map_err(|e| Error::Contract(e.to_string()))?);
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let mut w = Written::new(c);
+        let mut w = Written::new(c.steps.len());
         invocations::fence(&tx, c.inv.id, c.epoch).await?;
         w.tokens = tokens_of(turn);
         if w.tokens > 0 {
@@ -344,7 +343,7 @@ impl Runner {
     async fn call_tool(&self, c: &mut Claimed<'_>, call: &ToolCall) -> Result<Option<Exit>, Error> {
         let written = retry(|| self.run_tool(c, call)).await?;
         let exit = written.exit.clone();
-        written.apply(c);
+        c.absorb(written);
         Ok(exit)
     }
 
@@ -354,7 +353,7 @@ impl Runner {
     async fn run_tool(&self, c: &Claimed<'_>, call: &ToolCall) -> Result<Written, Error> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let mut w = Written::new(c);
+        let mut w = Written::new(c.steps.len());
         invocations::fence(&tx, c.inv.id, c.epoch).await?;
         let effect = self.run_call(&tx, c, call, &mut w).await?;
         tx.commit().await?;
@@ -412,19 +411,6 @@ impl Runner {
     }
 }
 
-/// Every call of a turn gets an id unique in the invocation: some endpoints
-/// omit ids or repeat them, and results, resumption and the commit ledger
-/// are keyed by them.
-fn name_calls(turn: &mut ModelTurn, turn_index: usize) {
-    let mut seen = std::collections::HashSet::new();
-    for (i, call) in turn.tool_calls.iter_mut().enumerate() {
-        if call.id.trim().is_empty() || !seen.insert(call.id.clone()) {
-            call.id = format!("t{}_{}", turn_index + 1, i + 1);
-            seen.insert(call.id.clone());
-        }
-    }
-}
-
 fn exit_of(effect: Effect) -> Option<Exit> {
     match effect {
         Effect::Continue => None,
@@ -434,146 +420,7 @@ fn exit_of(effect: Effect) -> Option<Exit> {
     }
 }
 
-async fn add_tokens(tx: &Transaction<'_>, id: uuid::Uuid, tokens: i64) -> Result<(), Error> {
-    if tokens > 0 {
-        invocations::add_tokens(tx, id, tokens).await?;
-    }
-    Ok(())
-}
-
-/// The first step of every invocation: the system prompt (its own profile,
-/// tools and skills) and its brief, with the journal events that say so.
-pub fn prompt_step(inv: &Invocation, profile: &Profile, surface: &[ToolName], skills: &[Skill]) -> (Value, Vec<Event>) {
-    let messages = json!([
-        {"role": "system", "content": system_prompt(profile, surface, skills)},
-        {"role": "user", "content": inv.brief},
-    ]);
-    let id = Some(inv.id);
-    let evs = vec![
-        Event::new(journal::CONTEXT_ASSEMBLED, id, json!({"briefChars": inv.brief.chars().count()})),
-        Event::new(journal::SKILL_SCOPES_RESOLVED, id, json!({"profileId": profile.id, "skills": skills.iter().map(|s| &s.id).collect::<Vec<_>>()})),
-        Event::new(journal::MODEL_BINDING_RESOLVED, id, json!({"provider": profile.model.provider_name()})),
-    ];
-    (json!({"messages": messages}), evs)
-}
-
-/// Writes the first step inside a claim's transaction, so a new invocation
-/// costs no transaction of its own before its first model call. Returns the
-/// events to append (none when the profile is gone: the loop reports that).
-pub async fn write_prompt_step(c: &impl baton_store::GenericClient, inv: &Invocation) -> Result<Vec<Event>, Error> {
-    let Some(profile) = profiles::get(c, &inv.profile_id).await? else {
-        return Ok(vec![]);
-    };
-    let skills = profiles::skills(c, &profile.skills).await?;
-    let surface = tools::surface(&tool_names(&profile), inv.kind);
-    let (prompt, evs) = prompt_step(inv, &profile, &surface, &skills);
-    steps::append(c, inv.id, 0, transcript::PROMPT, &prompt).await?;
-    Ok(evs)
-}
-
-/// What a step transaction wrote; it joins the in-memory transcript only
-/// once the transaction has committed.
-struct Written {
-    next_seq: i32,
-    steps: Vec<Step>,
-    tokens: i64,
-    exit: Option<Exit>,
-}
-
-impl Written {
-    fn new(c: &Claimed<'_>) -> Self {
-        Self { next_seq: c.steps.len() as i32, steps: vec![], tokens: 0, exit: None }
-    }
-
-    async fn append(&mut self, tx: &Transaction<'_>, invocation: uuid::Uuid, kind: &str, payload: Value) -> Result<(), Error> {
-        steps::append(tx, invocation, self.next_seq, kind, &payload).await?;
-        self.steps.push(Step { seq: self.next_seq, kind: kind.to_string(), payload });
-        self.next_seq += 1;
-        Ok(())
-    }
-
-    fn apply(self, c: &mut Claimed<'_>) {
-        c.steps.extend(self.steps);
-        c.tokens += self.tokens;
-    }
-}
-
-/// Runs a transaction again when the database aborted it for a deadlock or
-/// a serialization failure (the whole step is re-run, so it stays atomic).
-async fn retry<T, F, Fut>(mut attempt: F) -> Result<T, Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, Error>>,
-{
-    let mut tries = 0u64;
-    loop {
-        tries += 1;
-        match attempt().await {
-            Err(e) if e.is_retryable() && tries < 5 => {
-                tracing::debug!(error = %e, tries, "retrying a step transaction");
-                tokio::time::sleep(std::time::Duration::from_millis(5 * tries + (tries * 7919) % 11)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
-/// Postgres text cannot hold NUL; a model may still produce one, in a value
-/// or in a key.
-fn sanitize(value: Value) -> Value {
-    let clean = |s: String| if s.contains('\0') { s.replace('\0', "\u{FFFD}") } else { s };
-    match value {
-        Value::String(s) => Value::String(clean(s)),
-        Value::Array(items) => Value::Array(items.into_iter().map(sanitize).collect()),
-        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (clean(k), sanitize(v))).collect()),
-        other => other,
-    }
-}
-
-/// The error that matters among pipelined statements: once one statement
-/// fails, the others in the transaction fail with 25P02 ("transaction
-/// aborted"), which must not hide the first cause.
-fn first_cause(results: impl IntoIterator<Item = Result<(), Error>>) -> Result<(), Error> {
-    let errors: Vec<Error> = results.into_iter().filter_map(Result::err).collect();
-    let aborted = |e: &Error| matches!(e, Error::Store(baton_store::Error::Db(db)) if db.code().is_some_and(|c| c.code() == "25P02"));
-    match errors.iter().position(|e| !aborted(e)) {
-        Some(i) => Err(errors.into_iter().nth(i).expect("found")),
-        None => errors.into_iter().next().map_or(Ok(()), Err),
-    }
-}
-
-/// The tools a profile's agent may call. An external command agent's
-/// result is recorded through the workspace tools, whatever its profile lists.
-fn tool_names(profile: &Profile) -> Vec<ToolName> {
-    match profile.model {
-        baton_domain::profiles::ModelBinding::Command { .. } => {
-            vec![ToolName::WorkspaceRead, ToolName::WorkspaceWrite, ToolName::WorkspaceCommit, ToolName::WorkspaceFinish]
-        }
-        _ => profile.tool_names(),
-    }
-}
-
 fn is_closing(name: &str) -> bool {
     ToolName::parse(name).is_some_and(ToolName::is_closing)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn missing_and_repeated_call_ids_are_renamed_uniquely() {
-        let call = |id: &str| ToolCall { id: id.into(), name: "workspace_list".into(), arguments: json!({}) };
-        let mut turn = ModelTurn { tool_calls: vec![call("a"), call(""), call("a"), call("b")], ..Default::default() };
-        name_calls(&mut turn, 2);
-        let ids: Vec<&str> = turn.tool_calls.iter().map(|c| c.id.as_str()).collect();
-        assert_eq!(ids, vec!["a", "t3_2", "t3_3", "b"]);
-    }
-
-    #[test]
-    fn nul_characters_leave_keys_and_values() {
-        let clean = sanitize(json!({"a\u{0}": ["x\u{0}y"]}));
-        assert!(!clean.to_string().contains('\u{0}') && !clean.to_string().contains("\\u0000"), "{clean}");
-        assert_eq!(clean["a\u{FFFD}"][0], "x\u{FFFD}y");
-    }
-}

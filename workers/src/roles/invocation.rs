@@ -231,7 +231,7 @@ async fn started_events(c: &impl GenericClient, inv: &Invocation, worker: &str) 
             None => Ok(None),
         }
     };
-    let (task, prompt) = tokio::try_join!(task_started, async { Ok(baton_agent::runner::write_prompt_step(c, inv).await?) })?;
+    let (task, prompt) = tokio::try_join!(task_started, async { Ok(baton_agent::first_step::write_prompt_step(c, inv).await?) })?;
     let mut evs = vec![];
     if let Some(task) = task {
         evs.push(Event::new(journal::TASK_STARTED, id, json!({"taskId": task})));

@@ -1,0 +1,55 @@
+//! The first step of every invocation: its system prompt and its brief.
+
+use baton_domain::journal;
+use baton_domain::profiles::{Profile, Skill};
+use baton_domain::prompt::system_prompt;
+use baton_domain::tools::{self, ToolName};
+use baton_store::invocations::Invocation;
+use baton_store::journal::Event;
+use baton_store::{profiles, steps};
+use serde_json::{json, Value};
+
+use crate::transcript;
+use crate::Error;
+
+/// The first step of every invocation: the system prompt (its own profile,
+/// tools and skills) and its brief, with the journal events that say so.
+pub fn prompt_step(inv: &Invocation, profile: &Profile, surface: &[ToolName], skills: &[Skill]) -> (Value, Vec<Event>) {
+    let messages = json!([
+        {"role": "system", "content": system_prompt(profile, surface, skills)},
+        {"role": "user", "content": inv.brief},
+    ]);
+    let id = Some(inv.id);
+    let evs = vec![
+        Event::new(journal::CONTEXT_ASSEMBLED, id, json!({"briefChars": inv.brief.chars().count()})),
+        Event::new(journal::SKILL_SCOPES_RESOLVED, id, json!({"profileId": profile.id, "skills": skills.iter().map(|s| &s.id).collect::<Vec<_>>()})),
+        Event::new(journal::MODEL_BINDING_RESOLVED, id, json!({"provider": profile.model.provider_name()})),
+    ];
+    (json!({"messages": messages}), evs)
+}
+
+/// Writes the first step inside a claim's transaction, so a new invocation
+/// costs no transaction of its own before its first model call. Returns the
+/// events to append (none when the profile is gone: the loop reports that).
+pub async fn write_prompt_step(c: &impl baton_store::GenericClient, inv: &Invocation) -> Result<Vec<Event>, Error> {
+    let Some(profile) = profiles::get(c, &inv.profile_id).await? else {
+        return Ok(vec![]);
+    };
+    let skills = profiles::skills(c, &profile.skills).await?;
+    let surface = tools::surface(&tool_names(&profile), inv.kind);
+    let (prompt, evs) = prompt_step(inv, &profile, &surface, &skills);
+    steps::append(c, inv.id, 0, transcript::PROMPT, &prompt).await?;
+    Ok(evs)
+}
+
+/// The tools a profile's agent may call. An external command agent's
+/// result is recorded through the workspace tools, whatever its profile lists.
+pub(crate) fn tool_names(profile: &Profile) -> Vec<ToolName> {
+    match profile.model {
+        baton_domain::profiles::ModelBinding::Command { .. } => {
+            vec![ToolName::WorkspaceRead, ToolName::WorkspaceWrite, ToolName::WorkspaceCommit, ToolName::WorkspaceFinish]
+        }
+        _ => profile.tool_names(),
+    }
+}
+

@@ -1,0 +1,132 @@
+//! Step transactions: what one wrote (it joins the in-memory transcript
+//! only once committed), running one again when Postgres aborts it, and
+//! making what a model produced safe to store.
+
+use baton_store::invocations;
+use baton_store::steps::{self, Step};
+use baton_store::Transaction;
+use serde_json::Value;
+
+use crate::providers::ModelTurn;
+use crate::runner::Exit;
+use crate::Error;
+
+/// What a step transaction wrote; it joins the in-memory transcript only
+/// once the transaction has committed.
+pub(crate) struct Written {
+    next_seq: i32,
+    pub(crate) steps: Vec<Step>,
+    pub(crate) tokens: i64,
+    pub(crate) exit: Option<Exit>,
+}
+
+impl Written {
+    pub(crate) fn new(next_seq: usize) -> Self {
+        Self { next_seq: next_seq as i32, steps: vec![], tokens: 0, exit: None }
+    }
+
+    pub(crate) async fn append(&mut self, tx: &Transaction<'_>, invocation: uuid::Uuid, kind: &str, payload: Value) -> Result<(), Error> {
+        steps::append(tx, invocation, self.next_seq, kind, &payload).await?;
+        self.steps.push(Step { seq: self.next_seq, kind: kind.to_string(), payload });
+        self.next_seq += 1;
+        Ok(())
+    }
+
+}
+
+/// Runs a transaction again when the database aborted it for a deadlock or
+/// a serialization failure (the whole step is re-run, so it stays atomic).
+pub(crate) async fn retry<T, F, Fut>(mut attempt: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut tries = 0u64;
+    loop {
+        tries += 1;
+        match attempt().await {
+            Err(e) if e.is_retryable() && tries < 5 => {
+                tracing::debug!(error = %e, tries, "retrying a step transaction");
+                tokio::time::sleep(std::time::Duration::from_millis(5 * tries + (tries * 7919) % 11)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Postgres text cannot hold NUL; a model may still produce one, in a value
+/// or in a key.
+pub(crate) fn sanitize(value: Value) -> Value {
+    let clean = |s: String| if s.contains('\0') { s.replace('\0', "\u{FFFD}") } else { s };
+    match value {
+        Value::String(s) => Value::String(clean(s)),
+        Value::Array(items) => Value::Array(items.into_iter().map(sanitize).collect()),
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (clean(k), sanitize(v))).collect()),
+        other => other,
+    }
+}
+
+/// The error that matters among pipelined statements: once one statement
+/// fails, the others in the transaction fail with 25P02 ("transaction
+/// aborted"), which must not hide the first cause.
+pub(crate) fn first_cause(results: impl IntoIterator<Item = Result<(), Error>>) -> Result<(), Error> {
+    let errors: Vec<Error> = results.into_iter().filter_map(Result::err).collect();
+    let aborted = |e: &Error| matches!(e, Error::Store(baton_store::Error::Db(db)) if db.code().is_some_and(|c| c.code() == "25P02"));
+    match errors.iter().position(|e| !aborted(e)) {
+        Some(i) => Err(errors.into_iter().nth(i).expect("found")),
+        None => errors.into_iter().next().map_or(Ok(()), Err),
+    }
+}
+
+/// Tokens a turn used, whatever the provider calls them.
+pub(crate) fn tokens_of(turn: &ModelTurn) -> i64 {
+    let Some(u) = &turn.usage else { return 0 };
+    let n = |k: &str| u[k].as_i64().unwrap_or(0);
+    match n("total_tokens") {
+        0 => n("promptTokens") + n("completionTokens") + n("prompt_tokens") + n("completion_tokens"),
+        total => total,
+    }
+}
+
+/// Every call of a turn gets an id unique in the invocation: some endpoints
+/// omit ids or repeat them, and results, resumption and the commit ledger
+/// are keyed by them.
+pub(crate) fn name_calls(turn: &mut ModelTurn, turn_index: usize) {
+    let mut seen = std::collections::HashSet::new();
+    for (i, call) in turn.tool_calls.iter_mut().enumerate() {
+        if call.id.trim().is_empty() || !seen.insert(call.id.clone()) {
+            call.id = format!("t{}_{}", turn_index + 1, i + 1);
+            seen.insert(call.id.clone());
+        }
+    }
+}
+
+pub(crate) async fn add_tokens(tx: &Transaction<'_>, id: uuid::Uuid, tokens: i64) -> Result<(), Error> {
+    if tokens > 0 {
+        invocations::add_tokens(tx, id, tokens).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::ToolCall;
+    use serde_json::json;
+
+    #[test]
+    fn missing_and_repeated_call_ids_are_renamed_uniquely() {
+        let call = |id: &str| ToolCall { id: id.into(), name: "workspace_list".into(), arguments: json!({}) };
+        let mut turn = ModelTurn { tool_calls: vec![call("a"), call(""), call("a"), call("b")], ..Default::default() };
+        name_calls(&mut turn, 2);
+        let ids: Vec<&str> = turn.tool_calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, vec!["a", "t3_2", "t3_3", "b"]);
+    }
+
+    #[test]
+    fn nul_characters_leave_keys_and_values() {
+        let clean = sanitize(json!({"a\u{0}": ["x\u{0}y"]}));
+        assert!(!clean.to_string().contains('\u{0}') && !clean.to_string().contains("\\u0000"), "{clean}");
+        assert_eq!(clean["a\u{FFFD}"][0], "x\u{FFFD}y");
+    }
+}
