@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use baton_tests::{sample_request_json, until_reply, TestEnv};
+use baton_tests::{profile, sample_request_json, until_reply, TestEnv};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -126,37 +126,18 @@ async fn the_next_agent_receives_a_rendered_markdown_brief() {
 #[tokio::test]
 async fn agent_handoff_continues_after_prior_commit() {
     let env = TestEnv::new().await;
-    env.apply_profiles(
-        r#"
-[routes]
-docs_agent = "drafter"
-
-[[profiles]]
-id = "drafter"
-name = "Drafter"
-description = "Drafts."
-tools = ["workspace_write", "workspace_commit", "agent_handoff"]
-[profiles.model]
-provider = "scripted"
-script = [
-  { tool = "workspace_write", args = { path = "output/main.md", content = "Committed by the drafter." } },
-  { tool = "workspace_commit" },
-  { tool = "agent_handoff", args = { agentId = "closer", handoff = { objective = "Finish the run." } } },
-]
-[profiles.delegation]
-can_handoff = true
-
-[[profiles]]
-id = "closer"
-name = "Closer"
-description = "Closes."
-tools = ["workspace_finish"]
-[profiles.model]
-provider = "scripted"
-script = [{ tool = "workspace_finish" }]
-"#,
-    )
-    .await;
+    let drafter = profile(
+        "drafter",
+        &["workspace_write", "workspace_commit", "agent_handoff"],
+        "can_handoff = true",
+        &[
+            r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "Committed by the drafter." } }"#,
+            r#"{ tool = "workspace_commit" }"#,
+            r#"{ tool = "agent_handoff", args = { agentId = "closer", handoff = { objective = "Finish the run." } } }"#,
+        ],
+    );
+    let closer = profile("closer", &["workspace_finish"], "", &[r#"{ tool = "workspace_finish" }"#]);
+    env.apply_profiles(&format!("[routes]\ndocs_agent = \"drafter\"\n\n{drafter}\n{closer}")).await;
     let fleet = env.start_all();
     let messages = run_request(&env, "prior-commit").await;
     fleet.stop().await;

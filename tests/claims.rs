@@ -9,7 +9,7 @@ use baton_agent::Exit;
 use baton_bus::messages::RunInvocation;
 use baton_bus::topology::INVOCATIONS_HANDOFF;
 use baton_bus::Outgoing;
-use baton_tests::{eventually, sample_request_json, until_reply, TestEnv};
+use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -108,36 +108,10 @@ async fn an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced() {
 #[tokio::test]
 async fn agent_handoff_denies_pending_delegated_tasks() {
     let env = TestEnv::new().await;
-    env.apply_profiles(
-        r#"
-[routes]
-docs_agent = "lead"
-[[profiles]]
-id = "lead"
-name = "Lead"
-description = "Leads."
-tools = ["agent_handoff", "workspace_write", "workspace_commit"]
-[profiles.model]
-provider = "scripted"
-script = [
-  { tool = "agent_handoff", args = { agentId = "closer", handoff = { objective = "Close." } } },
-  { tool = "workspace_write", args = { path = "output/main.md", content = "Lead's text." } },
-  { tool = "workspace_commit" },
-  { tool = "agent_handoff", args = { agentId = "closer", handoff = { objective = "Close." } } },
-]
-[profiles.delegation]
-can_handoff = true
-[[profiles]]
-id = "closer"
-name = "Closer"
-description = "Closes."
-tools = ["workspace_finish"]
-[profiles.model]
-provider = "scripted"
-script = [{ tool = "workspace_finish" }]
-"#,
-    )
-    .await;
+    // The lead's handoff is run below by hand, so its script is never played.
+    let lead = profile("lead", &["agent_handoff"], "can_handoff = true", &[r#"{ tool = "workspace_list" }"#]);
+    let closer = profile("closer", &["workspace_finish"], "", &[r#"{ tool = "workspace_finish" }"#]);
+    env.apply_profiles(&format!("[routes]\ndocs_agent = \"lead\"\n\n{lead}\n{closer}")).await;
     let (fleet, message) = pending_root(&env, "pending").await;
     let worker = Worker::new(env.pool.clone(), env.settings.clone());
     let lead = worker.claim(message).await.unwrap().unwrap();

@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{ack, connect, consume_until, dead_letter, Broken, Role};
+use super::{ack, connect_with, consume_until, dead_letter, Broken, Role};
 use crate::bridge;
 use crate::config::Settings;
 
@@ -61,7 +61,7 @@ impl State {
 }
 
 pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
-    let (conn, _) = connect(settings, Role::Invocation).await?;
+    let conn = connect_with(settings, Role::Invocation, &state.worker.pool).await?;
     let publisher = Publisher::open(&conn).await?;
     let (worker, slots, loops) = (&state.worker, &state.slots, &state.loops);
     let queues = settings.queues();

@@ -86,6 +86,13 @@ pub async fn run(role: Role, settings: Settings, shutdown: CancellationToken) {
 
 /// Connects to both services and declares the topology.
 pub(crate) async fn connect(settings: &Settings, role: Role) -> anyhow::Result<(Connection, baton_store::Pool)> {
+    let pool = baton_store::pool(&settings.database_url, settings.pool_size)?;
+    Ok((connect_with(settings, role, &pool).await?, pool))
+}
+
+/// Connects to the broker, declares the topology, and checks that the
+/// database answers through a pool the caller keeps.
+pub(crate) async fn connect_with(settings: &Settings, role: Role, pool: &baton_store::Pool) -> anyhow::Result<Connection> {
     use anyhow::Context;
     let name = format!("baton-{}-{}", role.name(), settings.worker_id);
     let conn = baton_bus::connect(&settings.amqp_url, &name)
@@ -94,9 +101,8 @@ pub(crate) async fn connect(settings: &Settings, role: Role) -> anyhow::Result<(
     let channel = conn.create_channel().await?;
     settings.queues().declare(&channel).await?;
     let _ = channel.close(200, "declared".into()).await;
-    let pool = baton_store::pool(&settings.database_url, settings.pool_size)?;
     drop(pool.get().await.with_context(|| format!("connecting to PostgreSQL at {}", settings.database_url_redacted()))?);
-    Ok((conn, pool))
+    Ok(conn)
 }
 
 /// Consumes a queue, handing each delivery to `handle`, until shutdown. The
