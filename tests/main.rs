@@ -6,6 +6,7 @@ mod chain;
 mod claims;
 mod delegation;
 mod errors;
+mod hardening_claims;
 mod process;
 mod protocol;
 mod providers;

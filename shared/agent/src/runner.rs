@@ -119,7 +119,14 @@ impl Runner {
             Err(e) => {
                 let detail = e.to_string();
                 tracing::error!(invocation = %inv.id, error = %detail, "invocation failed");
-                self.fail(inv, "host_error", HOST_ERROR_TEXT, Some(&detail)).await?;
+                match &e {
+                    // An operator can act on this one: say it in words.
+                    Error::Store(unreadable @ baton_store::Error::Unreadable { .. }) => {
+                        let text = format!("the agent `{}` could not go on: {unreadable}", inv.profile_id);
+                        self.fail(inv, "host.profile_unreadable", &text, Some(&detail)).await?;
+                    }
+                    _ => self.fail(inv, "host_error", HOST_ERROR_TEXT, Some(&detail)).await?,
+                }
                 Ok(Exit::Failed(detail))
             }
         }

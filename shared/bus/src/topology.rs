@@ -14,6 +14,10 @@ pub const INVOCATIONS_HANDOFF: &str = "baton.invocations.handoff";
 pub const INVOCATIONS_DELEGATE: &str = "baton.invocations.delegate";
 pub const RUNS_FINISHED: &str = "baton.runs.finished";
 pub const DEAD: &str = "baton.dead";
+/// A second copy of everything the broker itself dead-letters (through
+/// `baton.dlx`: a delivery limit reached), which intake reads to answer
+/// bridge requests that met it. Operators keep reading `baton.dead`.
+pub const DEAD_REQUESTS: &str = "baton.dead.requests";
 pub const DEAD_LETTER_EXCHANGE: &str = "baton.dlx";
 
 /// How many times a message may be delivered before it is dead-lettered.
@@ -41,8 +45,8 @@ impl Queues {
     }
 
     /// Every queue the fleet reads or writes.
-    pub fn all_logical() -> [&'static str; 6] {
-        [BRIDGE_REQUESTS, BRIDGE_REPLIES, INVOCATIONS_HANDOFF, INVOCATIONS_DELEGATE, RUNS_FINISHED, DEAD]
+    pub fn all_logical() -> [&'static str; 7] {
+        [BRIDGE_REQUESTS, BRIDGE_REPLIES, INVOCATIONS_HANDOFF, INVOCATIONS_DELEGATE, RUNS_FINISHED, DEAD, DEAD_REQUESTS]
     }
 
     /// Declares the exchange and queues (idempotent: safe at every start-up).
@@ -52,14 +56,18 @@ impl Queues {
         channel.exchange_declare(dlx.as_str().into(), ExchangeKind::Fanout, durable, FieldTable::default()).await?;
         for logical in Self::all_logical() {
             let name = self.name(logical);
-            let args = quorum_args(if logical == DEAD { None } else { Some(&dlx) });
+            // The dead-letter queues themselves have no limit and no
+            // dead-letter exchange: what reaches them stays until read.
+            let is_dead = logical == DEAD || logical == DEAD_REQUESTS;
+            let args = quorum_args(if is_dead { None } else { Some(&dlx) });
             let opts = QueueDeclareOptions { durable: true, ..Default::default() };
             channel.queue_declare(name.as_str().into(), opts, args).await?;
         }
-        let dead = self.name(DEAD);
-        channel
-            .queue_bind(dead.as_str().into(), dlx.as_str().into(), "".into(), QueueBindOptions::default(), FieldTable::default())
-            .await?;
+        for dead in [DEAD, DEAD_REQUESTS].map(|logical| self.name(logical)) {
+            channel
+                .queue_bind(dead.as_str().into(), dlx.as_str().into(), "".into(), QueueBindOptions::default(), FieldTable::default())
+                .await?;
+        }
         Ok(())
     }
 

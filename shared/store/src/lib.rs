@@ -51,6 +51,11 @@ pub enum Error {
     Config(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// A stored profile or skill this version cannot read (written by a newer
+    /// version during a rolling upgrade, or edited by hand): permanent for
+    /// whatever needs it, so it fails visibly instead of being retried.
+    #[error("the {kind} `{id}` cannot be read by this version of Baton: {reason}")]
+    Unreadable { kind: &'static str, id: String, reason: String },
     /// The claim this worker held was taken over (or the invocation ended):
     /// the write was refused and the worker must stop.
     #[error("claim lost: invocation {0} is no longer held at this epoch")]

@@ -3,9 +3,25 @@
 use baton_domain::profiles::{Profile, ProfilesFile, Skill};
 use deadpool_postgres::GenericClient;
 
-use crate::{sql, Result};
+use crate::{sql, Error, Result};
 
-/// Stores a validated profiles file: profiles and skills are upserted, routes replaced.
+/// Any number shared by every process that applies profiles: the key of the
+/// advisory lock that lets one `apply` run at a time.
+const APPLY_LOCK: i64 = 0x6261_746f_6e50; // "batonP"
+
+/// Stores a validated profiles file in one transaction, one apply at a time:
+/// readers see the old set or the new one, never a moment without routes,
+/// and two applies at once queue up instead of colliding on the same rows.
+pub async fn apply_atomically(client: &mut deadpool_postgres::Client, file: &ProfilesFile) -> Result<()> {
+    let tx = client.transaction().await?;
+    sql::execute(&tx, "SELECT pg_advisory_xact_lock($1)", &[&APPLY_LOCK]).await?;
+    apply(&tx, file).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Stores a validated profiles file: profiles and skills are upserted, routes
+/// replaced. Run it inside a transaction ([`apply_atomically`]).
 pub async fn apply(c: &impl GenericClient, file: &ProfilesFile) -> Result<()> {
     for skill in &file.skills {
         let spec = serde_json::to_value(skill)?;
@@ -34,14 +50,26 @@ pub async fn apply(c: &impl GenericClient, file: &ProfilesFile) -> Result<()> {
     Ok(())
 }
 
+/// One profile; [`Error::Unreadable`] when this version cannot read its row.
 pub async fn get(c: &impl GenericClient, id: &str) -> Result<Option<Profile>> {
     let row = sql::query_opt(c, "SELECT spec FROM profiles WHERE id = $1", &[&id]).await?;
-    row.map(|r| Ok(serde_json::from_value(r.get(0))?)).transpose()
+    row.map(|r| read("profile", id, r.get(0))).transpose()
 }
 
+/// Every profile this version can read. One it cannot read cannot run here
+/// either, so it is left out (with a warning) rather than failing whoever
+/// lists the agents.
 pub async fn all(c: &impl GenericClient) -> Result<Vec<Profile>> {
-    let rows = sql::query(c, "SELECT spec FROM profiles ORDER BY id", &[]).await?;
-    rows.iter().map(|r| Ok(serde_json::from_value(r.get(0))?)).collect()
+    let rows = sql::query(c, "SELECT id, spec FROM profiles ORDER BY id", &[]).await?;
+    let readable = rows.iter().filter_map(|r| {
+        let id: String = r.get(0);
+        read("profile", &id, r.get(1)).inspect_err(|e| tracing::warn!(error = %e, "profile left out")).ok()
+    });
+    Ok(readable.collect())
+}
+
+fn read<T: serde::de::DeserializeOwned>(kind: &'static str, id: &str, spec: serde_json::Value) -> Result<T> {
+    serde_json::from_value(spec).map_err(|e| Error::Unreadable { kind, id: id.to_string(), reason: e.to_string() })
 }
 
 pub async fn route(c: &impl GenericClient, target_agent: &str) -> Result<Option<String>> {
@@ -56,7 +84,13 @@ pub async fn skills(c: &impl GenericClient, ids: &[String]) -> Result<Vec<Skill>
         return Ok(vec![]);
     }
     let rows = sql::query(c, "SELECT id, spec FROM skills WHERE id = ANY($1)", &[&ids]).await?;
-    let mut found: Vec<(String, Skill)> = rows.iter().map(|r| Ok((r.get(0), serde_json::from_value(r.get(1))?))).collect::<Result<_>>()?;
+    let mut found: Vec<(String, Skill)> = rows
+        .iter()
+        .map(|r| {
+            let id: String = r.get(0);
+            Ok((id.clone(), read("skill", &id, r.get(1))?))
+        })
+        .collect::<Result<_>>()?;
     found.sort_by_key(|(id, _)| ids.iter().position(|i| i == id));
     Ok(found.into_iter().map(|(_, s)| s).collect())
 }

@@ -1,7 +1,7 @@
 //! Intake: validates bridge requests, stores them once per id, and starts a
 //! run with its root invocation, all in one transaction.
 
-use baton_bus::topology::{BRIDGE_REPLIES, BRIDGE_REQUESTS};
+use baton_bus::topology::{BRIDGE_REPLIES, BRIDGE_REQUESTS, DEAD_REQUESTS};
 use baton_bus::{Outgoing, Publisher};
 use baton_domain::brief::render_request_brief;
 use baton_domain::disclosure;
@@ -28,10 +28,34 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let (conn, pool) = connect(settings, Role::Intake).await?;
     let publisher = Publisher::open(&conn).await?;
     let queue = settings.queues().name(BRIDGE_REQUESTS);
+    let dead = settings.queues().name(DEAD_REQUESTS);
     tracing::info!(%queue, "intake consuming");
-    let result = consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &publisher, settings, d)).await;
+    let result = tokio::try_join!(
+        consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &publisher, settings, d)),
+        consume(&conn, &dead, settings.prefetch, shutdown, |d| answer_dead_letter(&pool, &publisher, settings, d)),
+    )
+    .map(|_| ());
     super::close(publisher.channel()).await;
     result
+}
+
+/// A message the broker dead-lettered. One from the request queue reached
+/// its delivery limit, most likely through redeliveries after reconnects
+/// (a database flap), not through any fault of its own: it is handled like
+/// a fresh delivery, so it is stored and run, or refused with a `failed`
+/// reply; a transient error leaves it here for the next try (this queue has
+/// no limit). Messages of the fleet's other queues are only hints (Postgres
+/// and the relay's sweeps re-publish what they said), so their copy in
+/// `baton.dead` is enough.
+async fn answer_dead_letter(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: Delivery) -> anyhow::Result<()> {
+    let from = baton_bus::publish::header(&delivery.properties, "x-first-death-queue");
+    if from.as_deref() != Some(settings.queues().name(BRIDGE_REQUESTS).as_str()) {
+        return ack(&delivery).await;
+    }
+    let reason = baton_bus::publish::header(&delivery.properties, "x-first-death-reason").unwrap_or_default();
+    let id = delivery.properties.message_id().as_ref().map(|m| m.as_str().to_string()).unwrap_or_default();
+    tracing::warn!(message_id = %id, reason, "a request was dead-lettered by the broker; handling it again");
+    handle(pool, publisher, settings, delivery).await
 }
 
 async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: Delivery) -> anyhow::Result<()> {
@@ -145,7 +169,15 @@ async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Resu
         return Ok(());
     }
     let profile = match profiles::route(c, request.target_agent.as_str()).await? {
-        Some(id) => profiles::get(c, &id).await?,
+        Some(id) => match profiles::get(c, &id).await {
+            Ok(profile) => profile,
+            // A profile this version cannot read cannot run here: say so.
+            Err(e @ baton_store::Error::Unreadable { .. }) => {
+                let message = format!("the agent for `{}` requests cannot run: {e}", request.target_agent.as_str());
+                return refuse(c, &stored, request, &message).await;
+            }
+            Err(e) => return Err(e.into()),
+        },
         None => None,
     };
     let Some(profile) = profile.filter(|p| p.is_configured()) else {

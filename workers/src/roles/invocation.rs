@@ -131,11 +131,19 @@ async fn receive(worker: &Worker, publisher: &Publisher, d: &Delivery, queue: &s
     let claimed = match worker.claim(message).await {
         Ok(claimed) => claimed,
         Err(e) if super::is_transient(&e) => return Err(e),
-        // A claim that can never succeed (a corrupt row): say why, don't loop.
-        Err(e) => {
-            dead_letter(publisher, &worker.settings, d, queue, &format!("could not claim the invocation: {e:#}")).await?;
-            return Ok(None);
-        }
+        // A claim that can never succeed (a profile this version cannot
+        // read, a malformed skill): the invocation and its run fail, and the
+        // bridge is told, instead of the message coming back for ever.
+        Err(e) => match worker.fail_unclaimable(message, &e).await {
+            Ok(()) => None,
+            Err(again) if super::is_transient(&again) => return Err(again),
+            // Not even that works (the invocation row itself is corrupt): say why, don't loop.
+            Err(again) => {
+                let reason = format!("could not claim the invocation: {e:#}; nor fail it: {again:#}");
+                dead_letter(publisher, &worker.settings, d, queue, &reason).await?;
+                return Ok(None);
+            }
+        },
     };
     // From here the Postgres lease owns the work: a failed ack (the channel
     // closed under us) only means a duplicate delivery later, which finds
@@ -160,10 +168,7 @@ impl Worker {
         if inv.takeovers > self.settings.max_takeovers {
             // A stage whose workers keep dying stops here instead of looping.
             let text = "the agent stopped because its workers kept failing";
-            let detail = json!({"code": "host.too_many_takeovers", "detail": format!("taken over {} times", inv.takeovers)});
-            let mut evs = vec![Event::new(journal::HOST_ERROR, Some(inv.id), detail)];
-            evs.extend(baton_agent::lifecycle::fail_invocation(&tx, &inv, "host.too_many_takeovers", text).await?);
-            baton_store::journal::append(&tx, inv.run_id, &evs).await?;
+            fail_claimed(&tx, &inv, "host.too_many_takeovers", text, &format!("taken over {} times", inv.takeovers)).await?;
             tx.commit().await?;
             return Ok(None);
         }
@@ -171,6 +176,23 @@ impl Worker {
         baton_store::journal::append(&tx, inv.run_id, &evs).await?;
         tx.commit().await?;
         Ok(Some(inv))
+    }
+
+    /// A claim failed for a reason that will not pass (`error`): claims the
+    /// invocation again without starting it, and fails it in the same
+    /// transaction. An owner's run fails with it, so the collector sends the
+    /// bridge a `failed` reply; a child's task fails and its parent reads why.
+    pub async fn fail_unclaimable(&self, message: RunInvocation, error: &anyhow::Error) -> anyhow::Result<()> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let Some(inv) = invocations::claim(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease).await? else {
+            return Ok(()); // someone else holds or ended it meanwhile
+        };
+        let (code, text) = claim_failure(&inv, error);
+        tracing::error!(invocation = %inv.id, profile = %inv.profile_id, error = %format!("{error:#}"), "cannot start the invocation; failing it");
+        fail_claimed(&tx, &inv, code, &text, &format!("{error:#}")).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Runs a claimed invocation with a heartbeat until it exits.
@@ -213,6 +235,32 @@ impl Worker {
             Ok(()) => tracing::info!(invocation = %inv.id, "claim released for another worker"),
             Err(e) => tracing::warn!(invocation = %inv.id, error = %e, "could not release claim; the lease will expire"),
         }
+    }
+}
+
+/// Fails an invocation this transaction just claimed, with the host's own
+/// words (`detail`) in the journal and `text` for agents and the bridge.
+async fn fail_claimed(tx: &impl GenericClient, inv: &Invocation, code: &str, text: &str, detail: &str) -> anyhow::Result<()> {
+    let mut evs = vec![Event::new(journal::HOST_ERROR, Some(inv.id), json!({"code": code, "detail": detail}))];
+    evs.extend(baton_agent::lifecycle::fail_invocation(tx, inv, code, text).await?);
+    baton_store::journal::append(tx, inv.run_id, &evs).await?;
+    Ok(())
+}
+
+/// What agents and the bridge read when an invocation cannot start: the
+/// reason itself when it is a profile or skill this version cannot read
+/// (an operator can act on it), a plain sentence otherwise.
+fn claim_failure(inv: &Invocation, error: &anyhow::Error) -> (&'static str, String) {
+    let unreadable = error.chain().find_map(|cause| match cause.downcast_ref::<baton_store::Error>() {
+        Some(e @ baton_store::Error::Unreadable { .. }) => Some(e.to_string()),
+        _ => cause.downcast_ref::<baton_agent::Error>().and_then(|e| match e {
+            baton_agent::Error::Store(e @ baton_store::Error::Unreadable { .. }) => Some(e.to_string()),
+            _ => None,
+        }),
+    });
+    match unreadable {
+        Some(why) => ("host.profile_unreadable", format!("the agent `{}` could not start: {why}", inv.profile_id)),
+        None => ("host.claim_failed", "the agent could not start because of an internal error".to_string()),
     }
 }
 
