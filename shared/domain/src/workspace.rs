@@ -25,11 +25,25 @@ pub fn visible_path(raw: &str) -> Result<String, ToolError> {
     Ok(path)
 }
 
+/// The longest logical path, and the longest name inside it, in bytes (as
+/// on common file systems, so a workspace can always be written out to disk).
+pub const MAX_PATH_BYTES: usize = 512;
+pub const MAX_NAME_BYTES: usize = 255;
+
 fn normalize(raw: &str) -> Result<String, ToolError> {
-    let invalid = |why: &str| ToolError::new(codes::INVALID_PATH, format!("`{raw}` is not a valid workspace path: {why}."));
+    let invalid = |why: &str| ToolError::new(codes::INVALID_PATH, format!("`{}` is not a valid workspace path: {why}.", shown(raw)));
     let trimmed = raw.trim();
     if trimmed.is_empty() {
         return Err(invalid("it is empty"));
+    }
+    if trimmed.len() > MAX_PATH_BYTES {
+        return Err(invalid(&format!("it is longer than {MAX_PATH_BYTES} bytes; use a shorter name")));
+    }
+    if trimmed.chars().any(is_hidden_control) {
+        return Err(invalid("it contains control characters; use letters, digits, `-`, `_` and `.`"));
+    }
+    if trimmed.split('/').any(|name| name.len() > MAX_NAME_BYTES) {
+        return Err(invalid(&format!("a name in it is longer than {MAX_NAME_BYTES} bytes")));
     }
     if trimmed.contains('\0') || trimmed.contains('\\') {
         return Err(invalid("use plain `/`-separated names"));
@@ -42,6 +56,25 @@ fn normalize(raw: &str) -> Result<String, ToolError> {
         return Err(invalid("`..` is not allowed"));
     }
     Ok(parts.join("/") + if trimmed.ends_with('/') { "/" } else { "" })
+}
+
+/// Control characters (line breaks, escapes, DEL, C1) and the invisible
+/// bidirectional overrides that make a name display as another one.
+fn is_hidden_control(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A path as an error message may repeat it: escaped and cut short, so a
+/// bad path cannot flood or garble what the agent reads.
+fn shown(raw: &str) -> String {
+    const SHOWN_CHARS: usize = 80;
+    let escaped: String =
+        raw.chars().take(SHOWN_CHARS).map(|c| if is_hidden_control(c) { c.escape_unicode().to_string() } else { c.to_string() }).collect();
+    if raw.chars().nth(SHOWN_CHARS).is_some() {
+        format!("{escaped}…")
+    } else {
+        escaped
+    }
 }
 
 /// A folder prefix for listing (`""` means the whole visible workspace).
@@ -218,6 +251,35 @@ mod tests {
         assert_eq!(visible_path("C:/x").unwrap_err().code, codes::INVALID_PATH);
         assert_eq!(visible_path("input/request.json").unwrap_err().code, codes::PATH_NOT_VISIBLE);
         assert_eq!(visible_path("agent-results/x.json").unwrap_err().code, codes::PATH_NOT_VISIBLE);
+    }
+
+    #[test]
+    fn paths_have_a_length_limit() {
+        let longest = format!("output/{}", "a/".repeat((MAX_PATH_BYTES - 8) / 2) + "b");
+        assert!(longest.len() <= MAX_PATH_BYTES);
+        assert!(visible_path(&longest).is_ok());
+        let too_long = format!("output/{}", "a/".repeat(MAX_PATH_BYTES));
+        let error = visible_path(&too_long).unwrap_err();
+        assert_eq!(error.code, codes::INVALID_PATH);
+        assert!(error.message.contains("longer than 512 bytes"), "{}", error.message);
+        assert!(error.message.chars().count() < 200, "the message does not repeat the whole path: {}", error.message);
+        let long_name = format!("output/{}.md", "n".repeat(MAX_NAME_BYTES));
+        assert!(visible_path(&long_name).unwrap_err().message.contains("a name in it"));
+        assert!(visible_path(&format!("output/{}.md", "n".repeat(MAX_NAME_BYTES - 3))).is_ok());
+    }
+
+    #[test]
+    fn paths_refuse_control_characters() {
+        for bad in ["output/a\nb.md", "output/\u{1b}[31mred.md", "output/a\tb", "output/x\u{7f}", "output/\u{85}x", "output/\u{202e}dm.exe", "output/a\rb"] {
+            let error = visible_path(bad).unwrap_err();
+            assert_eq!(error.code, codes::INVALID_PATH, "{bad:?}");
+            assert!(error.message.contains("control characters"), "{bad:?}: {}", error.message);
+            assert!(!error.message.chars().any(is_hidden_control), "the message itself is clean: {:?}", error.message);
+        }
+        // Ordinary names, including non-ASCII ones, are fine.
+        for good in ["output/报告.md", "output/résumé-v2_final.md", "scratch/notes (1).txt"] {
+            assert!(visible_path(good).is_ok(), "{good}");
+        }
     }
 
     #[test]
