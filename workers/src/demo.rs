@@ -66,7 +66,7 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     };
     let profiles = ProfilesFile::parse(&text)?;
     let pool = baton_store::pool(&settings.database_url, 2)?;
-    baton_store::profiles::apply(&pool.get().await?, &profiles).await?;
+    baton_store::profiles::apply_atomically(&mut pool.get().await?, &profiles).await?;
     step(&format!("applied {} profiles: {}", profiles.profiles.len(), names(&profiles)));
 
     let fleet = Fleet::start(settings, &Role::ALL);

@@ -105,7 +105,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Profiles { command: ProfilesCommand::Apply { file } } => {
             let parsed = read_profiles(&file)?;
             let pool = baton_store::pool(&settings.database_url, 1)?;
-            baton_store::profiles::apply(&pool.get().await?, &parsed).await?;
+            baton_store::profiles::apply_atomically(&mut pool.get().await?, &parsed).await?;
             println!("applied {} profile(s) and {} route(s)", parsed.profiles.len(), parsed.routes.len());
         }
         Command::Profiles { command: ProfilesCommand::Check { file } } => {

@@ -5,6 +5,7 @@
 //! # Layout
 //! - [`runner`]: the loop, one persisted step at a time.
 //! - [`first_step`]: an invocation's system prompt and brief, written with its claim.
+//! - [`http`]: HTTP response bodies read up to a cap.
 //! - `step`: step transactions: what they wrote, retries, safe-to-store model output.
 //! - [`tools`]: the model-visible tools, run inside the step's transaction.
 //! - [`providers`]: the provider trait; scripted, OpenAI-compatible and command providers.
@@ -12,6 +13,7 @@
 //! - [`lifecycle`]: transitions that end invocations and runs.
 
 pub mod first_step;
+pub mod http;
 pub mod lifecycle;
 pub mod providers;
 pub mod runner;

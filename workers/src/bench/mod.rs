@@ -157,7 +157,7 @@ impl Bench {
         let pool = baton_store::pool(&settings.database_url, 8)?;
         baton_store::migrate(&pool).await?;
         let profiles = ProfilesFile::parse(PROFILES)?;
-        baton_store::profiles::apply(&pool.get().await?, &profiles).await?;
+        baton_store::profiles::apply_atomically(&mut pool.get().await?, &profiles).await?;
         pool.get().await?.batch_execute(raw::SCHEMA).await?;
         let conn = baton_bus::connect(&settings.amqp_url, "baton-bench").await.context("connecting to RabbitMQ")?;
         let channel = conn.create_channel().await?;

@@ -61,13 +61,21 @@ async fn deliver_due(pool: &Pool, client: &reqwest::Client) -> anyhow::Result<()
     Ok(())
 }
 
+/// How much of a failed callback's answer is kept as its reason; the rest
+/// is never read, however large the endpoint makes it.
+const ERROR_SNIPPET_BYTES: usize = 512;
+
 async fn post(client: &reqwest::Client, url: &str, body: &serde_json::Value) -> Result<(), String> {
     let response = client.post(url).json(body).send().await.map_err(|e| e.to_string())?;
-    if response.status().is_success() {
-        Ok(())
-    } else {
-        Err(format!("HTTP {}", response.status()))
+    let status = response.status();
+    if status.is_success() {
+        // The status is the answer; the body is not read (dropping it unread
+        // costs nothing, whatever its size).
+        return Ok(());
     }
+    let said = baton_agent::http::snippet(response, ERROR_SNIPPET_BYTES).await;
+    let said: String = said.chars().filter(|c| !c.is_control()).take(200).collect();
+    Err(if said.trim().is_empty() { format!("HTTP {status}") } else { format!("HTTP {status}: {}", said.trim()) })
 }
 
 /// 250 ms, 500 ms, 1 s … capped at five minutes.

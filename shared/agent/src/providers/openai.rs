@@ -16,16 +16,22 @@ const DEFAULT_TIMEOUT_SECS: u64 = 120;
 const DEFAULT_ATTEMPTS: u32 = 5;
 /// The longest `Retry-After` honoured; a server asking for more is failed.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// The largest response read from a model server. A chat completion, tool
+/// call arguments included, is far smaller; a server that sends more is
+/// broken, and reading it all could exhaust the worker's memory.
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
 pub struct OpenAi {
     client: reqwest::Client,
     /// The shortest wait between attempts (tests make it small).
     pub min_backoff: Duration,
+    /// The largest response body read (bytes).
+    pub max_response_bytes: usize,
 }
 
 impl Default for OpenAi {
     fn default() -> Self {
-        Self { client: reqwest::Client::new(), min_backoff: Duration::from_millis(500) }
+        Self { client: reqwest::Client::new(), min_backoff: Duration::from_millis(500), max_response_bytes: MAX_RESPONSE_BYTES }
     }
 }
 
@@ -133,10 +139,12 @@ impl OpenAi {
         };
         let status = response.status();
         let retry_after = retry_after(response.headers());
-        let text = match response.text().await {
-            Ok(t) => t,
+        // Read up to the cap: an oversized answer is an error like a broken
+        // connection (tried again while attempts remain), never held whole.
+        let text = match crate::http::read_capped(response, self.max_response_bytes).await {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(err) if err.is_timeout() => return Attempt::Retry(format!("no answer within {:?}", e.timeout), None),
-            Err(err) => return Attempt::Retry(err.to_string(), None),
+            Err(err) => return Attempt::Retry(format!("HTTP {status}: {err}"), None),
         };
         let snippet: String = text.chars().take(300).collect();
         if status.as_u16() == 429 || status.is_server_error() {
