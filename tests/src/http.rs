@@ -162,3 +162,50 @@ async fn receive(State(state): State<Arc<CallbackState>>, Json(body): Json<Value
     state.received.lock().unwrap().push(body);
     StatusCode::OK
 }
+
+/// A peer that answers every POST, on any path, with `status` and a body of
+/// `bytes` bytes, streamed in chunks (the test never holds it whole), and
+/// counts the requests it got: a model server or a callback endpoint gone wrong.
+pub struct HugeBodyServer {
+    pub base_url: String,
+    hits: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HugeBodyServer {
+    pub async fn start(status: u16, bytes: usize) -> Self {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counter = hits.clone();
+        let app = Router::new().fallback(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let chunk = axum::body::Bytes::from(vec![b'a'; 64 * 1024]);
+            let chunks = bytes.div_ceil(chunk.len());
+            let stream = futures_lite::stream::iter((0..chunks).map(move |_| Ok::<_, std::io::Error>(chunk.clone())));
+            async move { (StatusCode::from_u16(status).unwrap(), axum::body::Body::from_stream(stream)).into_response() }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self { base_url, hits, task }
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for HugeBodyServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The most memory this process has held at once (`VmHWM`), in bytes.
+pub fn peak_rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    kib.unwrap_or(0) * 1024
+}
