@@ -97,6 +97,8 @@ async fn a_request_dead_lettered_by_the_delivery_limit_is_still_run_and_answered
     assert_eq!(reply["status"], "completed", "{reply}");
     let runs = env.scalar_i64("SELECT count(*) FROM runs", &[]).await;
     assert_eq!(runs, 1);
+    let events = env.handoff_events("limit-1").await;
+    assert!(events.contains(&"dead_letter_recovered".to_string()), "an operator can tell it was handled: {events:?}");
     fleet.stop().await;
 }
 

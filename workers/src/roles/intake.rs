@@ -52,17 +52,28 @@ async fn answer_dead_letter(pool: &Pool, publisher: &Publisher, settings: &Setti
     if from.as_deref() != Some(settings.queues().name(BRIDGE_REQUESTS).as_str()) {
         return ack(&delivery).await;
     }
-    let reason = baton_bus::publish::header(&delivery.properties, "x-first-death-reason").unwrap_or_default();
     let id = delivery.properties.message_id().as_ref().map(|m| m.as_str().to_string()).unwrap_or_default();
-    tracing::warn!(message_id = %id, reason, "a request was dead-lettered by the broker; handling it again");
+    tracing::warn!(message_id = %id, "a request was dead-lettered by the broker; handling it again");
     handle(pool, publisher, settings, delivery).await
+}
+
+/// For a request the broker dead-lettered, what its handoff events say, so
+/// an operator who finds its copy in `baton.dead` sees that it was handled.
+fn dead_letter_note(settings: &Settings, delivery: &Delivery) -> Option<String> {
+    let from = baton_bus::publish::header(&delivery.properties, "x-first-death-queue")?;
+    if from != settings.queues().name(BRIDGE_REQUESTS) {
+        return None;
+    }
+    let reason = baton_bus::publish::header(&delivery.properties, "x-first-death-reason").unwrap_or_else(|| "unknown".into());
+    Some(format!("the broker dead-lettered this request ({reason}); intake took it from {DEAD_REQUESTS}"))
 }
 
 async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: Delivery) -> anyhow::Result<()> {
     match parse_request(&delivery.data) {
         Ok(request) => {
             let reply_to = delivery.properties.reply_to().as_ref().map(|r| r.as_str().to_string());
-            match accept(pool, &request, reply_to.as_deref()).await {
+            let note = dead_letter_note(settings, &delivery);
+            match accept(pool, &request, reply_to.as_deref(), note.as_deref()).await {
                 Ok(()) => ack(&delivery).await,
                 Err(e) if super::is_transient(&e) => Err(e),
                 // A request the store cannot take will never be taken: tell
@@ -117,7 +128,7 @@ async fn reject(publisher: &Publisher, settings: &Settings, delivery: &Delivery,
     dead_letter(publisher, settings, delivery, BRIDGE_REQUESTS, &error.reason).await
 }
 
-async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>) -> anyhow::Result<()> {
+async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, dead_lettered: Option<&str>) -> anyhow::Result<()> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     // The disclosure policy runs before anything is stored or shown: no
@@ -137,7 +148,11 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>) 
         reply_chat_id: request.reply_to_chat_id(),
         status_url: status_url(request),
     };
-    if !requests::insert_or_count(&tx, &new).await? {
+    let inserted = requests::insert_or_count(&tx, &new).await?;
+    if let Some(note) = dead_lettered {
+        requests::add_event(&tx, &request.id, "dead_letter_recovered", None, Some(note)).await?;
+    }
+    if !inserted {
         // The same id again: a duplicate (acknowledged, counted, nothing
         // more), or a draft the bridge now sends as `requested`.
         let stored = requests::get(&tx, &request.id).await?.expect("counted in this transaction");
