@@ -44,18 +44,18 @@ async fn a_fleet_whose_first_broker_is_down_connects_to_the_next() {
 async fn cluster_losing_the_handoff_leader_mid_chain_loses_no_run() {
     let settings = Settings::from_env();
     let ctl = std::env::var("BATON_CLUSTER_CTL").expect("BATON_CLUSTER_CTL: run this through scripts/cluster-test");
-    let conn = baton_bus::connect(&settings.amqp_url, "baton-cluster-bridge").await.expect("connect to the cluster");
     let reply_to = format!("{}bridge.cluster.replies", settings.queue_prefix);
-    let mut replies = quorum_consumer(&conn, &reply_to).await;
+    let mut replies = Replies::open(&settings.amqp_url, &reply_to).await;
     let ids: Vec<String> = (0..RUNS).map(|i| format!("cluster-{i:03}")).collect();
     let started = Instant::now();
-    let sending = tokio::spawn(send_all(Publisher::open(&conn).await.unwrap(), settings.queues().name(BRIDGE_REQUESTS), reply_to, ids.clone()));
+    let requests = settings.queues().name(BRIDGE_REQUESTS);
+    let sending = tokio::spawn(send_all(settings.amqp_url.clone(), requests, reply_to, ids.clone()));
 
     let mut seen = Seen::default();
     let mut stopping = None;
     while seen.replies.len() < RUNS {
         let left = WAIT.checked_sub(started.elapsed()).unwrap_or_default();
-        let Some(message) = next(&mut replies, left).await else {
+        let Some(message) = replies.next(left).await else {
             panic!("{} of {RUNS} replies after {WAIT:?}; missing: {:?}", seen.replies.len(), seen.missing(&ids));
         };
         seen.add(message, started.elapsed());
@@ -63,7 +63,7 @@ async fn cluster_losing_the_handoff_leader_mid_chain_loses_no_run() {
             stopping = Some(tokio::spawn(stop_leader(ctl.clone(), settings.queues().name(INVOCATIONS_HANDOFF), started)));
         }
     }
-    while let Some(message) = next(&mut replies, LISTEN_AFTER).await {
+    while let Some(message) = replies.next(LISTEN_AFTER).await {
         seen.add(message, started.elapsed());
     }
     let (node, stop) = stopping.expect("the node was stopped").await.unwrap();
@@ -90,14 +90,16 @@ async fn cluster_losing_the_handoff_leader_mid_chain_loses_no_run() {
     assert_eq!(count("SELECT count(*) FROM invocations").await, 3 * RUNS, "one invocation per stage");
     let takeovers = count("SELECT count(*) FROM invocations WHERE claim_epoch > 1").await;
     println!("cluster test: {takeovers} invocations taken over by another claim");
-    assert_eq!(message_count(&conn, &settings.queues().name(DEAD)).await, 0, "dead-lettered messages");
+    assert_eq!(message_count(&replies.conn, &settings.queues().name(DEAD)).await, 0, "dead-lettered messages");
 }
 
 /// Publishes the requests at [`PACE`] and returns the longest wait for a
-/// confirm. A publish the broker refuses (or that fails while the queue
-/// elects a new leader) is sent again: intake stores each id once.
-async fn send_all(publisher: Publisher, queue: String, reply_to: String, ids: Vec<String>) -> Duration {
+/// confirm. A publish that fails (the broker refused it, or the bridge's own
+/// node went away) is sent again, on a new connection if need be: intake
+/// stores each id once.
+async fn send_all(urls: String, queue: String, reply_to: String, ids: Vec<String>) -> Duration {
     let mut longest = Duration::ZERO;
+    let mut publisher = open_publisher(&urls).await;
     for id in &ids {
         let body = serde_json::to_vec(&sample_request_json(id, "docs_agent", "en")).unwrap();
         let out = Outgoing { queue: &queue, body: &body, message_id: Some(id), reply_to: Some(&reply_to), ..Default::default() };
@@ -106,6 +108,9 @@ async fn send_all(publisher: Publisher, queue: String, reply_to: String, ids: Ve
             assert!(sent.elapsed() < WAIT, "could not publish {id}: {e}");
             println!("cluster test: publishing {id} failed ({e}); again");
             tokio::time::sleep(PACE).await;
+            if !publisher.channel().status().connected() {
+                publisher = open_publisher(&urls).await;
+            }
         }
         longest = longest.max(sent.elapsed());
         tokio::time::sleep(PACE).await;
@@ -157,7 +162,53 @@ impl Seen {
     }
 }
 
-/// A quorum queue (so the bridge's own queue survives any one node) and a consumer on it.
+async fn open_publisher(urls: &str) -> Publisher {
+    Publisher::open(&connect(urls).await).await.expect("a confirm channel")
+}
+
+/// The bridge's connection to the cluster (any node of the list: a node may
+/// lead queues one moment and be stopped the next, so no node is safe).
+async fn connect(urls: &str) -> Connection {
+    baton_bus::connect(urls, "baton-cluster-bridge").await.expect("connect to the cluster")
+}
+
+/// The bridge's reply queue, read through whichever node is up: a quorum
+/// queue, so it survives any one node; after a lost connection the bridge
+/// reconnects and unacked replies come again (a duplicate by message_id).
+struct Replies {
+    urls: String,
+    queue: String,
+    conn: Connection,
+    consumer: Consumer,
+}
+
+impl Replies {
+    async fn open(urls: &str, queue: &str) -> Self {
+        let conn = connect(urls).await;
+        let consumer = quorum_consumer(&conn, queue).await;
+        Self { urls: urls.to_string(), queue: queue.to_string(), conn, consumer }
+    }
+
+    /// The next message (acked) with its message_id, or `None` after `within`.
+    async fn next(&mut self, within: Duration) -> Option<(String, Value)> {
+        let deadline = Instant::now() + within;
+        loop {
+            let next = tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), self.consumer.next()).await.ok()?;
+            match next {
+                Some(Ok(delivery)) if delivery.acker.ack(BasicAckOptions::default()).await.is_ok() => {
+                    let message_id = delivery.properties.message_id().as_ref().map(|m| m.to_string()).unwrap_or_default();
+                    return Some((message_id, serde_json::from_slice(&delivery.data).expect("JSON")));
+                }
+                lost => {
+                    println!("cluster test: the bridge lost its consumer ({:?}); reconnecting", lost.map(|d| d.err()));
+                    *self = Self::open(&self.urls, &self.queue).await;
+                }
+            }
+        }
+    }
+}
+
+/// A quorum queue and a consumer on it.
 async fn quorum_consumer(conn: &Connection, queue: &str) -> Consumer {
     let channel = conn.create_channel().await.unwrap();
     let mut args = FieldTable::default();
@@ -165,14 +216,6 @@ async fn quorum_consumer(conn: &Connection, queue: &str) -> Consumer {
     let durable = QueueDeclareOptions { durable: true, ..Default::default() };
     channel.queue_declare(queue.into(), durable, args).await.unwrap();
     channel.basic_consume(queue.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await.unwrap()
-}
-
-/// The next message (acked) with its message_id, or `None` after `within`.
-async fn next(consumer: &mut Consumer, within: Duration) -> Option<(String, Value)> {
-    let delivery = tokio::time::timeout(within, consumer.next()).await.ok()?.expect("consumer open").expect("delivery");
-    delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
-    let message_id = delivery.properties.message_id().as_ref().map(|m| m.to_string()).unwrap_or_default();
-    Some((message_id, serde_json::from_slice(&delivery.data).expect("JSON")))
 }
 
 async fn message_count(conn: &Connection, queue: &str) -> u32 {
