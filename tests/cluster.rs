@@ -90,8 +90,19 @@ async fn cluster_losing_the_handoff_leader_mid_chain_loses_no_run() {
     assert_eq!(count("SELECT count(*) FROM invocations").await, 3 * RUNS, "one invocation per stage");
     let takeovers = count("SELECT count(*) FROM invocations WHERE claim_epoch > 1").await;
     println!("cluster test: {takeovers} invocations taken over by another claim");
+    let hops = db.query_one(SLOWEST_HOPS, &[]).await.unwrap();
+    println!("cluster test: hop (handoff committed -> successor claimed) p50 {:.0} ms, max {:.0} ms", hops.get::<_, f64>(0), hops.get::<_, f64>(1));
     assert_eq!(message_count(&replies.conn, &settings.queues().name(DEAD)).await, 0, "dead-lettered messages");
 }
+
+/// How long the successor of a handoff waited to be claimed: the stall the election causes.
+const SLOWEST_HOPS: &str = "
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), max(ms)::float8
+  FROM (SELECT extract(epoch FROM (s.created_at - a.created_at))::float8 * 1000 AS ms
+          FROM events a
+          JOIN events s ON s.run_id = a.run_id AND s.type = 'agent_invocation_started'
+                       AND s.invocation_id = (a.payload->>'invocationId')::uuid
+         WHERE a.type = 'agent_handoff_accepted') hops";
 
 /// Publishes the requests at [`PACE`] and returns the longest wait for a
 /// confirm. A publish that fails (the broker refused it, or the bridge's own
