@@ -4,6 +4,7 @@
 mod bridge;
 mod chain;
 mod claims;
+mod cluster;
 mod delegation;
 mod errors;
 mod hardening_claims;

@@ -5,6 +5,7 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub database_url: String,
+    /// One broker URL, or a cluster's nodes separated by commas, tried in order.
     pub amqp_url: String,
     /// Prepended to every queue name (tests use one per test).
     pub queue_prefix: String,
@@ -73,8 +74,10 @@ impl Settings {
         redact(&self.database_url)
     }
 
+    /// The broker URLs (`AMQP_URL` may list a cluster's nodes, comma-separated),
+    /// each with its password hidden.
     pub fn amqp_url_redacted(&self) -> String {
-        redact(&self.amqp_url)
+        baton_bus::broker_urls(&self.amqp_url).map(redact).collect::<Vec<_>>().join(",")
     }
 }
 
@@ -202,5 +205,12 @@ mod tests {
         for form in forms {
             assert!(!redact(form).contains("hunter2"), "{form} → {}", redact(form));
         }
+    }
+
+    #[test]
+    fn each_broker_of_a_list_hides_its_password() {
+        let mut settings = super::Settings::from_env();
+        settings.amqp_url = "amqp://guest:s1@n1:5682/%2f, amqp://guest:s2@n2:5683/%2f".into();
+        assert_eq!(settings.amqp_url_redacted(), "amqp://guest:***@n1:5682/%2f,amqp://guest:***@n2:5683/%2f");
     }
 }
