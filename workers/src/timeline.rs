@@ -21,7 +21,7 @@ pub fn render(events: &[EventRow]) -> String {
 
 /// The few payload fields worth a glance, on one short line.
 fn detail(payload: &serde_json::Value) -> String {
-    let keys = ["tool", "agentId", "path", "kind", "code", "message", "exit", "provider", "resumed"];
+    let keys = ["tool", "agentId", "path", "kind", "code", "limit", "message", "exit", "provider", "resumed"];
     let parts: Vec<String> = keys
         .iter()
         .filter_map(|k| payload.get(*k).filter(|v| !v.is_null()).map(|v| format!("{k}={}", v.as_str().map(str::to_string).unwrap_or(v.to_string()))))
@@ -32,4 +32,14 @@ fn detail(payload: &serde_json::Value) -> String {
     } else {
         line
     }
+}
+
+/// What a run spent against its budget, on one line.
+pub fn render_spend(spend: &baton_store::budgets::RunSpend) -> String {
+    let (b, s) = (&spend.budget, &spend.spent);
+    format!(
+        "spent: {} of {} model calls, {} of {} tool calls, {} of {} tokens, {}s of {}s",
+        s.model_calls, b.max_model_calls, s.tool_calls, b.max_tool_calls, s.tokens, b.max_tokens,
+        s.elapsed.as_secs(), b.max_wall_clock_secs
+    )
 }
