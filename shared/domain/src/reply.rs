@@ -137,7 +137,7 @@ fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -148,8 +148,8 @@ fn thousands(n: u64) -> String {
 /// Whole hours or minutes when the limit is one, else seconds.
 fn duration_parts(secs: u64) -> (u64, usize) {
     match secs {
-        s if s >= 3600 && s % 3600 == 0 => (s / 3600, 0),
-        s if s >= 60 && s % 60 == 0 => (s / 60, 1),
+        s if s >= 3600 && s.is_multiple_of(3600) => (s / 3600, 0),
+        s if s >= 60 && s.is_multiple_of(60) => (s / 60, 1),
         s => (s, 2),
     }
 }
