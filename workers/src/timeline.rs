@@ -43,3 +43,16 @@ pub fn render_spend(spend: &baton_store::budgets::RunSpend) -> String {
         s.elapsed.as_secs(), b.max_wall_clock_secs
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use baton_domain::budget::{RunBudget, Spent};
+    use baton_store::budgets::RunSpend;
+
+    #[test]
+    fn the_spend_line_shows_each_figure_against_its_limit() {
+        let spent = Spent { tokens: 150, model_calls: 3, tool_calls: 6, elapsed: std::time::Duration::from_millis(2400) };
+        let line = super::render_spend(&RunSpend { budget: RunBudget { max_tool_calls: 5, ..Default::default() }, spent });
+        assert_eq!(line, "spent: 3 of 200 model calls, 6 of 5 tool calls, 150 of 2000000 tokens, 2s of 3600s");
+    }
+}

@@ -153,7 +153,7 @@ impl Runner {
 
     async fn load<'a>(&self, inv: &'a Invocation) -> Result<Claimed<'a>, Error> {
         let client = self.pool.get().await?;
-        // Pipelined: both queries go out before either answer comes back.
+        // Pipelined: the queries go out before any answer comes back.
         let (profile, steps, spend) =
             tokio::try_join!(profiles::get(&client, &inv.profile_id), steps::load(&client, inv.id), budgets::get(&client, inv.run_id))?;
         let profile = profile.ok_or_else(|| Error::Contract(format!("profile `{}` no longer exists", inv.profile_id)))?;
