@@ -1,9 +1,9 @@
-//! Run budgets on the step path. Every step transaction adds what it spent
-//! (a model call and its tokens, tool results) to its run, last, after any
-//! other row it locks; the run's new totals come back with it. Each step
-//! first checks those totals, and an invocation that finds its run over a
-//! limit fails the whole run: every other live invocation of the run, owner
-//! or child, is cancelled with it and stops at its next step (its fence).
+//! Run budgets on the step path. Every step transaction counts what it
+//! spent (a model call and its tokens, tool results) on its invocation and
+//! reads back the whole run's totals. Each step first checks those totals,
+//! and an invocation that finds its run over a limit fails the whole run:
+//! every other live invocation of the run, owner or child, is cancelled
+//! with it and stops at its next step (its fence).
 
 use std::time::Duration;
 
@@ -54,15 +54,16 @@ impl Tracker {
     }
 }
 
-/// Adds what a step transaction wrote to its run, as the step's last
-/// statement. `model_calls` is 1 for a step that stored a model turn.
-pub(crate) async fn record(tx: &Transaction<'_>, run_id: uuid::Uuid, w: &Written, model_calls: i64) -> Result<Option<Tracker>, Error> {
-    let tool_calls = w.steps.iter().filter(|s| s.kind == transcript::TOOL_RESULT).count() as i64;
-    let spending = Spending { tokens: w.tokens, model_calls, tool_calls };
+/// Counts what a step transaction wrote (`model_calls` is 1 for a step that
+/// stored a model turn; its tokens are already on the invocation) and reads
+/// back the run's totals. Runs after the step's fence.
+pub(crate) async fn record(tx: &Transaction<'_>, invocation: uuid::Uuid, w: &Written, model_calls: i32) -> Result<Option<Tracker>, Error> {
+    let tool_calls = w.steps.iter().filter(|s| s.kind == transcript::TOOL_RESULT).count() as i32;
+    let spending = Spending { model_calls, tool_calls };
     if spending == Spending::default() {
         return Ok(None);
     }
-    Ok(Some(Tracker::new(budgets::spend(tx, run_id, &spending).await?)))
+    Ok(Some(Tracker::new(budgets::spend(tx, invocation, &spending).await?)))
 }
 
 /// Fails the run because it reached `exhausted`, in one fenced transaction:

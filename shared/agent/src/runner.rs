@@ -320,7 +320,7 @@ impl Runner {
                 break;
             }
         }
-        w.budget = budget::record(&tx, c.inv.run_id, &w, 1).await?;
+        w.budget = budget::record(&tx, c.inv.id, &w, 1).await?;
         tx.commit().await?;
         Ok(w)
     }
@@ -352,7 +352,7 @@ impl Runner {
             w.exit = Some(Exit::Failed(message.into()));
         }
         events::append(&tx, c.inv.run_id, &evs).await?;
-        w.budget = budget::record(&tx, c.inv.run_id, &w, 1).await?;
+        w.budget = budget::record(&tx, c.inv.id, &w, 1).await?;
         tx.commit().await?;
         Ok(w)
     }
@@ -373,7 +373,7 @@ impl Runner {
         let mut w = Written::new(c.steps.len());
         invocations::fence(&tx, c.inv.id, c.epoch).await?;
         let effect = self.run_call(&tx, c, call, &mut w).await?;
-        w.budget = budget::record(&tx, c.inv.run_id, &w, 0).await?;
+        w.budget = budget::record(&tx, c.inv.id, &w, 0).await?;
         tx.commit().await?;
         w.exit = exit_of(effect);
         Ok(w)

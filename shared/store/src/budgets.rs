@@ -1,7 +1,10 @@
-//! Run budgets: the limits a run got at intake and what it has spent, on
-//! the run's own row. Spending is added in the step transaction that
-//! spends (a model turn, a tool call), so the count is exact across every
-//! invocation of the run, children included, and survives any crash.
+//! Run budgets: the limits a run got at intake, and what it has spent.
+//! Spending is counted on the spending invocation's own row, in the step
+//! transaction that spends (a model turn, a tool call), and summed over the
+//! run's invocations, children included: exact across workers, it survives
+//! any crash, and it takes no lock beyond the one the step's fence holds
+//! (a counter on the run's row would make every invocation of a busy run
+//! queue on that row, and take it after the others' rows).
 
 use std::time::Duration;
 
@@ -21,12 +24,12 @@ pub struct RunSpend {
     pub spent: Spent,
 }
 
-/// What one step transaction spent.
+/// What one step transaction spent (its tokens are counted in
+/// `invocations.tokens_used`, as before budgets existed).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Spending {
-    pub tokens: i64,
-    pub model_calls: i64,
-    pub tool_calls: i64,
+    pub model_calls: i32,
+    pub tool_calls: i32,
 }
 
 const BUDGETS: &str = "budgets";
@@ -50,25 +53,42 @@ pub async fn assign(c: &impl GenericClient, run_id: Uuid, budget: &RunBudget) ->
     Ok(())
 }
 
-const FIGURES: &str = "budget, spent_tokens, spent_model_calls, spent_tool_calls, \
-     greatest(extract(epoch FROM coalesce(finished_at, now()) - created_at), 0)::float8";
+/// The run's figures: its budget, the sums over its invocations, and how
+/// long it has run on the database's clock (to its end, once it ended).
+const FIGURES: &str = "r.budget, s.tokens, s.model_calls, s.tool_calls,
+     greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.created_at), 0)::float8";
 
-/// Adds a step's spending to its run and returns the run's new totals. The
-/// row lock this takes is held only until the step commits; callers do it
-/// last in the step, after any other row the step locks.
-pub async fn spend(c: &impl GenericClient, run_id: Uuid, spending: &Spending) -> Result<RunSpend> {
+/// Adds a step's spending to its invocation (whose row the step's fence has
+/// locked) and returns the run's new totals.
+pub async fn spend(c: &impl GenericClient, invocation_id: Uuid, spending: &Spending) -> Result<RunSpend> {
+    // The outer query reads the invocations as they were before the CTE's
+    // update, so the others are summed and this one is taken from RETURNING.
     let sql = format!(
-        "UPDATE runs SET spent_tokens = spent_tokens + $2, spent_model_calls = spent_model_calls + $3,
-                         spent_tool_calls = spent_tool_calls + $4
-          WHERE id = $1 RETURNING {FIGURES}"
+        "WITH me AS (
+             UPDATE invocations SET model_calls = model_calls + $2, tool_calls = tool_calls + $3
+              WHERE id = $1 RETURNING run_id, tokens_used, model_calls, tool_calls)
+         SELECT {FIGURES}
+           FROM me JOIN runs r ON r.id = me.run_id,
+                LATERAL (SELECT me.tokens_used + coalesce(sum(i.tokens_used), 0)::bigint AS tokens,
+                                me.model_calls + coalesce(sum(i.model_calls), 0)::bigint AS model_calls,
+                                me.tool_calls + coalesce(sum(i.tool_calls), 0)::bigint AS tool_calls
+                           FROM invocations i WHERE i.run_id = me.run_id AND i.id <> $1) s"
     );
-    let row = sql::query_one(c, &sql, &[&run_id, &spending.tokens, &spending.model_calls, &spending.tool_calls]).await?;
+    let row = sql::query_one(c, &sql, &[&invocation_id, &spending.model_calls, &spending.tool_calls]).await?;
     from_row(&row)
 }
 
 /// A run's budget and spend, `None` when the run does not exist.
 pub async fn get(c: &impl GenericClient, run_id: Uuid) -> Result<Option<RunSpend>> {
-    let sql = format!("SELECT {FIGURES} FROM runs WHERE id = $1");
+    let sql = format!(
+        "SELECT {FIGURES}
+           FROM runs r,
+                LATERAL (SELECT coalesce(sum(i.tokens_used), 0)::bigint AS tokens,
+                                coalesce(sum(i.model_calls), 0)::bigint AS model_calls,
+                                coalesce(sum(i.tool_calls), 0)::bigint AS tool_calls
+                           FROM invocations i WHERE i.run_id = r.id) s
+          WHERE r.id = $1"
+    );
     sql::query_opt(c, &sql, &[&run_id]).await?.as_ref().map(from_row).transpose()
 }
 
