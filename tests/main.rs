@@ -2,6 +2,7 @@
 //! PostgreSQL. Each test has its own database and queue prefix.
 
 mod bridge;
+mod budgets;
 mod chain;
 mod claims;
 mod cluster;

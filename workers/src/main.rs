@@ -148,6 +148,9 @@ async fn main() -> anyhow::Result<()> {
             let events = baton_store::journal::timeline(&c, run).await?;
             print!("{}", baton::timeline::render(&events));
             println!("tokens used: {}", baton_store::runs::tokens_used(&c, run).await?);
+            if let Some(spend) = baton_store::budgets::get(&c, run).await? {
+                println!("{}", baton::timeline::render_spend(&spend));
+            }
         }
         Command::Handoff { command } => handoff(&settings, command).await?,
         Command::Runs { command: RunsCommand::Prune { older_than_days, batch } } => {

@@ -11,7 +11,9 @@
 //! - [`providers`]: the provider trait; scripted, OpenAI-compatible and command providers.
 //! - [`transcript`]: the persisted transcript, read back as chat messages.
 //! - [`lifecycle`]: transitions that end invocations and runs.
+//! - `budget`: run budgets on the step path: spend recorded per step, checked before the next.
 
+mod budget;
 pub mod first_step;
 pub mod http;
 pub mod lifecycle;

@@ -13,7 +13,7 @@ use baton_domain::ToolError;
 use baton_store::invocations::{self, Invocation};
 use baton_store::journal::{self as events, Event};
 use baton_store::steps::{self, Step};
-use baton_store::{profiles, Pool, Transaction};
+use baton_store::{budgets, profiles, Pool, Transaction};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -22,7 +22,7 @@ use crate::tools::{dispatch, Effect, ToolCtx, ToolOutcome};
 use crate::transcript::{self, Position};
 use crate::first_step::{prompt_step, tool_names};
 use crate::step::{add_tokens, first_cause, name_calls, retry, sanitize, tokens_of, Written};
-use crate::{lifecycle, Error};
+use crate::{budget, lifecycle, Error};
 
 /// How an invocation's loop ended on this worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +70,9 @@ struct Claimed<'a> {
     steps: Vec<Step>,
     limits: Limits,
     tokens: i64,
+    /// The run's budget and what the whole run has spent, as of this
+    /// invocation's last step.
+    budget: budget::Tracker,
 }
 
 impl Claimed<'_> {
@@ -77,6 +80,9 @@ impl Claimed<'_> {
     fn absorb(&mut self, written: Written) {
         self.steps.extend(written.steps);
         self.tokens += written.tokens;
+        if let Some(budget) = written.budget {
+            self.budget = budget;
+        }
     }
 }
 
@@ -138,6 +144,9 @@ impl Runner {
             if stop.is_cancelled() {
                 return Ok(Exit::Stopped);
             }
+            if let Some(exhausted) = claimed.budget.check() {
+                return budget::stop_run(&self.pool, inv, claimed.epoch, exhausted).await;
+            }
             let exit = match transcript::position(&claimed.steps) {
                 Position::Fresh => self.assemble(&mut claimed).await.map(|_| None)?,
                 Position::PendingCall(call) => self.call_tool(&mut claimed, &call).await?,
@@ -151,13 +160,15 @@ impl Runner {
 
     async fn load<'a>(&self, inv: &'a Invocation) -> Result<Claimed<'a>, Error> {
         let client = self.pool.get().await?;
-        // Pipelined: both queries go out before either answer comes back.
-        let (profile, steps) = tokio::try_join!(profiles::get(&client, &inv.profile_id), steps::load(&client, inv.id))?;
+        // Pipelined: the queries go out before any answer comes back.
+        let (profile, steps, spend) =
+            tokio::try_join!(profiles::get(&client, &inv.profile_id), steps::load(&client, inv.id), budgets::get(&client, inv.run_id))?;
         let profile = profile.ok_or_else(|| Error::Contract(format!("profile `{}` no longer exists", inv.profile_id)))?;
+        let budget = budget::Tracker::new(spend.ok_or_else(|| Error::Contract("the run no longer exists".into()))?);
         let surface = tools::surface(&tool_names(&profile), inv.kind);
         let (limits, _) = narrow(self.limits, inv.budget.as_ref());
         let skills = profiles::skills(&client, &profile.skills).await?;
-        Ok(Claimed { inv, epoch: inv.claim_epoch, profile, skills, surface, steps, limits, tokens: inv.tokens_used })
+        Ok(Claimed { inv, epoch: inv.claim_epoch, profile, skills, surface, steps, limits, tokens: inv.tokens_used, budget })
     }
 
     async fn assemble(&self, c: &mut Claimed<'_>) -> Result<(), Error> {
@@ -211,7 +222,8 @@ impl Runner {
         // No transaction or row lock is held across the model call. A model
         // call is dropped on shutdown (nothing was stored, so it is simply
         // asked again); an external agent is let finish, as killing it would
-        // lose work it has done.
+        // lose work it has done. The run's wall clock cuts a model call short
+        // the same way (a slow model retried for minutes must not outlive it).
         let mut turn = if external {
             provider.complete(&request).await?
         } else {
@@ -219,6 +231,9 @@ impl Runner {
                 biased;
                 turn = provider.complete(&request) => turn?,
                 _ = stop.cancelled() => return Ok(Some(Exit::Stopped)),
+                _ = tokio::time::sleep(c.budget.time_left()) => {
+                    return budget::stop_run(&self.pool, c.inv, c.epoch, c.budget.out_of_time()).await.map(Some);
+                }
             }
         };
         name_calls(&mut turn, turns);
@@ -312,6 +327,7 @@ impl Runner {
                 break;
             }
         }
+        w.budget = budget::record(&tx, c.inv.id, &w, 1).await?;
         tx.commit().await?;
         Ok(w)
     }
@@ -343,6 +359,7 @@ impl Runner {
             w.exit = Some(Exit::Failed(message.into()));
         }
         events::append(&tx, c.inv.run_id, &evs).await?;
+        w.budget = budget::record(&tx, c.inv.id, &w, 1).await?;
         tx.commit().await?;
         Ok(w)
     }
@@ -363,6 +380,7 @@ impl Runner {
         let mut w = Written::new(c.steps.len());
         invocations::fence(&tx, c.inv.id, c.epoch).await?;
         let effect = self.run_call(&tx, c, call, &mut w).await?;
+        w.budget = budget::record(&tx, c.inv.id, &w, 0).await?;
         tx.commit().await?;
         w.exit = exit_of(effect);
         Ok(w)

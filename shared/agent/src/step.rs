@@ -18,11 +18,13 @@ pub(crate) struct Written {
     pub(crate) steps: Vec<Step>,
     pub(crate) tokens: i64,
     pub(crate) exit: Option<Exit>,
+    /// The run's budget and spend after this step's spending was added.
+    pub(crate) budget: Option<crate::budget::Tracker>,
 }
 
 impl Written {
     pub(crate) fn new(next_seq: usize) -> Self {
-        Self { next_seq: next_seq as i32, steps: vec![], tokens: 0, exit: None }
+        Self { next_seq: next_seq as i32, steps: vec![], tokens: 0, exit: None, budget: None }
     }
 
     pub(crate) async fn append(&mut self, tx: &Transaction<'_>, invocation: uuid::Uuid, kind: &str, payload: Value) -> Result<(), Error> {

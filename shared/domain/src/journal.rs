@@ -39,3 +39,5 @@ pub const AWAIT_STARTED: &str = "agent_await_started";
 pub const AWAIT_COMPLETED: &str = "agent_await_completed";
 pub const TASK_RETURN_RECORDED: &str = "task_return_recorded";
 pub const HOST_ERROR: &str = "host_error";
+/// A run reached one of its budget's limits; the payload carries the spend.
+pub const RUN_BUDGET_EXHAUSTED: &str = "run_budget_exhausted";

@@ -7,6 +7,7 @@
 //! - [`language`]: the reply languages.
 //! - [`bridge`]: the status and reply messages a bridge receives.
 //! - [`profiles`]: the agent profiles file and its validation.
+//! - [`budget`]: run budgets (tokens, model calls, tool calls, wall clock) and the pure check.
 //! - [`tools`]: the model-visible tools and their specs.
 //! - [`handoff`]: `agent_handoff` argument parsing and the handoff policies.
 //! - [`delegation`]: `agent_delegate`, `agent_await`, `task_return`: parsing, policies, rendering.
@@ -19,6 +20,7 @@
 //! - [`error`]: recoverable tool errors.
 
 pub mod brief;
+pub mod budget;
 pub mod delegation;
 pub mod disclosure;
 pub mod bridge;

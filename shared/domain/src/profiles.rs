@@ -24,6 +24,9 @@ pub struct ProfilesFile {
     /// What each target agent may see of a request's context.
     #[serde(default)]
     pub disclosure: crate::disclosure::DisclosureConfig,
+    /// Limits for whole runs, per route or by default.
+    #[serde(default)]
+    pub budgets: crate::budget::BudgetsConfig,
 }
 
 /// A named instruction pack, included in the prompt of every profile that
@@ -254,6 +257,7 @@ impl ProfilesFile {
                 problems.push(format!("route `{target}` names unknown profile `{profile}`"));
             }
         }
+        problems.extend(self.budgets.problems(&self.routes));
         problems
     }
 }
@@ -314,6 +318,17 @@ base_url = "http://localhost:1/v1"
         let err = ProfilesFile::parse(&text).unwrap_err().to_string();
         assert!(err.contains("unknown tool `agent_teleport`"), "{err}");
         assert!(err.contains("unknown profile `ghost`"), "{err}");
+    }
+
+    #[test]
+    fn run_budgets_are_read_per_route_and_checked() {
+        let text = format!("{SAMPLE}\n[budgets.default]\nmax_model_calls = 40\n[budgets.routes.docs_agent]\nmax_tokens = 9000\n");
+        let file = ProfilesFile::parse(&text).unwrap();
+        let docs = file.budgets.for_target("docs_agent");
+        assert_eq!((docs.max_model_calls, docs.max_tokens), (40, 9000));
+        assert_eq!(ProfilesFile::parse(SAMPLE).unwrap().budgets.for_target("docs_agent"), crate::budget::RunBudget::default());
+        let err = ProfilesFile::parse(&format!("{SAMPLE}\n[budgets.routes.codex]\nmax_tokens = 0\n")).unwrap_err().to_string();
+        assert!(err.contains("to 0") && err.contains("`routes.codex` names a target"), "{err}");
     }
 
     #[test]

@@ -114,6 +114,61 @@ fn with_detail(lead: Phrase, detail: &str, language: Language) -> String {
     }
 }
 
+/// Why a run stopped on its budget, in words for the chat (the reply's
+/// `error.message` and, after the apology, its text).
+pub fn budget_exhausted_message(exhausted: &crate::budget::Exhausted, language: Language) -> String {
+    use crate::budget::Limit;
+    let max = exhausted.max;
+    let n = thousands(max);
+    match (exhausted.limit, language) {
+        (Limit::Tokens, Language::En) => format!("the agents reached this request's limit of {n} model tokens"),
+        (Limit::ModelCalls, Language::En) => format!("the agents reached this request's limit of {n} model calls"),
+        (Limit::ToolCalls, Language::En) => format!("the agents reached this request's limit of {n} tool calls"),
+        (Limit::WallClock, Language::En) => format!("the agents reached this request's time limit of {}", duration_en(max)),
+        (Limit::Tokens, Language::ZhCn) => format!("智能体已用完本次请求的模型用量上限（{n} 个 token）"),
+        (Limit::ModelCalls, Language::ZhCn) => format!("智能体已达到本次请求的模型调用次数上限（{n} 次）"),
+        (Limit::ToolCalls, Language::ZhCn) => format!("智能体已达到本次请求的工具调用次数上限（{n} 次）"),
+        (Limit::WallClock, Language::ZhCn) => format!("智能体已达到本次请求的运行时间上限（{}）", duration_zh(max)),
+    }
+}
+
+/// `1234567` → `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Whole hours or minutes when the limit is one, else seconds.
+fn duration_parts(secs: u64) -> (u64, usize) {
+    match secs {
+        s if s >= 3600 && s.is_multiple_of(3600) => (s / 3600, 0),
+        s if s >= 60 && s.is_multiple_of(60) => (s / 60, 1),
+        s => (s, 2),
+    }
+}
+
+fn duration_en(secs: u64) -> String {
+    let (n, unit) = duration_parts(secs);
+    let name = ["hour", "minute", "second"][unit];
+    if n == 1 {
+        format!("1 {name}")
+    } else {
+        format!("{} {name}s", thousands(n))
+    }
+}
+
+fn duration_zh(secs: u64) -> String {
+    let (n, unit) = duration_parts(secs);
+    format!("{n} {}", ["小时", "分钟", "秒"][unit])
+}
+
 /// Limits for one chat channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChannelLimits {
@@ -500,6 +555,26 @@ mod tests {
         };
         assert!(!humanize(&outcome, Language::En).is_empty());
         assert!(!humanize(&outcome, Language::ZhCn).is_empty());
+    }
+
+    #[test]
+    fn a_spent_budget_is_explained_in_both_languages() {
+        use crate::budget::{Exhausted, Limit};
+        let ex = |limit, max| Exhausted { limit, spent: max, max };
+        let en = |e| budget_exhausted_message(&e, Language::En);
+        let zh = |e| budget_exhausted_message(&e, Language::ZhCn);
+        assert_eq!(en(ex(Limit::Tokens, 2_000_000)), "the agents reached this request's limit of 2,000,000 model tokens");
+        assert_eq!(en(ex(Limit::ModelCalls, 200)), "the agents reached this request's limit of 200 model calls");
+        assert_eq!(en(ex(Limit::ToolCalls, 1000)), "the agents reached this request's limit of 1,000 tool calls");
+        assert_eq!(en(ex(Limit::WallClock, 3600)), "the agents reached this request's time limit of 1 hour");
+        assert_eq!(en(ex(Limit::WallClock, 90)), "the agents reached this request's time limit of 90 seconds");
+        assert_eq!(en(ex(Limit::WallClock, 600)), "the agents reached this request's time limit of 10 minutes");
+        assert_eq!(zh(ex(Limit::ModelCalls, 4)), "智能体已达到本次请求的模型调用次数上限（4 次）");
+        assert_eq!(zh(ex(Limit::ToolCalls, 5)), "智能体已达到本次请求的工具调用次数上限（5 次）");
+        assert_eq!(zh(ex(Limit::Tokens, 120)), "智能体已用完本次请求的模型用量上限（120 个 token）");
+        assert_eq!(zh(ex(Limit::WallClock, 2)), "智能体已达到本次请求的运行时间上限（2 秒）");
+        let failed = Outcome::Failed { code: "budget_exhausted".into(), message: zh(ex(Limit::WallClock, 7200)) };
+        assert_eq!(humanize(&failed, Language::ZhCn), "抱歉，这次请求没有完成：智能体已达到本次请求的运行时间上限（2 小时）");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! # Layout
 //! - [`requests`]: bridge requests, their events and status messages.
 //! - [`runs`]: runs and their terminal states.
+//! - [`budgets`]: run budgets and what each run has spent.
 //! - [`invocations`]: claims, leases, the fence, invocation transitions.
 //! - [`tasks`]: handoff and delegated task records.
 //! - [`steps`]: the persisted transcript of each invocation.
@@ -17,6 +18,7 @@
 //! - [`callbacks`]: HTTP status callbacks waiting for delivery.
 //! - [`settings`]: fleet-wide settings (the disclosure policy).
 
+pub mod budgets;
 pub mod callbacks;
 pub mod invocations;
 pub mod journal;

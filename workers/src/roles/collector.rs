@@ -7,6 +7,7 @@ use baton_bus::messages::RunFinished;
 use baton_bus::topology::RUNS_FINISHED;
 use baton_bus::Publisher;
 use baton_domain::bridge::ReplyInput;
+use baton_domain::budget::{Exhausted, BUDGET_EXHAUSTED};
 use baton_domain::reply::Outcome;
 use baton_domain::state::RunStatus;
 use baton_domain::Language;
@@ -52,7 +53,8 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     let Some(request) = requests::lock(&tx, &handoff).await? else {
         return Ok(());
     };
-    let Some(outcome) = outcome(&run) else {
+    let language = Language::parse(&request.language).unwrap_or_default();
+    let Some(outcome) = outcome(&run, language) else {
         return Ok(());
     };
     if request.reply_sent_at.is_some() {
@@ -70,7 +72,7 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
         handoff_id: &handoff,
         chat_id: request.reply_chat_id.as_deref(),
         source: &request.source,
-        language: Language::parse(&request.language).unwrap_or_default(),
+        language,
         outcome,
         run_id: Some(run.id.to_string()),
         agents,
@@ -81,8 +83,13 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn outcome(run: &Run) -> Option<Outcome> {
+fn outcome(run: &Run, language: Language) -> Option<Outcome> {
     let message = |key: &str| run.error.as_ref().and_then(|e| e[key].as_str()).map(str::to_string);
+    // A spent budget is worded from its figures, in the reply's language.
+    if let Some(exhausted) = run.error.as_ref().and_then(Exhausted::from_error).filter(|_| run.status == RunStatus::Failed) {
+        let message = baton_domain::reply::budget_exhausted_message(&exhausted, language);
+        return Some(Outcome::Failed { code: BUDGET_EXHAUSTED.into(), message });
+    }
     Some(match run.status {
         RunStatus::Running => return None,
         RunStatus::Completed => Outcome::Completed { final_text: run.final_text.clone().unwrap_or_default() },

@@ -14,7 +14,7 @@ use baton_domain::Language;
 use baton_store::invocations::{self, NewInvocation};
 use baton_store::journal::Event;
 use baton_store::requests::{self, NewRequest};
-use baton_store::{profiles, runs, GenericClient, Pool};
+use baton_store::{budgets, profiles, runs, GenericClient, Pool};
 use baton_bus::lapin::message::Delivery;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -202,6 +202,9 @@ async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Resu
     let run_id = Uuid::now_v7();
     let root = Uuid::now_v7();
     runs::insert(c, run_id, Some(&request.id), &profile.id).await?;
+    // Copied onto the run now: a later `profiles apply` does not change it.
+    let budget = budgets::config(c).await?.for_target(request.target_agent.as_str());
+    budgets::assign(c, run_id, &budget).await?;
     requests::link_run(c, &request.id, run_id).await?;
     let brief = render_request_brief(request);
     let new = NewInvocation {
@@ -218,7 +221,7 @@ async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Resu
     invocations::insert(c, &new).await?;
     baton_agent::lifecycle::publish_invocation(c, run_id, root, InvocationKind::Root).await?;
     let events = [
-        Event::new(journal::RUN_CREATED, None, json!({"handoffId": request.id, "source": request.source.as_str()})),
+        Event::new(journal::RUN_CREATED, None, json!({"handoffId": request.id, "source": request.source.as_str(), "budget": budget})),
         Event::new(journal::PROFILE_RESOLVED, Some(root), json!({"targetAgent": request.target_agent.as_str(), "profileId": profile.id})),
         Event::new(journal::WORKSPACE_INITIALIZED, None, json!({})),
         Event::new(journal::INVOCATION_CREATED, Some(root), json!({"kind": "root", "profileId": profile.id})),
