@@ -7,10 +7,13 @@
 //!
 //! - memories labelled more sensitive than [`DisclosurePolicy::max_sensitivity`]
 //!   are dropped whole;
-//! - every free-text field is scanned for secrets (API keys, tokens,
-//!   passwords) and personal identifiers (phone, ID and bank card numbers,
-//!   e-mail addresses), and each one is replaced by a placeholder that says
-//!   what was there, so the agent still understands the sentence.
+//! - every free-text field an agent is shown (the user intent, the context's
+//!   texts, the constraints' lists and expected output) is scanned for
+//!   secrets (API keys, tokens, passwords, private keys, under any key name
+//!   including camel case) and personal identifiers (mobile and landline
+//!   numbers, ID and bank card numbers, however grouped; e-mail addresses),
+//!   and each one is replaced by a placeholder that says what was there, so
+//!   the agent still understands the sentence.
 //!
 //! Every removal is recorded as a [`Redaction`], both in the result and in the
 //! request's own `context.redactions`, so the agent knows something is missing
@@ -550,10 +553,12 @@ const ASSIGNED_VALUE: &str =
     r#"["']?[ \t]*[:=：][ \t]*(?:"(?P<dq>[^"\r\n]*)"|'(?P<sq>[^'\r\n]*)'|(?P<bare>[^\s"'`]+))"#;
 
 /// `api_key=…`, `clientSecret: …`, `GITHUB_TOKEN=…`, `"accessToken": "…"`,
-/// `SecretAccessKey: …`, `aws_secret_access_key = …`, `privateKey=…`.
+/// `SecretAccessKey: …`, `aws_secret_access_key = …`, `privateKey=…`, and the
+/// names Chinese clouds and WeChat use: `AccessKeySecret`, `appSecret`,
+/// `EncodingAESKey`.
 static SECRET_ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
     compile(&format!(
-        r"(?i)(?P<key>{KEY_HEAD}(?:api[_-]?key|access[_-]?key|private[_-]?key|secret(?:[_-]?key)?|token|credentials?)){ASSIGNED_VALUE}"
+        r"(?i)(?P<key>{KEY_HEAD}(?P<word>api[_-]?key|access[_-]?key|private[_-]?key|aes[_-]?key|secret(?:[_-]?key)?|token|credentials?)){ASSIGNED_VALUE}"
     ))
 });
 
@@ -589,16 +594,19 @@ fn password_assignments(text: &str) -> Vec<Hit> {
         .collect()
 }
 
-/// (key, value) of each `key = value` match whose key starts a word and
-/// whose value is real rather than a reference to one.
+/// (key word, value) of each `key = value` match whose key starts a word
+/// and whose value is real rather than a reference to one. The key word is
+/// the last word of the key (`AccessKey` of `SecretAccessKey`), where the
+/// pattern names one.
 fn assignments<'t>(re: &'t Regex, text: &'t str) -> impl Iterator<Item = (&'t str, Match<'t>)> {
     re.captures_iter(text).filter_map(move |caps| {
         let key = caps.name("key")?;
+        let word = caps.name("word").unwrap_or(key);
         let value = assigned_value(&caps)?;
         (starts_word(text, key.start())
             && !value.as_str().trim().is_empty()
             && !is_reference(value.as_str()))
-        .then_some((key.as_str(), value))
+        .then_some((word.as_str(), value))
     })
 }
 
@@ -625,10 +633,10 @@ fn is_reference(value: &str) -> bool {
         || (value.starts_with('<') && value.ends_with('>'))
 }
 
-/// A key that names a private key is one, one that names a key is an API
-/// key; a token or secret is a token.
-fn secret_kind(key: &str) -> Finding {
-    let key = key.to_ascii_lowercase();
+/// A key word that names a private key is one, one that names a key is an
+/// API key; a token or secret is a token.
+fn secret_kind(word: &str) -> Finding {
+    let key = word.to_ascii_lowercase();
     if key.contains("private") {
         Finding::PrivateKey
     } else if key.contains("key") {
@@ -677,10 +685,13 @@ fn is_remote_login(text: &str, range: &Range<usize>) -> bool {
 const GAP: &str = r"[\x20\u{A0}\u{3000}-]?";
 
 /// Resident ID number: six-digit area, birth date, sequence, check character;
-/// bare, or written in groups (6-8-4 or 6-4-4-4).
+/// bare, or written in groups (6-8-4, 6-4-4-4, or 4-4-4-4-2 like a card).
 static ID_NUMBER: LazyLock<Regex> = LazyLock::new(|| {
     compile(&format!(
-        r"[0-9]{{6}}{GAP}(?:[0-9]{{8}}{GAP}[0-9]{{3}}|[0-9]{{4}}{GAP}[0-9]{{4}}{GAP}[0-9]{{3}})[0-9Xx]"
+        r"(?x)
+          [0-9]{{6}} {GAP} (?: [0-9]{{8}} {GAP} [0-9]{{3}} | [0-9]{{4}} {GAP} [0-9]{{4}} {GAP} [0-9]{{3}} ) [0-9Xx]
+        | [0-9]{{4}} (?: {GAP} [0-9]{{4}} ){{3}} {GAP} [0-9][0-9Xx]
+        "
     ))
 });
 
@@ -969,6 +980,7 @@ mod tests {
         ("ID 440304-1990-0307-123x", &[ChineseId]),
         ("身份证号：110105 19491231 002X。", &[ChineseId]),
         ("ID 310115198511204566", &[ChineseId]),
+        ("ID 4403 0419 9003 0712 3X", &[ChineseId]),
         // --- credentials after camel-case and other key names ---
         ("SecretAccessKey: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", &[ApiKey]),
         ("secretAccessKey=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", &[ApiKey]),
@@ -982,6 +994,9 @@ mod tests {
         ("accessToken: a1b2c3d4e5f6g7h8i9j0", &[Token]),
         ("refreshToken=a1b2c3d4e5f6g7h8i9j0k1", &[Token]),
         ("X-Api-Key: a1b2c3d4e5f6g7h8i9j0", &[ApiKey]),
+        ("AccessKeySecret: 8f1c2d3e4b5a69788796a5b4", &[Token]),
+        ("appSecret=8f1c2d3e4b5a69788796a5b4", &[Token]),
+        ("EncodingAESKey: abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG", &[ApiKey]),
         ("dbPassword: hunter2", &[Password]),
         ("adminPwd=abc123", &[Password]),
         ("Authorization: Basic dXNlcjpwYXNzd29yZA==", &[Token]),
