@@ -1115,6 +1115,28 @@ mod tests {
         }
     }
 
+    /// Under `(?x)` the regex crate drops a literal space even inside a
+    /// character class, so `[ -]` silently becomes `[-]` (how grouped phone
+    /// numbers once got through). No verbose pattern may have one.
+    #[test]
+    fn no_verbose_pattern_has_a_literal_space_in_a_class() {
+        let verbose = [&*URL_PASSWORD, &*VENDOR_KEY, &*ID_NUMBER, &*MAINLAND_MOBILE, &*MAINLAND_LANDLINE];
+        for re in verbose {
+            assert!(re.as_str().starts_with("(?x)"));
+            let (mut in_class, mut escaped) = (false, false);
+            for c in re.as_str().chars() {
+                match c {
+                    _ if escaped => escaped = false,
+                    '\\' => escaped = true,
+                    '[' => in_class = true,
+                    ']' => in_class = false,
+                    ' ' => assert!(!in_class, "a literal space in a class of {}", re.as_str()),
+                    _ => {}
+                }
+            }
+        }
+    }
+
     #[test]
     fn placeholders_name_the_reason() {
         for kind in Finding::ALL {
