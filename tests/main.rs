@@ -6,6 +6,7 @@ mod budgets;
 mod chain;
 mod claims;
 mod cluster;
+mod contract;
 mod delegation;
 mod errors;
 mod hardening_claims;

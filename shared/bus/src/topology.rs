@@ -44,6 +44,15 @@ impl Queues {
         format!("{}{logical}", self.prefix)
     }
 
+    /// Whether `name` is, or could be, one of the fleet's own queues: any
+    /// `baton.*` name under this prefix (or under none, which is another
+    /// fleet's on a shared broker). A bridge may not name one as its
+    /// `reply_to`: a reply published there would be read as work.
+    pub fn is_fleet_queue(&self, name: &str) -> bool {
+        let own = name.strip_prefix(self.prefix.as_str()).is_some_and(|rest| rest.starts_with("baton."));
+        own || name.starts_with("baton.")
+    }
+
     /// Every queue the fleet reads or writes.
     pub fn all_logical() -> [&'static str; 7] {
         [BRIDGE_REQUESTS, BRIDGE_REPLIES, INVOCATIONS_HANDOFF, INVOCATIONS_DELEGATE, RUNS_FINISHED, DEAD, DEAD_REQUESTS]
@@ -101,5 +110,18 @@ mod tests {
         let q = Queues::new("t1.");
         assert_eq!(q.name(DEAD), "t1.baton.dead");
         assert_eq!(Queues::default().name(BRIDGE_REQUESTS), "baton.bridge.requests");
+    }
+
+    #[test]
+    fn every_baton_queue_is_the_fleets_and_a_bridges_own_queue_is_not() {
+        let q = Queues::new("t1.");
+        for logical in Queues::all_logical() {
+            assert!(q.is_fleet_queue(&q.name(logical)), "{logical}");
+            assert!(q.is_fleet_queue(logical), "{logical} of an unprefixed fleet");
+        }
+        assert!(q.is_fleet_queue("t1.baton.anything"));
+        for bridge in ["wechat.replies", "t1.bridge.test.replies", "my.baton.replies", "t2.batons"] {
+            assert!(!q.is_fleet_queue(bridge), "{bridge}");
+        }
     }
 }

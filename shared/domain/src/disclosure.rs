@@ -7,10 +7,13 @@
 //!
 //! - memories labelled more sensitive than [`DisclosurePolicy::max_sensitivity`]
 //!   are dropped whole;
-//! - every free-text field is scanned for secrets (API keys, tokens,
-//!   passwords) and personal identifiers (phone, ID and bank card numbers,
-//!   e-mail addresses), and each one is replaced by a placeholder that says
-//!   what was there, so the agent still understands the sentence.
+//! - every free-text field an agent is shown (the user intent, the context's
+//!   texts, the constraints' lists and expected output) is scanned for
+//!   secrets (API keys, tokens, passwords, private keys, under any key name
+//!   including camel case) and personal identifiers (mobile and landline
+//!   numbers, ID and bank card numbers, however grouped; e-mail addresses),
+//!   and each one is replaced by a placeholder that says what was there, so
+//!   the agent still understands the sentence.
 //!
 //! Every removal is recorded as a [`Redaction`], both in the result and in the
 //! request's own `context.redactions`, so the agent knows something is missing
@@ -29,7 +32,7 @@ use chrono::{Datelike, NaiveDate};
 use regex::{Captures, Match, Regex};
 use serde::{Deserialize, Serialize};
 
-use crate::request::{ContextMemoryRef, ContextPackage, HandoffRequest, Redaction, Sensitivity};
+use crate::request::{Constraints, ContextMemoryRef, ContextPackage, HandoffRequest, Redaction, Sensitivity};
 
 // ---------------------------------------------------------------------------
 // Policy and findings
@@ -65,6 +68,7 @@ pub enum Finding {
     Token,
     UrlPassword,
     Password,
+    PrivateKey,
     Phone,
     ChineseId,
     BankCard,
@@ -73,11 +77,12 @@ pub enum Finding {
 
 impl Finding {
     /// Every kind, secrets first.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::ApiKey,
         Self::Token,
         Self::UrlPassword,
         Self::Password,
+        Self::PrivateKey,
         Self::Phone,
         Self::ChineseId,
         Self::BankCard,
@@ -92,6 +97,7 @@ impl Finding {
             Self::Token => "access token",
             Self::UrlPassword => "password in URL",
             Self::Password => "password",
+            Self::PrivateKey => "private key",
             Self::Phone => "phone number",
             Self::ChineseId => "mainland China ID number",
             Self::BankCard => "bank card number",
@@ -107,6 +113,7 @@ impl Finding {
             Self::Token => "[redacted access token]",
             Self::UrlPassword => "[redacted password in URL]",
             Self::Password => "[redacted password]",
+            Self::PrivateKey => "[redacted private key]",
             Self::Phone => "[redacted phone number]",
             Self::ChineseId => "[redacted mainland China ID number]",
             Self::BankCard => "[redacted bank card number]",
@@ -137,8 +144,10 @@ pub struct Filtered {
     pub removed: Vec<Redaction>,
 }
 
-/// Applies `policy` to the user intent, every text field of the context and
-/// the expected output, and drops memories above `max_sensitivity`.
+/// Applies `policy` to every free-text field an agent is shown (the user
+/// intent, every text of the context, and every constraint: allowed and
+/// forbidden actions, what needs confirmation, the expected output), and
+/// drops memories above `max_sensitivity`.
 ///
 /// Each removal becomes one [`Redaction`], appended to `removed` and to the
 /// returned request's `context.redactions` after those the bridge recorded.
@@ -146,6 +155,7 @@ pub struct Filtered {
 /// `context.recentConversation[2].content`, `context.userMemories[m-7]` (a
 /// dropped memory) or `context.userMemories[m-7].content`,
 /// `context.sessionSummary`, `context.agentRuntimeSummary`,
+/// `constraints.allowedActions[0]`, `constraints.requireConfirmationFor[1]`,
 /// `constraints.expectedOutput`. Memories are named by id, not index, because
 /// dropping earlier ones shifts the indexes of the rest.
 #[must_use]
@@ -157,9 +167,7 @@ pub fn apply(policy: &DisclosurePolicy, request: &HandoffRequest) -> Filtered {
     let mut request = request.clone();
     filter.scrub("userIntent", &mut request.user_intent);
     filter.context(&mut request.context);
-    if let Some(expected) = &mut request.constraints.expected_output {
-        filter.scrub("constraints.expectedOutput", expected);
-    }
+    filter.constraints(&mut request.constraints);
     request
         .context
         .redactions
@@ -191,6 +199,21 @@ impl Filter<'_> {
         }
         if let Some(summary) = &mut context.agent_runtime_summary {
             self.scrub("context.agentRuntimeSummary", summary);
+        }
+    }
+
+    fn constraints(&mut self, constraints: &mut Constraints) {
+        self.list("constraints.allowedActions", &mut constraints.allowed_actions);
+        self.list("constraints.forbiddenActions", &mut constraints.forbidden_actions);
+        self.list("constraints.requireConfirmationFor", &mut constraints.require_confirmation_for);
+        if let Some(expected) = &mut constraints.expected_output {
+            self.scrub("constraints.expectedOutput", expected);
+        }
+    }
+
+    fn list(&mut self, list: &str, items: &mut [String]) {
+        for (index, item) in items.iter_mut().enumerate() {
+            self.scrub(&format!("{list}[{index}]"), item);
         }
     }
 
@@ -270,13 +293,17 @@ type Detector = fn(&str) -> Vec<Hit>;
 
 /// Most specific first: where two detectors claim overlapping text, the
 /// earlier one wins. The URL password comes before e-mail so that
-/// `user:pw@host.com` loses only `pw`; vendor keys come before the generic
-/// `key=value` rule so they are reported as what they are; e-mail comes
-/// before phone so `13812345678@163.com` goes as one address.
+/// `user:pw@host.com` loses only `pw`; a PEM block and vendor keys come
+/// before the generic `key=value` rule so they are reported as what they
+/// are; e-mail comes before phone so `13812345678@163.com` goes as one
+/// address; ID numbers come before bank cards and phones, whose shapes
+/// overlap theirs.
 const SECRET_DETECTORS: &[Detector] = &[
     url_passwords,
+    private_keys,
     vendor_keys,
     jwts,
+    authorization_headers,
     bearer_tokens,
     secret_assignments,
     password_assignments,
@@ -355,7 +382,7 @@ fn byte_before(bytes: &[u8], index: usize, distance: usize) -> Option<u8> {
 }
 
 /// True when no ASCII word runs on into `index` from the left, so the
-/// "sk-" of "task-list" or the "token" of "mytoken" never start a match.
+/// "sk-" of "task-list" never starts a match.
 fn starts_word(text: &str, index: usize) -> bool {
     !byte_before(text.as_bytes(), index, 1).is_some_and(is_word_byte)
 }
@@ -454,6 +481,43 @@ fn jwts(text: &str) -> Vec<Hit> {
     })
 }
 
+/// A PEM private key block (PKCS#1, PKCS#8, OpenSSH, EC …), whole. A block
+/// cut off before its END line is removed to the end of the text.
+static PRIVATE_KEY: LazyLock<Regex> = LazyLock::new(|| {
+    compile(r"(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)")
+});
+
+fn private_keys(text: &str) -> Vec<Hit> {
+    whole_matches(&PRIVATE_KEY, text, Finding::PrivateKey, |_| true)
+}
+
+/// The credentials of an `Authorization` header, whatever the scheme
+/// (`Basic dXNlcjpw…`, `Bearer …`, `token …`) or none; the scheme stays.
+static AUTHORIZATION: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r#"(?i)(?P<key>(?:proxy-)?authorization)["']?[ \t]*[:=][ \t]*["']?(?:(?:bearer|basic|token|digest)[ \t]+)?(?P<token>[A-Za-z0-9._~+/=:-]{8,})"#,
+    )
+});
+
+fn authorization_headers(text: &str) -> Vec<Hit> {
+    AUTHORIZATION
+        .captures_iter(text)
+        .filter(|caps| caps.name("key").is_some_and(|m| starts_word(text, m.start())))
+        .filter_map(|caps| caps.name("token"))
+        .filter(|token| looks_like_credential(token.as_str()))
+        .map(|token| Hit {
+            range: token.range(),
+            finding: Finding::Token,
+        })
+        .collect()
+}
+
+/// "Authorization: required", "the bearer responsibilities": an English
+/// word is not a credential; a credential has a capital, a digit or a sign.
+fn looks_like_credential(value: &str) -> bool {
+    !value.bytes().all(|b| b.is_ascii_lowercase())
+}
+
 /// `Bearer <token>` as in an Authorization header; the word stays.
 static BEARER: LazyLock<Regex> =
     LazyLock::new(|| compile(r"(?i)(?P<scheme>bearer)[ \t]+(?P<token>[A-Za-z0-9._~+/=-]{16,})"));
@@ -466,8 +530,7 @@ fn bearer_tokens(text: &str) -> Vec<Hit> {
                 .is_some_and(|m| starts_word(text, m.start()))
         })
         .filter_map(|caps| caps.name("token"))
-        // "the bearer responsibilities": an English word is not a token.
-        .filter(|token| !token.as_str().bytes().all(|b| b.is_ascii_lowercase()))
+        .filter(|token| looks_like_credential(token.as_str()))
         .map(|token| Hit {
             range: token.range(),
             finding: Finding::Token,
@@ -475,8 +538,12 @@ fn bearer_tokens(text: &str) -> Vec<Hit> {
         .collect()
 }
 
-/// Words before the key proper: `GITHUB_`, `client_`, `x-`, `db.`.
-const KEY_NAMESPACE: &str = r"(?:[A-Za-z0-9]+[_.-])*";
+/// Whatever comes before the key word in the same identifier: `GITHUB_`,
+/// `client_`, `x-`, `db.`, and camel-case heads such as the `Secret` of
+/// `SecretAccessKey` or the `client` of `clientSecret`. Lazy, so the key word
+/// found is the last one before the sign. The whole key must still start a
+/// word ([`assignments`]).
+const KEY_HEAD: &str = r"[A-Za-z0-9_.-]*?";
 
 /// After the key: an optional closing quote (JSON), `=` or `:` (also the
 /// full-width `：` of Chinese text), then the value, quoted or bare. Blanks
@@ -485,17 +552,21 @@ const KEY_NAMESPACE: &str = r"(?:[A-Za-z0-9]+[_.-])*";
 const ASSIGNED_VALUE: &str =
     r#"["']?[ \t]*[:=：][ \t]*(?:"(?P<dq>[^"\r\n]*)"|'(?P<sq>[^'\r\n]*)'|(?P<bare>[^\s"'`]+))"#;
 
-/// `api_key=…`, `client_secret: …`, `GITHUB_TOKEN=…`, `"access_token": "…"`.
+/// `api_key=…`, `clientSecret: …`, `GITHUB_TOKEN=…`, `"accessToken": "…"`,
+/// `SecretAccessKey: …`, `aws_secret_access_key = …`, `privateKey=…`, and the
+/// names Chinese clouds and WeChat use: `AccessKeySecret`, `appSecret`,
+/// `EncodingAESKey`.
 static SECRET_ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
     compile(&format!(
-        r"(?i)(?P<key>{KEY_NAMESPACE}(?:api[_-]?key|access[_-]?key|secret(?:[_-]?key)?|token)){ASSIGNED_VALUE}"
+        r"(?i)(?P<key>{KEY_HEAD}(?P<word>api[_-]?key|access[_-]?key|private[_-]?key|aes[_-]?key|secret(?:[_-]?key)?|token|credentials?)){ASSIGNED_VALUE}"
     ))
 });
 
-/// `password=…`, `passwd: …`, `pwd=…`, `DB_PASSWORD=…`, `密码：…`.
+/// `password=…`, `passwd: …`, `pwd=…`, `DB_PASSWORD=…`, `dbPassword: …`,
+/// `密码：…`.
 static PASSWORD_ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
     compile(&format!(
-        r"(?i)(?P<key>{KEY_NAMESPACE}(?:passw(?:or)?d|pwd)|密码|口令){ASSIGNED_VALUE}"
+        r"(?i)(?P<key>{KEY_HEAD}(?:passw(?:or)?d|pwd|passphrase)|密码|口令){ASSIGNED_VALUE}"
     ))
 });
 
@@ -523,16 +594,19 @@ fn password_assignments(text: &str) -> Vec<Hit> {
         .collect()
 }
 
-/// (key, value) of each `key = value` match whose key starts a word and
-/// whose value is real rather than a reference to one.
+/// (key word, value) of each `key = value` match whose key starts a word
+/// and whose value is real rather than a reference to one. The key word is
+/// the last word of the key (`AccessKey` of `SecretAccessKey`), where the
+/// pattern names one.
 fn assignments<'t>(re: &'t Regex, text: &'t str) -> impl Iterator<Item = (&'t str, Match<'t>)> {
     re.captures_iter(text).filter_map(move |caps| {
         let key = caps.name("key")?;
+        let word = caps.name("word").unwrap_or(key);
         let value = assigned_value(&caps)?;
         (starts_word(text, key.start())
             && !value.as_str().trim().is_empty()
             && !is_reference(value.as_str()))
-        .then_some((key.as_str(), value))
+        .then_some((word.as_str(), value))
     })
 }
 
@@ -559,9 +633,13 @@ fn is_reference(value: &str) -> bool {
         || (value.starts_with('<') && value.ends_with('>'))
 }
 
-/// A key that names a key is an API key; a token or secret is a token.
-fn secret_kind(key: &str) -> Finding {
-    if key.to_ascii_lowercase().contains("key") {
+/// A key word that names a private key is one, one that names a key is an
+/// API key; a token or secret is a token.
+fn secret_kind(word: &str) -> Finding {
+    let key = word.to_ascii_lowercase();
+    if key.contains("private") {
+        Finding::PrivateKey
+    } else if key.contains("key") {
         Finding::ApiKey
     } else {
         Finding::Token
@@ -599,13 +677,33 @@ fn is_remote_login(text: &str, range: &Range<usize>) -> bool {
     in_url || scp_path
 }
 
-/// Resident ID number: six-digit area, birth date, sequence, check character.
-static ID_NUMBER: LazyLock<Regex> = LazyLock::new(|| compile(r"[0-9]{17}[0-9Xx]"));
+/// What may stand between the digit groups of a written number: nothing, a
+/// space (also the no-break and the ideographic space of Chinese input), or
+/// a dash. Spelled with escapes on purpose: under the `x` flag the regex
+/// crate ignores a literal space even inside a character class, so `[ -]`
+/// there would silently mean `[-]`.
+const GAP: &str = r"[\x20\u{A0}\u{3000}-]?";
+
+/// Resident ID number: six-digit area, birth date, sequence, check character;
+/// bare, or written in groups (6-8-4, 6-4-4-4, or 4-4-4-4-2 like a card).
+static ID_NUMBER: LazyLock<Regex> = LazyLock::new(|| {
+    compile(&format!(
+        r"(?x)
+          [0-9]{{6}} {GAP} (?: [0-9]{{8}} {GAP} [0-9]{{3}} | [0-9]{{4}} {GAP} [0-9]{{4}} {GAP} [0-9]{{3}} ) [0-9Xx]
+        | [0-9]{{4}} (?: {GAP} [0-9]{{4}} ){{3}} {GAP} [0-9][0-9Xx]
+        "
+    ))
+});
 
 fn id_numbers(text: &str) -> Vec<Hit> {
     whole_matches(&ID_NUMBER, text, Finding::ChineseId, |range| {
-        stands_alone_as_number(text, &range) && is_valid_id_number(&text[range])
+        stands_alone_as_number(text, &range) && is_valid_id_number(&id_characters(&text[range]))
     })
+}
+
+/// The ID number without its group separators.
+fn id_characters(written: &str) -> String {
+    written.chars().filter(|c| c.is_ascii_alphanumeric()).collect()
 }
 
 /// Eighteen digits are common (order numbers, snowflake ids), so only a
@@ -685,15 +783,30 @@ fn luhn_valid(digits: &str) -> bool {
 }
 
 /// Mainland mobile numbers: `1[3-9]` and nine more digits, optionally after
-/// `+86`/`0086`/`86`, and optionally grouped 3-4-4 by spaces or dashes.
-static MAINLAND_PHONE: LazyLock<Regex> = LazyLock::new(|| {
-    compile(
+/// `+86`/`0086`/`86`/`(+86)`, and optionally grouped 3-4-4 by spaces or
+/// dashes.
+static MAINLAND_MOBILE: LazyLock<Regex> = LazyLock::new(|| {
+    compile(&format!(
         r"(?x)
-        (?:(?:\+|00)?86[ -]?)?      # country code
-        1[3-9][0-9]                 # mobile prefix
-        (?:[ -]?[0-9]{4}){2}        # 4-4
-        ",
-    )
+        (?: (?: (?:\+|00)?86 | [(（]\+86[)）] ) {GAP} )?   # country code
+        1[3-9][0-9] {GAP} [0-9]{{4}} {GAP} [0-9]{{4}}       # 3-4-4
+        "
+    ))
+});
+
+/// Mainland landline numbers: an area code (`010`, `02x`, `0xxx`; in
+/// parentheses or not; without its 0 after `+86`/`0086`), then a local number
+/// of 7 or 8 digits, grouped or not, and maybe an extension.
+static MAINLAND_LANDLINE: LazyLock<Regex> = LazyLock::new(|| {
+    compile(&format!(
+        r"(?x)
+        (?: [(（]? 0 (?:10|2[0-9]|[3-9][0-9]{{2}}) [)）]?                   # area code
+          | (?:\+|00)86 {GAP} [(（]? (?:10|2[0-9]|[3-9][0-9]{{2}}) [)）]?    # or after the country code
+        )
+        {GAP} [1-9][0-9]{{2,3}} {GAP} [0-9]{{4}}                          # local number
+        (?: {GAP} (?:(?i:ext)\.?|(?i:x)|转|分机) {GAP} [0-9]{{1,6}} | -[0-9]{{1,6}} )?   # extension
+        "
+    ))
 });
 
 /// International numbers written with a leading `+`: 8 to 15 digits in all
@@ -702,7 +815,7 @@ static INTERNATIONAL_PHONE: LazyLock<Regex> =
     LazyLock::new(|| compile(r"\+[0-9](?:[ ().-]{0,2}[0-9]){7,14}"));
 
 fn phones(text: &str) -> Vec<Hit> {
-    [&*MAINLAND_PHONE, &*INTERNATIONAL_PHONE]
+    [&*MAINLAND_MOBILE, &*MAINLAND_LANDLINE, &*INTERNATIONAL_PHONE]
         .into_iter()
         .flat_map(|re| {
             whole_matches(re, text, Finding::Phone, |range| {
@@ -710,6 +823,49 @@ fn phones(text: &str) -> Vec<Hit> {
             })
         })
         .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Refused bodies
+//
+// A body intake refuses never reaches an agent, but it is kept for an
+// operator (in `baton.dead`) and its refusal reason travels in a header and a
+// reply. Neither may carry what the policy would have removed from a valid
+// request. No target was chosen for a refused body, so the strictest policy
+// applies: secrets and personal identifiers alike.
+// ---------------------------------------------------------------------------
+
+/// How much of a refused body is kept for an operator: enough to see what
+/// was wrong, bounded so a huge body does not become a huge dead letter.
+pub const REFUSED_BODY_KEPT_BYTES: usize = 64 * 1024;
+
+/// How much of a refused body is scanned: the largest body a valid request
+/// may have, so every secret a valid body could hold is found before the
+/// text is cut.
+const REFUSED_BODY_SCANNED_BYTES: usize = crate::request::MAX_BODY_BYTES;
+
+/// Text about a refused message (its reason, say) with every secret and
+/// personal identifier replaced.
+#[must_use]
+pub fn redact_strictly(text: &str) -> String {
+    redact_text(text, &DisclosurePolicy::default()).0
+}
+
+/// A refused body as it may be kept: read as UTF-8 (invalid bytes become
+/// U+FFFD), redacted strictly, and cut to `keep` bytes with a note saying how
+/// large the body was. A clean body under `keep` comes back unchanged.
+#[must_use]
+pub fn redact_refused_body(body: &[u8], keep: usize) -> Vec<u8> {
+    let scanned = &body[..body.len().min(REFUSED_BODY_SCANNED_BYTES)];
+    let text = redact_strictly(&String::from_utf8_lossy(scanned));
+    if text.len() <= keep && scanned.len() == body.len() {
+        return text.into_bytes();
+    }
+    let mut cut = keep.min(text.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}\n[cut: the body had {} bytes]", &text[..cut], body.len()).into_bytes()
 }
 
 /// The disclosure section of the profiles file: a default policy and one
@@ -788,6 +944,70 @@ mod tests {
         ("mail zhang.san@example.com", &[Email]),
         ("写信到li.si+work@mail.example.cn吧", &[Email]),
         ("13812345678@163.com", &[Email]),
+        // --- mobile numbers in groups (the `x`-flag class bug let these through) ---
+        ("call 138 1234 5678 tonight", &[Phone]),
+        ("call 138-1234-5678 tonight", &[Phone]),
+        ("+86 138 1234 5678", &[Phone]),
+        ("+86-138-1234-5678", &[Phone]),
+        ("+8613812345678", &[Phone]),
+        ("0086 138 1234 5678", &[Phone]),
+        ("0086-13812345678", &[Phone]),
+        ("(+86) 139 1234 5678", &[Phone]),
+        ("（+86）13912345678", &[Phone]),
+        ("手机：138 1234 5678，谢谢", &[Phone]),
+        ("手机号138　1234　5678", &[Phone]), // ideographic spaces
+        ("tel 86 138 1234 5678", &[Phone]),
+        ("confirm with 15012345678 before paying", &[Phone]),
+        // --- landlines ---
+        ("office 010-12345678", &[Phone]),
+        ("office (010) 1234 5678", &[Phone]),
+        ("office (010)12345678", &[Phone]),
+        ("办公室（010）12345678", &[Phone]),
+        ("深圳 0755 8888 6666", &[Phone]),
+        ("0755-88886666", &[Phone]),
+        ("上海021-6123-4567转802", &[Phone]),
+        ("021-6123-4567 ext 89", &[Phone]),
+        ("021-6123-4567 ext. 89", &[Phone]),
+        ("021-6123-4567-801", &[Phone]),
+        ("0371-123-4567", &[Phone]),
+        ("0086 10 1234 5678", &[Phone]),
+        ("+86 10 1234 5678", &[Phone]),
+        ("+86 (21) 6123 4567", &[Phone]),
+        // --- ID numbers written in groups ---
+        ("身份证 110101 19900307 1233", &[ChineseId]),
+        ("ID 110101-19900307-1233", &[ChineseId]),
+        ("ID 440304 19900307 123X", &[ChineseId]),
+        ("ID 440304-1990-0307-123x", &[ChineseId]),
+        ("身份证号：110105 19491231 002X。", &[ChineseId]),
+        ("ID 310115198511204566", &[ChineseId]),
+        ("ID 4403 0419 9003 0712 3X", &[ChineseId]),
+        // --- credentials after camel-case and other key names ---
+        ("SecretAccessKey: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", &[ApiKey]),
+        ("secretAccessKey=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", &[ApiKey]),
+        (r#"{"SecretAccessKey": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}"#, &[ApiKey]),
+        ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", &[ApiKey]),
+        ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", &[ApiKey]),
+        ("clientSecret: 8f1c2d3e4b5a69788796a5b4", &[Token]),
+        (r#"{"clientSecret":"8f1c2d3e4b5a69788796a5b4"}"#, &[Token]),
+        ("apiKey=a1b2c3d4e5f6g7h8i9j0", &[ApiKey]),
+        ("const apiKey = 'a1b2c3d4e5f6g7h8i9j0';", &[ApiKey]),
+        ("accessToken: a1b2c3d4e5f6g7h8i9j0", &[Token]),
+        ("refreshToken=a1b2c3d4e5f6g7h8i9j0k1", &[Token]),
+        ("X-Api-Key: a1b2c3d4e5f6g7h8i9j0", &[ApiKey]),
+        ("AccessKeySecret: 8f1c2d3e4b5a69788796a5b4", &[Token]),
+        ("appSecret=8f1c2d3e4b5a69788796a5b4", &[Token]),
+        ("EncodingAESKey: abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG", &[ApiKey]),
+        ("dbPassword: hunter2", &[Password]),
+        ("adminPwd=abc123", &[Password]),
+        ("Authorization: Basic dXNlcjpwYXNzd29yZA==", &[Token]),
+        (r#""authorization": "Bearer abcdef0123456789xyz""#, &[Token]),
+        ("authorization: token 0123456789abcdef0123", &[Token]),
+        (
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA1abc\n-----END RSA PRIVATE KEY----- done",
+            &[PrivateKey],
+        ),
+        ("key: -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA", &[PrivateKey]),
+        ("privateKey=0x4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318", &[PrivateKey]),
         // --- several, in order of appearance ---
         (
             "a@b.io, 13812345678, sk-abcdefghijklmnopqrstuvwxyz012345",
@@ -826,6 +1046,29 @@ mod tests {
         ("commit 9fceb02d0ae598e95dc970b74767f19372d61af8", &[]),
         ("pi 3.14159265358979323", &[]),
         ("host 192.168.100.138", &[]),
+        ("身份证 110101 19900307 123X", &[]), // wrong check character
+        ("ID 110101-19900230-1233", &[]),    // no 30 February
+        ("version 13.8.1234.5678 and v138.1234.5678", &[]),
+        ("2026-11-30 13:45:00", &[]),
+        ("2026-11-30T13:45:00+08:00", &[]),
+        ("at 13:45, then 13:8:12", &[]),
+        ("epoch 1764460800 and 1764460800123", &[]),
+        ("price ¥138.00 or 1380元, total 13,812.45", &[]),
+        ("price 0.0755 per unit", &[]),
+        ("订单号 202611301381234567", &[]),
+        ("order 20261130-1381-2345", &[]),
+        ("sha256 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", &[]),
+        ("uuid 01938f4e-1381-7234-8567-0755888866660", &[]),
+        ("max_tokens: 4096, tokenizer: cl100k_base", &[]),
+        ("tokenBudget: 100000000000000", &[]),
+        ("secretName: my-app-secret-v2", &[]),
+        ("accessKeyId: someid12345678", &[]),
+        ("api_key_env = \"DEEPSEEK_API_KEY\"", &[]),
+        ("apiKey: ${API_KEY}", &[]),
+        ("accessToken=<your-token>", &[]),
+        ("Authorization: required for every call", &[]),
+        ("rotate the private key monthly", &[]),
+        ("room 0101 floor 2", &[]),
     ];
 
     fn redact(text: &str) -> (String, Vec<Finding>) {
@@ -869,6 +1112,28 @@ mod tests {
             let (twice, found) = redact(&once);
             assert_eq!(found, [], "{input:?} -> {once:?}");
             assert_eq!(twice, once);
+        }
+    }
+
+    /// Under `(?x)` the regex crate drops a literal space even inside a
+    /// character class, so `[ -]` silently becomes `[-]` (how grouped phone
+    /// numbers once got through). No verbose pattern may have one.
+    #[test]
+    fn no_verbose_pattern_has_a_literal_space_in_a_class() {
+        let verbose = [&*URL_PASSWORD, &*VENDOR_KEY, &*ID_NUMBER, &*MAINLAND_MOBILE, &*MAINLAND_LANDLINE];
+        for re in verbose {
+            assert!(re.as_str().starts_with("(?x)"));
+            let (mut in_class, mut escaped) = (false, false);
+            for c in re.as_str().chars() {
+                match c {
+                    _ if escaped => escaped = false,
+                    '\\' => escaped = true,
+                    '[' => in_class = true,
+                    ']' => in_class = false,
+                    ' ' => assert!(!in_class, "a literal space in a class of {}", re.as_str()),
+                    _ => {}
+                }
+            }
         }
     }
 
@@ -974,6 +1239,41 @@ mod tests {
         assert!(toml::from_str::<DisclosurePolicy>("max_sensitivity = \"secret\"").is_err());
     }
 
+    // --- refused bodies ---
+
+    #[test]
+    fn a_refused_body_keeps_its_shape_but_not_its_secrets() {
+        let body = br#"{"id":"x","constraints":{"requireConfirmationFor":["call 138 1234 5678"]},"apiKey":"a1b2c3d4e5f6g7h8i9j0"}"#;
+        let kept = String::from_utf8(redact_refused_body(body, REFUSED_BODY_KEPT_BYTES)).unwrap();
+        assert_eq!(
+            kept,
+            r#"{"id":"x","constraints":{"requireConfirmationFor":["call [redacted phone number]"]},"apiKey":"[redacted API key]"}"#
+        );
+    }
+
+    #[test]
+    fn a_clean_refused_body_comes_back_byte_for_byte() {
+        assert_eq!(redact_refused_body(b"{not json", 100), b"{not json");
+    }
+
+    #[test]
+    fn a_large_refused_body_is_cut_after_it_is_redacted() {
+        let mut body = "é".repeat(40).into_bytes();
+        body.extend_from_slice(b" 13812345678 and more text after it");
+        let kept = String::from_utf8(redact_refused_body(&body, 41)).unwrap();
+        assert_eq!(kept, format!("{}\n[cut: the body had {} bytes]", "é".repeat(20), body.len()));
+        let kept = String::from_utf8(redact_refused_body(&body, 200)).unwrap();
+        assert!(kept.contains("[redacted phone number]") && !kept.contains("13812345678"), "{kept}");
+    }
+
+    #[test]
+    fn a_refused_body_that_is_not_utf8_is_still_redacted() {
+        let mut body = b"\xff\xfe pwd=hunter2 ".to_vec();
+        body.push(0xC3);
+        let kept = String::from_utf8(redact_refused_body(&body, 100)).unwrap();
+        assert!(kept.contains("pwd=[redacted password]") && !kept.contains("hunter2"), "{kept}");
+    }
+
     // --- apply ---
 
     fn memory(id: &str, content: &str, sensitivity: Sensitivity) -> ContextMemoryRef {
@@ -1015,7 +1315,11 @@ mod tests {
         context.session_summary = Some("GITHUB_TOKEN=0123456789abcdef0123".to_owned());
         context.agent_runtime_summary = Some("password: tr0ub4dor".to_owned());
         context.redactions = vec![redaction("context.userMemories[m-0]", "bridge policy")];
-        request.constraints.expected_output = Some("reply to zhang@example.com".to_owned());
+        let constraints = &mut request.constraints;
+        constraints.allowed_actions = vec!["draft_text".to_owned(), "call (010) 1234 5678".to_owned()];
+        constraints.forbidden_actions = vec!["use apiKey=a1b2c3d4e5f6g7h8i9j0".to_owned()];
+        constraints.require_confirmation_for = vec!["paying".to_owned(), "texting 138 1234 5678".to_owned()];
+        constraints.expected_output = Some("reply to zhang@example.com".to_owned());
         request
     }
 
@@ -1029,6 +1333,8 @@ mod tests {
         "0123456789abcdef0123",
         "tr0ub4dor",
         "zhang@example.com",
+        "1234 5678",
+        "a1b2c3d4e5f6g7h8i9j0",
     ];
 
     #[test]
@@ -1046,6 +1352,9 @@ mod tests {
             redaction("context.projectMemories[p-1].content", "password in URL"),
             redaction("context.sessionSummary", "access token"),
             redaction("context.agentRuntimeSummary", "password"),
+            redaction("constraints.allowedActions[1]", "phone number"),
+            redaction("constraints.forbiddenActions[0]", "API key"),
+            redaction("constraints.requireConfirmationFor[1]", "phone number"),
             redaction("constraints.expectedOutput", "e-mail address"),
         ];
         assert_eq!(filtered.removed, expected);

@@ -7,13 +7,20 @@
 //! language) so a `failed` reply can reach the user instead of silence.
 //!
 //! The checks run cheapest and most dangerous first: size, UTF-8, nesting
-//! depth, then JSON, then shape, then field values.
+//! depth, then JSON, then shape, then field values. The shape is the
+//! contract's, as written: every field it marks required must be present
+//! (lists included: a bridge with nothing to say sends `[]`), objects must be
+//! objects and words must be strings ([`strict`]); unknown fields are
+//! ignored. A refusal names the field by its full path
+//! (`context.userMemories[3].sensitivity`).
 
 use chrono::DateTime;
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 
 use crate::language::Language;
+
+mod strict;
 
 /// Largest body Baton will look at (1 MiB); anything bigger is dead-lettered
 /// unread so one oversized message cannot exhaust a worker's memory.
@@ -63,13 +70,6 @@ macro_rules! wire_enum {
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
-            }
-        }
-
-        impl WireValue for $name {
-            const ALL: &'static [Self] = $name::ALL;
-            fn wire(self) -> &'static str {
-                self.as_str()
             }
         }
     };
@@ -201,18 +201,15 @@ pub struct ContextPackage {
     pub user_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_id: Option<String>,
-    // Lists default to empty: a bridge with nothing to say may omit them.
-    #[serde(default)]
+    // The lists are required (CONTRACT §2): a bridge with nothing to say
+    // sends `[]`, and a missing list means a bridge that does not follow it.
     pub recent_conversation: Vec<ConversationTurn>,
-    #[serde(default)]
     pub user_memories: Vec<ContextMemoryRef>,
-    #[serde(default)]
     pub project_memories: Vec<ContextMemoryRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_summary: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_runtime_summary: Option<String>,
-    #[serde(default)]
     pub redactions: Vec<Redaction>,
 }
 
@@ -252,11 +249,8 @@ pub struct Redaction {
 #[serde(rename_all = "camelCase")]
 pub struct Constraints {
     pub language: Language,
-    #[serde(default)]
     pub allowed_actions: Vec<String>,
-    #[serde(default)]
     pub forbidden_actions: Vec<String>,
-    #[serde(default)]
     pub require_confirmation_for: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_output: Option<String>,
@@ -416,11 +410,11 @@ fn nesting_depth(bytes: &[u8]) -> usize {
 // ---------------------------------------------------------------------------
 
 fn build_request(value: &Value) -> Result<HandoffRequest, String> {
-    let fields = value
-        .as_object()
-        .ok_or_else(|| format!("body must be a JSON object, found {}", json_kind(value)))?;
-    let request =
-        HandoffRequest::deserialize(value).map_err(|e| explain_shape_error(fields, &e))?;
+    if !value.is_object() {
+        return Err(format!("body must be a JSON object, found {}", json_kind(value)));
+    }
+    let request: HandoffRequest =
+        serde_path_to_error::deserialize(strict::Strict(value)).map_err(|e| explain_shape_error(&e))?;
     validate(&request)?;
     Ok(request)
 }
@@ -436,132 +430,25 @@ fn json_kind(value: &Value) -> &'static str {
     }
 }
 
-/// serde's messages lack the field path ("missing field `userId`" — where?),
-/// so on failure we re-check the body field by field to name the culprit.
-/// serde's own message remains the fallback should the two ever disagree.
-fn explain_shape_error(fields: &Map<String, Value>, err: &serde_json::Error) -> String {
-    FIELD_RULES
-        .iter()
-        .find_map(|rule| rule.violation(fields))
-        .unwrap_or_else(|| format!("body does not match HandoffRequest: {err}"))
-}
-
-/// Checks one field's value; `Err` holds the sentence after "field `x` ".
-type FieldCheck = fn(&Value) -> Result<(), String>;
-
-/// One field of the request and how to check it in isolation.
-struct FieldRule {
-    /// Top-level object holding the field, or `None` for the body itself.
-    parent: Option<&'static str>,
-    key: &'static str,
-    required: bool,
-    check: FieldCheck,
-}
-
-impl FieldRule {
-    const fn top(key: &'static str, required: bool, check: FieldCheck) -> Self {
-        Self {
-            parent: None,
-            key,
-            required,
-            check,
-        }
-    }
-
-    const fn nested(parent: &'static str, key: &'static str, check: FieldCheck) -> Self {
-        Self {
-            parent: Some(parent),
-            key,
-            required: true,
-            check,
-        }
-    }
-
-    /// The human reason this rule fails on `body`, if it does.
-    fn violation(&self, body: &Map<String, Value>) -> Option<String> {
-        // A nested rule stays quiet when its parent is absent or mistyped:
-        // the parent's own rule reports that more usefully.
-        let container = match self.parent {
-            None => body,
-            Some(parent) => body.get(parent)?.as_object()?,
-        };
-        let path = self.path();
-        match container.get(self.key) {
-            None if self.required => Some(format!("missing field `{path}`")),
-            None => None,
-            Some(value) => (self.check)(value)
-                .err()
-                .map(|why| format!("field `{path}` {why}")),
-        }
-    }
-
-    fn path(&self) -> String {
-        match self.parent {
-            Some(parent) => format!("{parent}.{}", self.key),
-            None => self.key.to_owned(),
-        }
+/// serde's own message with the full path of the field it is about:
+/// "missing field `context.userId`", "field `context.userMemories[3].sensitivity`
+/// is invalid: unknown variant `secret`, expected one of …".
+fn explain_shape_error(err: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    let path = err.path().to_string();
+    let inner = err.inner().to_string();
+    let at_root = path == ".";
+    match missing_field(&inner) {
+        Some(field) if at_root => format!("missing field `{field}`"),
+        Some(field) => format!("missing field `{path}.{field}`"),
+        None if at_root => format!("body does not match HandoffRequest: {inner}"),
+        None => format!("field `{path}` is invalid: {inner}"),
     }
 }
 
-/// The request's fields in wire order. A nested rule precedes its parent's
-/// rule so the more precise message wins.
-const FIELD_RULES: &[FieldRule] = &[
-    FieldRule::top("id", true, typed::<String>),
-    FieldRule::top("source", true, one_of::<Source>),
-    FieldRule::top("targetAgent", true, one_of::<TargetAgent>),
-    FieldRule::top("status", true, one_of::<HandoffStatus>),
-    FieldRule::top("userIntent", true, typed::<String>),
-    FieldRule::top("taskType", true, one_of::<TaskType>),
-    FieldRule::top("projectId", false, typed::<Option<String>>),
-    FieldRule::top("priority", true, one_of::<Priority>),
-    FieldRule::nested("context", "id", typed::<String>),
-    FieldRule::nested("context", "userId", typed::<String>),
-    FieldRule::top("context", true, typed::<ContextPackage>),
-    FieldRule::nested("constraints", "language", one_of::<Language>),
-    FieldRule::top("constraints", true, typed::<Constraints>),
-    FieldRule::top("callback", false, typed::<Option<Callback>>),
-    FieldRule::top("createdAt", true, typed::<String>),
-    FieldRule::top("updatedAt", true, typed::<String>),
-];
-
-/// Any serde-readable field: reports serde's message for just this value.
-fn typed<T: DeserializeOwned>(value: &Value) -> Result<(), String> {
-    T::deserialize(value)
-        .map(drop)
-        .map_err(|e| format!("is invalid: {e}"))
-}
-
-/// A closed set of wire strings, for messages that list the allowed values.
-trait WireValue: Copy + 'static {
-    const ALL: &'static [Self];
-    fn wire(self) -> &'static str;
-}
-
-impl WireValue for Language {
-    const ALL: &'static [Self] = &[Language::ZhCn, Language::En];
-    fn wire(self) -> &'static str {
-        self.as_str()
-    }
-}
-
-/// An enum field: says which value was refused and which would be accepted.
-fn one_of<T: WireValue>(value: &Value) -> Result<(), String> {
-    let expected = T::ALL
-        .iter()
-        .map(|v| v.wire())
-        .collect::<Vec<_>>()
-        .join(", ");
-    match value.as_str() {
-        Some(s) if T::ALL.iter().any(|v| v.wire() == s) => Ok(()),
-        // `Value`'s Display prints the string JSON-quoted and escaped.
-        Some(_) => Err(format!(
-            "has unsupported value {value}; expected one of {expected}"
-        )),
-        None => Err(format!(
-            "must be a string, found {}; expected one of {expected}",
-            json_kind(value)
-        )),
-    }
+/// The field named by serde's "missing field `x`" message. serde has no
+/// error kind for it, only this wording, which it has kept since 1.0.
+fn missing_field(message: &str) -> Option<&str> {
+    message.strip_prefix("missing field `")?.strip_suffix('`')
 }
 
 // ---------------------------------------------------------------------------
@@ -886,7 +773,7 @@ mod tests {
         value["source"] = json!("email");
         assert_eq!(
             reason_for(&value),
-            "field `source` has unsupported value \"email\"; expected one of weixin, admin, system"
+            "field `source` is invalid: unknown variant `email`, expected one of `weixin`, `admin`, `system`"
         );
     }
 
@@ -896,7 +783,7 @@ mod tests {
         value["constraints"]["language"] = json!("fr");
         assert_eq!(
             reason_for(&value),
-            "field `constraints.language` has unsupported value \"fr\"; expected one of zh-CN, en"
+            "field `constraints.language` is invalid: unknown variant `fr`, expected `zh-CN` or `en`"
         );
     }
 
@@ -911,12 +798,12 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_value_deep_in_the_context_names_the_context() {
+    fn a_bad_value_deep_in_the_context_is_named_by_its_full_path() {
         let mut value = sample_json();
-        value["context"]["recentConversation"][0]["role"] = json!("robot");
+        value["context"]["recentConversation"][1]["role"] = json!("robot");
         let reason = reason_for(&value);
         assert!(
-            reason.starts_with("field `context` is invalid: unknown variant `robot`"),
+            reason.starts_with("field `context.recentConversation[1].role` is invalid: unknown variant `robot`"),
             "{reason}"
         );
     }
@@ -987,7 +874,7 @@ mod tests {
     fn salvage_works_even_when_the_shape_is_wrong() {
         let body = br#"{"id": "h9", "callback": {"replyToChatId": "wxid_x"}, "constraints": {"language": "en"}}"#;
         let err = parse_request(body).unwrap_err();
-        assert_eq!(err.reason, "missing field `source`");
+        assert_eq!(err.reason, "missing field `constraints.allowedActions`");
         assert_eq!(err.handoff_id.as_deref(), Some("h9"));
         assert_eq!(err.reply_to_chat_id.as_deref(), Some("wxid_x"));
         assert_eq!(err.language, Some(Language::En));
@@ -1014,22 +901,118 @@ mod tests {
         );
     }
 
-    #[test]
-    fn omitted_lists_and_callback_default_to_empty() {
+    /// Applies one edit to the sample: `Some(v)` sets the field at `path`
+    /// (JSON pointer), `None` removes it.
+    fn edited(path: &str, to: Option<Value>) -> Value {
         let mut value = sample_json();
-        let context = value["context"].as_object_mut().unwrap();
-        for list in [
-            "recentConversation",
-            "userMemories",
-            "projectMemories",
-            "redactions",
-        ] {
-            context.remove(list);
+        let (parent, key) = path.rsplit_once('/').unwrap();
+        let parent = value.pointer_mut(parent).unwrap_or_else(|| panic!("{path}"));
+        match (parent, to) {
+            (Value::Object(map), Some(v)) => drop(map.insert(key.to_owned(), v)),
+            (Value::Object(map), None) => drop(map.remove(key)),
+            (Value::Array(items), Some(v)) => items[key.parse::<usize>().unwrap()] = v,
+            (other, _) => panic!("{path}: cannot edit {other}"),
         }
-        value.as_object_mut().unwrap().remove("callback");
-        let request = parse_value(&value).unwrap();
-        assert!(request.context.recent_conversation.is_empty());
-        assert_eq!(request.reply_to_chat_id(), None);
+        value
+    }
+
+    /// Bodies the contract accepts, each one edit away from the sample.
+    const GOOD: &[(&str, &str)] = &[
+        ("/projectId", "absent"),
+        ("/callback", "absent"),
+        ("/callback", "null"),
+        ("/callback", "{}"),
+        ("/callback/replyToChatId", "absent"),
+        ("/context/sessionSummary", "absent"),
+        ("/context/recentConversation", "[]"),
+        ("/context/userMemories", "[]"),
+        ("/context/redactions", r#"[{"field": "context.userMemories[m-0]", "reason": "bridge policy"}]"#),
+        ("/constraints/allowedActions", "[]"),
+        ("/constraints/forbiddenActions", "[]"),
+        ("/constraints/requireConfirmationFor", "[]"),
+        ("/constraints/expectedOutput", "absent"),
+        ("/context/userMemories/0/source", "absent"),
+        ("/bridgeVersion", r#""2.1""#),
+        ("/context/extra", r#"{"a": [1, 2]}"#),
+    ];
+
+    /// Bodies the contract refuses, with the start of the reason.
+    const BAD: &[(&str, &str, &str)] = &[
+        ("/priority", "absent", "missing field `priority`"),
+        ("/taskType", "absent", "missing field `taskType`"),
+        ("/createdAt", "absent", "missing field `createdAt`"),
+        ("/updatedAt", "absent", "missing field `updatedAt`"),
+        ("/context", "absent", "missing field `context`"),
+        ("/constraints", "absent", "missing field `constraints`"),
+        ("/context/recentConversation", "absent", "missing field `context.recentConversation`"),
+        ("/context/userMemories", "absent", "missing field `context.userMemories`"),
+        ("/context/projectMemories", "absent", "missing field `context.projectMemories`"),
+        ("/context/redactions", "absent", "missing field `context.redactions`"),
+        ("/constraints/allowedActions", "absent", "missing field `constraints.allowedActions`"),
+        ("/constraints/forbiddenActions", "absent", "missing field `constraints.forbiddenActions`"),
+        ("/constraints/requireConfirmationFor", "absent", "missing field `constraints.requireConfirmationFor`"),
+        ("/constraints/language", "absent", "missing field `constraints.language`"),
+        ("/context/userMemories/0/sensitivity", "absent", "missing field `context.userMemories[0].sensitivity`"),
+        ("/context/recentConversation/1/createdAt", "absent", "missing field `context.recentConversation[1].createdAt`"),
+        ("/callback", "[]", "field `callback` is invalid: invalid type: sequence, expected an object"),
+        ("/callback", r#"["wxid"]"#, "field `callback` is invalid: invalid type: sequence"),
+        ("/callback", r#""wxid_demo_chat""#, "field `callback` is invalid: invalid type: string"),
+        ("/context", "[]", "field `context` is invalid: invalid type: sequence, expected an object"),
+        ("/constraints", r#"["en", [], [], []]"#, "field `constraints` is invalid: invalid type: sequence"),
+        (
+            "/context/userMemories/0",
+            r#"["m", "user", "fact", "text", "low"]"#,
+            "field `context.userMemories[0]` is invalid: invalid type: sequence, expected an object",
+        ),
+        ("/priority", r#"{"high": null}"#, "field `priority` is invalid: invalid type: map, expected a string"),
+        ("/priority", "null", "field `priority` is invalid: invalid type: null, expected a string"),
+        ("/priority", "2", "field `priority` is invalid: invalid type: a number, expected a string"),
+        ("/userIntent", "5", "field `userIntent` is invalid: invalid type: integer `5`, expected a string"),
+        ("/createdAt", "1764460800", "field `createdAt` is invalid: invalid type: integer"),
+        ("/callback/replyToChatId", "42", "field `callback.replyToChatId` is invalid: invalid type: integer"),
+        ("/constraints/allowedActions", r#""draft_text""#, "field `constraints.allowedActions` is invalid: invalid type: string"),
+        ("/constraints/allowedActions", "null", "field `constraints.allowedActions` is invalid: invalid type: null"),
+        ("/constraints/forbiddenActions/1", "7", "field `constraints.forbiddenActions[1]` is invalid: invalid type: integer"),
+        (
+            "/context/userMemories/0/sensitivity",
+            r#""secret""#,
+            "field `context.userMemories[0].sensitivity` is invalid: unknown variant `secret`",
+        ),
+        ("/context/projectMemories", "{}", "field `context.projectMemories` is invalid: invalid type: map, expected a sequence"),
+    ];
+
+    fn edit_of(path: &str, to: &str) -> Value {
+        edited(path, (to != "absent").then(|| serde_json::from_str(to).unwrap()))
+    }
+
+    #[test]
+    fn the_contract_table_of_good_bodies_parses() {
+        let failures: Vec<String> = GOOD
+            .iter()
+            .filter_map(|(path, to)| parse_value(&edit_of(path, to)).err().map(|e| format!("{path} = {to}: {}", e.reason)))
+            .collect();
+        assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn the_contract_table_of_bad_bodies_is_refused_with_the_field_path() {
+        let failures: Vec<String> = BAD
+            .iter()
+            .filter_map(|(path, to, reason)| match parse_value(&edit_of(path, to)) {
+                Ok(_) => Some(format!("{path} = {to}: accepted")),
+                Err(e) if !e.reason.starts_with(reason) => Some(format!("{path} = {to}: {:?}", e.reason)),
+                Err(_) => None,
+            })
+            .collect();
+        assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn a_refused_body_still_names_its_sender_whatever_field_is_wrong() {
+        for (path, to, _) in BAD {
+            let err = parse_value(&edit_of(path, to)).unwrap_err();
+            assert_eq!(err.handoff_id.as_deref(), Some("handoff_0001"), "{path}");
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{ack, connect, consume, dead_letter, Role};
+use super::{ack, connect, consume, dead_letter_as, Role};
 use crate::bridge;
 use crate::config::Settings;
 
@@ -69,9 +69,10 @@ fn dead_letter_note(settings: &Settings, delivery: &Delivery) -> Option<String> 
 }
 
 async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: Delivery) -> anyhow::Result<()> {
-    match parse_request(&delivery.data) {
+    let reply_to = delivery.properties.reply_to().as_ref().map(|r| r.as_str().to_string());
+    let parsed = parse_request(&delivery.data).and_then(|request| check_reply_to(settings, reply_to.as_deref(), request));
+    match parsed {
         Ok(request) => {
-            let reply_to = delivery.properties.reply_to().as_ref().map(|r| r.as_str().to_string());
             let note = dead_letter_note(settings, &delivery);
             match accept(pool, &request, reply_to.as_deref(), note.as_deref()).await {
                 Ok(()) => ack(&delivery).await,
@@ -86,32 +87,82 @@ async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, deliver
                         reply_to_chat_id: request.reply_to_chat_id().map(str::to_string),
                         language: Some(request.language()),
                     };
-                    reject(publisher, settings, &delivery, &error).await
+                    answer_and_dead_letter(publisher, settings, &delivery, &error).await
                 }
             }
         }
-        Err(error) => reject(publisher, settings, &delivery, &error).await,
+        Err(error) => reject(pool, publisher, settings, &delivery, error).await,
     }
 }
 
-/// A body that cannot be a request: dead-letter it, and tell the sender when
-/// enough of it can be read to address a reply.
-async fn reject(publisher: &Publisher, settings: &Settings, delivery: &Delivery, error: &RequestError) -> anyhow::Result<()> {
-    if let (Some(id), Some(_)) = (&error.handoff_id, &error.reply_to_chat_id) {
+/// A bridge's `reply_to` must be its own queue: a status or reply published
+/// to one of the fleet's queues would be read there as work.
+fn check_reply_to(settings: &Settings, reply_to: Option<&str>, request: HandoffRequest) -> Result<HandoffRequest, RequestError> {
+    match reply_to {
+        Some(queue) if settings.queues().is_fleet_queue(queue) => Err(RequestError {
+            reason: format!("the reply_to property names `{queue}`, one of the fleet's own queues; name the bridge's own reply queue, or none"),
+            handoff_id: Some(request.id.clone()),
+            reply_to_chat_id: request.reply_to_chat_id().map(str::to_string),
+            language: Some(request.language()),
+        }),
+        _ => Ok(request),
+    }
+}
+
+/// A body that cannot be a request. Its reason may quote the body, so it is
+/// redacted like the body itself before it goes anywhere. Under the id of a
+/// request already stored it is a bad re-delivery: that request stands and
+/// its run goes on, so the body is acknowledged and recorded as a handoff
+/// event, and no `failed` reply contradicts what the outbox tells the bridge.
+async fn reject(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: &Delivery, mut error: RequestError) -> anyhow::Result<()> {
+    error.reason = disclosure::redact_strictly(&error.reason);
+    if let Some(id) = &error.handoff_id {
+        if record_invalid_redelivery(pool, id, &error.reason).await? {
+            tracing::warn!(handoff = %id, reason = %error.reason, "invalid re-delivery of a stored request acknowledged");
+            return ack(delivery).await;
+        }
+    }
+    answer_and_dead_letter(publisher, settings, delivery, &error).await
+}
+
+/// Records an invalid body under a stored request's id; false when no
+/// request has that id.
+async fn record_invalid_redelivery(pool: &Pool, id: &str, reason: &str) -> anyhow::Result<bool> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    if requests::get(&tx, id).await?.is_none() {
+        return Ok(false);
+    }
+    let note = format!("an invalid body with this id was ignored: {reason}");
+    requests::add_event(&tx, id, INVALID_REDELIVERY, None, Some(&note)).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// The handoff event of a re-delivery refused as invalid.
+const INVALID_REDELIVERY: &str = "invalid_redelivery";
+
+/// Dead-letters a refused body (redacted and bounded: an operator needs to
+/// see what was wrong, not the secrets in it), and tells the sender when its
+/// handoff id can be read: with the chat id when that can be read too, and
+/// without it when not (`callback: []`), since the bridge still knows the
+/// handoff by its id (and by `correlation_id`).
+async fn answer_and_dead_letter(publisher: &Publisher, settings: &Settings, delivery: &Delivery, error: &RequestError) -> anyhow::Result<()> {
+    let reason = disclosure::redact_strictly(&error.reason);
+    if let Some(id) = &error.handoff_id {
         let language = error.language.unwrap_or(Language::En);
         let input = ReplyInput {
             handoff_id: id,
             chat_id: error.reply_to_chat_id.as_deref(),
             source: "other",
             language,
-            outcome: Outcome::Failed { code: "invalid_request".into(), message: error.reason.clone() },
+            outcome: Outcome::Failed { code: "invalid_request".into(), message: reason.clone() },
             run_id: None,
             agents: vec![],
             at: bridge::timestamp(),
         };
         let body = serde_json::to_vec(&wire::reply(&input))?;
-        let reply_to = delivery.properties.reply_to().as_ref().map(|r| r.as_str().to_string());
-        let queue = reply_to.unwrap_or_else(|| settings.queues().name(BRIDGE_REPLIES));
+        let queue = reply_queue(settings, delivery);
         let message_id = wire::reply_message_id(id);
         let out = Outgoing {
             queue: &queue,
@@ -125,7 +176,18 @@ async fn reject(publisher: &Publisher, settings: &Settings, delivery: &Delivery,
             tracing::warn!(handoff = %id, why, "the failed reply found no queue; it stays in baton.dead with the request");
         }
     }
-    dead_letter(publisher, settings, delivery, BRIDGE_REQUESTS, &error.reason).await
+    let kept = disclosure::redact_refused_body(&delivery.data, disclosure::REFUSED_BODY_KEPT_BYTES);
+    dead_letter_as(publisher, settings, delivery, BRIDGE_REQUESTS, &reason, &kept).await
+}
+
+/// Where a reply about this delivery goes: the bridge's `reply_to`, unless
+/// that names one of the fleet's queues, else `baton.bridge.replies`.
+fn reply_queue(settings: &Settings, delivery: &Delivery) -> String {
+    let queues = settings.queues();
+    match delivery.properties.reply_to() {
+        Some(queue) if !queues.is_fleet_queue(queue.as_str()) => queue.as_str().to_string(),
+        _ => queues.name(BRIDGE_REPLIES),
+    }
 }
 
 async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, dead_lettered: Option<&str>) -> anyhow::Result<()> {

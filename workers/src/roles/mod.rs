@@ -199,11 +199,24 @@ pub(crate) async fn dead_letter(
     source_queue: &str,
     reason: &str,
 ) -> anyhow::Result<()> {
+    dead_letter_as(publisher, settings, delivery, source_queue, reason, &delivery.data).await
+}
+
+/// [`dead_letter`] with the body an operator may see in place of the one
+/// delivered (intake keeps refused requests redacted).
+pub(crate) async fn dead_letter_as(
+    publisher: &Publisher,
+    settings: &Settings,
+    delivery: &Delivery,
+    source_queue: &str,
+    reason: &str,
+    body: &[u8],
+) -> anyhow::Result<()> {
     let dead = settings.queues().name(baton_bus::topology::DEAD);
     let message_id = delivery.properties.message_id().as_ref().map(|m| m.as_str().to_string());
     let out = Outgoing {
         queue: &dead,
-        body: &delivery.data,
+        body,
         message_id: message_id.as_deref(),
         headers: vec![("x-baton-error", reason.to_string()), ("x-baton-source-queue", source_queue.to_string())],
         ..Default::default()
