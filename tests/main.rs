@@ -4,6 +4,7 @@
 mod bridge;
 mod chain;
 mod claims;
+mod database;
 mod delegation;
 mod errors;
 mod process;

@@ -20,7 +20,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{ack, connect, consume, dead_letter, Role};
+use super::{ack, connect, consume, dead_letter, retry_transient, Role, TRANSIENT_PATIENCE};
 use crate::bridge;
 use crate::config::Settings;
 
@@ -29,16 +29,17 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let publisher = Publisher::open(&conn).await?;
     let queue = settings.queues().name(BRIDGE_REQUESTS);
     tracing::info!(%queue, "intake consuming");
-    let result = consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &publisher, settings, d)).await;
+    let result = consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &publisher, settings, shutdown, d)).await;
     super::close(publisher.channel()).await;
     result
 }
 
-async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: Delivery) -> anyhow::Result<()> {
+async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
     match parse_request(&delivery.data) {
         Ok(request) => {
             let reply_to = delivery.properties.reply_to().as_ref().map(|r| r.as_str().to_string());
-            match accept(pool, &request, reply_to.as_deref()).await {
+            let stored = retry_transient("storing a request", TRANSIENT_PATIENCE, shutdown, || accept(pool, &request, reply_to.as_deref()));
+            match stored.await {
                 Ok(()) => ack(&delivery).await,
                 Err(e) if super::is_transient(&e) => Err(e),
                 // A request the store cannot take will never be taken: tell
