@@ -31,12 +31,17 @@ pub struct Worker {
     pub pool: Pool,
     pub runner: Runner,
     pub settings: Settings,
+    /// Heartbeats' own connections: a lease is renewed even while the agent
+    /// loops wait for the main pool, so a pool wait never becomes a takeover.
+    leases: Pool,
 }
 
 impl Worker {
     pub fn new(pool: Pool, settings: Settings) -> Self {
         let runner = Runner::new(pool.clone(), Arc::new(BuiltinProviders::default()), Limits::default());
-        Self { pool, runner, settings }
+        let session = settings.db_session_of("invocation-leases");
+        let leases = baton_store::pool_with(&settings.database_url, 2, &session).unwrap_or_else(|_| pool.clone());
+        Self { pool, runner, settings, leases }
     }
 }
 
@@ -179,7 +184,7 @@ impl Worker {
         let stop = CancellationToken::new();
         // Aborted when this function returns or unwinds: a panicking loop must
         // not keep its lease alive.
-        let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(self.pool.clone(), inv.id, inv.claim_epoch, self.settings.lease, lost.clone())));
+        let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(self.leases.clone(), inv.id, inv.claim_epoch, self.settings.lease, lost.clone())));
         let _watcher = AbortOnDrop({
             let (stop, lost, shutdown) = (stop.clone(), lost.clone(), shutdown.clone());
             tokio::spawn(async move {
