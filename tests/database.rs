@@ -164,8 +164,10 @@ async fn a_worker_frozen_inside_a_step_transaction_is_taken_over_and_its_writes_
     let took = frozen_at.elapsed();
     assert_eq!(messages.last().unwrap()["status"], "completed", "{messages:?}");
     assert_eq!(messages.last().unwrap()["text"], "Rescued.");
-    let bound = env.settings.lease + idle_timeout + Duration::from_secs(5);
-    assert!(took < bound, "rescued after {took:?}, more than lease + idle timeout + 5 s ({bound:?})");
+    // The lease and the idle timeout run side by side; the margin is for the
+    // sweep, the claim and the rest of the run on a busy machine.
+    let bound = env.settings.lease + idle_timeout + Duration::from_secs(8);
+    assert!(took < bound, "rescued after {took:?}, more than lease + idle timeout + 8 s ({bound:?})");
     let steps_after_rescue = env.scalar_i64("SELECT count(*) FROM steps WHERE invocation_id = $1", &[&root]).await;
 
     // Thawed, the frozen worker finds its transaction gone and its claim

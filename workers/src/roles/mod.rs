@@ -78,7 +78,11 @@ pub async fn run(role: Role, settings: Settings, shutdown: CancellationToken) {
                     delays = backoff();
                 }
                 let delay = delays.next().unwrap_or(Duration::from_secs(10));
-                tracing::warn!(role = role.name(), error = %format!("{e:#}"), ?delay, "role failed; reconnecting");
+                if is_transient(&e) {
+                    tracing::warn!(role = role.name(), error = %format!("{e:#}"), ?delay, "a service is unavailable; reconnecting");
+                } else {
+                    tracing::error!(role = role.name(), error = %format!("{e:#}"), ?delay, "role failed; restarting");
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
                     _ = shutdown.cancelled() => return,
