@@ -94,7 +94,11 @@ pub async fn run(role: Role, settings: Settings, shutdown: CancellationToken) {
 
 /// Connects to both services and declares the topology.
 pub(crate) async fn connect(settings: &Settings, role: Role) -> anyhow::Result<(Connection, baton_store::Pool)> {
-    let pool = settings.db_pool(role.name())?;
+    let session = match role {
+        Role::Relay => relay::session(settings),
+        _ => settings.db_session_of(role.name()),
+    };
+    let pool = baton_store::pool_with(&settings.database_url, settings.pool_size, &session)?;
     Ok((connect_with(settings, role, &pool).await?, pool))
 }
 

@@ -20,6 +20,16 @@ use crate::config::Settings;
 const BATCH: i64 = 256;
 const CONFIRM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The relay's sessions: its outbox transaction stays open while the broker
+/// confirms (up to [`CONFIRM_TIMEOUT`]), so it may sit idle in that
+/// transaction longer than other roles' do.
+pub(crate) fn session(settings: &Settings) -> baton_store::SessionConfig {
+    let mut session = settings.db_session_of(Role::Relay.name());
+    let floor = CONFIRM_TIMEOUT + std::time::Duration::from_secs(10);
+    session.idle_in_transaction_timeout = session.idle_in_transaction_timeout.map(|t| if t.is_zero() { t } else { t.max(floor) });
+    session
+}
+
 pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let (conn, pool) = connect(settings, Role::Relay).await?;
     let publisher = Publisher::open(&conn).await?;
