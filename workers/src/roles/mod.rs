@@ -287,3 +287,48 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    fn pool_wait() -> anyhow::Error {
+        baton_store::Error::Pool(deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Wait)).into()
+    }
+
+    #[tokio::test]
+    async fn a_transient_failure_is_retried_in_place_until_it_passes() {
+        let tries = AtomicUsize::new(0);
+        let done = retry_transient("test", Duration::from_secs(30), &CancellationToken::new(), || async {
+            match tries.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => Err(pool_wait()),
+                _ => Ok("stored"),
+            }
+        })
+        .await;
+        assert_eq!(done.unwrap(), "stored");
+        assert_eq!(tries.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_permanent_failure_is_returned_at_once() {
+        let tries = AtomicUsize::new(0);
+        let done: anyhow::Result<()> = retry_transient("test", Duration::from_secs(30), &CancellationToken::new(), || async {
+            tries.fetch_add(1, Ordering::SeqCst);
+            Err(baton_store::Error::Corrupt("a bad row".into()).into())
+        })
+        .await;
+        assert!(done.is_err() && !is_transient(&done.unwrap_err()));
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn pool_waits_and_server_situations_are_transient_wherever_they_sit_in_the_chain() {
+        assert!(is_transient(&pool_wait().context("storing a request")));
+        let agent = baton_agent::Error::Store(baton_store::Error::Pool(deadpool_postgres::PoolError::Closed));
+        assert!(is_transient(&anyhow::Error::new(agent)));
+        assert!(!is_transient(&anyhow::Error::new(baton_agent::Error::Contract("no such profile".into()))));
+    }
+}
