@@ -7,6 +7,7 @@ mod chain;
 mod claims;
 mod cluster;
 mod contract;
+mod database;
 mod delegation;
 mod errors;
 mod hardening_claims;

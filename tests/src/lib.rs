@@ -302,3 +302,44 @@ impl BatonProcess {
         self.child.try_wait().unwrap().is_none()
     }
 }
+
+impl TestEnv {
+    /// This test's own database.
+    pub fn db_name(&self) -> &str {
+        &self.db_name
+    }
+
+    /// A connection to the server's `postgres` database, for faults scoped to
+    /// this test's own database (never the whole server).
+    pub async fn admin(&self) -> baton_store::tokio_postgres::Client {
+        let (client, conn) = baton_store::tokio_postgres::connect(&self.admin_url, baton_store::tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client
+    }
+
+    /// [`TestEnv::spawn_baton`] with extra environment variables.
+    pub fn spawn_baton_env(&self, role: &str, worker_id: &str, extra: &[(&str, &str)]) -> BatonProcess {
+        let log = std::fs::File::create(self.log_of(worker_id)).unwrap();
+        let mut command = tokio::process::Command::new(baton_binary());
+        command
+            .args(["up", "--role", role])
+            .env("DATABASE_URL", &self.settings.database_url)
+            .env("AMQP_URL", &self.settings.amqp_url)
+            .env("BATON_QUEUE_PREFIX", &self.settings.queue_prefix)
+            .env("BATON_LEASE_MS", self.settings.lease.as_millis().to_string())
+            .env("BATON_RELAY_POLL_MS", self.settings.relay_poll.as_millis().to_string())
+            .env("BATON_WORKER_ID", worker_id)
+            .env("BATON_DB_POOL_SIZE", "3")
+            .env("RUST_LOG", "info");
+        for (name, value) in extra {
+            command.env(name, value);
+        }
+        let child = command.stdout(log.try_clone().unwrap()).stderr(log).kill_on_drop(true).spawn().expect("spawn baton");
+        BatonProcess { child, worker_id: worker_id.to_string() }
+    }
+
+    /// Where a spawned `baton` process of this test writes its output.
+    pub fn log_of(&self, worker_id: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("{}{worker_id}.log", self.settings.queue_prefix))
+    }
+}

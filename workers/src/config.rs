@@ -35,6 +35,8 @@ pub struct Settings {
     pub relay_poll: Duration,
     /// A name for this process in leases and logs.
     pub worker_id: String,
+    /// Timeouts and keepalives of the roles' database sessions.
+    pub db_session: baton_store::SessionConfig,
 }
 
 fn var(name: &str, default: &str) -> String {
@@ -62,7 +64,19 @@ impl Settings {
             pool_size: number("BATON_DB_POOL_SIZE", 16),
             relay_poll: Duration::from_millis(number("BATON_RELAY_POLL_MS", 1_000)),
             worker_id: var("BATON_WORKER_ID", &format!("{host}-{}", std::process::id())),
+            db_session: db_session(),
         }
+    }
+
+    /// The session limits of `role`'s connections, named after it in `pg_stat_activity`.
+    pub fn db_session_of(&self, role: &str) -> baton_store::SessionConfig {
+        let name = format!("baton-{role}-{}", self.worker_id);
+        baton_store::SessionConfig { application_name: Some(name), ..self.db_session.clone() }
+    }
+
+    /// A pool of `role`'s connections, with the session limits.
+    pub fn db_pool(&self, role: &str) -> baton_store::Result<baton_store::Pool> {
+        baton_store::pool_with(&self.database_url, self.pool_size, &self.db_session_of(role))
     }
 
     pub fn queues(&self) -> baton_bus::Queues {
@@ -78,6 +92,22 @@ impl Settings {
     /// each with its password hidden.
     pub fn amqp_url_redacted(&self) -> String {
         baton_bus::broker_urls(&self.amqp_url).map(redact).collect::<Vec<_>>().join(",")
+    }
+}
+
+/// `BATON_DB_*_MS`: a frozen worker's transaction ends, and its row locks
+/// with it, after the idle-in-transaction timeout (keep it below the lease).
+fn db_session() -> baton_store::SessionConfig {
+    let defaults = baton_store::SessionConfig::default();
+    let ms = |name: &str, default: Option<Duration>| {
+        Some(Duration::from_millis(number(name, default.map_or(0, |d| d.as_millis() as u64))))
+    };
+    baton_store::SessionConfig {
+        statement_timeout: ms("BATON_DB_STATEMENT_TIMEOUT_MS", defaults.statement_timeout),
+        lock_timeout: ms("BATON_DB_LOCK_TIMEOUT_MS", defaults.lock_timeout),
+        idle_in_transaction_timeout: ms("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", defaults.idle_in_transaction_timeout),
+        keepalive: Duration::from_millis(number("BATON_DB_KEEPALIVE_MS", defaults.keepalive.as_millis() as u64)),
+        application_name: None,
     }
 }
 

@@ -39,11 +39,16 @@ pub struct DemoArgs {
 /// Creates the database if needed and migrates it, with a clear error when
 /// PostgreSQL is not reachable.
 pub async fn prepare_database(settings: &Settings) -> anyhow::Result<usize> {
-    baton_store::ensure_database(&settings.database_url).await.with_context(|| {
-        format!(
-            "PostgreSQL is not reachable at {}. Start it (on this machine: `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`) or set DATABASE_URL.",
-            settings.database_url_redacted()
-        )
+    baton_store::ensure_database(&settings.database_url).await.map_err(|e| {
+        let context = if e.is_transient() {
+            format!(
+                "PostgreSQL is not reachable at {}. Start it (on this machine: `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`) or set DATABASE_URL.",
+                settings.database_url_redacted()
+            )
+        } else {
+            format!("creating the database at {}", settings.database_url_redacted())
+        };
+        anyhow::Error::new(e).context(context)
     })?;
     let pool = baton_store::pool(&settings.database_url, 1)?;
     Ok(baton_store::migrate(&pool).await?)

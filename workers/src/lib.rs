@@ -5,6 +5,7 @@
 //! - [`roles`]: intake, invocation, relay, collector, and their supervisor.
 //! - [`bridge`]: status and reply messages for the bridge, via the outbox.
 //! - [`fleet`]: start roles in this process and stop them on a signal.
+//! - [`startup`]: the schema check `baton up` makes before any role starts.
 //! - [`operator`]: operator actions such as cancelling a run.
 //! - [`timeline`]: a run's journal as a readable table.
 //! - [`demo`]: the end-to-end demo.
@@ -17,5 +18,6 @@ pub mod demo;
 pub mod fleet;
 pub mod operator;
 pub mod roles;
+pub mod startup;
 pub mod telemetry;
 pub mod timeline;

@@ -125,6 +125,12 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Command::Up { role } => {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            tokio::select! {
+                checked = baton::startup::check_schema(&settings) => checked?,
+                _ = term.recv() => return Ok(()),
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+            }
             let roles = if role.is_empty() { Role::ALL.to_vec() } else { role };
             tracing::info!(roles = ?roles.iter().map(|r| r.name()).collect::<Vec<_>>(), "starting");
             Fleet::start(&settings, &roles).run_until_signalled().await?;

@@ -41,9 +41,10 @@ impl Error {
         matches!(self, Error::Store(baton_store::Error::Fenced(_)))
     }
 
-    /// The database went away: leave the invocation for a retry after the lease.
-    pub fn is_connection(&self) -> bool {
-        matches!(self, Error::Store(e) if e.is_connection())
+    /// The database went away, is failing over, read-only, busy or slow for
+    /// a moment: the same step is tried again later, by the same claim.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Store(e) if e.is_transient())
     }
 
     /// The database aborted the transaction (deadlock, serialization): run it again.

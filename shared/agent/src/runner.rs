@@ -21,7 +21,7 @@ use crate::providers::{ModelRequest, ModelTurn, Providers, ToolCall};
 use crate::tools::{dispatch, Effect, ToolCtx, ToolOutcome};
 use crate::transcript::{self, Position};
 use crate::first_step::{prompt_step, tool_names};
-use crate::step::{add_tokens, first_cause, name_calls, retry, sanitize, tokens_of, Written};
+use crate::step::{add_tokens, first_cause, name_calls, retry, sanitize, test_pause_in_step, tokens_of, Written};
 use crate::{budget, lifecycle, Error};
 
 /// How an invocation's loop ended on this worker.
@@ -116,12 +116,14 @@ impl Runner {
     }
 
     /// Runs (or resumes) a claimed invocation until it hands off, finishes,
-    /// fails, loses its claim, or `stop` is requested.
+    /// fails, loses its claim, or `stop` is requested. A transient database
+    /// failure is returned as an error: the claim still holds, and the caller
+    /// runs it again once the database is back (see `Error::is_transient`).
     pub async fn run(&self, inv: &Invocation, stop: &CancellationToken) -> Result<Exit, Error> {
         match self.drive(inv, stop).await {
             Ok(exit) => Ok(exit),
             Err(e) if e.is_fenced() => Ok(Exit::Fenced),
-            Err(e) if e.is_connection() => Err(e),
+            Err(e) if e.is_transient() => Err(e),
             Err(e) => {
                 let detail = e.to_string();
                 tracing::error!(invocation = %inv.id, error = %detail, "invocation failed");
@@ -242,7 +244,7 @@ impl Runner {
         // turn is stored alone first, so the model is never asked twice; if
         // the database is briefly away, storing is tried again for a while.
         let written = match self.persist_turn(c, &turn).await {
-            Err(e) if !e.is_fenced() && !e.is_connection() => {
+            Err(e) if !e.is_fenced() && !e.is_transient() => {
                 tracing::warn!(invocation = %c.inv.id, error = %e, "a tool call failed; storing the turn on its own");
                 retry(|| self.store_turn(c, &turn)).await?
             }
@@ -259,7 +261,7 @@ impl Runner {
         let give_up = tokio::time::Instant::now() + PERSIST_PATIENCE;
         loop {
             match retry(|| self.turn_and_calls(c, turn)).await {
-                Err(e) if e.is_connection() && tokio::time::Instant::now() < give_up => {
+                Err(e) if e.is_transient() && tokio::time::Instant::now() < give_up => {
                     tracing::warn!(invocation = %c.inv.id, error = %e, "storing a finished turn; retrying");
                     tokio::time::sleep(std::time::Duration::from_millis(250)).await;
                 }
@@ -320,6 +322,7 @@ impl Runner {
             add_tokens(&tx, c.inv.id, tokens),
         );
         first_cause([fenced.map_err(Error::from), appended, logged.map_err(Error::from), counted])?;
+        test_pause_in_step().await;
         for call in &calls {
             let effect = self.run_call(&tx, c, call, &mut w).await?;
             if let Some(exit) = exit_of(effect) {
@@ -379,6 +382,7 @@ impl Runner {
         let tx = client.transaction().await?;
         let mut w = Written::new(c.steps.len());
         invocations::fence(&tx, c.inv.id, c.epoch).await?;
+        test_pause_in_step().await;
         let effect = self.run_call(&tx, c, call, &mut w).await?;
         w.budget = budget::record(&tx, c.inv.id, &w, 0).await?;
         tx.commit().await?;

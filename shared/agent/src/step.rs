@@ -56,6 +56,22 @@ where
     }
 }
 
+/// A test-only pause point: with `BATON_TEST_PAUSE_IN_STEP_MS` set, a debug
+/// build sleeps inside each step transaction, after the fence took the
+/// invocation's row lock, so a test can freeze a worker (`SIGSTOP`) while it
+/// holds that lock. Release builds compile it out; unset, it does nothing.
+pub(crate) async fn test_pause_in_step() {
+    #[cfg(debug_assertions)]
+    {
+        static PAUSE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+        let pause = PAUSE.get_or_init(|| std::env::var("BATON_TEST_PAUSE_IN_STEP_MS").ok().and_then(|v| v.parse().ok()));
+        if let Some(ms) = *pause {
+            tracing::warn!(ms, "test pause point: holding a step transaction open");
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
+    }
+}
+
 /// Postgres text cannot hold NUL; a model may still produce one, in a value
 /// or in a key.
 pub(crate) fn sanitize(value: Value) -> Value {

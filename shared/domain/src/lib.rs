@@ -17,6 +17,7 @@
 //! - [`workspace`]: logical paths, reads, patches, commit modes.
 //! - [`state`]: run, invocation and task state machines.
 //! - [`journal`]: journal event names.
+//! - [`schema`]: whether a database's migrations are the ones a binary was built with.
 //! - [`error`]: recoverable tool errors.
 
 pub mod brief;
@@ -32,6 +33,7 @@ pub mod profiles;
 pub mod reply;
 pub mod request;
 pub mod prompt;
+pub mod schema;
 pub mod state;
 pub mod tools;
 pub mod workspace;

@@ -20,7 +20,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{ack, connect, consume, dead_letter_as, Role};
+use super::{ack, connect, consume, dead_letter_as, retry_transient, Role, TRANSIENT_PATIENCE};
 use crate::bridge;
 use crate::config::Settings;
 
@@ -31,8 +31,8 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let dead = settings.queues().name(DEAD_REQUESTS);
     tracing::info!(%queue, "intake consuming");
     let result = tokio::try_join!(
-        consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &publisher, settings, d)),
-        consume(&conn, &dead, settings.prefetch, shutdown, |d| answer_dead_letter(&pool, &publisher, settings, d)),
+        consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &publisher, settings, shutdown, d)),
+        consume(&conn, &dead, settings.prefetch, shutdown, |d| answer_dead_letter(&pool, &publisher, settings, shutdown, d)),
     )
     .map(|_| ());
     super::close(publisher.channel()).await;
@@ -47,14 +47,14 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
 /// no limit). Messages of the fleet's other queues are only hints (Postgres
 /// and the relay's sweeps re-publish what they said), so their copy in
 /// `baton.dead` is enough.
-async fn answer_dead_letter(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: Delivery) -> anyhow::Result<()> {
+async fn answer_dead_letter(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
     let from = baton_bus::publish::header(&delivery.properties, "x-first-death-queue");
     if from.as_deref() != Some(settings.queues().name(BRIDGE_REQUESTS).as_str()) {
         return ack(&delivery).await;
     }
     let id = delivery.properties.message_id().as_ref().map(|m| m.as_str().to_string()).unwrap_or_default();
     tracing::warn!(message_id = %id, "a request was dead-lettered by the broker; handling it again");
-    handle(pool, publisher, settings, delivery).await
+    handle(pool, publisher, settings, shutdown, delivery).await
 }
 
 /// For a request the broker dead-lettered, what its handoff events say, so
@@ -68,13 +68,14 @@ fn dead_letter_note(settings: &Settings, delivery: &Delivery) -> Option<String> 
     Some(format!("the broker dead-lettered this request ({reason}); intake took it from {DEAD_REQUESTS}"))
 }
 
-async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: Delivery) -> anyhow::Result<()> {
+async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
     let reply_to = delivery.properties.reply_to().as_ref().map(|r| r.as_str().to_string());
     let parsed = parse_request(&delivery.data).and_then(|request| check_reply_to(settings, reply_to.as_deref(), request));
     match parsed {
         Ok(request) => {
             let note = dead_letter_note(settings, &delivery);
-            match accept(pool, &request, reply_to.as_deref(), note.as_deref()).await {
+            let stored = retry_transient("storing a request", TRANSIENT_PATIENCE, shutdown, || accept(pool, &request, reply_to.as_deref(), note.as_deref()));
+            match stored.await {
                 Ok(()) => ack(&delivery).await,
                 Err(e) if super::is_transient(&e) => Err(e),
                 // A request the store cannot take will never be taken: tell

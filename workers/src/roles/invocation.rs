@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{ack, connect_with, consume_until, dead_letter, Broken, Role};
+use super::{ack, connect_with, consume_until, dead_letter, retry_transient, Broken, Role, TRANSIENT_PATIENCE};
 use crate::bridge;
 use crate::config::Settings;
 
@@ -31,12 +31,17 @@ pub struct Worker {
     pub pool: Pool,
     pub runner: Runner,
     pub settings: Settings,
+    /// Heartbeats' own connections: a lease is renewed even while the agent
+    /// loops wait for the main pool, so a pool wait never becomes a takeover.
+    leases: Pool,
 }
 
 impl Worker {
     pub fn new(pool: Pool, settings: Settings) -> Self {
         let runner = Runner::new(pool.clone(), Arc::new(BuiltinProviders::default()), Limits::default());
-        Self { pool, runner, settings }
+        let session = settings.db_session_of("invocation-leases");
+        let leases = baton_store::pool_with(&settings.database_url, 2, &session).unwrap_or_else(|_| pool.clone());
+        Self { pool, runner, settings, leases }
     }
 }
 
@@ -51,7 +56,7 @@ pub struct State {
 
 impl State {
     pub fn new(settings: &Settings) -> anyhow::Result<Self> {
-        let pool = baton_store::pool(&settings.database_url, settings.pool_size)?;
+        let pool = settings.db_pool(Role::Invocation.name())?;
         Ok(Self {
             worker: Worker::new(pool, settings.clone()),
             slots: Arc::new(Semaphore::new(settings.max_concurrent_invocations)),
@@ -96,7 +101,7 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                     if stop.is_cancelled() {
                         return; // unclaimed and unacked: it goes back to the queue
                     }
-                    match receive(&worker, &publisher, &d, &queue).await {
+                    match receive(&worker, &publisher, &d, &queue, &stop).await {
                         Ok(Some(inv)) => worker.execute(inv, stop).await,
                         Ok(None) => {}
                         Err(e) => broken.fail(&e),
@@ -120,7 +125,7 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
 
 /// Parses and claims; acks once the claim (or the finding that there is
 /// nothing to do) is committed.
-async fn receive(worker: &Worker, publisher: &Publisher, d: &Delivery, queue: &str) -> anyhow::Result<Option<Invocation>> {
+async fn receive(worker: &Worker, publisher: &Publisher, d: &Delivery, queue: &str, stop: &CancellationToken) -> anyhow::Result<Option<Invocation>> {
     let message: RunInvocation = match serde_json::from_slice(&d.data) {
         Ok(m) => m,
         Err(e) => {
@@ -128,7 +133,7 @@ async fn receive(worker: &Worker, publisher: &Publisher, d: &Delivery, queue: &s
             return Ok(None);
         }
     };
-    let claimed = match worker.claim(message).await {
+    let claimed = match retry_transient("claiming an invocation", TRANSIENT_PATIENCE, stop, || worker.claim(message)).await {
         Ok(claimed) => claimed,
         Err(e) if super::is_transient(&e) => return Err(e),
         // A claim that can never succeed (a profile this version cannot
@@ -201,7 +206,7 @@ impl Worker {
         let stop = CancellationToken::new();
         // Aborted when this function returns or unwinds: a panicking loop must
         // not keep its lease alive.
-        let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(self.pool.clone(), inv.id, inv.claim_epoch, self.settings.lease, lost.clone())));
+        let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(self.leases.clone(), inv.id, inv.claim_epoch, self.settings.lease, lost.clone())));
         let _watcher = AbortOnDrop({
             let (stop, lost, shutdown) = (stop.clone(), lost.clone(), shutdown.clone());
             tokio::spawn(async move {
@@ -209,12 +214,31 @@ impl Worker {
                 stop.cancel();
             })
         });
-        let exit = self.runner.run(&inv, &stop).await;
+        let exit = self.run_through_blips(&inv, &stop).await;
         match exit {
             Ok(Exit::Stopped) if !lost.is_cancelled() => self.release(&inv).await,
             Ok(Exit::Parked) => tracing::info!(invocation = %inv.id, profile = %inv.profile_id, "parked until its delegated tasks are done"),
             Ok(exit) => tracing::info!(invocation = %inv.id, profile = %inv.profile_id, ?exit, "invocation exited"),
             Err(e) => tracing::warn!(invocation = %inv.id, error = %e, "invocation interrupted; another worker resumes it after the lease"),
+        }
+    }
+
+    /// Runs the loop, and again after each transient database failure: the
+    /// claim still holds (the heartbeat keeps it, the fence guards it), so a
+    /// database blip or a pool wait is neither a failed invocation nor a takeover.
+    async fn run_through_blips(&self, inv: &Invocation, stop: &CancellationToken) -> Result<Exit, baton_agent::Error> {
+        let mut delays = super::backoff();
+        loop {
+            let e = match self.runner.run(inv, stop).await {
+                Err(e) if e.is_transient() && !stop.is_cancelled() => e,
+                other => return other,
+            };
+            let delay = delays.next().unwrap_or(Duration::from_secs(10));
+            tracing::warn!(invocation = %inv.id, error = %e, ?delay, "the database is unavailable for now; resuming the invocation after it");
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = stop.cancelled() => return Err(e),
+            }
         }
     }
 

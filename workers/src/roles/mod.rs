@@ -42,16 +42,14 @@ impl Role {
     }
 }
 
+/// A role attempt that lasted this long is counted as healthy.
+const HEALTHY_ATTEMPT: Duration = Duration::from_secs(30);
+
 /// Runs one role until shutdown, restarting it with exponential backoff
 /// (and jitter) whenever it fails: a lost broker or database connection ends
 /// an attempt, and the next attempt reconnects.
 pub async fn run(role: Role, settings: Settings, shutdown: CancellationToken) {
-    let mut delays = backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(10))
-        .with_jitter()
-        .without_max_times()
-        .build();
+    let mut delays = backoff();
     let state = match role {
         Role::Invocation => match invocation::State::new(&settings) {
             Ok(side) => Some(side),
@@ -60,6 +58,7 @@ pub async fn run(role: Role, settings: Settings, shutdown: CancellationToken) {
         _ => None,
     };
     loop {
+        let started = tokio::time::Instant::now();
         let attempt = match role {
             Role::Intake => intake::run(&settings, &shutdown).await,
             Role::Invocation => invocation::run(state.as_ref().expect("built for this role"), &settings, &shutdown).await,
@@ -73,8 +72,17 @@ pub async fn run(role: Role, settings: Settings, shutdown: CancellationToken) {
                 return;
             }
             Err(e) => {
+                // An attempt that ran a good while was healthy: the next
+                // outage starts again from the shortest delay.
+                if started.elapsed() > HEALTHY_ATTEMPT {
+                    delays = backoff();
+                }
                 let delay = delays.next().unwrap_or(Duration::from_secs(10));
-                tracing::warn!(role = role.name(), error = %format!("{e:#}"), ?delay, "role failed; reconnecting");
+                if is_transient(&e) {
+                    tracing::warn!(role = role.name(), error = %format!("{e:#}"), ?delay, "a service is unavailable; reconnecting");
+                } else {
+                    tracing::error!(role = role.name(), error = %format!("{e:#}"), ?delay, "role failed; restarting");
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
                     _ = shutdown.cancelled() => return,
@@ -86,7 +94,11 @@ pub async fn run(role: Role, settings: Settings, shutdown: CancellationToken) {
 
 /// Connects to both services and declares the topology.
 pub(crate) async fn connect(settings: &Settings, role: Role) -> anyhow::Result<(Connection, baton_store::Pool)> {
-    let pool = baton_store::pool(&settings.database_url, settings.pool_size)?;
+    let session = match role {
+        Role::Relay => relay::session(settings),
+        _ => settings.db_session_of(role.name()),
+    };
+    let pool = baton_store::pool_with(&settings.database_url, settings.pool_size, &session)?;
     Ok((connect_with(settings, role, &pool).await?, pool))
 }
 
@@ -227,19 +239,109 @@ pub(crate) async fn dead_letter_as(
 }
 
 /// Whether an error will likely pass on its own (a service went away, the
-/// database aborted a transaction): the role reconnects and the message is
-/// redelivered. Anything else is permanent for this message.
+/// database is failing over, read-only, out of connections, or aborted a
+/// transaction; the pool had no connection in time): the work is tried again,
+/// never failed or dead-lettered for it. The database's side of the decision
+/// is `baton_store::Error::is_transient`, its one place.
 pub(crate) fn is_transient(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
         if let Some(store) = cause.downcast_ref::<baton_store::Error>() {
-            return store.is_connection() || store.is_retryable();
+            return store.is_transient();
         }
         if let Some(agent) = cause.downcast_ref::<baton_agent::Error>() {
-            return agent.is_connection() || agent.is_retryable();
+            return agent.is_transient();
         }
-        cause.downcast_ref::<baton_store::PoolError>().is_some()
+        cause.downcast_ref::<baton_store::PoolError>().is_some_and(baton_store::transient_pool)
+            || cause.downcast_ref::<baton_store::tokio_postgres::Error>().is_some_and(baton_store::transient_postgres)
             || cause.downcast_ref::<baton_bus::lapin::Error>().is_some()
             || cause.downcast_ref::<baton_bus::Error>().is_some()
-            || cause.downcast_ref::<baton_store::tokio_postgres::Error>().is_some_and(|e| e.is_closed() || e.code().is_some_and(|c| c.code().starts_with("08") || c.code().starts_with("40")))
     })
+}
+
+/// How long a handler retries a transient failure in place before giving
+/// up its connection (the role then reconnects and the message comes back).
+/// In place, a database blip costs no redelivery, which the broker counts
+/// towards the queue's delivery limit.
+pub(crate) const TRANSIENT_PATIENCE: Duration = Duration::from_secs(120);
+
+/// Delays between attempts: exponential from 200 ms to 10 s, with jitter.
+pub(crate) fn backoff() -> impl Iterator<Item = Duration> {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(10))
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+/// Runs `attempt` again while it fails transiently, with backoff, for up to
+/// `patience` (or until shutdown); any other outcome is returned at once.
+/// Each attempt is whole (a transaction of its own), so running it again is safe.
+pub(crate) async fn retry_transient<T, F, Fut>(what: &str, patience: Duration, shutdown: &CancellationToken, mut attempt: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<T>>,
+{
+    let give_up = tokio::time::Instant::now() + patience;
+    let mut delays = backoff();
+    loop {
+        let e = match attempt().await {
+            Err(e) if is_transient(&e) => e,
+            other => return other,
+        };
+        let delay = delays.next().unwrap_or(Duration::from_secs(10));
+        if shutdown.is_cancelled() || tokio::time::Instant::now() + delay > give_up {
+            return Err(e);
+        }
+        tracing::warn!(error = %format!("{e:#}"), ?delay, "{what}: the database is unavailable for now; retrying");
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shutdown.cancelled() => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    fn pool_wait() -> anyhow::Error {
+        baton_store::Error::Pool(deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Wait)).into()
+    }
+
+    #[tokio::test]
+    async fn a_transient_failure_is_retried_in_place_until_it_passes() {
+        let tries = AtomicUsize::new(0);
+        let done = retry_transient("test", Duration::from_secs(30), &CancellationToken::new(), || async {
+            match tries.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => Err(pool_wait()),
+                _ => Ok("stored"),
+            }
+        })
+        .await;
+        assert_eq!(done.unwrap(), "stored");
+        assert_eq!(tries.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_permanent_failure_is_returned_at_once() {
+        let tries = AtomicUsize::new(0);
+        let done: anyhow::Result<()> = retry_transient("test", Duration::from_secs(30), &CancellationToken::new(), || async {
+            tries.fetch_add(1, Ordering::SeqCst);
+            Err(baton_store::Error::Corrupt("a bad row".into()).into())
+        })
+        .await;
+        assert!(done.is_err() && !is_transient(&done.unwrap_err()));
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn pool_waits_and_server_situations_are_transient_wherever_they_sit_in_the_chain() {
+        assert!(is_transient(&pool_wait().context("storing a request")));
+        let agent = baton_agent::Error::Store(baton_store::Error::Pool(deadpool_postgres::PoolError::Closed));
+        assert!(is_transient(&anyhow::Error::new(agent)));
+        assert!(!is_transient(&anyhow::Error::new(baton_agent::Error::Contract("no such profile".into()))));
+    }
 }

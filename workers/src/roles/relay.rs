@@ -20,11 +20,21 @@ use crate::config::Settings;
 const BATCH: i64 = 256;
 const CONFIRM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The relay's sessions: its outbox transaction stays open while the broker
+/// confirms (up to [`CONFIRM_TIMEOUT`]), so it may sit idle in that
+/// transaction longer than other roles' do.
+pub(crate) fn session(settings: &Settings) -> baton_store::SessionConfig {
+    let mut session = settings.db_session_of(Role::Relay.name());
+    let floor = CONFIRM_TIMEOUT + std::time::Duration::from_secs(10);
+    session.idle_in_transaction_timeout = session.idle_in_transaction_timeout.map(|t| if t.is_zero() { t } else { t.max(floor) });
+    session
+}
+
 pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let (conn, pool) = connect(settings, Role::Relay).await?;
     let publisher = Publisher::open(&conn).await?;
     let wake = Arc::new(Notify::new());
-    let (_listening, listener) = listen(&settings.database_url, wake.clone()).await?;
+    let (_listening, listener) = listen(settings, wake.clone()).await?;
     let relay = Relay { pool, publisher, settings: settings.clone() };
     tracing::info!("relay publishing");
     let callbacks_stop = shutdown.child_token();
@@ -37,10 +47,11 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
 }
 
 /// Opens a dedicated connection that LISTENs on the outbox channel. The
-/// returned token is cancelled when that connection dies; keep the client
-/// alive as long as notifications are wanted.
-async fn listen(database_url: &str, wake: Arc<Notify>) -> anyhow::Result<(tokio_postgres::Client, CancellationToken)> {
-    let (client, mut connection) = tokio_postgres::connect(database_url, tokio_postgres::NoTls).await?;
+/// returned token is cancelled when that connection dies (keepalives notice a
+/// vanished server); keep the client alive as long as notifications are wanted.
+async fn listen(settings: &Settings, wake: Arc<Notify>) -> anyhow::Result<(tokio_postgres::Client, CancellationToken)> {
+    let session = settings.db_session_of("relay-listen");
+    let (client, mut connection) = baton_store::connect::connect(&settings.database_url, &session).await?;
     let dead = CancellationToken::new();
     let guard = dead.clone();
     tokio::spawn(async move {
