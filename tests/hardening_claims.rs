@@ -68,7 +68,10 @@ async fn a_profile_this_version_cannot_read_fails_the_run_and_the_bridge_hears_i
 /// `x-death`. Intake picks it up from there and the run goes on.
 #[tokio::test]
 async fn a_request_dead_lettered_by_the_delivery_limit_is_still_run_and_answered() {
-    let env = TestEnv::new().await;
+    let mut env = TestEnv::new().await;
+    // Intake retries a transient failure in place for this long, then gives
+    // up its connection: the message comes back, one delivery closer to the limit.
+    env.settings.transient_patience = Duration::from_millis(300);
     env.apply_example_profiles().await;
     // Every attempt to store a request fails as a serialization failure
     // would (transient: intake reconnects and the message is redelivered).

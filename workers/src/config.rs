@@ -33,6 +33,10 @@ pub struct Settings {
     pub pool_size: usize,
     /// The relay's safety-net poll when no notification arrives.
     pub relay_poll: Duration,
+    /// How long intake, the collector and a claim retry a transient database
+    /// failure in place before the role gives up its connection (and the
+    /// message comes back, counted toward the delivery limit).
+    pub transient_patience: Duration,
     /// A name for this process in leases and logs.
     pub worker_id: String,
     /// Timeouts and keepalives of the roles' database sessions.
@@ -63,6 +67,7 @@ impl Settings {
             unclaimed_grace: Duration::from_millis(number("BATON_UNCLAIMED_GRACE_MS", 60_000)),
             pool_size: number("BATON_DB_POOL_SIZE", 16),
             relay_poll: Duration::from_millis(number("BATON_RELAY_POLL_MS", 1_000)),
+            transient_patience: Duration::from_millis(number("BATON_TRANSIENT_PATIENCE_MS", 120_000)),
             worker_id: var("BATON_WORKER_ID", &format!("{host}-{}", std::process::id())),
             db_session: db_session(),
         }

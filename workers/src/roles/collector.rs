@@ -15,7 +15,7 @@ use baton_store::runs::Run;
 use baton_store::{invocations, requests, runs, Pool};
 use tokio_util::sync::CancellationToken;
 
-use super::{ack, connect, consume, dead_letter, retry_transient, Role, TRANSIENT_PATIENCE};
+use super::{ack, connect, consume, dead_letter, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
 
@@ -31,7 +31,7 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
 
 async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, d: Delivery) -> anyhow::Result<()> {
     match serde_json::from_slice::<RunFinished>(&d.data) {
-        Ok(message) => match retry_transient("collecting a run", TRANSIENT_PATIENCE, shutdown, || collect(pool, message)).await {
+        Ok(message) => match retry_transient("collecting a run", settings.transient_patience, shutdown, || collect(pool, message)).await {
             Ok(()) => ack(&d).await,
             Err(e) if super::is_transient(&e) => Err(e),
             Err(e) => dead_letter(publisher, settings, &d, RUNS_FINISHED, &format!("could not collect the run: {e:#}")).await,

@@ -20,7 +20,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{ack, connect, consume, dead_letter_as, retry_transient, Role, TRANSIENT_PATIENCE};
+use super::{ack, connect, consume, dead_letter_as, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
 
@@ -74,7 +74,7 @@ async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdow
     match parsed {
         Ok(request) => {
             let note = dead_letter_note(settings, &delivery);
-            let stored = retry_transient("storing a request", TRANSIENT_PATIENCE, shutdown, || accept(pool, &request, reply_to.as_deref(), note.as_deref()));
+            let stored = retry_transient("storing a request", settings.transient_patience, shutdown, || accept(pool, &request, reply_to.as_deref(), note.as_deref()));
             match stored.await {
                 Ok(()) => ack(&delivery).await,
                 Err(e) if super::is_transient(&e) => Err(e),

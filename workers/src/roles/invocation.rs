@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{ack, connect_with, consume_until, dead_letter, retry_transient, Broken, Role, TRANSIENT_PATIENCE};
+use super::{ack, connect_with, consume_until, dead_letter, retry_transient, Broken, Role};
 use crate::bridge;
 use crate::config::Settings;
 
@@ -133,7 +133,7 @@ async fn receive(worker: &Worker, publisher: &Publisher, d: &Delivery, queue: &s
             return Ok(None);
         }
     };
-    let claimed = match retry_transient("claiming an invocation", TRANSIENT_PATIENCE, stop, || worker.claim(message)).await {
+    let claimed = match retry_transient("claiming an invocation", worker.settings.transient_patience, stop, || worker.claim(message)).await {
         Ok(claimed) => claimed,
         Err(e) if super::is_transient(&e) => return Err(e),
         // A claim that can never succeed (a profile this version cannot

@@ -258,12 +258,6 @@ pub(crate) fn is_transient(e: &anyhow::Error) -> bool {
     })
 }
 
-/// How long a handler retries a transient failure in place before giving
-/// up its connection (the role then reconnects and the message comes back).
-/// In place, a database blip costs no redelivery, which the broker counts
-/// towards the queue's delivery limit.
-pub(crate) const TRANSIENT_PATIENCE: Duration = Duration::from_secs(120);
-
 /// Delays between attempts: exponential from 200 ms to 10 s, with jitter.
 pub(crate) fn backoff() -> impl Iterator<Item = Duration> {
     backon::ExponentialBuilder::default()
