@@ -78,11 +78,25 @@ pub enum ModelBinding {
         /// Attempts before the call fails, retries included (default 5).
         max_attempts: Option<u32>,
     },
-    /// An external coding agent run as a process.
+    /// An external coding agent run as a process, in a box (see [`crate::sandbox`]).
     Command {
         #[serde(default)]
         command: Vec<String>,
         timeout_secs: Option<u64>,
+        /// Names of the worker's environment variables the agent gets; it
+        /// gets no others (PATH and HOME have safe defaults).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        env: Vec<String>,
+        /// Variables set to fixed values for the agent.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        env_values: BTreeMap<String, String>,
+        /// Bytes of stdout, and of stderr, before the agent is stopped
+        /// (default [`crate::sandbox::DEFAULT_MAX_OUTPUT_BYTES`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_output_bytes: Option<u64>,
+        /// What a deploy (or a dead worker) does to the agent while it runs.
+        #[serde(default, skip_serializing_if = "crate::sandbox::OnInterrupt::is_default")]
+        on_interrupt: crate::sandbox::OnInterrupt,
     },
 }
 
@@ -233,6 +247,13 @@ impl ProfilesFile {
             }
             if !seen.insert(p.id.as_str()) {
                 problems.push(format!("profile `{}` is defined twice", p.id));
+            }
+            if let ModelBinding::Command { env, env_values, max_output_bytes, .. } = &p.model {
+                let env_problems = crate::sandbox::environment_problems(env, env_values);
+                problems.extend(env_problems.into_iter().map(|e| format!("profile `{}`: {e}", p.id)));
+                if *max_output_bytes == Some(0) {
+                    problems.push(format!("profile `{}`: max_output_bytes must be above 0", p.id));
+                }
             }
             for t in &p.tools {
                 if ToolName::parse(t).is_none() {
