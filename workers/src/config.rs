@@ -32,6 +32,12 @@ pub struct Settings {
     pub relay_poll: Duration,
     /// A name for this process in leases and logs.
     pub worker_id: String,
+    /// After SIGTERM, how long in-flight invocations may go on (an external
+    /// agent may finish) before their claims are handed back. Keep it below
+    /// the orchestrator's stop grace (docker-compose `stop_grace_period`).
+    pub shutdown_grace: Duration,
+    /// Where each external agent gets its own working directory.
+    pub agent_work_dir: std::path::PathBuf,
 }
 
 fn var(name: &str, default: &str) -> String {
@@ -59,6 +65,10 @@ impl Settings {
             pool_size: number("BATON_DB_POOL_SIZE", 16),
             relay_poll: Duration::from_millis(number("BATON_RELAY_POLL_MS", 1_000)),
             worker_id: var("BATON_WORKER_ID", &format!("{host}-{}", std::process::id())),
+            shutdown_grace: Duration::from_millis(number("BATON_SHUTDOWN_GRACE_MS", 20_000)),
+            agent_work_dir: std::env::var_os("BATON_AGENT_WORK_DIR")
+                .filter(|v| !v.is_empty())
+                .map_or_else(|| std::env::temp_dir().join("baton-agents"), Into::into),
         }
     }
 

@@ -39,3 +39,4 @@ pub const AWAIT_STARTED: &str = "agent_await_started";
 pub const AWAIT_COMPLETED: &str = "agent_await_completed";
 pub const TASK_RETURN_RECORDED: &str = "task_return_recorded";
 pub const HOST_ERROR: &str = "host_error";
+pub const EXTERNAL_AGENT_RERUN: &str = "external_agent_rerun";

@@ -53,18 +53,33 @@ pub async fn run(role: Role, settings: Settings, shutdown: CancellationToken) {
         .without_max_times()
         .build();
     let state = match role {
-        Role::Invocation => match invocation::State::new(&settings) {
+        Role::Invocation => match invocation::State::new(&settings, &shutdown) {
             Ok(side) => Some(side),
             Err(e) => return tracing::error!(error = %format!("{e:#}"), "invocation role cannot start"),
         },
         _ => None,
     };
+    run_attempts(role, &settings, &shutdown, state.as_ref(), &mut delays).await;
+    // Also when shutdown came while the role was reconnecting: its agent
+    // loops outlive connections, and stop (or are handed back) by the deadline.
+    if let Some(state) = &state {
+        state.drain().await;
+    }
+}
+
+async fn run_attempts(
+    role: Role,
+    settings: &Settings,
+    shutdown: &CancellationToken,
+    state: Option<&invocation::State>,
+    delays: &mut impl Iterator<Item = Duration>,
+) {
     loop {
         let attempt = match role {
-            Role::Intake => intake::run(&settings, &shutdown).await,
-            Role::Invocation => invocation::run(state.as_ref().expect("built for this role"), &settings, &shutdown).await,
-            Role::Relay => relay::run(&settings, &shutdown).await,
-            Role::Collector => collector::run(&settings, &shutdown).await,
+            Role::Intake => intake::run(settings, shutdown).await,
+            Role::Invocation => invocation::run(state.expect("built for this role"), settings, shutdown).await,
+            Role::Relay => relay::run(settings, shutdown).await,
+            Role::Collector => collector::run(settings, shutdown).await,
         };
         match attempt {
             Ok(()) => return,
