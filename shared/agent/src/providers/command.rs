@@ -121,7 +121,12 @@ pub async fn run(spec: &Spec<'_>, stdin: &str) -> Result<String, ProviderError> 
     std::fs::create_dir_all(spec.work_root).map_err(|e| failed("preparing a working directory for", e))?;
     // Its own directory (mode 0700, a random name), removed when this
     // function returns or is dropped.
-    let dir = tempfile::Builder::new().prefix("agent-").tempdir_in(spec.work_root).map_err(|e| failed("preparing a working directory for", e))?;
+    let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o700);
+    let dir = tempfile::Builder::new()
+        .prefix("agent-")
+        .permissions(owner_only)
+        .tempdir_in(spec.work_root)
+        .map_err(|e| failed("preparing a working directory for", e))?;
     let home = dir.path().to_string_lossy().into_owned();
     let env = sandbox::environment(spec.env, spec.env_values, |name| std::env::var(name).ok(), &home);
     let mut child = tokio::process::Command::new(program)
