@@ -269,7 +269,8 @@ impl Runner {
     /// earlier start was interrupted (a dead worker, a deploy): it is run
     /// again from scratch or the invocation fails, as the profile chose.
     async fn before_external(&self, c: &mut Claimed<'_>, on_interrupt: OnInterrupt) -> Result<Option<Exit>, Error> {
-        if !c.steps.last().is_some_and(|s| s.kind == transcript::EXTERNAL_STARTED) {
+        let interrupted = c.steps.last().is_some_and(|s| s.kind == transcript::EXTERNAL_STARTED);
+        if !interrupted {
             self.mark_external_start(c).await?;
             return Ok(None);
         }
