@@ -155,7 +155,9 @@ pub async fn run(spec: &Spec<'_>, stdin: &str) -> Result<String, ProviderError> 
     let watched = tokio::time::timeout(spec.timeout, watch(&mut child, &group, out, err, spec.max_output_bytes)).await;
     writer.abort();
     // Whatever ended the run, nothing of the agent outlives it, and the
-    // leader is reaped (no zombie).
+    // leader is reaped (no zombie). When the leader was already reaped, the
+    // group id can only name another group after the pid wrapped around
+    // and was taken by a new group leader; while any member lives it cannot.
     group.kill();
     let _ = child.wait().await;
     let _ = dir.close();
