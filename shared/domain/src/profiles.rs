@@ -338,6 +338,42 @@ base_url = "http://localhost:1/v1"
     }
 
     #[test]
+    fn a_command_binding_keeps_its_box_settings_and_stores_none_it_does_not_use() {
+        let boxed = r#"
+[[profiles]]
+id = "coder"
+name = "Coder"
+description = "Codes."
+[profiles.model]
+provider = "command"
+command = ["codex", "exec", "-"]
+env = ["OPENAI_API_KEY"]
+env_values = { LANG = "C.UTF-8" }
+max_output_bytes = 4096
+on_interrupt = "rerun"
+"#;
+        let file = ProfilesFile::parse(boxed).unwrap();
+        let stored = serde_json::to_value(&file.profiles[0].model).unwrap();
+        let back: ModelBinding = serde_json::from_value(stored).unwrap();
+        assert_eq!(back, file.profiles[0].model);
+        let ModelBinding::Command { env, on_interrupt, .. } = &back else { panic!("{back:?}") };
+        assert_eq!((env.as_slice(), *on_interrupt), (&["OPENAI_API_KEY".to_string()][..], crate::sandbox::OnInterrupt::Rerun));
+        // A plain binding is stored as before, so older workers still read it.
+        let plain = ModelBinding::Command {
+            command: vec!["sh".into()],
+            timeout_secs: None,
+            env: vec![],
+            env_values: Default::default(),
+            max_output_bytes: None,
+            on_interrupt: Default::default(),
+        };
+        assert_eq!(serde_json::to_value(&plain).unwrap(), serde_json::json!({"provider": "command", "command": ["sh"], "timeout_secs": null}));
+        let bad = boxed.replace("max_output_bytes = 4096", "max_output_bytes = 0").replace("\"OPENAI_API_KEY\"", "\"A=B\"");
+        let err = ProfilesFile::parse(&bad).unwrap_err().to_string();
+        assert!(err.contains("`A=B` is not an environment variable name") && err.contains("max_output_bytes"), "{err}");
+    }
+
+    #[test]
     fn allowed_callers_can_name_specific_profiles() {
         let policy = DelegationPolicy { allowed_callers: vec!["writer".into()], ..Default::default() };
         assert!(policy.accepts_caller("writer"));
