@@ -14,3 +14,4 @@ mod hardening_claims;
 mod process;
 mod protocol;
 mod providers;
+mod sandbox;

@@ -41,6 +41,12 @@ pub struct Settings {
     pub worker_id: String,
     /// Timeouts and keepalives of the roles' database sessions.
     pub db_session: baton_store::SessionConfig,
+    /// After SIGTERM, how long in-flight invocations may go on (an external
+    /// agent may finish) before their claims are handed back. Keep it below
+    /// the orchestrator's stop grace (docker-compose `stop_grace_period`).
+    pub shutdown_grace: Duration,
+    /// Where each external agent gets its own working directory.
+    pub agent_work_dir: std::path::PathBuf,
 }
 
 fn var(name: &str, default: &str) -> String {
@@ -70,6 +76,10 @@ impl Settings {
             transient_patience: Duration::from_millis(number("BATON_TRANSIENT_PATIENCE_MS", 120_000)),
             worker_id: var("BATON_WORKER_ID", &format!("{host}-{}", std::process::id())),
             db_session: db_session(),
+            shutdown_grace: Duration::from_millis(number("BATON_SHUTDOWN_GRACE_MS", 20_000)),
+            agent_work_dir: std::env::var_os("BATON_AGENT_WORK_DIR")
+                .filter(|v| !v.is_empty())
+                .map_or_else(|| std::env::temp_dir().join("baton-agents"), Into::into),
         }
     }
 

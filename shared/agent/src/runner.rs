@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use baton_domain::journal;
-use baton_domain::profiles::{Profile};
+use baton_domain::profiles::{ModelBinding, Profile};
+use baton_domain::sandbox::{self, OnInterrupt};
 use baton_domain::state::InvocationKind;
 use baton_domain::tools::{self, ToolName};
 use baton_domain::ToolError;
@@ -17,7 +18,7 @@ use baton_store::{budgets, profiles, Pool, Transaction};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::providers::{ModelRequest, ModelTurn, Providers, ToolCall};
+use crate::providers::{ModelRequest, ModelTurn, ProviderError, Providers, ToolCall};
 use crate::tools::{dispatch, Effect, ToolCtx, ToolOutcome};
 use crate::transcript::{self, Position};
 use crate::first_step::{prompt_step, tool_names};
@@ -116,14 +117,29 @@ impl Runner {
     }
 
     /// Runs (or resumes) a claimed invocation until it hands off, finishes,
-    /// fails, loses its claim, or `stop` is requested. A transient database
-    /// failure is returned as an error: the claim still holds, and the caller
-    /// runs it again once the database is back (see `Error::is_transient`).
+    /// fails, loses its claim, or `stop` is requested. An external agent
+    /// already running is let finish. A transient database failure is
+    /// returned as an error: the claim still holds, and the caller runs it
+    /// again once the database is back (see `Error::is_transient`).
     pub async fn run(&self, inv: &Invocation, stop: &CancellationToken) -> Result<Exit, Error> {
-        match self.drive(inv, stop).await {
+        self.run_until(inv, stop, &CancellationToken::new()).await
+    }
+
+    /// [`Runner::run`], and an external agent still running when `kill`
+    /// fires (the shutdown deadline, a lost claim) is killed with its whole
+    /// process group, then failed or handed back as its profile's
+    /// `on_interrupt` says.
+    pub async fn run_until(&self, inv: &Invocation, stop: &CancellationToken, kill: &CancellationToken) -> Result<Exit, Error> {
+        match self.drive(inv, stop, kill).await {
             Ok(exit) => Ok(exit),
             Err(e) if e.is_fenced() => Ok(Exit::Fenced),
             Err(e) if e.is_transient() => Err(e),
+            // An external agent that was stopped: the bridge reads why in words.
+            Err(Error::Provider(ProviderError::Stopped { code, message, detail })) => {
+                tracing::warn!(invocation = %inv.id, error = %detail, "external agent stopped");
+                self.fail(inv, code, &message, Some(&detail)).await?;
+                Ok(Exit::Failed(detail))
+            }
             Err(e) => {
                 let detail = e.to_string();
                 tracing::error!(invocation = %inv.id, error = %detail, "invocation failed");
@@ -140,7 +156,7 @@ impl Runner {
         }
     }
 
-    async fn drive(&self, inv: &Invocation, stop: &CancellationToken) -> Result<Exit, Error> {
+    async fn drive(&self, inv: &Invocation, stop: &CancellationToken, kill: &CancellationToken) -> Result<Exit, Error> {
         let mut claimed = self.load(inv).await?;
         loop {
             if stop.is_cancelled() {
@@ -152,7 +168,7 @@ impl Runner {
             let exit = match transcript::position(&claimed.steps) {
                 Position::Fresh => self.assemble(&mut claimed).await.map(|_| None)?,
                 Position::PendingCall(call) => self.call_tool(&mut claimed, &call).await?,
-                Position::NeedsModel => self.model_turn(&mut claimed, stop).await?,
+                Position::NeedsModel => self.model_turn(&mut claimed, stop, kill).await?,
             };
             if let Some(exit) = exit {
                 return Ok(exit);
@@ -193,23 +209,21 @@ impl Runner {
         Ok(())
     }
 
-    async fn model_turn(&self, c: &mut Claimed<'_>, stop: &CancellationToken) -> Result<Option<Exit>, Error> {
+    async fn model_turn(&self, c: &mut Claimed<'_>, stop: &CancellationToken, kill: &CancellationToken) -> Result<Option<Exit>, Error> {
         let turns = transcript::model_turns(&c.steps);
         if let Some(message) = self.spent(c, turns) {
             let code = if c.inv.kind == InvocationKind::Child { "agent.child_budget_exhausted" } else { "agent.round_budget_exhausted" };
             self.fail(c.inv, code, &message, None).await?;
             return Ok(Some(Exit::Failed(message)));
         }
-        let external = matches!(c.profile.model, baton_domain::profiles::ModelBinding::Command { .. });
-        if external && c.steps.last().is_some_and(|s| s.kind == transcript::EXTERNAL_STARTED) {
-            // An external agent was started and its answer never stored: its
-            // side effects may be done, so it is not run a second time.
-            let message = "the external agent was interrupted before its result was recorded";
-            self.fail(c.inv, "host.external_agent_interrupted", message, None).await?;
-            return Ok(Some(Exit::Failed(message.into())));
-        }
-        if external {
-            self.mark_external_start(c).await?;
+        let on_interrupt = match &c.profile.model {
+            ModelBinding::Command { on_interrupt, .. } => Some(*on_interrupt),
+            _ => None,
+        };
+        if let Some(on_interrupt) = on_interrupt {
+            if let Some(exit) = self.before_external(c, on_interrupt).await? {
+                return Ok(Some(exit));
+            }
         }
         let provider = self.providers.for_binding(&c.profile.model)?;
         let messages = transcript::messages(&c.steps);
@@ -223,11 +237,14 @@ impl Runner {
         };
         // No transaction or row lock is held across the model call. A model
         // call is dropped on shutdown (nothing was stored, so it is simply
-        // asked again); an external agent is let finish, as killing it would
-        // lose work it has done. The run's wall clock cuts a model call short
-        // the same way (a slow model retried for minutes must not outlive it).
-        let mut turn = if external {
-            provider.complete(&request).await?
+        // asked again); an external agent is let finish until `kill` (the
+        // shutdown deadline, a lost claim): dropping its run kills its group.
+        let mut turn = if let Some(on_interrupt) = on_interrupt {
+            tokio::select! {
+                biased;
+                turn = provider.complete(&request) => turn?,
+                _ = kill.cancelled() => return self.external_interrupted(c, on_interrupt).await.map(Some),
+            }
         } else {
             tokio::select! {
                 biased;
@@ -268,6 +285,47 @@ impl Runner {
                 other => return other,
             }
         }
+    }
+
+    /// Before an external agent starts: a marker, so that a later claim
+    /// knows it was started. Finding the marker already there means an
+    /// earlier start was interrupted (a dead worker, a deploy): it is run
+    /// again from scratch or the invocation fails, as the profile chose.
+    async fn before_external(&self, c: &mut Claimed<'_>, on_interrupt: OnInterrupt) -> Result<Option<Exit>, Error> {
+        let interrupted = c.steps.last().is_some_and(|s| s.kind == transcript::EXTERNAL_STARTED);
+        if !interrupted {
+            self.mark_external_start(c).await?;
+            return Ok(None);
+        }
+        if on_interrupt == OnInterrupt::Fail {
+            // Its side effects may be done, so it is not run a second time.
+            self.fail(c.inv, sandbox::codes::INTERRUPTED, sandbox::INTERRUPTED_MESSAGE, None).await?;
+            return Ok(Some(Exit::Failed(sandbox::INTERRUPTED_MESSAGE.into())));
+        }
+        retry(|| async {
+            let mut client = self.pool.get().await?;
+            let tx = client.transaction().await?;
+            invocations::fence(&tx, c.inv.id, c.epoch).await?;
+            let ev = Event::new(journal::EXTERNAL_AGENT_RERUN, Some(c.inv.id), json!({"reason": "an earlier start was interrupted"}));
+            events::append(&tx, c.inv.run_id, &[ev]).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await?;
+        Ok(None)
+    }
+
+    /// An external agent was killed before it finished (its run was dropped,
+    /// which killed its process group): handed back for a re-run, or failed
+    /// visibly. A lost claim makes the failure a no-op (the fence refuses it).
+    async fn external_interrupted(&self, c: &Claimed<'_>, on_interrupt: OnInterrupt) -> Result<Exit, Error> {
+        tracing::warn!(invocation = %c.inv.id, ?on_interrupt, "external agent killed before it finished");
+        if on_interrupt == OnInterrupt::Rerun {
+            return Ok(Exit::Stopped);
+        }
+        let detail = "killed at the worker's shutdown deadline, or its claim was lost";
+        self.fail(c.inv, sandbox::codes::INTERRUPTED, sandbox::INTERRUPTED_MESSAGE, Some(detail)).await?;
+        Ok(Exit::Failed(sandbox::INTERRUPTED_MESSAGE.into()))
     }
 
     /// Records that an external agent is about to start (see `model_turn`).

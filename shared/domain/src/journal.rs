@@ -41,3 +41,4 @@ pub const TASK_RETURN_RECORDED: &str = "task_return_recorded";
 pub const HOST_ERROR: &str = "host_error";
 /// A run reached one of its budget's limits; the payload carries the spend.
 pub const RUN_BUDGET_EXHAUSTED: &str = "run_budget_exhausted";
+pub const EXTERNAL_AGENT_RERUN: &str = "external_agent_rerun";

@@ -14,6 +14,7 @@
 //! - [`brief`]: the markdown briefs agents read first.
 //! - [`disclosure`]: the disclosure policy: what an agent may see, secrets and personal data redacted.
 //! - [`prompt`]: the default system prompt.
+//! - [`sandbox`]: the box an external agent runs in: its environment, output caps, interruption policy.
 //! - [`workspace`]: logical paths, reads, patches, commit modes.
 //! - [`state`]: run, invocation and task state machines.
 //! - [`journal`]: journal event names.
@@ -34,6 +35,7 @@ pub mod reply;
 pub mod request;
 pub mod prompt;
 pub mod schema;
+pub mod sandbox;
 pub mod state;
 pub mod tools;
 pub mod workspace;

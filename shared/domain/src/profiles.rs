@@ -81,11 +81,25 @@ pub enum ModelBinding {
         /// Attempts before the call fails, retries included (default 5).
         max_attempts: Option<u32>,
     },
-    /// An external coding agent run as a process.
+    /// An external coding agent run as a process, in a box (see [`crate::sandbox`]).
     Command {
         #[serde(default)]
         command: Vec<String>,
         timeout_secs: Option<u64>,
+        /// Names of the worker's environment variables the agent gets; it
+        /// gets no others (PATH and HOME have safe defaults).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        env: Vec<String>,
+        /// Variables set to fixed values for the agent.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        env_values: BTreeMap<String, String>,
+        /// Bytes of stdout, and of stderr, before the agent is stopped
+        /// (default [`crate::sandbox::DEFAULT_MAX_OUTPUT_BYTES`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_output_bytes: Option<u64>,
+        /// What a deploy (or a dead worker) does to the agent while it runs.
+        #[serde(default, skip_serializing_if = "crate::sandbox::OnInterrupt::is_default")]
+        on_interrupt: crate::sandbox::OnInterrupt,
     },
 }
 
@@ -237,6 +251,13 @@ impl ProfilesFile {
             if !seen.insert(p.id.as_str()) {
                 problems.push(format!("profile `{}` is defined twice", p.id));
             }
+            if let ModelBinding::Command { env, env_values, max_output_bytes, .. } = &p.model {
+                let env_problems = crate::sandbox::environment_problems(env, env_values);
+                problems.extend(env_problems.into_iter().map(|e| format!("profile `{}`: {e}", p.id)));
+                if *max_output_bytes == Some(0) {
+                    problems.push(format!("profile `{}`: max_output_bytes must be above 0", p.id));
+                }
+            }
             for t in &p.tools {
                 if ToolName::parse(t).is_none() {
                     problems.push(format!("profile `{}` lists unknown tool `{t}`", p.id));
@@ -329,6 +350,42 @@ base_url = "http://localhost:1/v1"
         assert_eq!(ProfilesFile::parse(SAMPLE).unwrap().budgets.for_target("docs_agent"), crate::budget::RunBudget::default());
         let err = ProfilesFile::parse(&format!("{SAMPLE}\n[budgets.routes.codex]\nmax_tokens = 0\n")).unwrap_err().to_string();
         assert!(err.contains("to 0") && err.contains("`routes.codex` names a target"), "{err}");
+    }
+
+    #[test]
+    fn a_command_binding_keeps_its_box_settings_and_stores_none_it_does_not_use() {
+        let boxed = r#"
+[[profiles]]
+id = "coder"
+name = "Coder"
+description = "Codes."
+[profiles.model]
+provider = "command"
+command = ["codex", "exec", "-"]
+env = ["OPENAI_API_KEY"]
+env_values = { LANG = "C.UTF-8" }
+max_output_bytes = 4096
+on_interrupt = "rerun"
+"#;
+        let file = ProfilesFile::parse(boxed).unwrap();
+        let stored = serde_json::to_value(&file.profiles[0].model).unwrap();
+        let back: ModelBinding = serde_json::from_value(stored).unwrap();
+        assert_eq!(back, file.profiles[0].model);
+        let ModelBinding::Command { env, on_interrupt, .. } = &back else { panic!("{back:?}") };
+        assert_eq!((env.as_slice(), *on_interrupt), (&["OPENAI_API_KEY".to_string()][..], crate::sandbox::OnInterrupt::Rerun));
+        // A plain binding is stored as before, so older workers still read it.
+        let plain = ModelBinding::Command {
+            command: vec!["sh".into()],
+            timeout_secs: None,
+            env: vec![],
+            env_values: Default::default(),
+            max_output_bytes: None,
+            on_interrupt: Default::default(),
+        };
+        assert_eq!(serde_json::to_value(&plain).unwrap(), serde_json::json!({"provider": "command", "command": ["sh"], "timeout_secs": null}));
+        let bad = boxed.replace("max_output_bytes = 4096", "max_output_bytes = 0").replace("\"OPENAI_API_KEY\"", "\"A=B\"");
+        let err = ProfilesFile::parse(&bad).unwrap_err().to_string();
+        assert!(err.contains("`A=B` is not an environment variable name") && err.contains("max_output_bytes"), "{err}");
     }
 
     #[test]

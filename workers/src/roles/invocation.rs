@@ -38,7 +38,8 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(pool: Pool, settings: Settings) -> Self {
-        let runner = Runner::new(pool.clone(), Arc::new(BuiltinProviders::default()), Limits::default());
+        let providers = BuiltinProviders::with_work_root(settings.agent_work_dir.clone());
+        let runner = Runner::new(pool.clone(), Arc::new(providers), Limits::default());
         let session = settings.db_session_of("invocation-leases");
         let leases = baton_store::pool_with(&settings.database_url, 2, &session).unwrap_or_else(|_| pool.clone());
         Self { pool, runner, settings, leases }
@@ -52,23 +53,56 @@ pub struct State {
     worker: Worker,
     slots: Arc<Semaphore>,
     loops: TaskTracker,
+    /// Fires `shutdown_grace` after shutdown: external agents still running
+    /// are killed, and claims still running are handed back.
+    deadline: CancellationToken,
 }
 
+/// After the deadline, how long a loop may take to record what its killed
+/// external agent became (failed, or handed back) before it is dropped
+/// wherever it is and its claim handed back.
+const HANDBACK_MARGIN: Duration = Duration::from_secs(1);
+
 impl State {
-    pub fn new(settings: &Settings) -> anyhow::Result<Self> {
+    pub fn new(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<Self> {
         let pool = settings.db_pool(Role::Invocation.name())?;
+        let deadline = CancellationToken::new();
+        tokio::spawn({
+            let (shutdown, deadline, grace) = (shutdown.clone(), deadline.clone(), settings.shutdown_grace);
+            async move {
+                shutdown.cancelled().await;
+                tokio::time::sleep(grace).await;
+                deadline.cancel();
+            }
+        });
         Ok(Self {
             worker: Worker::new(pool, settings.clone()),
             slots: Arc::new(Semaphore::new(settings.max_concurrent_invocations)),
             loops: TaskTracker::new(),
+            deadline,
         })
+    }
+
+    /// On shutdown: waits for the in-flight loops, each of which stops at a
+    /// persisted step or is handed back by the deadline; bounded, so the
+    /// process exits within the grace (plus a little) whatever a loop does.
+    pub async fn drain(&self) {
+        self.loops.close();
+        let bound = async {
+            self.deadline.cancelled().await;
+            tokio::time::sleep(HANDBACK_MARGIN * 3).await;
+        };
+        tokio::select! {
+            _ = self.loops.wait() => {}
+            _ = bound => tracing::warn!(left = self.loops.len(), "invocations did not stop by the shutdown deadline; their leases will expire"),
+        }
     }
 }
 
 pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let conn = connect_with(settings, Role::Invocation, &state.worker.pool).await?;
     let publisher = Publisher::open(&conn).await?;
-    let (worker, slots, loops) = (&state.worker, &state.slots, &state.loops);
+    let (worker, slots, loops, deadline) = (&state.worker, &state.slots, &state.loops, &state.deadline);
     let queues = settings.queues();
     let wanted = |logical: &str| settings.invocation_queues.iter().any(|q| logical.ends_with(&format!(".{q}")));
     let consumers = [INVOCATIONS_HANDOFF, INVOCATIONS_DELEGATE].map(|logical| {
@@ -94,7 +128,7 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                 };
                 // Claims run side by side, each in its own task: one slow claim
                 // does not hold up the deliveries behind it.
-                let (worker, publisher, stop) = (worker.clone(), publisher.clone(), shutdown.clone());
+                let (worker, publisher, stop, deadline) = (worker.clone(), publisher.clone(), shutdown.clone(), deadline.clone());
                 let (queue, broken) = (queue_ref.clone(), broken_ref.clone());
                 loops.spawn(async move {
                     let _permit = permit;
@@ -102,7 +136,7 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                         return; // unclaimed and unacked: it goes back to the queue
                     }
                     match receive(&worker, &publisher, &d, &queue, &stop).await {
-                        Ok(Some(inv)) => worker.execute(inv, stop).await,
+                        Ok(Some(inv)) => worker.execute(inv, stop, deadline).await,
                         Ok(None) => {}
                         Err(e) => broken.fail(&e),
                     }
@@ -115,9 +149,9 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
     let [a, b] = consumers;
     let result = tokio::try_join!(a, b).map(|_| ());
     if shutdown.is_cancelled() {
-        // In-flight loops see the same shutdown and stop at a persisted step.
-        loops.close();
-        loops.wait().await;
+        // In-flight loops see the same shutdown and stop at a persisted step,
+        // or are handed back at the deadline.
+        state.drain().await;
     }
     super::close(publisher.channel()).await;
     result
@@ -200,21 +234,40 @@ impl Worker {
         Ok(())
     }
 
-    /// Runs a claimed invocation with a heartbeat until it exits.
-    pub async fn execute(&self, inv: Invocation, shutdown: CancellationToken) {
+    /// Runs a claimed invocation with a heartbeat until it exits. On
+    /// `shutdown` it stops at its next persisted step (an external agent
+    /// already running goes on); at `deadline` an external agent is killed,
+    /// and a moment later whatever still runs is dropped and handed back.
+    pub async fn execute(&self, inv: Invocation, shutdown: CancellationToken, deadline: CancellationToken) {
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
+        let kill = CancellationToken::new();
         // Aborted when this function returns or unwinds: a panicking loop must
         // not keep its lease alive.
         let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(self.leases.clone(), inv.id, inv.claim_epoch, self.settings.lease, lost.clone())));
         let _watcher = AbortOnDrop({
-            let (stop, lost, shutdown) = (stop.clone(), lost.clone(), shutdown.clone());
+            let (stop, kill, lost, shutdown, deadline) = (stop.clone(), kill.clone(), lost.clone(), shutdown.clone(), deadline.clone());
             tokio::spawn(async move {
                 tokio::select! { _ = lost.cancelled() => {}, _ = shutdown.cancelled() => {} }
                 stop.cancel();
+                tokio::select! { _ = lost.cancelled() => {}, _ = deadline.cancelled() => {} }
+                kill.cancel();
             })
         });
-        let exit = self.run_through_blips(&inv, &stop).await;
+        let past_deadline = async {
+            deadline.cancelled().await;
+            tokio::time::sleep(HANDBACK_MARGIN).await;
+        };
+        let exit = tokio::select! {
+            exit = self.run_through_blips(&inv, &stop, &kill) => exit,
+            // Dropped wherever it is, as in a crash (an uncommitted step rolls
+            // back, an external agent's group is killed), but handed back at
+            // once instead of waiting for the lease.
+            _ = past_deadline => {
+                tracing::warn!(invocation = %inv.id, "still running at the shutdown deadline; handing it back");
+                Ok(Exit::Stopped)
+            }
+        };
         match exit {
             Ok(Exit::Stopped) if !lost.is_cancelled() => self.release(&inv).await,
             Ok(Exit::Parked) => tracing::info!(invocation = %inv.id, profile = %inv.profile_id, "parked until its delegated tasks are done"),
@@ -226,10 +279,10 @@ impl Worker {
     /// Runs the loop, and again after each transient database failure: the
     /// claim still holds (the heartbeat keeps it, the fence guards it), so a
     /// database blip or a pool wait is neither a failed invocation nor a takeover.
-    async fn run_through_blips(&self, inv: &Invocation, stop: &CancellationToken) -> Result<Exit, baton_agent::Error> {
+    async fn run_through_blips(&self, inv: &Invocation, stop: &CancellationToken, kill: &CancellationToken) -> Result<Exit, baton_agent::Error> {
         let mut delays = super::backoff();
         loop {
-            let e = match self.runner.run(inv, stop).await {
+            let e = match self.runner.run_until(inv, stop, kill).await {
                 Err(e) if e.is_transient() && !stop.is_cancelled() => e,
                 other => return other,
             };

@@ -49,21 +49,35 @@ const HEALTHY_ATTEMPT: Duration = Duration::from_secs(30);
 /// (and jitter) whenever it fails: a lost broker or database connection ends
 /// an attempt, and the next attempt reconnects.
 pub async fn run(role: Role, settings: Settings, shutdown: CancellationToken) {
-    let mut delays = backoff();
     let state = match role {
-        Role::Invocation => match invocation::State::new(&settings) {
+        Role::Invocation => match invocation::State::new(&settings, &shutdown) {
             Ok(side) => Some(side),
             Err(e) => return tracing::error!(error = %format!("{e:#}"), "invocation role cannot start"),
         },
         _ => None,
     };
+    run_attempts(role, &settings, &shutdown, state.as_ref()).await;
+    // Also when shutdown came while the role was reconnecting: its agent
+    // loops outlive connections, and stop (or are handed back) by the deadline.
+    if let Some(state) = &state {
+        state.drain().await;
+    }
+}
+
+async fn run_attempts(
+    role: Role,
+    settings: &Settings,
+    shutdown: &CancellationToken,
+    state: Option<&invocation::State>,
+) {
+    let mut delays = backoff();
     loop {
         let started = tokio::time::Instant::now();
         let attempt = match role {
-            Role::Intake => intake::run(&settings, &shutdown).await,
-            Role::Invocation => invocation::run(state.as_ref().expect("built for this role"), &settings, &shutdown).await,
-            Role::Relay => relay::run(&settings, &shutdown).await,
-            Role::Collector => collector::run(&settings, &shutdown).await,
+            Role::Intake => intake::run(settings, shutdown).await,
+            Role::Invocation => invocation::run(state.expect("built for this role"), settings, shutdown).await,
+            Role::Relay => relay::run(settings, shutdown).await,
+            Role::Collector => collector::run(settings, shutdown).await,
         };
         match attempt {
             Ok(()) => return,

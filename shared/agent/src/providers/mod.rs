@@ -54,6 +54,10 @@ pub enum ProviderError {
     Unavailable(&'static str),
     #[error("model call failed: {0}")]
     Failed(String),
+    /// An external agent was stopped (it timed out, flooded its output,
+    /// failed): `message` is for people, `detail` for the journal.
+    #[error("{detail}")]
+    Stopped { code: &'static str, message: String, detail: String },
 }
 
 #[async_trait]
@@ -72,6 +76,13 @@ pub struct BuiltinProviders {
     scripted: Scripted,
     openai: openai::OpenAi,
     command: command::CommandAgent,
+}
+
+impl BuiltinProviders {
+    /// External agents get their working directories under `work_root`.
+    pub fn with_work_root(work_root: std::path::PathBuf) -> Self {
+        Self { command: command::CommandAgent::new(work_root), ..Default::default() }
+    }
 }
 
 impl Providers for BuiltinProviders {
