@@ -39,3 +39,6 @@ pub const AWAIT_STARTED: &str = "agent_await_started";
 pub const AWAIT_COMPLETED: &str = "agent_await_completed";
 pub const TASK_RETURN_RECORDED: &str = "task_return_recorded";
 pub const HOST_ERROR: &str = "host_error";
+/// A message of the run that the broker could never take (too big, refused):
+/// moved to the dead-letter queue, with the reason.
+pub const MESSAGE_DEAD_LETTERED: &str = "message_dead_lettered";
