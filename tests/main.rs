@@ -9,3 +9,4 @@ mod errors;
 mod process;
 mod protocol;
 mod providers;
+mod relay;

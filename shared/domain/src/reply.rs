@@ -165,6 +165,11 @@ pub fn split_parts(text: &str, limits: ChannelLimits, language: Language) -> Vec
     if text.is_empty() || limits.max_parts == 0 {
         return Vec::new();
     }
+    // What fits needs no layout (a long text on a one-part channel would
+    // otherwise be scanned for nothing).
+    if text.len() <= limits.max_part_bytes {
+        return vec![text.to_string()];
+    }
     let layout = Layout::new(text);
     let mut parts = Vec::new();
     let mut start = 0;

@@ -197,7 +197,7 @@ pub async fn take_stalled(c: &impl GenericClient, pace: &Pace) -> Result<Vec<(Uu
                                       least($3, $2 * power(2.0::float8, least(republish_count, 20)))))
                      ELSE
                           coalesce(republished_at, created_at) < now() - make_interval(secs =>
-                              CASE WHEN (CASE WHEN kind = 'child' OR status = 'parked' THEN $5 ELSE $4 END) THEN $3
+                              CASE WHEN (CASE WHEN kind = 'child' OR status = 'parked' THEN $5::boolean ELSE $4::boolean END) THEN $3
                                    ELSE least($3, (CASE WHEN status = 'created' THEN $1 ELSE $2 END)
                                                   * power(2.0::float8, least(republish_count, 20)))
                               END)
