@@ -57,6 +57,34 @@ async fn a_twenty_mib_row_is_moved_aside_with_its_reason_and_the_next_run_comple
 }
 
 #[tokio::test]
+async fn a_message_the_broker_closes_the_channel_over_is_found_alone_and_dead_lettered() {
+    let mut env = TestEnv::new().await;
+    // Our own bound above the broker's (128 MiB by default), so that the
+    // broker is the one to refuse: it closes the channel with 406.
+    env.settings.max_message_bytes = 200 * MIB;
+    let finished = env.queue(RUNS_FINISHED);
+    let c = env.db().await;
+    for pad in [0, 129 * MIB as i32, 0] {
+        c.execute(
+            "INSERT INTO outbox (queue, body) VALUES ($1, jsonb_build_object('runId', gen_random_uuid(), 'pad', repeat('x', $2)))",
+            &[&RUNS_FINISHED, &pad],
+        )
+        .await
+        .unwrap();
+    }
+    let mut dead = env.consume(&env.queue(DEAD)).await;
+    let fleet = env.start(&[Role::Relay]);
+    let letter = next_json(&mut dead, WAIT).await;
+    eventually(WAIT, "the rows around it are published", || async { (ready(&env, &finished).await == 2).then_some(()) }).await;
+    eventually(WAIT, "the outbox is empty", || async { (env.scalar_i64("SELECT count(*) FROM outbox", &[]).await == 0).then_some(()) }).await;
+    fleet.stop().await;
+    let reason = letter["_error"].as_str().unwrap();
+    assert!(reason.contains("406"), "{reason}");
+    let pad = letter["_body"]["pad"].as_str().unwrap();
+    assert!(pad.len() < MIB && pad.ends_with(truncation_note(Language::En)), "the dead letter's body is cut: {} bytes", pad.len());
+}
+
+#[tokio::test]
 async fn a_huge_agent_result_reaches_the_bridge_cut_and_stays_whole_in_postgres() {
     let mut env = TestEnv::new().await;
     // Scaled down from the 4 MiB default so that a debug build stays quick:

@@ -67,8 +67,18 @@ impl std::io::Write for Counter {
 }
 
 /// Bytes a string's content takes inside a JSON string (quotes excluded).
+/// Counted by bytes: only ASCII is ever escaped, and a multi-byte character
+/// is written as it is.
 pub fn json_str_len(s: &str) -> usize {
-    s.chars().map(escaped_len).sum()
+    s.len() + s.bytes().map(extra_escaped_bytes).sum::<usize>()
+}
+
+fn extra_escaped_bytes(b: u8) -> usize {
+    match b {
+        b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+        0..=0x1f => 5,
+        _ => 0,
+    }
 }
 
 fn escaped_len(c: char) -> usize {
@@ -82,7 +92,8 @@ fn escaped_len(c: char) -> usize {
 /// `text`, cut so that its JSON content takes at most `max` bytes, ending
 /// with the "full result is kept" note on its own line. Unchanged when it fits.
 pub fn bound_text(text: &str, max: usize, language: Language) -> String {
-    if json_str_len(text) <= max {
+    // Escaping only adds bytes: a text longer than `max` needs no count.
+    if text.len() <= max && json_str_len(text) <= max {
         return text.to_string();
     }
     let note = truncation_note(language);
@@ -113,12 +124,19 @@ fn prefix_within(text: &str, room: usize) -> usize {
 /// language) stay whole. A body whose structure alone is over the bound (no
 /// long strings to cut) becomes a short object saying so.
 pub fn fit(body: &Value, max_bytes: usize, language: Language) -> Option<Value> {
-    let total = json_len(body);
+    fit_sized(body, json_len(body), max_bytes, language)
+}
+
+/// [`fit`], for a caller that already knows the body's JSON size.
+pub fn fit_sized(body: &Value, total: usize, max_bytes: usize, language: Language) -> Option<Value> {
     if total <= max_bytes {
         return None;
     }
+    // Each string's length before escapes, a slight underestimate that costs
+    // no scan of a huge text; the result is checked below, and escapes only
+    // make `keep` smaller.
     let mut lengths = vec![];
-    strings(body, &mut |s| lengths.push(json_str_len(s)));
+    strings(body, &mut |s| lengths.push(s.len()));
     let mut keep = longest_kept(&lengths, total, max_bytes);
     while keep > 0 {
         let cut = cut_strings(body, keep, language);

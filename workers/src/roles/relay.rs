@@ -29,6 +29,8 @@ use super::{connect, Role};
 use crate::config::Settings;
 
 const BATCH: i64 = 256;
+/// The largest dead-letter body: see [`Relay::dead_letter`].
+const DEAD_LETTER_MAX_BYTES: usize = 1024 * 1024;
 const CONFIRM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
@@ -149,12 +151,13 @@ impl Relay {
     fn prepare(&self, m: &Message) -> anyhow::Result<Prepared> {
         let queue = if m.external { m.queue.clone() } else { self.settings.queues().name(&m.queue) };
         let max = self.settings.max_message_bytes;
-        let size = bound::json_len(&m.body);
-        let mut prepared = Prepared { queue, body: vec![], cut_from: None, refused: None };
+        let body = serde_json::to_vec(&m.body)?;
+        let size = body.len();
+        let mut prepared = Prepared { queue, body, cut_from: None, refused: None };
         match bound::verdict(size, max, bound::is_bridge_message(&m.body)) {
-            Verdict::Send => prepared.body = serde_json::to_vec(&m.body)?,
+            Verdict::Send => {}
             Verdict::Cut => {
-                let cut = bound::fit(&m.body, max, bound::language_of(&m.body));
+                let cut = bound::fit_sized(&m.body, size, max, bound::language_of(&m.body));
                 prepared.body = serde_json::to_vec(cut.as_ref().unwrap_or(&m.body))?;
                 prepared.cut_from = Some(size);
             }
@@ -266,10 +269,16 @@ impl Relay {
     async fn dead_letter(&self, m: &Message, p: &Prepared, reason: &str) -> anyhow::Result<()> {
         tracing::warn!(queue = %p.queue, reason, "message cannot be published; dead-lettering it");
         let dead = self.settings.queues().name(DEAD);
-        // Room for the headers, which count toward the broker's limit too.
-        let max = self.settings.max_message_bytes.saturating_sub(4096);
-        let cut = if p.body.is_empty() || p.body.len() > max {
-            Some(serde_json::to_vec(&bound::fit(&m.body, max, bound::language_of(&m.body)).unwrap_or_else(|| m.body.clone()))?)
+        // A dead letter is for an operator to read: a reason and enough of
+        // the body to recognise it (the rest is in Postgres). Kept well under
+        // any broker limit, with room for the headers, so that moving a row
+        // aside can never fail the way the row did.
+        let max = self.settings.max_message_bytes.min(DEAD_LETTER_MAX_BYTES).saturating_sub(4096);
+        let cut = if p.body.len() > max {
+            // Cut from the row itself (what was sent may be a cut version already).
+            let original = p.cut_from.unwrap_or(p.body.len());
+            let cut = bound::fit_sized(&m.body, original, max, bound::language_of(&m.body));
+            Some(serde_json::to_vec(cut.as_ref().unwrap_or(&m.body))?)
         } else {
             None
         };
