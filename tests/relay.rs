@@ -29,6 +29,26 @@ async fn ready(env: &TestEnv, queue: &str) -> u32 {
     env.publisher.ready_count(queue).await.expect("queue exists")
 }
 
+async fn until_the_outbox_is_empty(env: &TestEnv) {
+    eventually(WAIT, "the outbox is empty", || async { (env.scalar_i64("SELECT count(*) FROM outbox", &[]).await == 0).then_some(()) })
+        .await;
+}
+
+/// Plays a consumer that takes every message of a queue for `window` and
+/// loses it (acks without acting): how many it took.
+async fn take_and_lose(env: &TestEnv, queue: &str, window: Duration) -> i64 {
+    let channel = env.conn.create_channel().await.unwrap();
+    channel.basic_qos(1000, BasicQosOptions::default()).await.unwrap();
+    let options = BasicConsumeOptions::default();
+    let mut consumer = channel.basic_consume(queue.into(), "".into(), options, FieldTable::default()).await.unwrap();
+    let (mut taken, until) = (0, tokio::time::Instant::now() + window);
+    while let Ok(Some(Ok(d))) = tokio::time::timeout_at(until, consumer.next()).await {
+        d.acker.ack(BasicAckOptions::default()).await.unwrap();
+        taken += 1;
+    }
+    taken
+}
+
 #[tokio::test]
 async fn a_twenty_mib_row_is_moved_aside_with_its_reason_and_the_next_run_completes() {
     let env = TestEnv::new().await;
@@ -38,7 +58,8 @@ async fn a_twenty_mib_row_is_moved_aside_with_its_reason_and_the_next_run_comple
     // The oldest row of the outbox: an internal message of 20 MiB.
     let c = env.db().await;
     c.execute(
-        "INSERT INTO outbox (queue, body) VALUES ($1, jsonb_build_object('runId', $2::uuid, 'invocationId', gen_random_uuid(), 'pad', repeat('x', $3)))",
+        "INSERT INTO outbox (queue, body)
+         VALUES ($1, jsonb_build_object('runId', $2::uuid, 'invocationId', gen_random_uuid(), 'pad', repeat('x', $3)))",
         &[&INVOCATIONS_HANDOFF, &run, &(20 * MIB as i32)],
     )
     .await
@@ -51,7 +72,8 @@ async fn a_twenty_mib_row_is_moved_aside_with_its_reason_and_the_next_run_comple
     assert!(reason.contains("over the limit"), "{reason}");
     assert_eq!(letter["_body"]["runId"], run.to_string());
     let pad = letter["_body"]["pad"].as_str().unwrap();
-    assert!(pad.len() < 4 * MIB && pad.ends_with(truncation_note(Language::En)), "the dead letter's body is cut: {} bytes", pad.len());
+    let cut = pad.len() < MIB && pad.ends_with(truncation_note(Language::En));
+    assert!(cut, "the dead letter's body is cut: {} bytes", pad.len());
     assert!(env.journal(run).await.contains(&"message_dead_lettered".to_string()), "the run is told");
     assert_eq!(env.scalar_i64("SELECT count(*) FROM outbox", &[]).await, 0, "nothing stays behind");
 }
@@ -76,12 +98,13 @@ async fn a_message_the_broker_closes_the_channel_over_is_found_alone_and_dead_le
     let fleet = env.start(&[Role::Relay]);
     let letter = next_json(&mut dead, WAIT).await;
     eventually(WAIT, "the rows around it are published", || async { (ready(&env, &finished).await == 2).then_some(()) }).await;
-    eventually(WAIT, "the outbox is empty", || async { (env.scalar_i64("SELECT count(*) FROM outbox", &[]).await == 0).then_some(()) }).await;
+    until_the_outbox_is_empty(&env).await;
     fleet.stop().await;
     let reason = letter["_error"].as_str().unwrap();
     assert!(reason.contains("406"), "{reason}");
     let pad = letter["_body"]["pad"].as_str().unwrap();
-    assert!(pad.len() < MIB && pad.ends_with(truncation_note(Language::En)), "the dead letter's body is cut: {} bytes", pad.len());
+    let cut = pad.len() < MIB && pad.ends_with(truncation_note(Language::En));
+    assert!(cut, "the dead letter's body is cut: {} bytes", pad.len());
 }
 
 #[tokio::test]
@@ -105,7 +128,8 @@ async fn a_huge_agent_result_reaches_the_bridge_cut_and_stays_whole_in_postgres(
     assert!(size <= MIB, "the reply is within the bound: {size} bytes");
     for field in [&reply["text"], &reply["parts"][0], &reply["result"]["finalText"]] {
         let text = field.as_str().unwrap();
-        assert!(text.len() > MIB / 4 && text.ends_with(truncation_note(Language::En)), "cut with the note: {} bytes", text.len());
+        let cut = text.len() > MIB / 4 && text.ends_with(truncation_note(Language::En));
+        assert!(cut, "cut with the note: {} bytes", text.len());
     }
     let kept = env.scalar_i64("SELECT length(final_text)::bigint FROM runs", &[]).await;
     assert!(kept as usize >= result.trim().len(), "the full result stays in Postgres: {kept} bytes");
@@ -144,7 +168,7 @@ async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_roo
     while seen.last().is_none_or(|m: &Value| m["type"] != "reply") {
         seen.push(next_json(&mut consumer, WAIT).await);
     }
-    eventually(WAIT, "the outbox is empty", || async { (env.scalar_i64("SELECT count(*) FROM outbox", &[]).await == 0).then_some(()) }).await;
+    until_the_outbox_is_empty(&env).await;
     // Anything still on its way would arrive now.
     while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_secs(2), consumer.next()).await {
         d.acker.ack(BasicAckOptions::default()).await.unwrap();
@@ -196,15 +220,7 @@ async fn a_stopped_collector_gets_one_message_per_finished_run_not_one_per_sweep
     assert!((10..=12).contains(&queued), "{queued} messages for 10 finished runs");
     // A collector that takes the messages but never replies (they are lost
     // each time): the sweep tells it again, with backoff.
-    let channel = env.conn.create_channel().await.unwrap();
-    channel.basic_qos(1000, BasicQosOptions::default()).await.unwrap();
-    let mut consumer = channel.basic_consume(finished.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
-    let mut taken = 0;
-    let until = tokio::time::Instant::now() + Duration::from_secs(6);
-    while let Ok(Some(Ok(d))) = tokio::time::timeout_at(until, consumer.next()).await {
-        d.acker.ack(BasicAckOptions::default()).await.unwrap();
-        taken += 1;
-    }
+    let taken = take_and_lose(&env, &finished, Duration::from_secs(6)).await;
     fleet.stop().await;
     // 10 queued, then re-sends after about 0, 1 and 3 s (backoff from the grace).
     assert!((20..=60).contains(&taken), "{taken} messages in 60 sweeps for 10 unreplied runs");
@@ -223,27 +239,20 @@ async fn queued_invocations_without_workers_are_not_multiplied() {
          INSERT INTO runs (id, status, root_profile_id) SELECT run, 'running', 'solo' FROM ids;
          INSERT INTO invocations (id, run_id, profile_id, kind, status, exit_policy, brief)
               SELECT inv, run, 'solo', 'root', 'created', 'run_finish_allowed', 'Do it.' FROM ids;
-         INSERT INTO outbox (queue, body) SELECT '{INVOCATIONS_HANDOFF}', jsonb_build_object('invocationId', inv, 'runId', run) FROM ids;"
+         INSERT INTO outbox (queue, body)
+              SELECT '{INVOCATIONS_HANDOFF}', jsonb_build_object('invocationId', inv, 'runId', run) FROM ids;"
     ))
     .await
     .unwrap();
     let queue = env.queue(INVOCATIONS_HANDOFF);
     let fleet = env.start(&[Role::Relay]);
-    eventually(WAIT, "every invocation published", || async { (ready(&env, &queue).await >= N as u32).then_some(()) }).await;
+    eventually(WAIT, "every invocation published", || async { (i64::from(ready(&env, &queue).await) >= N).then_some(()) }).await;
     // 16 leases, 8 graces, no worker: the queue holds one message each.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let queued = i64::from(ready(&env, &queue).await);
     assert!(queued <= N + N / 50, "{queued} messages for {N} queued invocations");
     // Workers that take the messages and lose them: re-sent, with backoff.
-    let channel = env.conn.create_channel().await.unwrap();
-    channel.basic_qos(1000, BasicQosOptions::default()).await.unwrap();
-    let mut consumer = channel.basic_consume(queue.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
-    let mut taken = 0;
-    let until = tokio::time::Instant::now() + Duration::from_secs(6);
-    while let Ok(Some(Ok(d))) = tokio::time::timeout_at(until, consumer.next()).await {
-        d.acker.ack(BasicAckOptions::default()).await.unwrap();
-        taken += 1;
-    }
+    let taken = take_and_lose(&env, &queue, Duration::from_secs(6)).await;
     fleet.stop().await;
     // N queued, then re-sends after about 0, 2 and 6 s (backoff from the grace).
     assert!((2 * N..=5 * N).contains(&taken), "{taken} messages in 12 leases for {N} lost invocations");
