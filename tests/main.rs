@@ -15,3 +15,4 @@ mod process;
 mod protocol;
 mod providers;
 mod sandbox;
+mod relay;

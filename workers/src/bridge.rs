@@ -24,7 +24,8 @@ fn route(request: &Request, message_id: String, body: Value, mandatory: bool) ->
     }
 }
 
-/// Records a status change and queues the `BridgeStatus` message.
+/// Records a status change and queues the `BridgeStatus` message (mandatory,
+/// like the reply: one that no queue takes goes to the dead-letter queue).
 pub async fn status(c: &impl GenericClient, request: &Request, status: &str, note: Option<&str>) -> baton_store::Result<()> {
     let seq = requests::set_status(c, &request.id, status).await?;
     requests::add_event(c, &request.id, "status_changed", Some(status), note).await?;
@@ -32,7 +33,7 @@ pub async fn status(c: &impl GenericClient, request: &Request, status: &str, not
     if let Some(url) = &request.status_url {
         baton_store::callbacks::enqueue(c, &request.id, url, &body).await?;
     }
-    outbox::enqueue(c, &route(request, bridge::status_message_id(&request.id, status), body, false)).await
+    outbox::enqueue(c, &route(request, bridge::status_message_id(&request.id, status), body, true)).await
 }
 
 /// Queues the final `BridgeReply` (mandatory: if no queue takes it, it goes

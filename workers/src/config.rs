@@ -37,6 +37,14 @@ pub struct Settings {
     /// failure in place before the role gives up its connection (and the
     /// message comes back, counted toward the delivery limit).
     pub transient_patience: Duration,
+    /// The largest body the relay hands to the broker, well under RabbitMQ's
+    /// `max_message_size` (128 MiB by default): a bridge message over it is
+    /// cut (the full text stays in Postgres), anything else is dead-lettered.
+    pub max_message_bytes: usize,
+    /// The longest wait between two re-publishes of one stalled row by the
+    /// relay's sweeps (their backoff doubles up to it), and the only pace
+    /// while the row's queue still holds ready messages.
+    pub republish_max: Duration,
     /// A name for this process in leases and logs.
     pub worker_id: String,
     /// Timeouts and keepalives of the roles' database sessions.
@@ -74,6 +82,8 @@ impl Settings {
             pool_size: number("BATON_DB_POOL_SIZE", 16),
             relay_poll: Duration::from_millis(number("BATON_RELAY_POLL_MS", 1_000)),
             transient_patience: Duration::from_millis(number("BATON_TRANSIENT_PATIENCE_MS", 120_000)),
+            max_message_bytes: number("BATON_MAX_MESSAGE_BYTES", 4 * 1024 * 1024),
+            republish_max: Duration::from_millis(number("BATON_REPUBLISH_MAX_MS", 600_000)),
             worker_id: var("BATON_WORKER_ID", &format!("{host}-{}", std::process::id())),
             db_session: db_session(),
             shutdown_grace: Duration::from_millis(number("BATON_SHUTDOWN_GRACE_MS", 20_000)),
@@ -92,6 +102,13 @@ impl Settings {
     /// A pool of `role`'s connections, with the session limits.
     pub fn db_pool(&self, role: &str) -> baton_store::Result<baton_store::Pool> {
         baton_store::pool_with(&self.database_url, self.pool_size, &self.db_session_of(role))
+    }
+
+    /// The backoff cap of an outbox row the broker refused for now (a nack):
+    /// the unclaimed grace, so a bridge whose queue has room again hears
+    /// within about that long.
+    pub fn outbox_retry_max(&self) -> Duration {
+        self.unclaimed_grace.min(self.republish_max).max(self.relay_poll)
     }
 
     pub fn queues(&self) -> baton_bus::Queues {

@@ -11,7 +11,7 @@ pub mod publish;
 pub mod topology;
 
 pub use lapin;
-pub use publish::{Outgoing, Publisher, Published};
+pub use publish::{Outgoing, Publisher, Published, Settled};
 pub use topology::Queues;
 
 #[derive(Debug, thiserror::Error)]

@@ -51,6 +51,13 @@ impl Publisher {
         Ok(self.channel.basic_publish("".into(), m.queue.into(), options, m.body, properties(m)).await?)
     }
 
+    /// Messages ready for consumers in a queue (unacked deliveries not
+    /// counted), by a passive declare.
+    pub async fn ready_count(&self, queue: &str) -> Result<u32> {
+        let options = lapin::options::QueueDeclareOptions { passive: true, ..Default::default() };
+        Ok(self.channel.queue_declare(queue.into(), options, FieldTable::default()).await?.message_count())
+    }
+
     pub async fn publish(&self, m: &Outgoing<'_>) -> Result<Published> {
         let confirm = self.send(m).await?;
         settle(confirm.await?, m.queue)
@@ -59,13 +66,44 @@ impl Publisher {
 
 /// What a broker confirm means for the message.
 pub fn settle(confirmation: Confirmation, queue: &str) -> Result<Published> {
+    match classify(confirmation, queue) {
+        Settled::Confirmed => Ok(Published::Confirmed),
+        Settled::Returned(reason) => Ok(Published::Returned(reason)),
+        Settled::Nacked => Err(Error::Nacked(queue.to_string())),
+    }
+}
+
+/// A confirm, for a caller that treats a nack as "not now" rather than an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    Confirmed,
+    /// No queue took a mandatory message; the text says why.
+    Returned(String),
+    /// The broker refused the message for now (a full queue with
+    /// `x-overflow: reject-publish`, a queue without a leader).
+    Nacked,
+}
+
+pub fn classify(confirmation: Confirmation, queue: &str) -> Settled {
     match confirmation {
-        Confirmation::Ack(Some(returned)) => Ok(Published::Returned(format!(
+        Confirmation::Ack(Some(returned)) => Settled::Returned(format!(
             "no queue took the message for `{queue}` ({} {})",
             returned.reply_code, returned.reply_text
-        ))),
-        Confirmation::Ack(None) | Confirmation::NotRequested => Ok(Published::Confirmed),
-        Confirmation::Nack(_) => Err(Error::Nacked(queue.to_string())),
+        )),
+        Confirmation::Ack(None) | Confirmation::NotRequested => Settled::Confirmed,
+        Confirmation::Nack(_) => Settled::Nacked,
+    }
+}
+
+/// The broker's reason when it closed the channel over a message it will
+/// never take (a channel-level error such as 406 PRECONDITION_FAILED for a
+/// body over `max_message_size`), as opposed to a lost connection.
+pub fn refusal(error: &lapin::Error) -> Option<String> {
+    match error.kind() {
+        lapin::ErrorKind::ProtocolError(e) if matches!(e.kind(), lapin::protocol::AMQPErrorKind::Soft(_)) => {
+            Some(format!("the broker closed the channel: {} {}", e.get_id(), e.get_message()))
+        }
+        _ => None,
     }
 }
 

@@ -42,3 +42,6 @@ pub const HOST_ERROR: &str = "host_error";
 /// A run reached one of its budget's limits; the payload carries the spend.
 pub const RUN_BUDGET_EXHAUSTED: &str = "run_budget_exhausted";
 pub const EXTERNAL_AGENT_RERUN: &str = "external_agent_rerun";
+/// A message of the run that the broker could never take (too big, refused):
+/// moved to the dead-letter queue, with the reason.
+pub const MESSAGE_DEAD_LETTERED: &str = "message_dead_lettered";

@@ -6,6 +6,7 @@
 //! - [`reply`]: humanized bridge replies and cutting them into chat-sized parts.
 //! - [`language`]: the reply languages.
 //! - [`bridge`]: the status and reply messages a bridge receives.
+//! - [`outgoing`]: the size bound of outgoing bodies, cutting them, retry backoff.
 //! - [`profiles`]: the agent profiles file and its validation.
 //! - [`budget`]: run budgets (tokens, model calls, tool calls, wall clock) and the pure check.
 //! - [`tools`]: the model-visible tools and their specs.
@@ -30,6 +31,7 @@ pub mod error;
 pub mod handoff;
 pub mod journal;
 pub mod language;
+pub mod outgoing;
 pub mod profiles;
 pub mod reply;
 pub mod request;

@@ -220,6 +220,11 @@ pub fn split_parts(text: &str, limits: ChannelLimits, language: Language) -> Vec
     if text.is_empty() || limits.max_parts == 0 {
         return Vec::new();
     }
+    // What fits needs no layout (a long text on a one-part channel would
+    // otherwise be scanned for nothing).
+    if text.len() <= limits.max_part_bytes {
+        return vec![text.to_string()];
+    }
     let layout = Layout::new(text);
     let mut parts = Vec::new();
     let mut start = 0;
@@ -248,6 +253,23 @@ fn last_part(layout: &Layout, start: usize, limits: ChannelLimits, language: Lan
 }
 
 const MAX_CHAR_BYTES: usize = 4;
+
+/// Where to end a cut of `text` that may hold at most `budget` bytes: the
+/// most natural place (paragraph, line, sentence, space) that keeps at
+/// least half, else `budget` itself (on a char boundary), never inside a
+/// URL or a code block that could still start whole.
+pub(crate) fn natural_cut(text: &str, budget: usize) -> usize {
+    if text.len() <= budget {
+        return text.len();
+    }
+    // Only the window can hold the cut: laying out the rest of a very long
+    // text would cost time and memory for nothing.
+    let window = &text[..floor_char_boundary(text, budget)];
+    if window.is_empty() {
+        return 0;
+    }
+    Layout::new(window).cut(0, window.len())
+}
 
 /// Characters that end a Chinese sentence or clause. No space follows them,
 /// so a cut goes right after the character.

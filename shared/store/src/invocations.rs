@@ -161,26 +161,50 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: InvocationStatus, 
     Ok(n == 1)
 }
 
+/// How the stalled-work sweep paces its re-publishes of one row.
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
+    /// A created invocation is first re-published after this (its message
+    /// may simply be waiting in a queue), then after 2×, 4× … as long.
+    pub grace: Duration,
+    /// An expired lease is re-published at once, a woken parent after this;
+    /// a repeat waits 2×, 4× … as long.
+    pub lease: Duration,
+    /// The longest wait between two re-publishes of one row; also the only
+    /// pace while the row's queue still holds ready messages (a backlog, not
+    /// a lost message: another copy would only join the queue).
+    pub cap: Duration,
+    pub handoff_backlog: bool,
+    pub delegate_backlog: bool,
+}
+
 /// Invocations whose message may have been lost or whose worker died: a
-/// running one past its lease, a created one nobody claimed in `grace`, or a
-/// woken parent nobody claimed (its wake-up met a locked row).
-/// Each is returned at most once per `again_after`, so the relay re-publishes
-/// it without flooding the queue.
-pub async fn take_stalled(c: &impl GenericClient, grace: Duration, again_after: Duration) -> Result<Vec<(Uuid, Uuid, InvocationKind)>> {
-    let (secs, again) = (grace.as_secs_f64(), again_after.as_secs_f64());
+/// running one past its lease, a created one nobody claimed, or a woken
+/// parent nobody claimed (its wake-up met a locked row), each returned on
+/// the schedule of [`Pace`], so a backlog does not multiply messages.
+pub async fn take_stalled(c: &impl GenericClient, pace: &Pace) -> Result<Vec<(Uuid, Uuid, InvocationKind)>> {
+    let (grace, lease, cap) = (pace.grace.as_secs_f64(), pace.lease.as_secs_f64(), pace.cap.as_secs_f64());
     let rows = sql::query(
         c,
-        "UPDATE invocations SET republished_at = now()
+        "UPDATE invocations SET republished_at = now(), republish_count = republish_count + 1
           WHERE id IN (
               SELECT id FROM invocations
                WHERE (status IN ('created', 'running') OR (status = 'parked' AND woken))
-                 AND ((status = 'running' AND lease_expires_at < now())
-                      OR (status = 'created' AND created_at < now() - make_interval(secs => $1))
-                      OR (status = 'parked' AND woken))
-                 AND (republished_at IS NULL OR republished_at < now() - make_interval(secs => $2))
+                 AND CASE WHEN status = 'running' THEN
+                          lease_expires_at < now()
+                          AND (republished_at IS NULL OR republished_at < lease_expires_at
+                               OR republished_at < now() - make_interval(secs =>
+                                      least($3, $2 * power(2.0::float8, least(republish_count, 20)))))
+                     ELSE
+                          coalesce(republished_at, created_at) < now() - make_interval(secs =>
+                              CASE WHEN (CASE WHEN kind = 'child' OR status = 'parked' THEN $5::boolean ELSE $4::boolean END) THEN $3
+                                   ELSE least($3, (CASE WHEN status = 'created' THEN $1 ELSE $2 END)
+                                                  * power(2.0::float8, least(republish_count, 20)))
+                              END)
+                     END
                LIMIT 500 FOR UPDATE SKIP LOCKED)
       RETURNING id, run_id, kind",
-        &[&secs, &again],
+        &[&grace, &lease, &cap, &pace.handoff_backlog, &pace.delegate_backlog],
     )
     .await?;
     rows.iter()
@@ -227,7 +251,7 @@ pub async fn lock(c: &impl GenericClient, id: Uuid) -> Result<Option<Invocation>
 pub async fn wake(c: &impl GenericClient, id: Uuid) -> Result<bool> {
     let n = sql::execute(
         c,
-        "UPDATE invocations SET woken = true, republished_at = now() WHERE id = $1 AND status = 'parked' AND NOT woken",
+        "UPDATE invocations SET woken = true, republished_at = now(), republish_count = 0 WHERE id = $1 AND status = 'parked' AND NOT woken",
         &[&id],
     )
     .await?;
@@ -238,7 +262,7 @@ pub async fn wake(c: &impl GenericClient, id: Uuid) -> Result<bool> {
 pub async fn wake_timed_out(c: &impl GenericClient) -> Result<Vec<(Uuid, Uuid)>> {
     let rows = sql::query(
         c,
-        "UPDATE invocations SET woken = true, republished_at = now()
+        "UPDATE invocations SET woken = true, republished_at = now(), republish_count = 0
           WHERE id IN (SELECT id FROM invocations WHERE status = 'parked' AND NOT woken AND wake_at < now()
                         LIMIT 500 FOR UPDATE SKIP LOCKED)
       RETURNING id, run_id",

@@ -36,32 +36,89 @@ pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {
     Ok(())
 }
 
-/// Takes the oldest rows, locked for this transaction; committing deletes
-/// them, rolling back puts them back. Concurrent relays skip each other's rows.
-pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<(i64, Message)>> {
+/// A row taken for publishing, with how often the broker refused it so far.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub id: i64,
+    pub attempts: i32,
+    pub message: Message,
+}
+
+/// Takes the oldest rows that are due, locked for this transaction (the
+/// caller deletes or reschedules each, then commits; rolling back puts them
+/// back). A row never overtakes an earlier row of the same handoff that is
+/// waiting for a retry, so a bridge hears its messages in order. Concurrent
+/// relays skip each other's rows.
+pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> {
     let rows = sql::query(
         c,
-        "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
-         RETURNING id, queue, external, message_id, correlation_id, body, mandatory",
+        "SELECT id, queue, external, message_id, correlation_id, body, mandatory, attempts FROM outbox o
+          WHERE next_attempt_at <= now()
+            AND NOT EXISTS (SELECT 1 FROM outbox w
+                             WHERE w.attempts > 0 AND w.correlation_id = o.correlation_id AND w.id < o.id
+                               AND w.next_attempt_at > now())
+          ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
         &[&limit],
     )
     .await?;
-    let mut batch: Vec<(i64, Message)> = rows
+    Ok(rows
         .iter()
-        .map(|r| {
-            let m = Message {
+        .map(|r| Row {
+            id: r.get(0),
+            message: Message {
                 queue: r.get(1),
                 external: r.get(2),
                 message_id: r.get(3),
                 correlation_id: r.get(4),
                 body: r.get(5),
                 mandatory: r.get(6),
-            };
-            (r.get(0), m)
+            },
+            attempts: r.get(7),
         })
-        .collect();
-    batch.sort_by_key(|(id, _)| *id);
-    Ok(batch)
+        .collect())
+}
+
+/// Deletes rows the broker took (or that were moved aside).
+pub async fn delete(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
+    if !ids.is_empty() {
+        sql::execute(c, "DELETE FROM outbox WHERE id = ANY($1)", &[&ids]).await?;
+    }
+    Ok(())
+}
+
+/// Keeps a row the broker refused for now, to try again after `delay`.
+pub async fn retry_later(c: &impl GenericClient, id: i64, delay: std::time::Duration, error: &str) -> Result<()> {
+    sql::execute(
+        c,
+        "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2), last_error = $3
+          WHERE id = $1",
+        &[&id, &delay.as_secs_f64(), &error],
+    )
+    .await?;
+    Ok(())
+}
+
+/// A handoff event about one of its messages (delayed, cut, dead-lettered),
+/// written only if the handoff is known: a row may name any correlation id.
+pub async fn note_for_request(c: &impl GenericClient, handoff_id: &str, kind: &str, message: &str) -> Result<()> {
+    sql::execute(
+        c,
+        "INSERT INTO handoff_events (handoff_id, type, message) SELECT id, $2, $3 FROM handoff_requests WHERE id = $1",
+        &[&handoff_id, &kind, &message],
+    )
+    .await?;
+    Ok(())
+}
+
+/// A journal event about one of a run's messages, written only if the run exists.
+pub async fn note_for_run(c: &impl GenericClient, run_id: uuid::Uuid, kind: &str, payload: &Value) -> Result<()> {
+    sql::execute(
+        c,
+        "INSERT INTO events (run_id, type, payload) SELECT id, $2, $3 FROM runs WHERE id = $1",
+        &[&run_id, &kind, &payload],
+    )
+    .await?;
+    Ok(())
 }
 
 pub async fn pending(c: &impl GenericClient) -> Result<i64> {

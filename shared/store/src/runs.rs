@@ -2,6 +2,8 @@
 
 use baton_domain::state::RunStatus;
 use chrono::{DateTime, Utc};
+use std::time::Duration;
+
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use uuid::Uuid;
@@ -87,17 +89,24 @@ pub async fn set_final_text(c: &impl GenericClient, id: Uuid, text: &str) -> Res
     Ok(())
 }
 
-/// Ended runs of bridge requests whose reply has not been written after
-/// `grace` (their "run finished" message was lost, or the collector failed).
-pub async fn unreplied(c: &impl GenericClient, grace: std::time::Duration) -> Result<Vec<Uuid>> {
-    let secs = grace.as_secs_f64();
+/// Ended runs of bridge requests whose reply has not been written (their
+/// "run finished" message was lost, or the collector failed): first after
+/// `grace`, then after 2×, 4× … as long, never more than `cap` apart; only
+/// every `cap` while the collector's queue still holds ready messages (a
+/// stopped or slow collector will read them; more copies would only pile up).
+pub async fn unreplied(c: &impl GenericClient, grace: Duration, cap: Duration, backlog: bool) -> Result<Vec<Uuid>> {
+    let (grace, cap) = (grace.as_secs_f64(), cap.as_secs_f64());
     let rows = sql::query(
         c,
-        "SELECT r.id FROM handoff_requests h JOIN runs r ON r.id = h.run_id
-          WHERE h.reply_sent_at IS NULL AND h.run_id IS NOT NULL
-            AND r.status <> 'running' AND r.finished_at < now() - make_interval(secs => $1)
-          LIMIT 200",
-        &[&secs],
+        "UPDATE runs SET republished_at = now(), republish_count = republish_count + 1
+          WHERE id IN (
+              SELECT r.id FROM handoff_requests h JOIN runs r ON r.id = h.run_id
+               WHERE h.reply_sent_at IS NULL AND h.run_id IS NOT NULL AND r.status <> 'running'
+                 AND coalesce(r.republished_at, r.finished_at) < now() - make_interval(secs =>
+                         CASE WHEN $3 THEN $2 ELSE least($2, $1 * power(2.0::float8, least(r.republish_count, 20))) END)
+               LIMIT 200 FOR UPDATE OF r SKIP LOCKED)
+      RETURNING id",
+        &[&grace, &cap, &backlog],
     )
     .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())

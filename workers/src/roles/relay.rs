@@ -1,15 +1,26 @@
 //! The relay: publishes outbox rows with publisher confirms, woken by
 //! LISTEN/NOTIFY with a poll as a safety net, and re-publishes invocations
 //! whose worker died (lease expired) or whose message was lost.
+//!
+//! No row holds up the others: each row's fate is settled on its own. A body
+//! over `BATON_MAX_MESSAGE_BYTES` is cut (a bridge message) or moved aside
+//! (anything else) before the broker sees it; a nack keeps the row for a
+//! retry with backoff; a returned message, or one the broker closes the
+//! channel over, is dead-lettered with its reason and its run or handoff is
+//! told. Rows caught in a channel that another row broke are tried again
+//! one by one on a fresh channel, so the culprit is found and only it fails.
 
 use std::sync::Arc;
 
-use baton_bus::publish::settle;
-use baton_bus::topology::DEAD;
-use baton_bus::{Outgoing, Published, Publisher};
-use baton_store::outbox::{self, Message};
+use baton_bus::lapin::Connection;
+use baton_bus::publish::{classify, refusal};
+use baton_bus::topology::{DEAD, INVOCATIONS_DELEGATE, INVOCATIONS_HANDOFF, RUNS_FINISHED};
+use baton_bus::{Outgoing, Publisher, Settled};
+use baton_domain::outgoing::{self as bound, Verdict};
+use baton_store::outbox::{self, Message, Row};
 use baton_store::tokio_postgres::{self, AsyncMessage};
-use baton_store::{invocations, Pool};
+use baton_store::{invocations, GenericClient, Pool};
+use serde_json::json;
 use futures_lite::StreamExt;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -18,6 +29,8 @@ use super::{connect, Role};
 use crate::config::Settings;
 
 const BATCH: i64 = 256;
+/// The largest dead-letter body: see [`Relay::dead_letter`].
+const DEAD_LETTER_MAX_BYTES: usize = 1024 * 1024;
 const CONFIRM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The relay's sessions: its outbox transaction stays open while the broker
@@ -35,7 +48,7 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let publisher = Publisher::open(&conn).await?;
     let wake = Arc::new(Notify::new());
     let (_listening, listener) = listen(settings, wake.clone()).await?;
-    let relay = Relay { pool, publisher, settings: settings.clone() };
+    let mut relay = Relay { pool, conn, publisher, settings: settings.clone() };
     tracing::info!("relay publishing");
     let callbacks_stop = shutdown.child_token();
     let callbacks = tokio::spawn(super::callbacks::deliver(relay.pool.clone(), settings.relay_poll, callbacks_stop.clone()));
@@ -71,12 +84,36 @@ async fn listen(settings: &Settings, wake: Arc<Notify>) -> anyhow::Result<(tokio
 
 struct Relay {
     pool: Pool,
+    conn: Connection,
     publisher: Publisher,
     settings: Settings,
 }
 
+/// One row made ready to publish.
+struct Prepared {
+    queue: String,
+    /// The bytes to send: the body, or the body cut to the bound.
+    body: Vec<u8>,
+    /// The body's size when it had to be cut.
+    cut_from: Option<usize>,
+    /// Why the row can never be published, decided before the broker sees it.
+    refused: Option<String>,
+}
+
+/// What became of one row this round.
+#[derive(Debug, Clone, PartialEq)]
+enum Fate {
+    Sent,
+    /// Refused for now (a nack): kept, tried again after a backoff.
+    Retry(String),
+    /// Never publishable: dead-lettered with this reason, its run told.
+    Dead(String),
+    /// Unknown: its channel broke, maybe over another row. Tried alone.
+    Unsure(String),
+}
+
 impl Relay {
-    async fn serve(&self, wake: &Notify, listener: &CancellationToken, shutdown: &CancellationToken) -> anyhow::Result<()> {
+    async fn serve(&mut self, wake: &Notify, listener: &CancellationToken, shutdown: &CancellationToken) -> anyhow::Result<()> {
         let mut sweep = tokio::time::interval(self.settings.relay_poll);
         loop {
             while self.publish_batch().await? == BATCH as usize {}
@@ -89,77 +126,257 @@ impl Relay {
         }
     }
 
-    /// Publishes up to one batch. The rows stay locked (deleted only at
-    /// commit) until every confirm is in: a crash re-publishes, never drops.
-    pub async fn publish_batch(&self) -> anyhow::Result<usize> {
+    /// Publishes up to one batch of due rows. The rows stay locked until
+    /// every row's fate is recorded (deleted, rescheduled, dead-lettered)
+    /// and committed: a crash re-publishes, never drops.
+    pub async fn publish_batch(&mut self) -> anyhow::Result<usize> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let batch = outbox::take_batch(&tx, BATCH).await?;
-        if batch.is_empty() {
+        let rows = outbox::take_batch(&tx, BATCH).await?;
+        if rows.is_empty() {
             return Ok(0);
         }
-        let queues = self.settings.queues();
-        let mut pending = Vec::with_capacity(batch.len());
-        for (_, m) in &batch {
-            let queue = if m.external { m.queue.clone() } else { queues.name(&m.queue) };
-            let body = serde_json::to_vec(&m.body)?;
-            let confirm = self.publisher.send(&outgoing(m, &queue, &body)).await?;
-            pending.push((confirm, queue, m, body));
-        }
-        for (confirm, queue, m, body) in pending {
-            let confirmation = tokio::time::timeout(CONFIRM_TIMEOUT, confirm)
-                .await
-                .map_err(|_| anyhow::anyhow!("the broker did not confirm within {CONFIRM_TIMEOUT:?}"))??;
-            // Settled one by one: a message the broker refuses (a full or
-            // missing bridge queue) goes to baton.dead with the reason instead
-            // of blocking every message behind it.
-            match settle(confirmation, &queue) {
-                Ok(Published::Confirmed) => {}
-                Ok(Published::Returned(reason)) => self.dead_letter(m, &queue, &body, &reason).await?,
-                Err(e) => self.dead_letter(m, &queue, &body, &e.to_string()).await?,
+        let prepared = rows.iter().map(|r| self.prepare(&r.message)).collect::<anyhow::Result<Vec<_>>>()?;
+        let mut fates = self.publish_together(&rows, &prepared).await?;
+        if fates.iter().any(|f| matches!(f, Fate::Unsure(_))) {
+            tracing::warn!("the channel broke during a batch; trying its unconfirmed rows one by one");
+            self.reopen().await?;
+            for (i, fate) in fates.iter_mut().enumerate() {
+                if matches!(fate, Fate::Unsure(_)) {
+                    *fate = self.publish_alone(&rows[i].message, &prepared[i]).await?;
+                }
             }
         }
+        let mut done = vec![];
+        for ((row, prepared), fate) in rows.iter().zip(&prepared).zip(fates) {
+            if self.record(&tx, row, prepared, fate).await? {
+                done.push(row.id);
+            }
+        }
+        outbox::delete(&tx, &done).await?;
         tx.commit().await?;
-        Ok(batch.len())
+        Ok(rows.len())
     }
 
-    async fn dead_letter(&self, m: &Message, queue: &str, body: &[u8], reason: &str) -> anyhow::Result<()> {
-        tracing::warn!(queue, reason, "message returned; dead-lettering it");
+    /// The queue and the bytes to send, within the bound.
+    fn prepare(&self, m: &Message) -> anyhow::Result<Prepared> {
+        let queue = if m.external { m.queue.clone() } else { self.settings.queues().name(&m.queue) };
+        let max = self.settings.max_message_bytes;
+        let body = serde_json::to_vec(&m.body)?;
+        let size = body.len();
+        let mut prepared = Prepared { queue, body, cut_from: None, refused: None };
+        match bound::verdict(size, max, bound::is_bridge_message(&m.body)) {
+            Verdict::Send => {}
+            Verdict::Cut => {
+                let cut = bound::fit_sized(&m.body, size, max, bound::language_of(&m.body));
+                prepared.body = serde_json::to_vec(cut.as_ref().unwrap_or(&m.body))?;
+                prepared.cut_from = Some(size);
+            }
+            Verdict::TooBig => {
+                prepared.refused = Some(format!("the message is {size} bytes, over the limit of {max} (BATON_MAX_MESSAGE_BYTES)"));
+            }
+        }
+        Ok(prepared)
+    }
+
+    /// Sends every publishable row, then waits for their confirms.
+    async fn publish_together(&self, rows: &[Row], prepared: &[Prepared]) -> anyhow::Result<Vec<Fate>> {
+        let mut sent = Vec::with_capacity(rows.len());
+        for (row, p) in rows.iter().zip(prepared) {
+            sent.push(match &p.refused {
+                Some(reason) => Err(Fate::Dead(reason.clone())),
+                None => self.publisher.send(&outgoing(&row.message, &p.queue, &p.body)).await.map_err(|e| Fate::Unsure(e.to_string())),
+            });
+        }
+        let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
+        let mut fates = Vec::with_capacity(rows.len());
+        for (attempt, p) in sent.into_iter().zip(prepared) {
+            fates.push(match attempt {
+                Err(fate) => fate,
+                Ok(confirm) => match tokio::time::timeout_at(deadline, confirm).await {
+                    Err(_) => anyhow::bail!("the broker did not confirm within {CONFIRM_TIMEOUT:?}"),
+                    Ok(Ok(confirmation)) => settled(classify(confirmation, &p.queue)),
+                    Ok(Err(e)) => Fate::Unsure(e.to_string()),
+                },
+            });
+        }
+        Ok(fates)
+    }
+
+    /// Publishes one row on its own: a channel error now is about this row.
+    async fn publish_alone(&mut self, m: &Message, p: &Prepared) -> anyhow::Result<Fate> {
+        let confirm = match self.publisher.send(&outgoing(m, &p.queue, &p.body)).await {
+            Ok(confirm) => confirm,
+            Err(e) => return self.failed_alone(e).await,
+        };
+        match tokio::time::timeout(CONFIRM_TIMEOUT, confirm).await {
+            Err(_) => anyhow::bail!("the broker did not confirm within {CONFIRM_TIMEOUT:?}"),
+            Ok(Ok(confirmation)) => Ok(settled(classify(confirmation, &p.queue))),
+            Ok(Err(e)) => self.failed_alone(e.into()).await,
+        }
+    }
+
+    /// A lone publish failed. A lost connection is everyone's problem: the
+    /// role reconnects and the batch is tried again. A channel the broker
+    /// closed over this message means it will never take it.
+    async fn failed_alone(&mut self, e: baton_bus::Error) -> anyhow::Result<Fate> {
+        if !self.conn.status().connected() {
+            return Err(e.into());
+        }
+        self.reopen().await?;
+        let refused = match &e {
+            baton_bus::Error::Amqp(e) => refusal(e),
+            baton_bus::Error::Nacked(_) | baton_bus::Error::NoBrokerUrl => None,
+        };
+        Ok(match refused {
+            Some(reason) => Fate::Dead(reason),
+            None => Fate::Retry(e.to_string()),
+        })
+    }
+
+    async fn reopen(&mut self) -> anyhow::Result<()> {
+        super::close(self.publisher.channel()).await;
+        self.publisher = Publisher::open(&self.conn).await?;
+        Ok(())
+    }
+
+    /// Carries out a row's fate in the batch's transaction; `true` when the
+    /// row leaves the outbox.
+    async fn record(&self, tx: &impl GenericClient, row: &Row, p: &Prepared, fate: Fate) -> anyhow::Result<bool> {
+        let m = &row.message;
+        match fate {
+            Fate::Sent => {
+                if let (Some(size), Some(handoff)) = (p.cut_from, &m.correlation_id) {
+                    let what = m.body["type"].as_str().unwrap_or("message");
+                    let note = format!(
+                        "the {what} was {size} bytes, over the limit of {} bytes: its text was cut (the full result is kept)",
+                        self.settings.max_message_bytes
+                    );
+                    tracing::warn!(handoff = %handoff, size, "bridge message over the bound; sent cut");
+                    outbox::note_for_request(tx, handoff, "message_cut", &note).await?;
+                }
+                Ok(true)
+            }
+            Fate::Retry(reason) | Fate::Unsure(reason) => {
+                let attempt = u32::try_from(row.attempts).unwrap_or(0).saturating_add(1);
+                let delay = bound::backoff(attempt, self.settings.relay_poll, self.settings.outbox_retry_max());
+                tracing::warn!(queue = %p.queue, attempt, ?delay, reason, "the broker refused a message for now; retrying later");
+                outbox::retry_later(tx, row.id, delay, &reason).await?;
+                if let (1, Some(handoff)) = (attempt, &m.correlation_id) {
+                    let note = format!("delivery delayed, retrying: {reason}");
+                    outbox::note_for_request(tx, handoff, "delivery_delayed", &note).await?;
+                }
+                Ok(false)
+            }
+            Fate::Dead(reason) => {
+                self.dead_letter(m, p, &reason).await?;
+                self.tell(tx, m, &p.queue, &reason).await?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Moves a row aside to `baton.dead`, its body cut to the bound if need be.
+    async fn dead_letter(&self, m: &Message, p: &Prepared, reason: &str) -> anyhow::Result<()> {
+        tracing::warn!(queue = %p.queue, reason, "message cannot be published; dead-lettering it");
         let dead = self.settings.queues().name(DEAD);
+        // A dead letter is for an operator to read: a reason and enough of
+        // the body to recognise it (the rest is in Postgres). Kept well under
+        // any broker limit, with room for the headers, so that moving a row
+        // aside can never fail the way the row did.
+        let max = self.settings.max_message_bytes.min(DEAD_LETTER_MAX_BYTES).saturating_sub(4096);
+        let cut = if p.body.len() > max {
+            // Cut from the row itself (what was sent may be a cut version already).
+            let original = p.cut_from.unwrap_or(p.body.len());
+            let cut = bound::fit_sized(&m.body, original, max, bound::language_of(&m.body));
+            Some(serde_json::to_vec(cut.as_ref().unwrap_or(&m.body))?)
+        } else {
+            None
+        };
+        let mut headers = vec![("x-baton-error", reason.to_string()), ("x-baton-source-queue", p.queue.clone())];
+        if cut.is_some() || p.cut_from.is_some() {
+            headers.push(("x-baton-truncated", "true".to_string()));
+        }
         let out = Outgoing {
             queue: &dead,
-            body,
+            body: cut.as_deref().unwrap_or(&p.body),
             message_id: m.message_id.as_deref(),
             correlation_id: m.correlation_id.as_deref(),
-            headers: vec![("x-baton-error", reason.to_string()), ("x-baton-source-queue", queue.to_string())],
+            headers,
             ..Default::default()
         };
         self.publisher.publish(&out).await?;
         Ok(())
     }
 
+    /// Leaves a trace where an operator looks: the handoff's events for a
+    /// bridge message, the run's journal for a fleet message.
+    async fn tell(&self, tx: &impl GenericClient, m: &Message, queue: &str, reason: &str) -> anyhow::Result<()> {
+        if let Some(handoff) = &m.correlation_id {
+            let what = m.body["type"].as_str().unwrap_or("message");
+            let note = format!("the {what} could not be delivered to {queue} and was dead-lettered: {reason}");
+            outbox::note_for_request(tx, handoff, "delivery_failed", &note).await?;
+        }
+        if let Some(run_id) = m.body["runId"].as_str().and_then(|id| id.parse().ok()) {
+            let payload = json!({"queue": m.queue, "messageId": m.message_id, "reason": reason});
+            outbox::note_for_run(tx, run_id, baton_domain::journal::MESSAGE_DEAD_LETTERED, &payload).await?;
+        }
+        Ok(())
+    }
+
     /// Re-publishes stalled invocations through the outbox (the next batch
     /// sends them); whoever claims one bumps its epoch and fences the old
-    /// worker. Also wakes parked parents whose wait timed out.
-    async fn sweep_stalled(&self) -> anyhow::Result<()> {
+    /// worker. Also wakes parked parents whose wait timed out. Each row is
+    /// re-published on its own backoff, and a queue that still holds ready
+    /// messages gets no more copies until the cap: a backlog is not a loss.
+    async fn sweep_stalled(&mut self) -> anyhow::Result<()> {
+        let pace = invocations::Pace {
+            grace: self.settings.unclaimed_grace,
+            lease: self.settings.lease,
+            cap: self.settings.republish_max,
+            handoff_backlog: self.has_backlog(INVOCATIONS_HANDOFF).await,
+            delegate_backlog: self.has_backlog(INVOCATIONS_DELEGATE).await,
+        };
+        let finished_backlog = self.has_backlog(RUNS_FINISHED).await;
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let stalled = invocations::take_stalled(&tx, self.settings.unclaimed_grace, self.settings.lease).await?;
-        for (id, run_id, kind) in &stalled {
+        for (id, run_id, kind) in invocations::take_stalled(&tx, &pace).await? {
             tracing::info!(invocation = %id, "re-publishing stalled invocation");
-            baton_agent::lifecycle::publish_invocation(&tx, *run_id, *id, *kind).await?;
+            baton_agent::lifecycle::publish_invocation(&tx, run_id, id, kind).await?;
         }
         // Parked parents whose wait timed out: wake them to read what is done.
         for (id, run_id) in invocations::wake_timed_out(&tx).await? {
             baton_agent::lifecycle::publish_wake(&tx, run_id, id).await?;
         }
         // Ended runs whose reply was never written: tell the collector again.
-        for run_id in baton_store::runs::unreplied(&tx, self.settings.unclaimed_grace).await? {
+        let unreplied = baton_store::runs::unreplied(&tx, self.settings.unclaimed_grace, self.settings.republish_max, finished_backlog);
+        for run_id in unreplied.await? {
             tracing::info!(run = %run_id, "re-publishing an unreplied finished run");
             baton_agent::lifecycle::publish_finished(&tx, run_id).await?;
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Whether a fleet queue holds messages no consumer has taken yet. When
+    /// the broker cannot say, the sweep assumes not (and re-publishes).
+    async fn has_backlog(&mut self, logical: &str) -> bool {
+        match self.publisher.ready_count(&self.settings.queues().name(logical)).await {
+            Ok(ready) => ready > 0,
+            Err(e) => {
+                tracing::warn!(queue = logical, error = %e, "could not read a queue's depth");
+                let _ = self.reopen().await;
+                false
+            }
+        }
+    }
+}
+
+fn settled(settled: Settled) -> Fate {
+    match settled {
+        Settled::Confirmed => Fate::Sent,
+        Settled::Returned(reason) => Fate::Dead(reason),
+        Settled::Nacked => Fate::Retry("the broker refused the message for now (nack)".into()),
     }
 }
 

@@ -1,0 +1,259 @@
+//! The relay under faults: a poison row, a full bridge queue, a returned
+//! status, and sweeps that must not flood a backlog.
+
+use std::time::Duration;
+
+use baton::roles::Role;
+use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
+use baton_bus::lapin::types::{AMQPValue, FieldTable};
+use baton_bus::topology::{DEAD, INVOCATIONS_HANDOFF, RUNS_FINISHED};
+use baton_domain::reply::truncation_note;
+use baton_domain::Language;
+use baton_tests::{eventually, next_json, profile, sample_request_json, until_reply, TestEnv};
+use futures_lite::StreamExt;
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(40);
+const MIB: usize = 1024 * 1024;
+
+/// A solo agent that writes `content`, commits and finishes.
+fn solo(content: &str) -> String {
+    let write = format!(r#"{{ tool = "workspace_write", args = {{ path = "output/main.md", content = "{content}" }} }}"#);
+    let tools = ["workspace_write", "workspace_commit", "workspace_finish"];
+    let script = [write.as_str(), r#"{ tool = "workspace_commit" }"#, r#"{ tool = "workspace_finish" }"#];
+    format!("[routes]\ndocs_agent = \"solo\"\n\n{}", profile("solo", &tools, "", &script))
+}
+
+/// Messages ready in a queue, by a passive declare.
+async fn ready(env: &TestEnv, queue: &str) -> u32 {
+    env.publisher.ready_count(queue).await.expect("queue exists")
+}
+
+async fn until_the_outbox_is_empty(env: &TestEnv) {
+    eventually(WAIT, "the outbox is empty", || async { (env.scalar_i64("SELECT count(*) FROM outbox", &[]).await == 0).then_some(()) })
+        .await;
+}
+
+/// Plays a consumer that takes every message of a queue for `window` and
+/// loses it (acks without acting): how many it took.
+async fn take_and_lose(env: &TestEnv, queue: &str, window: Duration) -> i64 {
+    let channel = env.conn.create_channel().await.unwrap();
+    channel.basic_qos(1000, BasicQosOptions::default()).await.unwrap();
+    let options = BasicConsumeOptions::default();
+    let mut consumer = channel.basic_consume(queue.into(), "".into(), options, FieldTable::default()).await.unwrap();
+    let (mut taken, until) = (0, tokio::time::Instant::now() + window);
+    while let Ok(Some(Ok(d))) = tokio::time::timeout_at(until, consumer.next()).await {
+        d.acker.ack(BasicAckOptions::default()).await.unwrap();
+        taken += 1;
+    }
+    taken
+}
+
+#[tokio::test]
+async fn a_twenty_mib_row_is_moved_aside_with_its_reason_and_the_next_run_completes() {
+    let env = TestEnv::new().await;
+    env.apply_profiles(&solo("Done.")).await;
+    env.run_request("poison-before").await;
+    let run = env.run_of("poison-before").await;
+    // The oldest row of the outbox: an internal message of 20 MiB.
+    let c = env.db().await;
+    c.execute(
+        "INSERT INTO outbox (queue, body)
+         VALUES ($1, jsonb_build_object('runId', $2::uuid, 'invocationId', gen_random_uuid(), 'pad', repeat('x', $3)))",
+        &[&INVOCATIONS_HANDOFF, &run, &(20 * MIB as i32)],
+    )
+    .await
+    .unwrap();
+    let mut dead = env.consume(&env.queue(DEAD)).await;
+    let messages = env.run_request("poison-after").await;
+    assert_eq!(messages.last().unwrap()["status"], "completed", "the run behind the poison row completes");
+    let letter = next_json(&mut dead, WAIT).await;
+    let reason = letter["_error"].as_str().unwrap();
+    assert!(reason.contains("over the limit"), "{reason}");
+    assert_eq!(letter["_body"]["runId"], run.to_string());
+    let pad = letter["_body"]["pad"].as_str().unwrap();
+    let cut = pad.len() < MIB && pad.ends_with(truncation_note(Language::En));
+    assert!(cut, "the dead letter's body is cut: {} bytes", pad.len());
+    assert!(env.journal(run).await.contains(&"message_dead_lettered".to_string()), "the run is told");
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM outbox", &[]).await, 0, "nothing stays behind");
+}
+
+#[tokio::test]
+async fn a_message_the_broker_closes_the_channel_over_is_found_alone_and_dead_lettered() {
+    let mut env = TestEnv::new().await;
+    // Our own bound above the broker's (128 MiB by default), so that the
+    // broker is the one to refuse: it closes the channel with 406.
+    env.settings.max_message_bytes = 200 * MIB;
+    let finished = env.queue(RUNS_FINISHED);
+    let c = env.db().await;
+    for pad in [0, 129 * MIB as i32, 0] {
+        c.execute(
+            "INSERT INTO outbox (queue, body) VALUES ($1, jsonb_build_object('runId', gen_random_uuid(), 'pad', repeat('x', $2)))",
+            &[&RUNS_FINISHED, &pad],
+        )
+        .await
+        .unwrap();
+    }
+    let mut dead = env.consume(&env.queue(DEAD)).await;
+    let fleet = env.start(&[Role::Relay]);
+    let letter = next_json(&mut dead, WAIT).await;
+    eventually(WAIT, "the rows around it are published", || async { (ready(&env, &finished).await == 2).then_some(()) }).await;
+    until_the_outbox_is_empty(&env).await;
+    fleet.stop().await;
+    let reason = letter["_error"].as_str().unwrap();
+    assert!(reason.contains("406"), "{reason}");
+    let pad = letter["_body"]["pad"].as_str().unwrap();
+    let cut = pad.len() < MIB && pad.ends_with(truncation_note(Language::En));
+    assert!(cut, "the dead letter's body is cut: {} bytes", pad.len());
+}
+
+#[tokio::test]
+async fn a_huge_agent_result_reaches_the_bridge_cut_and_stays_whole_in_postgres() {
+    let mut env = TestEnv::new().await;
+    // Scaled down from the 4 MiB default so that a debug build stays quick:
+    // a 4 MiB result, which the reply carries three times (text, its one part, finalText).
+    env.settings.max_message_bytes = MIB;
+    let result = "All good. ".repeat(4 * MIB / 10);
+    env.apply_profiles(&solo(&result)).await;
+    let mut request = sample_request_json("huge-1", "docs_agent", "en");
+    request["source"] = "admin".into(); // one part: the text travels three times
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&request).await;
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    let reply = messages.last().unwrap();
+    assert_eq!(reply["status"], "completed", "{}", reply["error"]);
+    let size = serde_json::to_vec(reply).unwrap().len();
+    assert!(size <= MIB, "the reply is within the bound: {size} bytes");
+    for field in [&reply["text"], &reply["parts"][0], &reply["result"]["finalText"]] {
+        let text = field.as_str().unwrap();
+        let cut = text.len() > MIB / 4 && text.ends_with(truncation_note(Language::En));
+        assert!(cut, "cut with the note: {} bytes", text.len());
+    }
+    let kept = env.scalar_i64("SELECT length(final_text)::bigint FROM runs", &[]).await;
+    assert!(kept as usize >= result.trim().len(), "the full result stays in Postgres: {kept} bytes");
+    assert!(env.handoff_events("huge-1").await.contains(&"message_cut".to_string()));
+}
+
+#[tokio::test]
+async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_room() {
+    let mut env = TestEnv::new().await;
+    // Retries back off up to the unclaimed grace: keep it short.
+    env.settings.unclaimed_grace = Duration::from_secs(2);
+    env.apply_profiles(&solo("Done.")).await;
+    let full = format!("{}bridge.full", env.settings.queue_prefix);
+    let channel = env.conn.create_channel().await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert("x-max-length".into(), AMQPValue::LongLongInt(1));
+    args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+    // Exclusive: gone with the test's connection; other connections may still publish to it.
+    let options = QueueDeclareOptions { exclusive: true, ..Default::default() };
+    channel.queue_declare(full.as_str().into(), options, args).await.unwrap();
+    let filler = baton_bus::Outgoing { queue: &full, body: b"{\"type\":\"filler\"}", ..Default::default() };
+    env.publisher.publish(&filler).await.unwrap();
+    let fleet = env.start_all();
+    let request = serde_json::to_vec(&sample_request_json("full-1", "docs_agent", "en")).unwrap();
+    env.send_raw(&request, Some(&full)).await;
+    eventually(WAIT, "the run finished and its reply waits in the outbox", || async {
+        let waiting = env.scalar_i64("SELECT count(*) FROM outbox WHERE attempts > 0 AND correlation_id = 'full-1'", &[]).await;
+        let replied = env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'full-1' AND reply_sent_at IS NOT NULL", &[]).await;
+        (waiting > 0 && replied == 1).then_some(())
+    })
+    .await;
+    assert!(env.handoff_events("full-1").await.contains(&"delivery_delayed".to_string()));
+    // Room again: the bridge drains its queue.
+    let mut consumer = env.consume(&full).await;
+    let mut seen = vec![];
+    while seen.last().is_none_or(|m: &Value| m["type"] != "reply") {
+        seen.push(next_json(&mut consumer, WAIT).await);
+    }
+    until_the_outbox_is_empty(&env).await;
+    // Anything still on its way would arrive now.
+    while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_secs(2), consumer.next()).await {
+        d.acker.ack(BasicAckOptions::default()).await.unwrap();
+        seen.push(serde_json::from_slice(&d.data).unwrap());
+    }
+    fleet.stop().await;
+    assert_eq!(seen.iter().filter(|m| m["type"] == "reply").count(), 1, "{seen:?}");
+    let mut statuses: Vec<&str> = seen.iter().filter(|m| m["type"] == "status").filter_map(|m| m["status"].as_str()).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, ["accepted", "completed", "running"], "none lost, none twice: {seen:?}");
+    assert_eq!(ready(&env, &env.queue(DEAD)).await, 0, "nothing was dead-lettered");
+}
+
+#[tokio::test]
+async fn a_status_that_no_queue_takes_is_dead_lettered_with_its_reason() {
+    let env = TestEnv::new().await;
+    env.apply_profiles(&solo("Done.")).await;
+    let fleet = env.start(&[Role::Intake, Role::Relay]);
+    let mut dead = env.consume(&env.queue(DEAD)).await;
+    let gone = format!("{}bridge.gone", env.settings.queue_prefix);
+    let request = serde_json::to_vec(&sample_request_json("gone-1", "docs_agent", "en")).unwrap();
+    env.send_raw(&request, Some(&gone)).await;
+    let letter = next_json(&mut dead, WAIT).await;
+    fleet.stop().await;
+    assert_eq!(letter["_body"]["type"], "status");
+    assert_eq!(letter["_body"]["status"], "accepted");
+    assert!(letter["_error"].as_str().unwrap().contains("no queue took"), "{letter}");
+    assert!(env.handoff_events("gone-1").await.contains(&"delivery_failed".to_string()));
+}
+
+#[tokio::test]
+async fn a_stopped_collector_gets_one_message_per_finished_run_not_one_per_sweep() {
+    let mut env = TestEnv::new().await;
+    env.settings.relay_poll = Duration::from_millis(100);
+    env.settings.unclaimed_grace = Duration::from_millis(500);
+    env.apply_profiles(&solo("Done.")).await;
+    let fleet = env.start(&[Role::Intake, Role::Invocation, Role::Relay]);
+    for i in 0..10 {
+        env.send_request(&sample_request_json(&format!("idle-{i}"), "docs_agent", "en")).await;
+    }
+    eventually(WAIT, "10 runs finished", || async {
+        (env.scalar_i64("SELECT count(*) FROM runs WHERE status = 'completed'", &[]).await == 10).then_some(())
+    })
+    .await;
+    let finished = env.queue(RUNS_FINISHED);
+    // 60 sweeps, 12 graces: nobody reads the queue, and it holds what it needs.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let queued = ready(&env, &finished).await;
+    assert!((10..=12).contains(&queued), "{queued} messages for 10 finished runs");
+    // A collector that takes the messages but never replies (they are lost
+    // each time): the sweep tells it again, with backoff.
+    let taken = take_and_lose(&env, &finished, Duration::from_secs(6)).await;
+    fleet.stop().await;
+    // 10 queued, then re-sends after about 0, 1 and 3 s (backoff from the grace).
+    assert!((20..=60).contains(&taken), "{taken} messages in 60 sweeps for 10 unreplied runs");
+}
+
+#[tokio::test]
+async fn queued_invocations_without_workers_are_not_multiplied() {
+    let mut env = TestEnv::new().await;
+    env.settings.relay_poll = Duration::from_millis(100);
+    env.settings.lease = Duration::from_millis(500);
+    env.settings.unclaimed_grace = Duration::from_secs(1);
+    const N: i64 = 500;
+    let c = env.db().await;
+    c.batch_execute(&format!(
+        "CREATE TEMP TABLE ids AS SELECT gen_random_uuid() AS run, gen_random_uuid() AS inv FROM generate_series(1, {N});
+         INSERT INTO runs (id, status, root_profile_id) SELECT run, 'running', 'solo' FROM ids;
+         INSERT INTO invocations (id, run_id, profile_id, kind, status, exit_policy, brief)
+              SELECT inv, run, 'solo', 'root', 'created', 'run_finish_allowed', 'Do it.' FROM ids;
+         INSERT INTO outbox (queue, body)
+              SELECT '{INVOCATIONS_HANDOFF}', jsonb_build_object('invocationId', inv, 'runId', run) FROM ids;"
+    ))
+    .await
+    .unwrap();
+    let queue = env.queue(INVOCATIONS_HANDOFF);
+    let fleet = env.start(&[Role::Relay]);
+    eventually(WAIT, "every invocation published", || async { (i64::from(ready(&env, &queue).await) >= N).then_some(()) }).await;
+    // 16 leases, 8 graces, no worker: the queue holds one message each.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let queued = i64::from(ready(&env, &queue).await);
+    assert!(queued <= N + N / 50, "{queued} messages for {N} queued invocations");
+    // Workers that take the messages and lose them: re-sent, with backoff.
+    let taken = take_and_lose(&env, &queue, Duration::from_secs(6)).await;
+    fleet.stop().await;
+    // N queued, then re-sends after about 0, 2 and 6 s (backoff from the grace).
+    assert!((2 * N..=5 * N).contains(&taken), "{taken} messages in 12 leases for {N} lost invocations");
+}
