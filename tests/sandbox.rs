@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use baton::roles::Role;
-use baton_tests::{baton_binary, eventually, sample_request_json, until_reply, BatonProcess, TestEnv};
+use baton_tests::{eventually, sample_request_json, until_reply, BatonProcess, TestEnv};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -185,25 +185,10 @@ async fn an_agent_that_floods_its_output_is_stopped_at_the_cap_with_bounded_memo
 
 /// `baton up --role invocation` with a short shutdown grace.
 fn spawn_worker(env: &TestEnv, worker_id: &str, grace_ms: u64, extra: &[(&str, &str)]) -> BatonProcess {
-    let log = std::fs::File::create(std::env::temp_dir().join(format!("{}{worker_id}.log", env.settings.queue_prefix))).unwrap();
-    let child = tokio::process::Command::new(baton_binary())
-        .args(["up", "--role", "invocation"])
-        .env("DATABASE_URL", &env.settings.database_url)
-        .env("AMQP_URL", &env.settings.amqp_url)
-        .env("BATON_QUEUE_PREFIX", &env.settings.queue_prefix)
-        .env("BATON_LEASE_MS", env.settings.lease.as_millis().to_string())
-        .env("BATON_RELAY_POLL_MS", env.settings.relay_poll.as_millis().to_string())
-        .env("BATON_WORKER_ID", worker_id)
-        .env("BATON_DB_POOL_SIZE", "3")
-        .env("BATON_SHUTDOWN_GRACE_MS", grace_ms.to_string())
-        .env("RUST_LOG", "info")
-        .envs(extra.iter().copied())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn baton");
-    BatonProcess { child, worker_id: worker_id.to_string() }
+    let grace = grace_ms.to_string();
+    let mut vars = vec![("BATON_SHUTDOWN_GRACE_MS", grace.as_str())];
+    vars.extend_from_slice(extra);
+    env.spawn_baton_env("invocation", worker_id, &vars)
 }
 
 /// Starts a worker process running the agent, waits until the agent runs,

@@ -265,23 +265,7 @@ impl TestEnv {
     /// Starts `baton up --role ROLE` as a separate process on this test's
     /// database and queues.
     pub fn spawn_baton(&self, role: &str, worker_id: &str) -> BatonProcess {
-        let log = std::fs::File::create(std::env::temp_dir().join(format!("{}{worker_id}.log", self.settings.queue_prefix))).unwrap();
-        let child = tokio::process::Command::new(baton_binary())
-            .args(["up", "--role", role])
-            .env("DATABASE_URL", &self.settings.database_url)
-            .env("AMQP_URL", &self.settings.amqp_url)
-            .env("BATON_QUEUE_PREFIX", &self.settings.queue_prefix)
-            .env("BATON_LEASE_MS", self.settings.lease.as_millis().to_string())
-            .env("BATON_RELAY_POLL_MS", self.settings.relay_poll.as_millis().to_string())
-            .env("BATON_WORKER_ID", worker_id)
-            .env("BATON_DB_POOL_SIZE", "3")
-            .env("RUST_LOG", "info")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn baton");
-        BatonProcess { child, worker_id: worker_id.to_string() }
+        self.spawn_baton_env(role, worker_id, &[])
     }
 }
 
