@@ -283,14 +283,24 @@ impl Worker {
         let mut delays = super::backoff();
         loop {
             let e = match self.runner.run_until(inv, stop, kill).await {
-                Err(e) if e.is_transient() && !stop.is_cancelled() => e,
+                Err(e) if e.is_transient() => e,
                 other => return other,
             };
+            // Shutting down: nothing runs any more, so the claim is handed
+            // back (if the database takes it) rather than left to expire and
+            // be counted as a takeover.
+            if stop.is_cancelled() {
+                tracing::warn!(invocation = %inv.id, error = %e, "the database is unavailable at shutdown; handing the invocation back");
+                return Ok(Exit::Stopped);
+            }
             let delay = delays.next().unwrap_or(Duration::from_secs(10));
             tracing::warn!(invocation = %inv.id, error = %e, ?delay, "the database is unavailable for now; resuming the invocation after it");
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
-                _ = stop.cancelled() => return Err(e),
+                _ = stop.cancelled() => {
+                    tracing::warn!(invocation = %inv.id, error = %e, "shutdown during a database outage; handing the invocation back");
+                    return Ok(Exit::Stopped);
+                }
             }
         }
     }
