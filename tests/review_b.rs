@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use baton_tests::{eventually, sample_request_json, until_reply, TestEnv};
+use baton::roles::Role;
+use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(40);
 
@@ -63,4 +64,64 @@ async fn an_external_agents_result_outlasts_a_database_outage_and_the_agent_runs
     let run = env.run_of("external-outage").await;
     let journal = env.journal(run).await;
     assert!(!journal.iter().any(|k| k == "external_agent_rerun"), "the finished agent was run again: {journal:?}");
+}
+
+async fn count(env: &TestEnv, sql: &str) -> i64 {
+    let (client, conn) = baton_store::tokio_postgres::connect(&env.settings.database_url, baton_store::tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+/// A worker shut down (a deploy) while the database is away for longer than
+/// its patience for storing a turn: its claim is handed back once the
+/// database takes writes again (before the shutdown deadline), so the next
+/// worker resumes the run at once and no takeover is counted, instead of the
+/// claim being left to expire and counted as a worker that died.
+#[tokio::test]
+async fn a_worker_shut_down_during_a_database_outage_hands_its_claim_back_without_a_takeover() {
+    let mut env = TestEnv::new().await;
+    // Long: a claim left to expire would show as a takeover and a slow resume.
+    env.settings.lease = Duration::from_secs(30);
+    env.settings.shutdown_grace = Duration::from_secs(20);
+    let writer = profile(
+        "writer",
+        &["workspace_write", "workspace_commit", "agent_handoff"],
+        "can_handoff = true",
+        &[
+            r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "Handed back, not taken over." } }"#,
+            r#"{ tool = "workspace_commit" }"#,
+            r#"{ tool = "agent_handoff", args = { agentId = "closer", handoff = { objective = "Finish it." } }, delay_ms = 1000 }"#,
+        ],
+    );
+    let closer = profile("closer", &["workspace_finish"], "", &[r#"{ tool = "workspace_finish" }"#]);
+    env.apply_profiles(&format!("[routes]\ndocs_agent = \"writer\"\n\n{writer}\n{closer}")).await;
+    let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
+    let leaving = env.start(&[Role::Invocation]);
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("handed-back", "docs_agent", "en")).await;
+
+    // prompt, write + result, commit + result: the handoff turn is being "thought".
+    eventually(WAIT, "the writer reached its slow turn", || async {
+        (count(&env, "SELECT count(*) FROM steps s JOIN invocations i ON i.id = s.invocation_id WHERE i.kind = 'root'").await >= 5)
+            .then_some(())
+    })
+    .await;
+    set_read_only(&env, true).await;
+    // The turn is back and being stored (through the outage) when the deploy comes.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let stopping = tokio::spawn(leaving.stop());
+    // Past the runner's patience for storing the turn: the loop ends on a
+    // transient error while shutting down.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    set_read_only(&env, false).await;
+    stopping.await.unwrap();
+    let arriving = env.start(&[Role::Invocation]);
+
+    let messages = until_reply(&mut replies, WAIT).await;
+    arriving.stop().await;
+    fleet.stop().await;
+    let reply = messages.last().unwrap();
+    assert_eq!(reply["status"], "completed", "{messages:?}");
+    assert_eq!(count(&env, "SELECT coalesce(sum(takeovers), 0)::bigint FROM invocations").await, 0, "no takeover counted");
+    assert_eq!(count(&env, "SELECT count(*) FROM events WHERE type = 'host_error'").await, 0, "no host error");
 }
