@@ -241,6 +241,10 @@ impl Runner {
         // call is dropped on shutdown (nothing was stored, so it is simply
         // asked again); an external agent is let finish until `kill` (the
         // shutdown deadline, a lost claim): dropping its run kills its group.
+        // The run's wall clock cuts a model call, not an external agent (it
+        // has its own `timeout_secs`, and cutting it would waste work whose
+        // side effects may be done): a run over its time stops at the step
+        // after the agent's result.
         let mut turn = if let Some(on_interrupt) = on_interrupt {
             tokio::select! {
                 biased;
