@@ -135,9 +135,11 @@ impl Runner {
             Err(e) if e.is_fenced() => Ok(Exit::Fenced),
             Err(e) if e.is_transient() => Err(e),
             // An external agent that was stopped: the bridge reads why in words.
+            // Failing is kept up through a database outage: given up, the
+            // next attempt would find the agent's start marker and run it again.
             Err(Error::Provider(ProviderError::Stopped { code, message, detail })) => {
                 tracing::warn!(invocation = %inv.id, error = %detail, "external agent stopped");
-                self.fail(inv, code, &message, Some(&detail)).await?;
+                patiently(kill, || self.fail(inv, code, &message, Some(&detail))).await?;
                 Ok(Exit::Failed(detail))
             }
             Err(e) => {
@@ -147,9 +149,9 @@ impl Runner {
                     // An operator can act on this one: say it in words.
                     Error::Store(unreadable @ baton_store::Error::Unreadable { .. }) => {
                         let text = format!("the agent `{}` could not go on: {unreadable}", inv.profile_id);
-                        self.fail(inv, "host.profile_unreadable", &text, Some(&detail)).await?;
+                        patiently(kill, || self.fail(inv, "host.profile_unreadable", &text, Some(&detail))).await?;
                     }
-                    _ => self.fail(inv, "host_error", HOST_ERROR_TEXT, Some(&detail)).await?,
+                    _ => patiently(kill, || self.fail(inv, "host_error", HOST_ERROR_TEXT, Some(&detail))).await?,
                 }
                 Ok(Exit::Failed(detail))
             }
@@ -239,6 +241,10 @@ impl Runner {
         // call is dropped on shutdown (nothing was stored, so it is simply
         // asked again); an external agent is let finish until `kill` (the
         // shutdown deadline, a lost claim): dropping its run kills its group.
+        // The run's wall clock cuts a model call, not an external agent (it
+        // has its own `timeout_secs`, and cutting it would waste work whose
+        // side effects may be done): a run over its time stops at the step
+        // after the agent's result.
         let mut turn = if let Some(on_interrupt) = on_interrupt {
             tokio::select! {
                 biased;
@@ -260,12 +266,22 @@ impl Runner {
         // transaction instead of one per step. If a call breaks the host, the
         // turn is stored alone first, so the model is never asked twice; if
         // the database is briefly away, storing is tried again for a while.
-        let written = match self.persist_turn(c, &turn).await {
-            Err(e) if !e.is_fenced() && !e.is_transient() => {
-                tracing::warn!(invocation = %c.inv.id, error = %e, "a tool call failed; storing the turn on its own");
-                retry(|| self.store_turn(c, &turn)).await?
+        let store = || async {
+            match self.persist_turn(c, &turn).await {
+                Err(e) if !e.is_fenced() && !e.is_transient() => {
+                    tracing::warn!(invocation = %c.inv.id, error = %e, "a tool call failed; storing the turn on its own");
+                    retry(|| self.store_turn(c, &turn)).await
+                }
+                other => other,
             }
-            other => other?,
+        };
+        // A model is simply asked again if its turn could not be stored for a
+        // while; an external agent's result is kept until it is stored (or
+        // the claim is lost, or the shutdown deadline passes): given up, the
+        // next attempt would find its start marker and run it a second time.
+        let written = match on_interrupt {
+            Some(_) => patiently(kill, store).await?,
+            None => store().await?,
         };
         let exit = written.exit.clone();
         c.absorb(written);
@@ -495,6 +511,36 @@ impl Runner {
             Ok(())
         })
         .await
+    }
+}
+
+/// Runs `attempt` again while the database is away (with backoff) until
+/// `kill` fires: for the writes that record what an external agent did,
+/// which cannot be asked for again. Each attempt is a whole fenced
+/// transaction, so a lost claim ends the wait too (as `Fenced`).
+async fn patiently<T, F, Fut>(kill: &CancellationToken, mut attempt: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    use backon::BackoffBuilder;
+    let mut delays = backon::ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(250))
+        .with_max_delay(std::time::Duration::from_secs(5))
+        .with_jitter()
+        .without_max_times()
+        .build();
+    loop {
+        let e = match attempt().await {
+            Err(e) if e.is_transient() && !kill.is_cancelled() => e,
+            other => return other,
+        };
+        let delay = delays.next().unwrap_or(std::time::Duration::from_secs(5));
+        tracing::warn!(error = %e, ?delay, "the database is unavailable; keeping an external agent's outcome until it is stored");
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = kill.cancelled() => return Err(e),
+        }
     }
 }
 

@@ -28,8 +28,12 @@ pub const BUDGET_EXHAUSTED: &str = "budget_exhausted";
 
 /// The limits of one run. Every field has a safe default, so a confused
 /// model looping on a tool stops even when the profiles file sets nothing.
+/// Only ever read back from a run's row (operators write [`BudgetOverrides`],
+/// which refuse unknown keys), so a limit added by a newer version is
+/// ignored by an older worker during a rolling upgrade instead of failing
+/// every run that carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct RunBudget {
     pub max_tokens: u64,
     pub max_model_calls: u64,
@@ -287,6 +291,12 @@ mod tests {
     #[test]
     fn a_stored_budget_missing_fields_reads_with_the_defaults() {
         let b: RunBudget = serde_json::from_value(json!({"max_model_calls": 7})).unwrap();
+        assert_eq!(b, RunBudget { max_model_calls: 7, ..Default::default() });
+    }
+
+    #[test]
+    fn a_stored_budget_with_a_newer_versions_limit_reads_without_it() {
+        let b: RunBudget = serde_json::from_value(json!({"max_model_calls": 7, "max_cost_cents": 300})).unwrap();
         assert_eq!(b, RunBudget { max_model_calls: 7, ..Default::default() });
     }
 }

@@ -122,13 +122,15 @@ pub async fn claim(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duratio
     sql::query_opt(c, &sql, &[&id, &owner, &secs]).await?.as_ref().map(from_row).transpose()
 }
 
-/// Extends the lease; `false` means the claim is gone (taken over or ended).
+/// Extends the lease; `false` means the claim is gone (taken over, ended,
+/// or handed back: a renewal racing a hand-back must not hold the released
+/// row away from the next worker for another lease).
 pub async fn renew(c: &impl GenericClient, id: Uuid, epoch: i64, lease: Duration) -> Result<bool> {
     let secs = lease.as_secs_f64();
     let n = sql::execute(
         c,
         "UPDATE invocations SET lease_expires_at = now() + make_interval(secs => $3)
-          WHERE id = $1 AND claim_epoch = $2 AND status = 'running'",
+          WHERE id = $1 AND claim_epoch = $2 AND status = 'running' AND lease_owner IS NOT NULL",
         &[&id, &epoch, &secs],
     )
     .await?;

@@ -269,7 +269,7 @@ impl Worker {
             }
         };
         match exit {
-            Ok(Exit::Stopped) if !lost.is_cancelled() => self.release(&inv).await,
+            Ok(Exit::Stopped) if !lost.is_cancelled() => self.release(&inv, &deadline).await,
             Ok(Exit::Parked) => tracing::info!(invocation = %inv.id, profile = %inv.profile_id, "parked until its delegated tasks are done"),
             Ok(exit) => tracing::info!(invocation = %inv.id, profile = %inv.profile_id, ?exit, "invocation exited"),
             Err(e) => tracing::warn!(invocation = %inv.id, error = %e, "invocation interrupted; another worker resumes it after the lease"),
@@ -283,35 +283,61 @@ impl Worker {
         let mut delays = super::backoff();
         loop {
             let e = match self.runner.run_until(inv, stop, kill).await {
-                Err(e) if e.is_transient() && !stop.is_cancelled() => e,
+                Err(e) if e.is_transient() => e,
                 other => return other,
             };
+            // Shutting down: nothing runs any more, so the claim is handed
+            // back (if the database takes it) rather than left to expire and
+            // be counted as a takeover.
+            if stop.is_cancelled() {
+                tracing::warn!(invocation = %inv.id, error = %e, "the database is unavailable at shutdown; handing the invocation back");
+                return Ok(Exit::Stopped);
+            }
             let delay = delays.next().unwrap_or(Duration::from_secs(10));
             tracing::warn!(invocation = %inv.id, error = %e, ?delay, "the database is unavailable for now; resuming the invocation after it");
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
-                _ = stop.cancelled() => return Err(e),
+                _ = stop.cancelled() => {
+                    tracing::warn!(invocation = %inv.id, error = %e, "shutdown during a database outage; handing the invocation back");
+                    return Ok(Exit::Stopped);
+                }
             }
         }
     }
 
-    /// Hands a claim back on shutdown so another worker resumes it at once.
-    async fn release(&self, inv: &Invocation) {
-        let result: anyhow::Result<()> = async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
-            if !invocations::release(&tx, inv.id, inv.claim_epoch).await? {
-                return Ok(());
+    /// Hands a claim back on shutdown so another worker resumes it at once
+    /// (not counted as a takeover), retried through a database outage until
+    /// the shutdown deadline; after it, the lease simply expires.
+    async fn release(&self, inv: &Invocation, deadline: &CancellationToken) {
+        let mut delays = super::backoff();
+        loop {
+            let e = match self.try_release(inv).await {
+                Ok(true) => return tracing::info!(invocation = %inv.id, "claim released for another worker"),
+                Ok(false) => return tracing::info!(invocation = %inv.id, "claim already gone; nothing to release"),
+                Err(e) => e,
+            };
+            if !super::is_transient(&e) || deadline.is_cancelled() {
+                return tracing::warn!(invocation = %inv.id, error = %format!("{e:#}"), "could not release claim; the lease will expire");
             }
-            baton_agent::lifecycle::publish_invocation(&tx, inv.run_id, inv.id, inv.kind).await?;
-            tx.commit().await?;
-            Ok(())
+            let delay = delays.next().unwrap_or(Duration::from_secs(10));
+            tracing::warn!(invocation = %inv.id, error = %format!("{e:#}"), ?delay, "releasing a claim: the database is unavailable for now; retrying");
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = deadline.cancelled() => {}
+            }
         }
-        .await;
-        match result {
-            Ok(()) => tracing::info!(invocation = %inv.id, "claim released for another worker"),
-            Err(e) => tracing::warn!(invocation = %inv.id, error = %e, "could not release claim; the lease will expire"),
+    }
+
+    /// `false`: the claim was no longer this worker's (taken over, or ended).
+    async fn try_release(&self, inv: &Invocation) -> anyhow::Result<bool> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        if !invocations::release(&tx, inv.id, inv.claim_epoch).await? {
+            return Ok(false);
         }
+        baton_agent::lifecycle::publish_invocation(&tx, inv.run_id, inv.id, inv.kind).await?;
+        tx.commit().await?;
+        Ok(true)
     }
 }
 

@@ -1,0 +1,127 @@
+//! Seams between the hardening items: an external agent's finished result
+//! and a database outage longer than the runner's short patience.
+
+use std::time::Duration;
+
+use baton::roles::Role;
+use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
+
+const WAIT: Duration = Duration::from_secs(40);
+
+/// Makes this test's database read-only (or writable again) and ends its
+/// sessions, so pooled sessions reconnect with the new default.
+async fn set_read_only(env: &TestEnv, on: bool) {
+    let admin = env.admin().await;
+    let db = env.db_name();
+    let value = if on { "on" } else { "off" };
+    admin.batch_execute(&format!("ALTER DATABASE \"{db}\" SET default_transaction_read_only = {value}")).await.unwrap();
+    admin
+        .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", &[&db])
+        .await
+        .unwrap();
+}
+
+fn starts(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log).map(|s| s.lines().count()).unwrap_or(0)
+}
+
+/// An external agent finishes while the database is read-only for longer
+/// than the runner's patience for storing a turn: its result is kept until
+/// it can be stored, so the agent runs once (its side effects happen once)
+/// and the run completes, instead of being re-run (or failed as
+/// "interrupted") because its start marker is the last stored step.
+#[tokio::test]
+async fn an_external_agents_result_outlasts_a_database_outage_and_the_agent_runs_once() {
+    let mut env = TestEnv::new().await;
+    // Longer than the fault: the heartbeat's missed renewals do not matter.
+    env.settings.lease = Duration::from_secs(30);
+    let log = std::env::temp_dir().join(format!("{}starts", env.settings.queue_prefix));
+    let script = format!("cat > /dev/null; echo started >> '{}'; sleep 2; echo 'Built once.'", log.display());
+    env.apply_profiles(&format!(
+        "[routes]\ndocs_agent = \"coder\"\n\n[[profiles]]\nid = \"coder\"\nname = \"coder\"\ndescription = \"An external coding agent.\"\n\
+         [profiles.model]\nprovider = \"command\"\ncommand = [\"sh\", \"-c\", '''{script}''']\non_interrupt = \"rerun\"\n"
+    ))
+    .await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("external-outage", "docs_agent", "en")).await;
+
+    eventually(WAIT, "the agent started", || async { (starts(&log) >= 1).then_some(()) }).await;
+    set_read_only(&env, true).await;
+    // The agent finishes 2 s in; the fault outlasts the runner's 5 s
+    // patience for storing a finished turn by a good margin.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    set_read_only(&env, false).await;
+
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    let started = starts(&log);
+    let _ = std::fs::remove_file(&log);
+    let reply = messages.last().unwrap();
+    assert_eq!(reply["status"], "completed", "{messages:?}");
+    assert!(reply["text"].as_str().unwrap_or_default().contains("Built once."), "{reply}");
+    assert_eq!(started, 1, "the agent ran once");
+    let run = env.run_of("external-outage").await;
+    let journal = env.journal(run).await;
+    assert!(!journal.iter().any(|k| k == "external_agent_rerun"), "the finished agent was run again: {journal:?}");
+}
+
+async fn count(env: &TestEnv, sql: &str) -> i64 {
+    let (client, conn) = baton_store::tokio_postgres::connect(&env.settings.database_url, baton_store::tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+/// A worker shut down (a deploy) while the database is away for longer than
+/// its patience for storing a turn: its claim is handed back once the
+/// database takes writes again (before the shutdown deadline), so the next
+/// worker resumes the run at once and no takeover is counted, instead of the
+/// claim being left to expire and counted as a worker that died.
+#[tokio::test]
+async fn a_worker_shut_down_during_a_database_outage_hands_its_claim_back_without_a_takeover() {
+    let mut env = TestEnv::new().await;
+    // Long: a claim left to expire would show as a takeover and a slow resume.
+    env.settings.lease = Duration::from_secs(30);
+    env.settings.shutdown_grace = Duration::from_secs(20);
+    let writer = profile(
+        "writer",
+        &["workspace_write", "workspace_commit", "agent_handoff"],
+        "can_handoff = true",
+        &[
+            r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "Handed back, not taken over." } }"#,
+            r#"{ tool = "workspace_commit" }"#,
+            r#"{ tool = "agent_handoff", args = { agentId = "closer", handoff = { objective = "Finish it." } }, delay_ms = 1000 }"#,
+        ],
+    );
+    let closer = profile("closer", &["workspace_finish"], "", &[r#"{ tool = "workspace_finish" }"#]);
+    env.apply_profiles(&format!("[routes]\ndocs_agent = \"writer\"\n\n{writer}\n{closer}")).await;
+    let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
+    let leaving = env.start(&[Role::Invocation]);
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("handed-back", "docs_agent", "en")).await;
+
+    // prompt, write + result, commit + result: the handoff turn is being "thought".
+    eventually(WAIT, "the writer reached its slow turn", || async {
+        (count(&env, "SELECT count(*) FROM steps s JOIN invocations i ON i.id = s.invocation_id WHERE i.kind = 'root'").await >= 5)
+            .then_some(())
+    })
+    .await;
+    set_read_only(&env, true).await;
+    // The turn is back and being stored (through the outage) when the deploy comes.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let stopping = tokio::spawn(leaving.stop());
+    // Past the runner's patience for storing the turn: the loop ends on a
+    // transient error while shutting down.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    set_read_only(&env, false).await;
+    stopping.await.unwrap();
+    let arriving = env.start(&[Role::Invocation]);
+
+    let messages = until_reply(&mut replies, WAIT).await;
+    arriving.stop().await;
+    fleet.stop().await;
+    let reply = messages.last().unwrap();
+    assert_eq!(reply["status"], "completed", "{messages:?}");
+    assert_eq!(count(&env, "SELECT coalesce(sum(takeovers), 0)::bigint FROM invocations").await, 0, "no takeover counted");
+    assert_eq!(count(&env, "SELECT count(*) FROM events WHERE type = 'host_error'").await, 0, "no host error");
+}
