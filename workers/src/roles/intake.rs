@@ -193,11 +193,13 @@ fn reply_queue(settings: &Settings, delivery: &Delivery) -> String {
 
 async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, dead_lettered: Option<&str>) -> anyhow::Result<()> {
     let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
     // The disclosure policy runs before anything is stored or shown: no
     // agent, prompt, external tool or operator view sees what it removes.
-    let policy = profiles::disclosure(&tx).await?;
+    // It runs before the transaction opens, so its CPU time on a large body
+    // never counts as idle-in-transaction time.
+    let policy = profiles::disclosure(&client).await?;
     let filtered = disclosure::apply(policy.for_target(original.target_agent.as_str()), original);
+    let tx = client.transaction().await?;
     let request = &filtered.request;
     let body = serde_json::to_value(request)?;
     let new = NewRequest {
