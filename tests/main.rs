@@ -16,3 +16,4 @@ mod protocol;
 mod providers;
 mod sandbox;
 mod relay;
+mod review_a;

@@ -29,6 +29,8 @@ use super::{connect, Role};
 use crate::config::Settings;
 
 const BATCH: i64 = 256;
+/// Batches published in a row before the relay looks at its timers.
+const ROUNDS: usize = 64;
 /// The largest dead-letter body: see [`Relay::dead_letter`].
 const DEAD_LETTER_MAX_BYTES: usize = 1024 * 1024;
 const CONFIRM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -116,7 +118,15 @@ impl Relay {
     async fn serve(&mut self, wake: &Notify, listener: &CancellationToken, shutdown: &CancellationToken) -> anyhow::Result<()> {
         let mut sweep = tokio::time::interval(self.settings.relay_poll);
         loop {
-            while self.publish_batch().await? == BATCH as usize {}
+            // Until nothing is due (a handoff's next message becomes due only
+            // when the one before it has left the outbox: see `take_batch`),
+            // within a bound, so that a steady stream of rows still leaves the
+            // sweep and a shutdown their turn.
+            for _ in 0..ROUNDS {
+                if self.publish_batch().await? == 0 || shutdown.is_cancelled() {
+                    break;
+                }
+            }
             tokio::select! {
                 _ = wake.notified() => {}
                 _ = sweep.tick() => self.sweep_stalled().await?,
