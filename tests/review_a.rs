@@ -72,3 +72,47 @@ async fn a_nacked_message_is_not_overtaken_by_a_later_message_of_its_handoff() {
     assert_eq!(arrived["type"], "reply");
     assert_eq!(env.scalar_i64("SELECT count(*) FROM outbox", &[]).await, 0);
 }
+
+/// Sends `poison` to intake, then an ordinary request: the poison is
+/// dead-lettered and answered `failed`, and intake goes on to the next one
+/// (it does not restart over the poison until the broker gives up on it).
+async fn intake_survives(env: &TestEnv, poison: &Value, next_id: &str) -> (Value, Value) {
+    let mut dead = env.consume(&env.queue(baton_bus::topology::DEAD)).await;
+    let mut replies = env.replies().await;
+    let fleet = env.start(&[Role::Intake]);
+    env.send_request(poison).await;
+    let refused = next_json(&mut replies, WAIT).await;
+    let letter = next_json(&mut dead, WAIT).await;
+    let next = baton_tests::sample_request_json(next_id, "manual", "en");
+    env.send_request(&next).await;
+    eventually(WAIT, "the next request is stored", || async {
+        (env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = $1", &[&next_id]).await == 1).then_some(())
+    })
+    .await;
+    fleet.stop().await;
+    let redelivered = env.scalar_i64("SELECT count(*) FROM handoff_events WHERE type = 'dead_letter_recovered'", &[]).await;
+    assert_eq!(redelivered, 0, "the poison went round until the broker dead-lettered it");
+    (refused, letter)
+}
+
+#[tokio::test]
+async fn an_invalid_request_whose_id_postgres_cannot_store_is_answered_not_redelivered() {
+    let env = TestEnv::new().await;
+    let mut poison = baton_tests::sample_request_json("nul\u{0}id", "docs_agent", "en");
+    poison.as_object_mut().unwrap().remove("userIntent");
+    let (refused, letter) = intake_survives(&env, &poison, "after-nul").await;
+    assert_eq!(refused["status"], "failed");
+    assert_eq!(refused["handoffId"], "nul\u{0}id");
+    assert!(letter["_error"].as_str().unwrap().contains("NUL"), "{letter}");
+}
+
+#[tokio::test]
+async fn a_refusal_quoting_a_huge_field_is_dead_lettered_with_a_bounded_reason() {
+    let env = TestEnv::new().await;
+    let mut poison = baton_tests::sample_request_json("huge-field", "docs_agent", "en");
+    poison["taskType"] = "x".repeat(600 * 1024).into();
+    let (refused, letter) = intake_survives(&env, &poison, "after-huge").await;
+    assert_eq!(refused["status"], "failed");
+    let reason = letter["_error"].as_str().unwrap();
+    assert!(reason.contains("taskType") && reason.len() < 4096, "{} bytes", reason.len());
+}

@@ -8,7 +8,7 @@ use baton_domain::disclosure;
 use baton_domain::bridge::{self as wire, ReplyInput};
 use baton_domain::journal;
 use baton_domain::reply::Outcome;
-use baton_domain::request::{parse_request, HandoffRequest, RequestError, TargetAgent};
+use baton_domain::request::{bounded_reason, parse_request, HandoffRequest, RequestError, TargetAgent};
 use baton_domain::state::InvocationKind;
 use baton_domain::Language;
 use baton_store::invocations::{self, NewInvocation};
@@ -116,11 +116,19 @@ fn check_reply_to(settings: &Settings, reply_to: Option<&str>, request: HandoffR
 /// its run goes on, so the body is acknowledged and recorded as a handoff
 /// event, and no `failed` reply contradicts what the outbox tells the bridge.
 async fn reject(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: &Delivery, mut error: RequestError) -> anyhow::Result<()> {
-    error.reason = disclosure::redact_strictly(&error.reason);
+    error.reason = bounded_reason(&disclosure::redact_strictly(&error.reason));
     if let Some(id) = &error.handoff_id {
-        if record_invalid_redelivery(pool, id, &error.reason).await? {
-            tracing::warn!(handoff = %id, reason = %error.reason, "invalid re-delivery of a stored request acknowledged");
-            return ack(delivery).await;
+        match record_invalid_redelivery(pool, id, &error.reason).await {
+            Ok(true) => {
+                tracing::warn!(handoff = %id, reason = %error.reason, "invalid re-delivery of a stored request acknowledged");
+                return ack(delivery).await;
+            }
+            Ok(false) => {}
+            Err(e) if super::is_transient(&e) => return Err(e),
+            // An id the database cannot even look up (a NUL character) was
+            // never stored: refuse the body like any other, rather than
+            // failing on it at every delivery.
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "a refused request's id cannot be looked up; refusing it as new"),
         }
     }
     answer_and_dead_letter(publisher, settings, delivery, &error).await
@@ -149,7 +157,7 @@ const INVALID_REDELIVERY: &str = "invalid_redelivery";
 /// without it when not (`callback: []`), since the bridge still knows the
 /// handoff by its id (and by `correlation_id`).
 async fn answer_and_dead_letter(publisher: &Publisher, settings: &Settings, delivery: &Delivery, error: &RequestError) -> anyhow::Result<()> {
-    let reason = disclosure::redact_strictly(&error.reason);
+    let reason = bounded_reason(&disclosure::redact_strictly(&error.reason));
     if let Some(id) = &error.handoff_id {
         let language = error.language.unwrap_or(Language::En);
         let input = ReplyInput {
