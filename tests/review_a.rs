@@ -116,3 +116,34 @@ async fn a_refusal_quoting_a_huge_field_is_dead_lettered_with_a_bounded_reason()
     let reason = letter["_error"].as_str().unwrap();
     assert!(reason.contains("taskType") && reason.len() < 4096, "{} bytes", reason.len());
 }
+
+/// A bridge whose reply queue is full sends an invalid request: its `failed`
+/// reply waits in the outbox for room, and intake neither fails over it nor
+/// lets the broker redeliver it until the delivery limit dead-letters it.
+#[tokio::test]
+async fn an_invalid_request_whose_bridge_queue_is_full_is_answered_when_there_is_room() {
+    let mut env = TestEnv::new().await;
+    env.settings.relay_poll = Duration::from_millis(100);
+    env.settings.unclaimed_grace = Duration::from_millis(500);
+    let full = bridge_queue(&env, "bridge.full", Some(1)).await;
+    let filler = baton_bus::Outgoing { queue: &full, body: b"{\"type\":\"filler\"}", ..Default::default() };
+    env.publisher.publish(&filler).await.unwrap();
+    let mut dead = env.consume(&env.queue(baton_bus::topology::DEAD)).await;
+    let fleet = env.start(&[Role::Intake, Role::Relay]);
+    let mut invalid = baton_tests::sample_request_json("full-invalid", "docs_agent", "en");
+    invalid.as_object_mut().unwrap().remove("userIntent");
+    env.send_raw(&serde_json::to_vec(&invalid).unwrap(), Some(&full)).await;
+    let letter = next_json(&mut dead, WAIT).await;
+    assert!(letter["_error"].as_str().is_some_and(|e| e.contains("userIntent")), "dead-lettered by intake with its reason: {letter}");
+    env.send_request(&baton_tests::sample_request_json("after-full", "manual", "en")).await;
+    eventually(WAIT, "the next request is stored", || async {
+        (env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'after-full'", &[]).await == 1).then_some(())
+    })
+    .await;
+    let mut consumer = env.consume(&full).await;
+    assert_eq!(next_json(&mut consumer, WAIT).await["type"], "filler");
+    let reply = next_json(&mut consumer, WAIT).await;
+    fleet.stop().await;
+    assert_eq!((&reply["handoffId"], &reply["status"]), (&json!("full-invalid"), &json!("failed")), "{reply}");
+    assert_eq!(env.publisher.ready_count(&env.queue(baton_bus::topology::DEAD)).await.unwrap(), 0, "one dead letter, not the broker's too");
+}
