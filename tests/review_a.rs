@@ -147,3 +147,22 @@ async fn an_invalid_request_whose_bridge_queue_is_full_is_answered_when_there_is
     assert_eq!((&reply["handoffId"], &reply["status"]), (&json!("full-invalid"), &json!("failed")), "{reply}");
     assert_eq!(env.publisher.ready_count(&env.queue(baton_bus::topology::DEAD)).await.unwrap(), 0, "one dead letter, not the broker's too");
 }
+
+/// An id of 128 characters is valid (CONTRACT §2), but in Chinese it takes
+/// 384 bytes, more than an AMQP short string (`correlation_id`,
+/// `message_id`) can hold: its messages still reach the bridge, and the
+/// relay keeps publishing the others.
+#[tokio::test]
+async fn a_request_id_longer_than_an_amqp_short_string_still_gets_its_messages() {
+    let env = TestEnv::new().await;
+    let long_id = "界".repeat(128);
+    let fleet = env.start(&[Role::Intake, Role::Relay]);
+    let mut replies = env.replies().await;
+    env.send_request(&baton_tests::sample_request_json(&long_id, "manual", "en")).await;
+    let status = next_json(&mut replies, WAIT).await;
+    assert_eq!((&status["handoffId"], &status["status"]), (&json!(long_id), &json!("accepted")), "{status}");
+    env.send_request(&baton_tests::sample_request_json("after-long-id", "manual", "en")).await;
+    let next = next_json(&mut replies, WAIT).await;
+    fleet.stop().await;
+    assert_eq!(next["handoffId"], "after-long-id");
+}
