@@ -16,4 +16,5 @@ mod protocol;
 mod providers;
 mod sandbox;
 mod relay;
+mod review_a;
 mod review_b;

@@ -107,22 +107,41 @@ pub fn refusal(error: &lapin::Error) -> Option<String> {
     }
 }
 
+/// The longest AMQP short string, in bytes: `message_id`, `correlation_id`
+/// and `reply_to` are short strings.
+const SHORT_STRING_MAX: usize = 255;
+
 fn properties(m: &Outgoing<'_>) -> BasicProperties {
     let mut props = BasicProperties::default()
         .with_content_type("application/json".into())
         .with_delivery_mode(2);
+    // A handoff id may have 128 characters of up to 4 bytes each. An id over
+    // a short string's length cannot be a property (sent anyway, it makes
+    // a frame the broker closes the connection over, at every try): it
+    // travels in a header, whole, and the property is left out rather than
+    // cut (two cut ids could be equal, and a bridge would drop one message
+    // as the other's duplicate).
+    let mut headers = m.headers.clone();
     if let Some(id) = m.message_id {
-        props = props.with_message_id(id.into());
+        if id.len() <= SHORT_STRING_MAX {
+            props = props.with_message_id(id.into());
+        } else {
+            headers.push(("x-baton-message-id", id.to_string()));
+        }
     }
     if let Some(id) = m.correlation_id {
-        props = props.with_correlation_id(id.into());
+        if id.len() <= SHORT_STRING_MAX {
+            props = props.with_correlation_id(id.into());
+        } else {
+            headers.push(("x-baton-correlation-id", id.to_string()));
+        }
     }
     if let Some(reply_to) = m.reply_to {
         props = props.with_reply_to(reply_to.into());
     }
-    if !m.headers.is_empty() {
+    if !headers.is_empty() {
         let mut table = FieldTable::default();
-        for (k, v) in &m.headers {
+        for (k, v) in &headers {
             table.insert((*k).into(), AMQPValue::LongString(v.as_str().into()));
         }
         props = props.with_headers(table);
@@ -137,5 +156,25 @@ pub fn header(props: &BasicProperties, name: &str) -> Option<String> {
         AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
         AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_over_a_short_string_travels_whole_in_a_header_and_not_as_a_property() {
+        let long = "界".repeat(128);
+        let message_id = format!("reply:{long}");
+        let out = Outgoing { message_id: Some(&message_id), correlation_id: Some(&long), ..Default::default() };
+        let props = properties(&out);
+        assert!(props.message_id().is_none() && props.correlation_id().is_none());
+        assert_eq!(header(&props, "x-baton-message-id"), Some(message_id));
+        assert_eq!(header(&props, "x-baton-correlation-id"), Some(long));
+        let short = Outgoing { message_id: Some("reply:h1"), correlation_id: Some("h1"), ..Default::default() };
+        let props = properties(&short);
+        assert_eq!(props.correlation_id().as_ref().map(|c| c.as_str()), Some("h1"));
+        assert!(props.headers().is_none());
     }
 }

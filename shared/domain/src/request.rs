@@ -277,6 +277,25 @@ pub struct RequestError {
     pub language: Option<Language>,
 }
 
+/// The longest refusal reason kept, in bytes. A reason may quote a field of
+/// any size (serde names an unknown variant in full), and it travels in a
+/// message header, which must fit in one AMQP frame, and in a chat message.
+pub const MAX_REASON_BYTES: usize = 1024;
+
+/// `reason` cut to [`MAX_REASON_BYTES`] on a character boundary, ending with
+/// an ellipsis when cut.
+#[must_use]
+pub fn bounded_reason(reason: &str) -> String {
+    if reason.len() <= MAX_REASON_BYTES {
+        return reason.to_string();
+    }
+    let mut cut = MAX_REASON_BYTES - '…'.len_utf8();
+    while !reason.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &reason[..cut])
+}
+
 impl RequestError {
     /// A refusal with nothing salvaged: the body was not readable JSON.
     fn bare(reason: String) -> Self {
@@ -816,6 +835,16 @@ mod tests {
             reason_for(&value),
             "field `id` must be 1 to 128 characters long (it is 0)"
         );
+    }
+
+    #[test]
+    fn a_reason_quoting_a_huge_field_is_cut_to_the_bound() {
+        let mut value = sample_request_json("r1", "docs_agent", "en");
+        value["taskType"] = json!("界".repeat(100_000));
+        let reason = bounded_reason(&parse_request(&serde_json::to_vec(&value).unwrap()).unwrap_err().reason);
+        assert!(reason.len() <= MAX_REASON_BYTES && reason.ends_with('…'), "{} bytes", reason.len());
+        assert!(reason.contains("taskType"), "{reason}");
+        assert_eq!(bounded_reason("missing field `userIntent`"), "missing field `userIntent`");
     }
 
     #[test]

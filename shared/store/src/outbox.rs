@@ -46,17 +46,19 @@ pub struct Row {
 
 /// Takes the oldest rows that are due, locked for this transaction (the
 /// caller deletes or reschedules each, then commits; rolling back puts them
-/// back). A row never overtakes an earlier row of the same handoff that is
-/// waiting for a retry, so a bridge hears its messages in order. Concurrent
-/// relays skip each other's rows.
+/// back). Concurrent relays skip each other's rows.
+///
+/// Of one handoff's messages only the oldest is taken, and only once no
+/// earlier one is left (waiting for a retry, or in another relay's batch):
+/// the broker settles each message on its own, so a later message sent
+/// beside an earlier one could be taken while the earlier one is nacked, and
+/// a bridge would hear a reply before the status that came first.
 pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> {
     let rows = sql::query(
         c,
         "SELECT id, queue, external, message_id, correlation_id, body, mandatory, attempts FROM outbox o
           WHERE next_attempt_at <= now()
-            AND NOT EXISTS (SELECT 1 FROM outbox w
-                             WHERE w.attempts > 0 AND w.correlation_id = o.correlation_id AND w.id < o.id
-                               AND w.next_attempt_at > now())
+            AND NOT EXISTS (SELECT 1 FROM outbox w WHERE w.correlation_id = o.correlation_id AND w.id < o.id)
           ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
         &[&limit],
     )

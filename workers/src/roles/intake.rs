@@ -8,13 +8,13 @@ use baton_domain::disclosure;
 use baton_domain::bridge::{self as wire, ReplyInput};
 use baton_domain::journal;
 use baton_domain::reply::Outcome;
-use baton_domain::request::{parse_request, HandoffRequest, RequestError, TargetAgent};
+use baton_domain::request::{bounded_reason, parse_request, HandoffRequest, RequestError, TargetAgent};
 use baton_domain::state::InvocationKind;
 use baton_domain::Language;
 use baton_store::invocations::{self, NewInvocation};
 use baton_store::journal::Event;
 use baton_store::requests::{self, NewRequest};
-use baton_store::{budgets, profiles, runs, GenericClient, Pool};
+use baton_store::{budgets, outbox, profiles, runs, GenericClient, Pool};
 use baton_bus::lapin::message::Delivery;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -88,7 +88,7 @@ async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdow
                         reply_to_chat_id: request.reply_to_chat_id().map(str::to_string),
                         language: Some(request.language()),
                     };
-                    answer_and_dead_letter(publisher, settings, &delivery, &error).await
+                    answer_and_dead_letter(pool, publisher, settings, &delivery, &error).await
                 }
             }
         }
@@ -116,14 +116,22 @@ fn check_reply_to(settings: &Settings, reply_to: Option<&str>, request: HandoffR
 /// its run goes on, so the body is acknowledged and recorded as a handoff
 /// event, and no `failed` reply contradicts what the outbox tells the bridge.
 async fn reject(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: &Delivery, mut error: RequestError) -> anyhow::Result<()> {
-    error.reason = disclosure::redact_strictly(&error.reason);
+    error.reason = bounded_reason(&disclosure::redact_strictly(&error.reason));
     if let Some(id) = &error.handoff_id {
-        if record_invalid_redelivery(pool, id, &error.reason).await? {
-            tracing::warn!(handoff = %id, reason = %error.reason, "invalid re-delivery of a stored request acknowledged");
-            return ack(delivery).await;
+        match record_invalid_redelivery(pool, id, &error.reason).await {
+            Ok(true) => {
+                tracing::warn!(handoff = %id, reason = %error.reason, "invalid re-delivery of a stored request acknowledged");
+                return ack(delivery).await;
+            }
+            Ok(false) => {}
+            Err(e) if super::is_transient(&e) => return Err(e),
+            // An id the database cannot even look up (a NUL character) was
+            // never stored: refuse the body like any other, rather than
+            // failing on it at every delivery.
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "a refused request's id cannot be looked up; refusing it as new"),
         }
     }
-    answer_and_dead_letter(publisher, settings, delivery, &error).await
+    answer_and_dead_letter(pool, publisher, settings, delivery, &error).await
 }
 
 /// Records an invalid body under a stored request's id; false when no
@@ -148,8 +156,8 @@ const INVALID_REDELIVERY: &str = "invalid_redelivery";
 /// handoff id can be read: with the chat id when that can be read too, and
 /// without it when not (`callback: []`), since the bridge still knows the
 /// handoff by its id (and by `correlation_id`).
-async fn answer_and_dead_letter(publisher: &Publisher, settings: &Settings, delivery: &Delivery, error: &RequestError) -> anyhow::Result<()> {
-    let reason = disclosure::redact_strictly(&error.reason);
+async fn answer_and_dead_letter(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: &Delivery, error: &RequestError) -> anyhow::Result<()> {
+    let reason = bounded_reason(&disclosure::redact_strictly(&error.reason));
     if let Some(id) = &error.handoff_id {
         let language = error.language.unwrap_or(Language::En);
         let input = ReplyInput {
@@ -162,7 +170,8 @@ async fn answer_and_dead_letter(publisher: &Publisher, settings: &Settings, deli
             agents: vec![],
             at: bridge::timestamp(),
         };
-        let body = serde_json::to_vec(&wire::reply(&input))?;
+        let reply = wire::reply(&input);
+        let body = serde_json::to_vec(&reply)?;
         let queue = reply_queue(settings, delivery);
         let message_id = wire::reply_message_id(id);
         let out = Outgoing {
@@ -173,12 +182,42 @@ async fn answer_and_dead_letter(publisher: &Publisher, settings: &Settings, deli
             mandatory: true,
             ..Default::default()
         };
-        if let baton_bus::Published::Returned(why) = publisher.publish(&out).await? {
-            tracing::warn!(handoff = %id, why, "the failed reply found no queue; it stays in baton.dead with the request");
+        match publisher.publish(&out).await {
+            Ok(baton_bus::Published::Confirmed) => {}
+            Ok(baton_bus::Published::Returned(why)) => {
+                tracing::warn!(handoff = %id, why, "the failed reply found no queue; it stays in baton.dead with the request");
+            }
+            Err(baton_bus::Error::Nacked(_)) => leave_for_relay(pool, settings, delivery, id, message_id, reply).await?,
+            Err(e) => return Err(e.into()),
         }
     }
     let kept = disclosure::redact_refused_body(&delivery.data, disclosure::REFUSED_BODY_KEPT_BYTES);
     dead_letter_as(publisher, settings, delivery, BRIDGE_REQUESTS, &reason, &kept).await
+}
+
+/// A failed reply that the bridge's queue refused for now (full, with
+/// `x-overflow: reject-publish`) is left to the relay, which retries it with
+/// backoff: failing here would redeliver the request, again and again, ahead
+/// of every other one. If even the outbox cannot take it, the reason stays
+/// in `baton.dead` with the request.
+async fn leave_for_relay(pool: &Pool, settings: &Settings, delivery: &Delivery, id: &str, message_id: String, body: serde_json::Value) -> anyhow::Result<()> {
+    let queue = reply_queue(settings, delivery);
+    let external = (queue != settings.queues().name(BRIDGE_REPLIES)).then_some(queue);
+    let message = outbox::Message {
+        queue: external.clone().unwrap_or_else(|| BRIDGE_REPLIES.to_string()),
+        external: external.is_some(),
+        message_id: Some(message_id),
+        correlation_id: Some(id.to_string()),
+        body,
+        mandatory: true,
+    };
+    let stored: anyhow::Result<()> = async { Ok(outbox::enqueue(&pool.get().await?, &message).await?) }.await;
+    match stored {
+        Ok(()) => tracing::warn!(handoff = %id, "the bridge's queue refused the failed reply for now; the relay retries it"),
+        Err(e) if super::is_transient(&e) => return Err(e),
+        Err(e) => tracing::error!(handoff = %id, error = %format!("{e:#}"), "the failed reply could not be kept; it stays in baton.dead with the request"),
+    }
+    Ok(())
 }
 
 /// Where a reply about this delivery goes: the bridge's `reply_to`, unless

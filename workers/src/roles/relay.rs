@@ -29,6 +29,8 @@ use super::{connect, Role};
 use crate::config::Settings;
 
 const BATCH: i64 = 256;
+/// Batches published in a row before the relay looks at its timers.
+const ROUNDS: usize = 64;
 /// The largest dead-letter body: see [`Relay::dead_letter`].
 const DEAD_LETTER_MAX_BYTES: usize = 1024 * 1024;
 const CONFIRM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -116,7 +118,15 @@ impl Relay {
     async fn serve(&mut self, wake: &Notify, listener: &CancellationToken, shutdown: &CancellationToken) -> anyhow::Result<()> {
         let mut sweep = tokio::time::interval(self.settings.relay_poll);
         loop {
-            while self.publish_batch().await? == BATCH as usize {}
+            // Until nothing is due (a handoff's next message becomes due only
+            // when the one before it has left the outbox: see `take_batch`),
+            // within a bound, so that a steady stream of rows still leaves the
+            // sweep and a shutdown their turn.
+            for _ in 0..ROUNDS {
+                if self.publish_batch().await? == 0 || shutdown.is_cancelled() {
+                    break;
+                }
+            }
             tokio::select! {
                 _ = wake.notified() => {}
                 _ = sweep.tick() => self.sweep_stalled().await?,
@@ -242,7 +252,7 @@ impl Relay {
 
     /// Carries out a row's fate in the batch's transaction; `true` when the
     /// row leaves the outbox.
-    async fn record(&self, tx: &impl GenericClient, row: &Row, p: &Prepared, fate: Fate) -> anyhow::Result<bool> {
+    async fn record(&mut self, tx: &impl GenericClient, row: &Row, p: &Prepared, fate: Fate) -> anyhow::Result<bool> {
         let m = &row.message;
         match fate {
             Fate::Sent => {
@@ -277,7 +287,7 @@ impl Relay {
     }
 
     /// Moves a row aside to `baton.dead`, its body cut to the bound if need be.
-    async fn dead_letter(&self, m: &Message, p: &Prepared, reason: &str) -> anyhow::Result<()> {
+    async fn dead_letter(&mut self, m: &Message, p: &Prepared, reason: &str) -> anyhow::Result<()> {
         tracing::warn!(queue = %p.queue, reason, "message cannot be published; dead-lettering it");
         let dead = self.settings.queues().name(DEAD);
         // A dead letter is for an operator to read: a reason and enough of
@@ -297,7 +307,7 @@ impl Relay {
         if cut.is_some() || p.cut_from.is_some() {
             headers.push(("x-baton-truncated", "true".to_string()));
         }
-        let out = Outgoing {
+        let mut out = Outgoing {
             queue: &dead,
             body: cut.as_deref().unwrap_or(&p.body),
             message_id: m.message_id.as_deref(),
@@ -305,6 +315,18 @@ impl Relay {
             headers,
             ..Default::default()
         };
+        let refused = match self.publisher.publish(&out).await {
+            Ok(_) => return Ok(()),
+            Err(baton_bus::Error::Amqp(e)) if self.conn.status().connected() => refusal(&e).ok_or(e)?,
+            Err(e) => return Err(e.into()),
+        };
+        // The broker refused even the cut copy (its `max_message_size` is
+        // below this bound): the reason and the ids alone, or the row would
+        // fail its batch again and again, and every row behind it with it.
+        tracing::warn!(refused, "the dead letter itself was refused; sending its reason without the body");
+        self.reopen().await?;
+        out.body = b"{}";
+        out.headers.push(("x-baton-body-dropped", refused));
         self.publisher.publish(&out).await?;
         Ok(())
     }
