@@ -2,6 +2,7 @@
 //! PostgreSQL. Each test has its own database and queue prefix.
 
 mod bridge;
+mod bridge_edges;
 mod budgets;
 mod chain;
 mod claims;
@@ -11,10 +12,9 @@ mod database;
 mod delegation;
 mod errors;
 mod hardening_claims;
+mod outages;
 mod process;
 mod protocol;
 mod providers;
-mod sandbox;
 mod relay;
-mod review_a;
-mod review_b;
+mod sandbox;

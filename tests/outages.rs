@@ -1,5 +1,5 @@
-//! Seams between the hardening items: an external agent's finished result
-//! and a database outage longer than the runner's short patience.
+//! Database outages around external agents and shutdown: a finished result
+//! outlasts the outage, and a deploy during one is a hand-back, not a takeover.
 
 use std::time::Duration;
 

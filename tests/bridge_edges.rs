@@ -1,5 +1,5 @@
-//! Seams between the hardening branches: the relay's per-row retries against
-//! the order of one handoff's messages.
+//! Edge cases at the bridge's side of the fleet: the order of one handoff's
+//! messages under retries, refusals that must not block intake, long ids.
 
 use std::time::Duration;
 
