@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -11,6 +12,7 @@ use crate::error::ToolError;
 use crate::handoff::MAX_TEXT_CHARS;
 use crate::profiles::Profile;
 use crate::state::{InvocationKind, TaskStatus};
+use crate::tool_args;
 use crate::tools::ToolName;
 
 /// Delegated tasks one parent invocation may start, and have open at once.
@@ -21,19 +23,49 @@ pub const MAX_AWAIT_MS: u64 = 300_000;
 /// The longest wall-clock deadline a delegated task may be given (one day).
 pub const MAX_DEADLINE_MS: u64 = 86_400_000;
 
-/// A delegated task's limits; each narrows the runtime's own.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Limits for the task; each can only narrow your own.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Budget {
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_rounds: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_tool_calls: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Model tokens the other agent may use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_tokens: Option<u64>,
-    /// Wall-clock time the child may take, from its creation.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Milliseconds the other agent may take, counted from when you delegate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86_400_000))]
     pub deadline_ms: Option<u64>,
+}
+
+/// Ask another agent to do a task for you; its result comes back to you. You may carry on working and wait for it later with agent_await.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DelegateCall {
+    pub agent_id: String,
+    pub task: DelegatedTask,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+}
+
+/// What the other agent reads. Fields beyond these are shown to it as additional instructions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DelegatedTask {
+    pub objective: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_output: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -44,32 +76,28 @@ pub struct DelegateArgs {
 }
 
 pub fn parse_delegate(args: &Value) -> Result<DelegateArgs, ToolError> {
-    let agent_id = match args.get("agentId") {
-        Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
-        _ => return Err(ToolError::invalid_arguments("`agentId` is required: name the agent from agent_list.")),
-    };
-    let Some(Value::Object(task)) = args.get("task") else {
-        return Err(ToolError::invalid_arguments("`task` is required: an object with at least an `objective`."));
-    };
-    match task.get("objective") {
-        Some(Value::String(s)) if !s.trim().is_empty() => {}
-        _ => return Err(ToolError::invalid_arguments("`task.objective` is required: say what the other agent must do.")),
+    let call: DelegateCall = tool_args::parse(args)?;
+    let agent_id = call.agent_id.trim().to_string();
+    if agent_id.is_empty() {
+        return Err(ToolError::invalid_arguments("`agentId` is required: name the agent from agent_list."));
     }
-    for field in ["objective", "title"] {
-        if task.get(field).and_then(Value::as_str).is_some_and(|s| s.chars().count() > MAX_TEXT_CHARS) {
+    if call.task.objective.trim().is_empty() {
+        return Err(ToolError::invalid_arguments("`task.objective` is required: say what the other agent must do."));
+    }
+    for (field, text) in [("objective", Some(&call.task.objective)), ("title", call.task.title.as_ref())] {
+        if text.is_some_and(|s| s.chars().count() > MAX_TEXT_CHARS) {
             return Err(ToolError::invalid_arguments(format!("`task.{field}` is longer than {MAX_TEXT_CHARS} characters.")));
         }
     }
-    let budget = parse_budget(args.get("budget"))?;
-    Ok(DelegateArgs { agent_id, task: task.clone(), budget })
+    let budget = check_budget(call.budget.unwrap_or_default())?;
+    let task = match serde_json::to_value(&call.task) {
+        Ok(Value::Object(map)) => map,
+        _ => unreachable!("a struct serializes to an object"),
+    };
+    Ok(DelegateArgs { agent_id, task, budget })
 }
 
-fn parse_budget(value: Option<&Value>) -> Result<Budget, ToolError> {
-    let Some(value) = value.filter(|v| !v.is_null()) else {
-        return Ok(Budget::default());
-    };
-    let budget: Budget = serde_json::from_value(value.clone())
-        .map_err(|_| ToolError::invalid_arguments("`budget` takes whole numbers: maxRounds, maxToolCalls, maxTokens, deadlineMs."))?;
+fn check_budget(budget: Budget) -> Result<Budget, ToolError> {
     let fields = [budget.max_rounds, budget.max_tool_calls, budget.max_tokens, budget.deadline_ms];
     if fields.contains(&Some(0)) {
         return Err(ToolError::invalid_arguments("Each budget limit must be at least 1."));
@@ -144,12 +172,27 @@ pub fn render_task_brief(task: &Map<String, Value>, from: &str) -> String {
 }
 
 /// How long to wait and for what.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum AwaitMode {
+    #[default]
     NextCompleted,
     AllCompleted,
     StatusOnly,
+}
+
+/// Wait for tasks you delegated and read their results.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AwaitCall {
+    /// The handles you were given when you delegated; all of yours when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_ids: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<AwaitMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 300_000))]
+    pub timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -161,25 +204,9 @@ pub struct AwaitArgs {
 }
 
 pub fn parse_await(args: &Value) -> Result<AwaitArgs, ToolError> {
-    let keys = match args.get("taskIds") {
-        None | Some(Value::Null) => None,
-        Some(Value::Array(items)) => Some(
-            items
-                .iter()
-                .map(|i| i.as_str().map(str::to_string))
-                .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| ToolError::invalid_arguments("`taskIds` lists the handles you got from agent_delegate."))?,
-        ),
-        Some(_) => return Err(ToolError::invalid_arguments("`taskIds` must be a list of task handles.")),
-    };
-    let mode = match args.get("mode").and_then(Value::as_str) {
-        None | Some("nextCompleted") => AwaitMode::NextCompleted,
-        Some("allCompleted") => AwaitMode::AllCompleted,
-        Some("statusOnly") => AwaitMode::StatusOnly,
-        Some(other) => return Err(ToolError::invalid_arguments(format!("mode `{other}` is not known; use nextCompleted, allCompleted or statusOnly."))),
-    };
-    let timeout_ms = args.get("timeoutMs").and_then(Value::as_u64).unwrap_or(DEFAULT_AWAIT_MS).clamp(1, MAX_AWAIT_MS);
-    Ok(AwaitArgs { keys, mode, timeout_ms })
+    let call: AwaitCall = tool_args::parse(args)?;
+    let timeout_ms = call.timeout_ms.unwrap_or(DEFAULT_AWAIT_MS).clamp(1, MAX_AWAIT_MS);
+    Ok(AwaitArgs { keys: call.task_ids, mode: call.mode.unwrap_or_default(), timeout_ms })
 }
 
 /// Is the wait over? Each selected task is (status, whether the parent has
@@ -194,14 +221,15 @@ pub fn await_ready(mode: AwaitMode, tasks: &[(TaskStatus, bool)]) -> bool {
     }
 }
 
-/// What a child hands back with `task_return`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Return your result to the agent who asked for it. This ends your task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Capsule {
     pub summary: String,
-    pub status: String,
+    #[serde(default)]
+    pub status: ReturnStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub confidence: Option<String>,
+    pub confidence: Option<Confidence>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -210,29 +238,56 @@ pub struct Capsule {
     pub suggested_next_actions: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub questions_for_caller: Vec<String>,
+    /// Anything else the asking agent should receive with your result, such as workspace paths.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub artifacts: Vec<Value>,
 }
 
-pub fn parse_return(args: &Value) -> Result<Capsule, ToolError> {
-    match args.get("summary") {
-        Some(Value::String(s)) if !s.trim().is_empty() => {}
-        _ => return Err(ToolError::invalid_arguments("`summary` is required: say what you found or did.")),
-    }
-    let mut merged = Map::new();
-    merged.insert("status".into(), "completed".into());
-    if let Value::Object(given) = args {
-        merged.extend(given.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())));
-    }
-    let mut capsule: Capsule = serde_json::from_value(Value::Object(merged))
-        .map_err(|e| ToolError::invalid_arguments(format!("task_return arguments are malformed: {e}")))?;
-    if capsule.status != "completed" && capsule.status != "failed" {
-        return Err(ToolError::invalid_arguments("`status` is completed or failed."));
-    }
-    if let Some(c) = &capsule.confidence {
-        if !["low", "medium", "high"].contains(&c.as_str()) {
-            return Err(ToolError::invalid_arguments("`confidence` is low, medium or high."));
+/// Whether the task was done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReturnStatus {
+    #[default]
+    Completed,
+    Failed,
+}
+
+impl ReturnStatus {
+    pub fn task_status(self) -> TaskStatus {
+        match self {
+            ReturnStatus::Completed => TaskStatus::Completed,
+            ReturnStatus::Failed => TaskStatus::Failed,
         }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Confidence {
+    Low,
+    Medium,
+    High,
+}
+
+impl Confidence {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confidence::Low => "low",
+            Confidence::Medium => "medium",
+            Confidence::High => "high",
+        }
+    }
+}
+
+pub fn parse_return(args: &Value) -> Result<Capsule, ToolError> {
+    // Nulls mean "left out", as they did before the arguments were typed.
+    let given = match args {
+        Value::Object(map) => Value::Object(map.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect()),
+        other => other.clone(),
+    };
+    let mut capsule: Capsule = tool_args::parse(&given)?;
+    if capsule.summary.trim().is_empty() {
+        return Err(ToolError::invalid_arguments("`summary` is required: say what you found or did."));
     }
     capsule.summary = capsule.summary.trim().to_string();
     Ok(capsule)
@@ -271,7 +326,7 @@ pub fn render_results(tasks: &[TaskView<'_>], timed_out: bool) -> String {
                 }
             }
             if let Some(conf) = &c.confidence {
-                let _ = writeln!(out, "Confidence: {conf}");
+                let _ = writeln!(out, "Confidence: {}", conf.as_str());
             }
         }
         out.push('\n');
@@ -282,7 +337,7 @@ pub fn render_results(tasks: &[TaskView<'_>], timed_out: bool) -> String {
 
 /// The result file kept in the workspace for people and later agents.
 pub fn render_result_file(key: &str, agent: &str, capsule: &Capsule) -> String {
-    let view = TaskView { key, agent, status: if capsule.status == "failed" { TaskStatus::Failed } else { TaskStatus::Completed }, capsule: Some(capsule.clone()), error: None };
+    let view = TaskView { key, agent, status: capsule.status.task_status(), capsule: Some(capsule.clone()), error: None };
     let text = render_results(&[view], false);
     text.trim_end_matches("Use these results in your work; commit and finish when the reply is ready.").trim_end().to_string() + "\n"
 }
@@ -335,7 +390,7 @@ mod tests {
         assert!(parse_return(&json!({"summary": "x", "status": "meh"})).is_err());
         let c = parse_return(&json!({"summary": " Checked. ", "findings": ["ok"], "confidence": "high"})).unwrap();
         assert_eq!(c.summary, "Checked.");
-        assert_eq!(c.status, "completed");
+        assert_eq!(c.status, ReturnStatus::Completed);
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! `agent_handoff`: parsing its arguments and deciding whether the handoff
 //! may happen. Every refusal is a recoverable [`ToolError`] the agent can act on.
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{codes, ToolError};
+use crate::tool_args;
 use crate::profiles::Profile;
 use crate::state::InvocationKind;
 use crate::tools::ToolName;
@@ -12,9 +15,47 @@ use crate::tools::ToolName;
 pub const MAX_TEXT_CHARS: usize = 8000;
 
 /// The only pending-task policy: refuse while delegated tasks are unfinished.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub enum PendingTaskPolicy {
+    #[default]
     DenyIfPending,
+}
+
+/// Hand the next stage of this work to another agent. Write a clear brief: the objective is required. After a successful handoff your part is complete: make no further tool calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HandoffCall {
+    /// The agent who takes over, from agent_list.
+    pub agent_id: String,
+    pub handoff: HandoffBrief,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_task_policy: Option<PendingTaskPolicy>,
+}
+
+/// The brief the next agent reads first. Fields beyond these are kept and shown to it too.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HandoffBrief {
+    /// What the next agent must achieve.
+    pub objective: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Why you are handing over now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What has been done so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_summary: Option<String>,
+    /// Workspace files the next agent should read first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_refs: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub must_preserve: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_criteria: Option<Vec<String>>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 /// Validated `agent_handoff` arguments.
@@ -37,55 +78,37 @@ impl HandoffArgs {
 }
 
 pub fn parse_args(args: &Value) -> Result<HandoffArgs, ToolError> {
-    let agent_id = required_string(args, "agentId")?;
-    let brief = match args.get("handoff") {
-        Some(Value::Object(map)) => map.clone(),
-        Some(_) => return Err(ToolError::invalid_arguments("`handoff` must be an object with at least an `objective`.")),
-        None => return Err(ToolError::invalid_arguments("`handoff` is required: give at least an `objective` for the next agent.")),
+    let call: HandoffCall = tool_args::parse(args)?;
+    let agent_id = call.agent_id.trim().to_string();
+    if agent_id.is_empty() {
+        return Err(ToolError::invalid_arguments("`agentId` is required and must be a non-empty string."));
+    }
+    validate_brief(&call.handoff)?;
+    let brief = match serde_json::to_value(&call.handoff) {
+        Ok(Value::Object(map)) => map,
+        _ => unreachable!("a struct serializes to an object"),
     };
-    validate_brief(&brief)?;
-    Ok(HandoffArgs { agent_id, brief, pending_task_policy: parse_policy(args.get("pendingTaskPolicy"))? })
+    Ok(HandoffArgs { agent_id, brief, pending_task_policy: call.pending_task_policy.unwrap_or_default() })
 }
 
-fn required_string(args: &Value, field: &str) -> Result<String, ToolError> {
-    match args.get(field) {
-        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.trim().to_string()),
-        _ => Err(ToolError::invalid_arguments(format!("`{field}` is required and must be a non-empty string."))),
+fn validate_brief(brief: &HandoffBrief) -> Result<(), ToolError> {
+    if brief.objective.trim().is_empty() {
+        return Err(ToolError::invalid_arguments("`handoff.objective` is required: say what the next agent must achieve."));
     }
-}
-
-fn validate_brief(brief: &Map<String, Value>) -> Result<(), ToolError> {
-    match brief.get("objective") {
-        Some(Value::String(s)) if !s.trim().is_empty() => {}
-        _ => {
-            return Err(ToolError::invalid_arguments(
-                "`handoff.objective` is required: say what the next agent must achieve.",
-            ))
-        }
-    }
-    for field in ["objective", "title", "reason", "contextSummary"] {
-        match brief.get(field) {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) if s.chars().count() <= MAX_TEXT_CHARS => {}
-            Some(Value::String(_)) => {
-                return Err(ToolError::invalid_arguments(format!(
-                    "`handoff.{field}` is longer than {MAX_TEXT_CHARS} characters; shorten it or put details in a workspace file."
-                )))
-            }
-            Some(_) => return Err(ToolError::invalid_arguments(format!("`handoff.{field}` must be a string."))),
+    let texts = [
+        ("objective", Some(&brief.objective)),
+        ("title", brief.title.as_ref()),
+        ("reason", brief.reason.as_ref()),
+        ("contextSummary", brief.context_summary.as_ref()),
+    ];
+    for (field, text) in texts {
+        if text.is_some_and(|s| s.chars().count() > MAX_TEXT_CHARS) {
+            return Err(ToolError::invalid_arguments(format!(
+                "`handoff.{field}` is longer than {MAX_TEXT_CHARS} characters; shorten it or put details in a workspace file."
+            )));
         }
     }
     Ok(())
-}
-
-fn parse_policy(value: Option<&Value>) -> Result<PendingTaskPolicy, ToolError> {
-    match value {
-        None | Some(Value::Null) => Ok(PendingTaskPolicy::DenyIfPending),
-        Some(Value::String(s)) if s == "denyIfPending" => Ok(PendingTaskPolicy::DenyIfPending),
-        Some(other) => Err(ToolError::invalid_arguments(format!(
-            "pendingTaskPolicy {other} is not supported; use \"denyIfPending\" or leave it out."
-        ))),
-    }
 }
 
 /// The source side: may this agent hand off at all?

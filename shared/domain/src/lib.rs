@@ -10,6 +10,7 @@
 //! - [`profiles`]: the agent profiles file and its validation.
 //! - [`budget`]: run budgets (tokens, model calls, tool calls, wall clock) and the pure check.
 //! - [`tools`]: the model-visible tools and their specs.
+//! - [`tool_args`]: parsing a tool's arguments and deriving its schema from one type.
 //! - [`handoff`]: `agent_handoff` argument parsing and the handoff policies.
 //! - [`delegation`]: `agent_delegate`, `agent_await`, `task_return`: parsing, policies, rendering.
 //! - [`brief`]: the markdown briefs agents read first.
@@ -39,6 +40,7 @@ pub mod prompt;
 pub mod schema;
 pub mod sandbox;
 pub mod state;
+pub mod tool_args;
 pub mod tools;
 pub mod workspace;
 

@@ -4,7 +4,11 @@
 
 use serde_json::{json, Value};
 
+use crate::delegation::{AwaitCall, Capsule, DelegateCall};
+use crate::handoff::HandoffCall;
 use crate::state::InvocationKind;
+use crate::tool_args::{description_and_parameters, AgentListArgs, FinishArgs};
+use crate::workspace::{CommitArgs, ListArgs, PatchArgs, ReadArgs, WriteArgs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ToolName {
@@ -93,118 +97,26 @@ pub fn surface(profile_tools: &[ToolName], kind: InvocationKind) -> Vec<ToolName
     tools
 }
 
-/// The OpenAI function spec for a tool.
+/// The OpenAI function spec for a tool: its description and parameters both
+/// come from the type its arguments are parsed into.
 pub fn spec(tool: ToolName) -> Value {
-    let (description, parameters) = description_and_schema(tool);
+    let (description, parameters) = match tool {
+        ToolName::AgentList => description_and_parameters::<AgentListArgs>(),
+        ToolName::AgentHandoff => description_and_parameters::<HandoffCall>(),
+        ToolName::AgentDelegate => description_and_parameters::<DelegateCall>(),
+        ToolName::AgentAwait => description_and_parameters::<AwaitCall>(),
+        ToolName::TaskReturn => description_and_parameters::<Capsule>(),
+        ToolName::WorkspaceList => description_and_parameters::<ListArgs>(),
+        ToolName::WorkspaceRead => description_and_parameters::<ReadArgs>(),
+        ToolName::WorkspaceWrite => description_and_parameters::<WriteArgs>(),
+        ToolName::WorkspacePatch => description_and_parameters::<PatchArgs>(),
+        ToolName::WorkspaceCommit => description_and_parameters::<CommitArgs>(),
+        ToolName::WorkspaceFinish => description_and_parameters::<FinishArgs>(),
+    };
     json!({
         "type": "function",
         "function": { "name": tool.as_str(), "description": description, "parameters": parameters }
     })
-}
-
-fn description_and_schema(tool: ToolName) -> (&'static str, Value) {
-    match tool {
-        ToolName::AgentList => (
-            "List the agents you can hand work to. Use purpose \"handoff\" to find who can take over the next stage.",
-            json!({"type": "object", "properties": {
-                "purpose": {"type": "string", "enum": ["any", "delegate", "handoff"]},
-                "query": {"type": "string", "description": "Words to look for in an agent's id, name or description."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 20}
-            }}),
-        ),
-        ToolName::AgentHandoff => (
-            "Hand the next stage of this work to another agent. Write a clear brief: the objective is required. After a successful handoff your part is complete: make no further tool calls.",
-            json!({"type": "object", "required": ["agentId", "handoff"], "properties": {
-                "agentId": {"type": "string", "description": "The agent who takes over, from agent_list."},
-                "handoff": {"type": "object", "required": ["objective"], "properties": {
-                    "objective": {"type": "string", "description": "What the next agent must achieve."},
-                    "title": {"type": "string"},
-                    "reason": {"type": "string", "description": "Why you are handing over now."},
-                    "contextSummary": {"type": "string", "description": "What has been done so far."},
-                    "workspaceRefs": {"type": "array", "items": {"type": "string"}, "description": "Workspace files the next agent should read first."},
-                    "mustPreserve": {"type": "array", "items": {"type": "string"}},
-                    "completionCriteria": {"type": "array", "items": {"type": "string"}}
-                }},
-                "pendingTaskPolicy": {"type": "string", "enum": ["denyIfPending"]}
-            }}),
-        ),
-        ToolName::AgentDelegate => (
-            "Ask another agent to do a task for you; its result comes back to you. You may carry on working and wait for it later with agent_await.",
-            json!({"type": "object", "required": ["agentId", "task"], "properties": {
-                "agentId": {"type": "string"},
-                "task": {"type": "object", "required": ["objective"], "properties": {
-                    "objective": {"type": "string"}, "title": {"type": "string"},
-                    "context": {"type": "string"}, "expectedOutput": {"type": "string"}
-                }},
-                "budget": {"type": "object", "properties": {
-                    "maxRounds": {"type": "integer", "minimum": 1},
-                    "maxToolCalls": {"type": "integer", "minimum": 1}
-                }}
-            }}),
-        ),
-        ToolName::AgentAwait => (
-            "Wait for tasks you delegated and read their results.",
-            json!({"type": "object", "properties": {
-                "taskIds": {"type": "array", "items": {"type": "string"}, "description": "The handles you were given when you delegated; all of yours when omitted."},
-                "mode": {"type": "string", "enum": ["nextCompleted", "allCompleted", "statusOnly"]},
-                "timeoutMs": {"type": "integer", "minimum": 1, "maximum": 300000}
-            }}),
-        ),
-        ToolName::TaskReturn => (
-            "Return your result to the agent who asked for it. This ends your task.",
-            json!({"type": "object", "required": ["summary"], "properties": {
-                "summary": {"type": "string"},
-                "status": {"type": "string", "enum": ["completed", "failed"]},
-                "confidence": {"type": "string", "enum": ["low", "medium", "high"]},
-                "findings": {"type": "array", "items": {"type": "string"}},
-                "warnings": {"type": "array", "items": {"type": "string"}},
-                "suggestedNextActions": {"type": "array", "items": {"type": "string"}},
-                "questionsForCaller": {"type": "array", "items": {"type": "string"}}
-            }}),
-        ),
-        ToolName::WorkspaceList => (
-            "List files in the shared workspace.",
-            json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "A folder such as output/; the whole workspace when omitted."},
-                "depth": {"type": "integer", "minimum": 1, "maximum": 4}
-            }}),
-        ),
-        ToolName::WorkspaceRead => (
-            "Read a workspace file. Give start_line and line_count, or start_char and max_chars, or neither for the whole file.",
-            json!({"type": "object", "required": ["path"], "properties": {
-                "path": {"type": "string"},
-                "start_line": {"type": "integer", "minimum": 1}, "line_count": {"type": "integer", "minimum": 1, "maximum": 1200},
-                "start_char": {"type": "integer", "minimum": 0}, "max_chars": {"type": "integer", "minimum": 1, "maximum": 80000}
-            }}),
-        ),
-        ToolName::WorkspaceWrite => (
-            "Write a workspace file. To replace a file that already exists, read it first.",
-            json!({"type": "object", "required": ["path", "content"], "properties": {
-                "path": {"type": "string", "description": "For example output/main.md."},
-                "content": {"type": "string"},
-                "mode": {"type": "string", "enum": ["replace", "append"]}
-            }}),
-        ),
-        ToolName::WorkspacePatch => (
-            "Replace text in a workspace file you have read. old_string must appear exactly once unless replace_all is true.",
-            json!({"type": "object", "required": ["path", "old_string", "new_string"], "properties": {
-                "path": {"type": "string"}, "old_string": {"type": "string"}, "new_string": {"type": "string"},
-                "replace_all": {"type": "boolean"}
-            }}),
-        ),
-        ToolName::WorkspaceCommit => (
-            "Publish a workspace file as the reply the user will receive. You may edit and commit again; the latest commit wins. Close with workspace_finish.",
-            json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "Defaults to output/main.md."},
-                "mode": {"type": "string", "enum": ["replace", "append"]},
-                "reason": {"type": "string"}
-            }}),
-        ),
-        ToolName::WorkspaceFinish => (
-            "Finish the work. The reply you committed is sent to the user. Commit at least once before finishing.",
-            json!({"type": "object", "properties": {"reason": {"type": "string"}}}),
-        ),
-    }
 }
 
 #[cfg(test)]
@@ -244,5 +156,143 @@ mod tests {
         let owner = surface(&all, InvocationKind::Handoff);
         assert!(!owner.contains(&ToolName::TaskReturn));
         assert!(owner.contains(&ToolName::WorkspaceFinish));
+    }
+
+    #[test]
+    fn schemas_are_inline_and_plain() {
+        for tool in ToolName::ALL {
+            let parameters = spec(tool)["function"]["parameters"].to_string();
+            for word in ["$ref", "$schema", "definitions", "$defs", "null", "format", "uint"] {
+                assert!(!parameters.contains(word), "{} has `{word}`: {parameters}", tool.as_str());
+            }
+            assert_eq!(spec(tool)["function"]["parameters"]["type"], "object");
+            assert!(!spec(tool)["function"]["description"].as_str().unwrap().is_empty());
+        }
+    }
+
+    #[test]
+    fn agent_delegate_schema_includes_the_budget_fields() {
+        let budget = &spec(ToolName::AgentDelegate)["function"]["parameters"]["properties"]["budget"]["properties"];
+        for field in ["maxRounds", "maxToolCalls", "maxTokens", "deadlineMs"] {
+            assert_eq!(budget[field]["type"], "integer", "{field} in {budget}");
+            assert_eq!(budget[field]["minimum"], 1, "{field} in {budget}");
+        }
+        assert_eq!(budget["deadlineMs"]["maximum"], crate::delegation::MAX_DEADLINE_MS);
+    }
+
+    /// Every property each tool's parser accepts is in its schema, and every
+    /// property in its schema is accepted: a full example parses, comes back
+    /// unchanged (so nothing was ignored), and names exactly the schema's properties.
+    #[test]
+    fn every_property_the_parser_accepts_is_in_the_schema_and_back() {
+        for tool in ToolName::ALL {
+            let (example, round_trip) = full_example(tool);
+            let schema = &spec(tool)["function"]["parameters"];
+            same_properties(tool, schema, &example, "");
+            assert_eq!(round_trip, example, "{} drops or changes a property", tool.as_str());
+        }
+    }
+
+    /// Each tool's parser takes its full example: the one the tool really calls.
+    #[test]
+    fn the_tools_own_parsers_accept_the_full_examples() {
+        let example = |tool| full_example(tool).0;
+        let handoff = crate::handoff::parse_args(&example(ToolName::AgentHandoff)).unwrap();
+        assert_eq!(handoff.brief["tone"], "warm");
+        let delegate = crate::delegation::parse_delegate(&example(ToolName::AgentDelegate)).unwrap();
+        assert_eq!(delegate.budget.max_tokens, Some(5000));
+        assert_eq!(delegate.budget.deadline_ms, Some(60_000));
+        assert!(crate::delegation::parse_await(&example(ToolName::AgentAwait)).is_ok());
+        assert!(crate::delegation::parse_return(&example(ToolName::TaskReturn)).is_ok());
+        assert!(crate::workspace::CommitArgs::parse(&example(ToolName::WorkspaceCommit)).is_ok());
+    }
+
+    #[test]
+    fn a_missing_required_property_is_named() {
+        for tool in ToolName::ALL {
+            let (example, _) = full_example(tool);
+            let schema = &spec(tool)["function"]["parameters"];
+            for required in schema["required"].as_array().into_iter().flatten() {
+                let mut args = example.clone();
+                args.as_object_mut().unwrap().remove(required.as_str().unwrap());
+                let error = parse_as(tool, &args).unwrap_err();
+                assert_eq!(error.code, crate::error::codes::INVALID_ARGUMENTS);
+                assert_eq!(error.message, format!("`{}` is required.", required.as_str().unwrap()), "{}", tool.as_str());
+            }
+        }
+    }
+
+    #[test]
+    fn a_wrong_type_is_a_recoverable_error_naming_the_field() {
+        let error = parse_as(ToolName::AgentDelegate, &json!({"agentId": "c", "task": {"objective": "x"}, "budget": {"maxTokens": -1}}));
+        let error = error.unwrap_err();
+        assert_eq!(error.code, crate::error::codes::INVALID_ARGUMENTS);
+        assert!(error.message.starts_with("`budget.maxTokens` is not valid"), "{}", error.message);
+        assert!(!error.message.contains("u64"), "{}", error.message);
+        let error = parse_as(ToolName::WorkspaceRead, &json!("output/main.md")).unwrap_err();
+        assert_eq!(error.message, "Your arguments must be an object with this tool's properties.");
+    }
+
+    /// A call's arguments with every property the schema names, and what the
+    /// tool's argument type gives back after parsing them.
+    fn full_example(tool: ToolName) -> (Value, Value) {
+        let example = match tool {
+            ToolName::AgentList => json!({"purpose": "handoff", "query": "edit", "limit": 5}),
+            ToolName::AgentHandoff => json!({"agentId": "editor", "pendingTaskPolicy": "denyIfPending", "handoff": {
+                "objective": "Edit", "title": "T", "reason": "R", "contextSummary": "C", "workspaceRefs": ["output/a.md"],
+                "mustPreserve": ["tone"], "completionCriteria": ["done"], "tone": "warm"}}),
+            ToolName::AgentDelegate => json!({"agentId": "checker", "task": {
+                "objective": "Check", "title": "T", "context": "C", "expectedOutput": "E", "tone": "brief"},
+                "budget": {"maxRounds": 3, "maxToolCalls": 9, "maxTokens": 5000, "deadlineMs": 60_000}}),
+            ToolName::AgentAwait => json!({"taskIds": ["checker"], "mode": "allCompleted", "timeoutMs": 1000}),
+            ToolName::TaskReturn => json!({"summary": "Done.", "status": "failed", "confidence": "low", "findings": ["f"],
+                "warnings": ["w"], "suggestedNextActions": ["s"], "questionsForCaller": ["q"], "artifacts": ["output/x.md"]}),
+            ToolName::WorkspaceList => json!({"path": "output/", "depth": 3}),
+            ToolName::WorkspaceRead => json!({"path": "output/a.md", "start_line": 1, "line_count": 2, "start_char": 0, "max_chars": 5}),
+            ToolName::WorkspaceWrite => json!({"path": "output/a.md", "content": "x", "mode": "append"}),
+            ToolName::WorkspacePatch => json!({"path": "output/a.md", "old_string": "a", "new_string": "b", "replace_all": true}),
+            ToolName::WorkspaceCommit => json!({"path": "output/a.md", "mode": "append", "reason": "r"}),
+            ToolName::WorkspaceFinish => json!({"reason": "r"}),
+        };
+        let back = parse_as(tool, &example).unwrap_or_else(|e| panic!("{}: {}", tool.as_str(), e.message));
+        (example, back)
+    }
+
+    /// Parses with the argument type `spec` takes the tool's schema from, and serializes the result back.
+    fn parse_as(tool: ToolName, args: &Value) -> Result<Value, crate::ToolError> {
+        fn back<T: serde::de::DeserializeOwned + serde::Serialize>(args: &Value) -> Result<Value, crate::ToolError> {
+            crate::tool_args::parse::<T>(args).map(|t| serde_json::to_value(t).unwrap())
+        }
+        match tool {
+            ToolName::AgentList => back::<AgentListArgs>(args),
+            ToolName::AgentHandoff => back::<HandoffCall>(args),
+            ToolName::AgentDelegate => back::<DelegateCall>(args),
+            ToolName::AgentAwait => back::<AwaitCall>(args),
+            ToolName::TaskReturn => back::<Capsule>(args),
+            ToolName::WorkspaceList => back::<ListArgs>(args),
+            ToolName::WorkspaceRead => back::<ReadArgs>(args),
+            ToolName::WorkspaceWrite => back::<WriteArgs>(args),
+            ToolName::WorkspacePatch => back::<PatchArgs>(args),
+            ToolName::WorkspaceCommit => back::<CommitArgs>(args),
+            ToolName::WorkspaceFinish => back::<FinishArgs>(args),
+        }
+    }
+
+    /// The example's keys are the schema's properties, at every level; an
+    /// object that keeps extra fields says so with `additionalProperties`.
+    fn same_properties(tool: ToolName, schema: &Value, example: &Value, at: &str) {
+        let properties = schema["properties"].as_object().unwrap_or_else(|| panic!("{} {at}: no properties", tool.as_str()));
+        let open = schema["additionalProperties"] == true;
+        let given = example.as_object().unwrap();
+        for key in properties.keys() {
+            assert!(given.contains_key(key), "{} {at}: the example lacks schema property `{key}`", tool.as_str());
+        }
+        for (key, value) in given {
+            match properties.get(key) {
+                Some(sub) if sub["type"] == "object" => same_properties(tool, sub, value, &format!("{at}.{key}")),
+                Some(_) => {}
+                None => assert!(open, "{} {at}: `{key}` is accepted but not in the schema", tool.as_str()),
+            }
+        }
     }
 }

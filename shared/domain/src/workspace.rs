@@ -1,9 +1,12 @@
 //! The run workspace's pure rules: logical paths, what an agent may see,
 //! read windows, patches and commit modes. Storage lives in Postgres.
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{codes, ToolError};
+use crate::tool_args;
 
 /// Roots an agent sees; everything else (input/, agent-results/, …) is hidden.
 pub const VISIBLE_ROOTS: [&str; 5] = ["output/", "scratch/", "plan/", "summaries/", "persist/"];
@@ -122,9 +125,9 @@ pub enum ReadWindow {
 }
 
 impl ReadWindow {
-    pub fn from_args(args: &serde_json::Value) -> Result<Self, ToolError> {
-        let num = |k: &str| args.get(k).and_then(serde_json::Value::as_u64).map(|n| n as usize);
-        match (num("start_line"), num("line_count"), num("start_char"), num("max_chars")) {
+    pub fn from_args(args: &ReadArgs) -> Result<Self, ToolError> {
+        let num = |n: Option<u64>| n.map(|n| n as usize);
+        match (num(args.start_line), num(args.line_count), num(args.start_char), num(args.max_chars)) {
             (None, None, None, None) => Ok(ReadWindow::Whole),
             (Some(_), _, Some(_), _) | (Some(_), _, _, Some(_)) | (_, Some(_), Some(_), _) | (_, Some(_), _, Some(_)) => Err(
                 ToolError::new(codes::MIXED_READ_RANGE, "Use either start_line/line_count or start_char/max_chars, not both."),
@@ -206,22 +209,16 @@ pub fn apply_patch(content: &str, old: &str, new: &str, replace_all: bool) -> Re
     }
 }
 
-/// How a commit changes the run's reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Replace what is there, or append to it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum CommitMode {
+    #[default]
     Replace,
     Append,
 }
 
 impl CommitMode {
-    pub fn parse(raw: Option<&str>) -> Result<Self, ToolError> {
-        match raw {
-            None | Some("replace") => Ok(CommitMode::Replace),
-            Some("append") => Ok(CommitMode::Append),
-            Some(other) => Err(ToolError::new(codes::COMMIT_MODE_INVALID, format!("mode `{other}` is not known; use replace or append."))),
-        }
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             CommitMode::Replace => "replace",
@@ -235,6 +232,80 @@ impl CommitMode {
             (CommitMode::Append, Some(prev)) if !prev.is_empty() => format!("{prev}\n\n{content}"),
             _ => content.to_string(),
         }
+    }
+}
+
+/// List files in the shared workspace.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ListArgs {
+    /// A folder such as output/; the whole workspace when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4))]
+    pub depth: Option<u64>,
+}
+
+/// Read a workspace file. Give start_line and line_count, or start_char and max_chars, or neither for the whole file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReadArgs {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub start_line: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1200))]
+    pub line_count: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub start_char: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 80_000))]
+    pub max_chars: Option<u64>,
+}
+
+/// Write a workspace file. To replace a file that already exists, read it first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WriteArgs {
+    /// For example output/main.md.
+    pub path: String,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<CommitMode>,
+}
+
+/// Replace text in a workspace file you have read. old_string must appear exactly once unless replace_all is true.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PatchArgs {
+    pub path: String,
+    pub old_string: String,
+    pub new_string: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replace_all: Option<bool>,
+}
+
+/// Publish a workspace file as the reply the user will receive. You may edit and commit again; the latest commit wins. Close with workspace_finish.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CommitArgs {
+    /// Defaults to output/main.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<CommitMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl CommitArgs {
+    /// Parses `workspace_commit`'s arguments; an unknown mode keeps its own error code.
+    pub fn parse(args: &serde_json::Value) -> Result<Self, ToolError> {
+        tool_args::parse(args).map_err(|e: ToolError| {
+            if e.message.starts_with("`mode`") {
+                ToolError::new(codes::COMMIT_MODE_INVALID, e.message)
+            } else {
+                e
+            }
+        })
     }
 }
 
@@ -298,9 +369,9 @@ mod tests {
 
     #[test]
     fn read_windows_cannot_be_mixed() {
-        let args = serde_json::json!({"start_line": 1, "max_chars": 10});
+        let args = ReadArgs { start_line: Some(1), max_chars: Some(10), ..Default::default() };
         assert_eq!(ReadWindow::from_args(&args).unwrap_err().code, codes::MIXED_READ_RANGE);
-        let args = serde_json::json!({"line_count": 5000});
+        let args = ReadArgs { line_count: Some(5000), ..Default::default() };
         assert_eq!(ReadWindow::from_args(&args).unwrap_err().code, codes::INVALID_LINE_RANGE);
     }
 
@@ -317,7 +388,9 @@ mod tests {
         assert_eq!(CommitMode::Replace.apply(Some("old"), "new"), "new");
         assert_eq!(CommitMode::Append.apply(Some("old"), "new"), "old\n\nnew");
         assert_eq!(CommitMode::Append.apply(None, "new"), "new");
-        assert_eq!(CommitMode::parse(Some("merge")).unwrap_err().code, codes::COMMIT_MODE_INVALID);
+        let merge = CommitArgs::parse(&serde_json::json!({"mode": "merge"})).unwrap_err();
+        assert_eq!(merge.code, codes::COMMIT_MODE_INVALID);
+        assert!(merge.message.contains("append"), "{}", merge.message);
     }
 
     #[test]

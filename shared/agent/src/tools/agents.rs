@@ -4,6 +4,7 @@ use baton_domain::brief::render_handoff_brief;
 use baton_domain::handoff::{self, HandoffArgs};
 use baton_domain::journal;
 use baton_domain::profiles::Profile;
+use baton_domain::tool_args::{self, AgentListArgs, ListPurpose as Purpose};
 use baton_domain::state::{Continuation, InvocationKind, InvocationStatus, TaskStatus};
 use baton_domain::ToolError;
 use baton_store::invocations::{self, NewInvocation};
@@ -13,15 +14,8 @@ use baton_store::{profiles, runs, GenericClient};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::{str_arg, tool_event, Effect, ToolCtx, ToolOutcome, ToolResult};
+use super::{tool_event, Effect, ToolCtx, ToolOutcome, ToolResult};
 use crate::lifecycle;
-
-#[derive(Clone, Copy, PartialEq)]
-enum Purpose {
-    Any,
-    Delegate,
-    Handoff,
-}
 
 fn operations(caller: &Profile, target: &Profile) -> Vec<&'static str> {
     let p = &target.delegation;
@@ -37,15 +31,13 @@ fn operations(caller: &Profile, target: &Profile) -> Vec<&'static str> {
 }
 
 pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let purpose = match str_arg(args, "purpose") {
-        Ok(None | Some("any")) => Purpose::Any,
-        Ok(Some("delegate")) => Purpose::Delegate,
-        Ok(Some("handoff")) => Purpose::Handoff,
-        Ok(Some(other)) => return Ok(Err(ToolError::invalid_arguments(format!("purpose `{other}` is not known; use any, delegate or handoff.")))),
+    let args: AgentListArgs = match tool_args::parse(args) {
+        Ok(a) => a,
         Err(e) => return Ok(Err(e)),
     };
-    let query = str_arg(args, "query").ok().flatten().unwrap_or("").to_lowercase();
-    let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(8).clamp(1, 20) as usize;
+    let purpose = args.purpose.unwrap_or(Purpose::Any);
+    let query = args.query.unwrap_or_default().to_lowercase();
+    let limit = args.limit.unwrap_or(8).clamp(1, 20) as usize;
     let mut lines = vec![];
     for target in profiles::all(c).await? {
         if target.id == ctx.profile.id {

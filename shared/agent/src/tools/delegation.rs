@@ -189,7 +189,7 @@ pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
     write_file(c, inv.run_id, &summary_path, &dg::render_result_file(&task.workspace_key, &task.target_profile_id, &capsule)).await?;
     tasks::set_result(c, task.id, &result, &result_ref).await?;
     let mut events = vec![tool_event(ctx, journal::TASK_RETURN_RECORDED, json!({"status": capsule.status})), tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({}))];
-    let status = if capsule.status == "failed" { TaskStatus::Failed } else { TaskStatus::Completed };
+    let status = capsule.status.task_status();
     let error = (status == TaskStatus::Failed).then(|| json!({"code": "agent.task_failed", "message": capsule.summary}));
     events.extend(lifecycle::end_child(c, inv, status, error.as_ref()).await?);
     Ok(Ok(ToolOutcome {

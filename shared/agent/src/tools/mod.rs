@@ -105,7 +105,7 @@ pub async fn dispatch(c: &impl GenericClient, ctx: &ToolCtx<'_>) -> Result<ToolO
         ToolName::WorkspaceWrite => workspace::write(c, ctx, args).await,
         ToolName::WorkspacePatch => workspace::patch(c, ctx, args).await,
         ToolName::WorkspaceCommit => workspace::commit(c, ctx, args).await,
-        ToolName::WorkspaceFinish => workspace::finish(c, ctx).await,
+        ToolName::WorkspaceFinish => workspace::finish(c, ctx, args).await,
         ToolName::AgentDelegate => delegation::delegate(c, ctx, args).await,
         ToolName::AgentAwait => delegation::await_tasks(c, ctx, args).await,
         ToolName::TaskReturn => delegation::task_return(c, ctx, args).await,
@@ -116,15 +116,3 @@ pub async fn dispatch(c: &impl GenericClient, ctx: &ToolCtx<'_>) -> Result<ToolO
 /// Tool implementations return this: the outer `Result` is the host, the
 /// inner one the agent's own mistake.
 pub(crate) type ToolResult = Result<Result<ToolOutcome, ToolError>, Error>;
-
-pub(crate) fn str_arg<'a>(args: &'a Value, name: &str) -> Result<Option<&'a str>, ToolError> {
-    match args.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(ToolError::invalid_arguments(format!("`{name}` must be a string."))),
-    }
-}
-
-pub(crate) fn required_str<'a>(args: &'a Value, name: &str) -> Result<&'a str, ToolError> {
-    str_arg(args, name)?.ok_or_else(|| ToolError::invalid_arguments(format!("`{name}` is required.")))
-}

@@ -2,22 +2,24 @@
 
 use baton_domain::error::codes;
 use baton_domain::journal;
-use baton_domain::workspace::{self as ws, CommitMode, ReadWindow};
+use baton_domain::tool_args::{self, FinishArgs};
+use baton_domain::workspace::{self as ws, CommitArgs, CommitMode, ListArgs, PatchArgs, ReadArgs, ReadWindow, WriteArgs};
 use baton_domain::ToolError;
 use baton_store::journal::Event;
 use baton_store::workspace::{self as store, NewCommit};
 use baton_store::GenericClient;
 use serde_json::{json, Value};
 
-use super::{required_str, str_arg, tool_event, Effect, ToolCtx, ToolOutcome, ToolResult};
+use super::{tool_event, Effect, ToolCtx, ToolOutcome, ToolResult};
 use crate::lifecycle;
 
 pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let prefix = match ws::list_prefix(str_arg(args, "path").ok().flatten()) {
-        Ok(p) => p,
+    let checked = tool_args::parse::<ListArgs>(args).and_then(|a| Ok((ws::list_prefix(a.path.as_deref())?, a.depth)));
+    let (prefix, depth) = match checked {
+        Ok(v) => v,
         Err(e) => return Ok(Err(e)),
     };
-    let depth = args.get("depth").and_then(Value::as_u64).unwrap_or(2).clamp(1, 4) as usize;
+    let depth = depth.unwrap_or(2).clamp(1, 4) as usize;
     let files = store::list(c, ctx.invocation.run_id).await?;
     let text = ws::render_listing(&files, &prefix, depth);
     Ok(Ok(ToolOutcome::ok(ctx, text, json!({"count": files.len()}))))
@@ -36,7 +38,7 @@ async fn load(c: &impl GenericClient, ctx: &ToolCtx<'_>, path: &str) -> Result<R
 }
 
 pub async fn read(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let checked = required_str(args, "path").and_then(ws::visible_path).and_then(|p| Ok((p, ReadWindow::from_args(args)?)));
+    let checked = tool_args::parse::<ReadArgs>(args).and_then(|a| Ok((ws::visible_path(&a.path)?, ReadWindow::from_args(&a)?)));
     let (path, window) = match checked {
         Ok(v) => v,
         Err(e) => return Ok(Err(e)),
@@ -72,16 +74,8 @@ async fn check_read(
 }
 
 pub async fn write(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let parsed = (|| {
-        let path = ws::visible_path(required_str(args, "path")?)?;
-        let content = required_str(args, "content")?;
-        let append = match str_arg(args, "mode")? {
-            None | Some("replace") => false,
-            Some("append") => true,
-            Some(other) => return Err(ToolError::invalid_arguments(format!("mode `{other}` is not known; use replace or append."))),
-        };
-        Ok((path, content, append))
-    })();
+    let parsed = tool_args::parse::<WriteArgs>(args)
+        .and_then(|a| Ok((ws::visible_path(&a.path)?, a.content, a.mode == Some(CommitMode::Append))));
     let (path, content, append) = match parsed {
         Ok(v) => v,
         Err(e) => return Ok(Err(e)),
@@ -95,7 +89,7 @@ pub async fn write(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
     }
     let new_content = match (&existing, append) {
         (Some(file), true) => format!("{}{content}", file.content),
-        _ => content.to_string(),
+        _ => content,
     };
     let sha = ws::sha256_hex(&new_content);
     store::write(c, run, &path, &new_content, &sha).await?;
@@ -107,11 +101,8 @@ pub async fn write(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
 }
 
 pub async fn patch(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let parsed = (|| {
-        let path = ws::visible_path(required_str(args, "path")?)?;
-        let replace_all = args.get("replace_all").and_then(Value::as_bool).unwrap_or(false);
-        Ok((path, required_str(args, "old_string")?, required_str(args, "new_string")?, replace_all))
-    })();
+    let parsed = tool_args::parse::<PatchArgs>(args)
+        .and_then(|a| Ok((ws::visible_path(&a.path)?, a.old_string, a.new_string, a.replace_all.unwrap_or(false))));
     let (path, old, new, replace_all) = match parsed {
         Ok(v) => v,
         Err(e) => return Ok(Err(e)),
@@ -123,7 +114,7 @@ pub async fn patch(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
     if let Err(e) = check_read(c, ctx, &path, &file, (codes::PATCH_REQUIRES_READ, codes::PATCH_STALE_FILE)).await? {
         return Ok(Err(e));
     }
-    let patched = match ws::apply_patch(&file.content, old, new, replace_all) {
+    let patched = match ws::apply_patch(&file.content, &old, &new, replace_all) {
         Ok(p) => p,
         Err(e) => return Ok(Err(e)),
     };
@@ -135,10 +126,8 @@ pub async fn patch(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
 }
 
 pub async fn commit(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let parsed = (|| {
-        let path = ws::visible_path(str_arg(args, "path")?.unwrap_or(ws::DEFAULT_BODY_PATH))?;
-        Ok((path, CommitMode::parse(str_arg(args, "mode")?)?, str_arg(args, "reason")?))
-    })();
+    let parsed = CommitArgs::parse(args)
+        .and_then(|a| Ok((ws::visible_path(a.path.as_deref().unwrap_or(ws::DEFAULT_BODY_PATH))?, a.mode.unwrap_or_default(), a.reason)));
     let (path, mode, reason) = match parsed {
         Ok(v) => v,
         Err(e) => return Ok(Err(e)),
@@ -159,7 +148,7 @@ pub async fn commit(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> 
         tool_call_id: &ctx.call.id,
         path: &path,
         mode: mode.as_str(),
-        reason,
+        reason: reason.as_deref(),
         reply: &reply,
     };
     let ordinal = store::commit(c, &new).await?;
@@ -169,7 +158,11 @@ pub async fn commit(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> 
     Ok(Ok(ToolOutcome::ok(ctx, text, json!({"ordinal": ordinal, "path": path})).with_event(event)))
 }
 
-pub async fn finish(c: &impl GenericClient, ctx: &ToolCtx<'_>) -> ToolResult {
+pub async fn finish(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
+    // The reason is for the journal's readers only; it must still be well-formed.
+    if let Err(e) = tool_args::parse::<FinishArgs>(args) {
+        return Ok(Err(e));
+    }
     if store::latest_reply(c, ctx.invocation.run_id).await?.is_none() {
         return Ok(Err(ToolError::new(
             codes::FOREGROUND_COMMIT_REQUIRED,
