@@ -10,6 +10,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY shared ./shared
 COPY workers ./workers
+COPY bench ./bench
 COPY tests ./tests
 COPY migrations ./migrations
 COPY examples ./examples

@@ -9,9 +9,7 @@
 //! - [`operator`]: operator actions such as cancelling a run.
 //! - [`timeline`]: a run's journal as a readable table.
 //! - [`demo`]: the end-to-end demo.
-//! - [`bench`]: the hop benchmark against a raw lapin + Postgres baseline.
 
-pub mod bench;
 pub mod bridge;
 pub mod config;
 pub mod demo;

@@ -30,11 +30,6 @@ enum Command {
     },
     /// Run a real handoff chain end to end and print its timeline and reply.
     Demo(baton::demo::DemoArgs),
-    /// Measure Baton's hop against a raw lapin + Postgres baseline.
-    Bench(baton::bench::BenchArgs),
-    /// (internal) one worker process of the bench's raw baseline.
-    #[command(hide = true)]
-    BenchRawWorker,
     /// Inspect runs.
     Runs {
         #[command(subcommand)]
@@ -94,7 +89,7 @@ enum RunsCommand {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let quiet = matches!(cli.command, Command::Demo(_) | Command::Bench(_));
+    let quiet = matches!(cli.command, Command::Demo(_));
     baton::telemetry::init(if quiet { "warn" } else { "info" });
     let settings = Settings::from_env();
     match cli.command {
@@ -136,18 +131,6 @@ async fn main() -> anyhow::Result<()> {
             Fleet::start(&settings, &roles).run_until_signalled().await?;
         }
         Command::Demo(args) => baton::demo::run(&settings, args).await?,
-        Command::Bench(args) => baton::bench::run(&settings, args).await?,
-        Command::BenchRawWorker => {
-            let shutdown = tokio_util::sync::CancellationToken::new();
-            let stop = shutdown.clone();
-            tokio::spawn(async move {
-                if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    term.recv().await;
-                }
-                stop.cancel();
-            });
-            baton::bench::raw::work(&settings, shutdown).await?;
-        }
         Command::Runs { command: RunsCommand::Show { run } } => {
             let pool = baton_store::pool(&settings.database_url, 1)?;
             let c = pool.get().await?;

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::config::Settings;
+use baton::config::Settings;
 
 pub const STAGES: i32 = 3;
 

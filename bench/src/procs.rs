@@ -1,6 +1,7 @@
 //! The processes a bench run starts: the support roles once, worker
 //! processes per measurement; and reading their memory.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -9,16 +10,42 @@ use baton_bus::lapin::types::FieldTable;
 use tokio::process::{Child, Command};
 
 use super::scenario::Side;
-use crate::config::Settings;
+use baton::config::Settings;
 
-#[derive(Default)]
+/// Names the `baton` executable to run instead of the one beside the bench.
+pub const BATON_BIN: &str = "BATON_BIN";
+
+/// The `baton` executable the Baton side runs: `BATON_BIN`, or `baton` in the
+/// directory of this executable (cargo puts both in `target/release`).
+pub fn baton_binary() -> anyhow::Result<PathBuf> {
+    let path = match std::env::var_os(BATON_BIN) {
+        Some(path) => PathBuf::from(path),
+        None => std::env::current_exe()?.with_file_name("baton"),
+    };
+    anyhow::ensure!(
+        path.is_file(),
+        "no baton binary at {}: build it with `cargo build --release -p baton`, or name one in {BATON_BIN}",
+        path.display()
+    );
+    Ok(path)
+}
+
 pub struct Procs {
+    baton: PathBuf,
     support: Vec<Child>,
     workers: Vec<Child>,
 }
 
-fn command(settings: &Settings, args: &[&str], name: &str, env: &[(&str, &str)]) -> anyhow::Result<Command> {
-    let mut cmd = Command::new(std::env::current_exe()?);
+/// The program a side's workers run: `baton`, or this binary for the raw baseline.
+fn program(baton: &Path, side: Side) -> anyhow::Result<PathBuf> {
+    match side {
+        Side::Baton => Ok(baton.to_path_buf()),
+        Side::Raw => Ok(std::env::current_exe()?),
+    }
+}
+
+fn command(program: PathBuf, settings: &Settings, args: &[&str], name: &str, env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(program);
     cmd.args(args)
         .env("DATABASE_URL", &settings.database_url)
         .env("AMQP_URL", &settings.amqp_url)
@@ -31,19 +58,26 @@ fn command(settings: &Settings, args: &[&str], name: &str, env: &[(&str, &str)])
     for (k, v) in env {
         cmd.env(k, v);
     }
-    Ok(cmd)
+    cmd
 }
 
 impl Procs {
+    pub fn new(baton: PathBuf) -> Self {
+        Self { baton, support: vec![], workers: vec![] }
+    }
+
+    /// A `baton` process that lives for the whole bench.
     pub fn spawn(&mut self, settings: &Settings, args: &[&str], name: &str, env: &[(&str, &str)]) -> anyhow::Result<u32> {
-        let child = command(settings, args, name, env)?.spawn().context("starting a baton process")?;
+        let child = command(self.baton.clone(), settings, args, name, env).spawn().context("starting a baton process")?;
         let pid = child.id().context("the process has a pid")?;
         self.support.push(child);
         Ok(pid)
     }
 
-    pub fn spawn_worker(&mut self, settings: &Settings, args: &[&str], name: &str, env: &[(&str, &str)]) -> anyhow::Result<u32> {
-        let child = command(settings, args, name, env)?.spawn().context("starting a worker process")?;
+    /// A worker process of one side, stopped after each measurement.
+    pub fn spawn_worker(&mut self, settings: &Settings, side: Side, args: &[&str], name: &str, env: &[(&str, &str)]) -> anyhow::Result<u32> {
+        let program = program(&self.baton, side)?;
+        let child = command(program, settings, args, name, env).spawn().context("starting a worker process")?;
         let pid = child.id().context("the process has a pid")?;
         self.workers.push(child);
         Ok(pid)

@@ -1,10 +1,14 @@
-//! `baton bench`: Baton's hop against the raw limit, in one run on the same
+//! `baton-bench`: Baton's hop against the raw limit, in one run on the same
 //! broker and database. A hop is one stage handing the work to the next:
 //! consume, claim, one agent step, commit the transfer, publish the
 //! successor with a confirm, ack. Both sides run 3-stage chains with 1, 2
 //! and 4 worker processes and 1 and 64 chains in flight; then again after
 //! loading a million finished invocations; then worker memory is read idle,
 //! under load and with thousands of parents parked on `agent_await`.
+//!
+//! The Baton side runs real `baton` processes: the binary beside this one
+//! (build it with `cargo build --release -p baton`), or the one `BATON_BIN`
+//! names. The raw side runs this binary's hidden `raw-worker` command.
 
 mod growth;
 mod procs;
@@ -19,7 +23,7 @@ use baton_bus::lapin::options::QueueDeclareOptions;
 use baton_bus::lapin::types::FieldTable;
 use baton_domain::profiles::ProfilesFile;
 
-use crate::config::Settings;
+use baton::config::Settings;
 use procs::Procs;
 use report::{Memory, Row};
 use scenario::Side;
@@ -127,7 +131,8 @@ fn bench_settings(base: &Settings) -> Settings {
 pub async fn run(base: &Settings, args: BenchArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let settings = bench_settings(base);
-    let mut env = Bench::prepare(&settings).await?;
+    let procs = Procs::new(procs::baton_binary()?);
+    let mut env = Bench::prepare(&settings, procs).await?;
     let outcome = env.measure_all(&args).await;
     env.procs.stop_all().await;
     let cleanup = env.cleanup(args.keep).await;
@@ -151,7 +156,7 @@ fn say(text: &str) {
 }
 
 impl Bench {
-    async fn prepare(settings: &Settings) -> anyhow::Result<Self> {
+    async fn prepare(settings: &Settings, procs: Procs) -> anyhow::Result<Self> {
         say("preparing a fresh bench database and queues");
         recreate_database(&settings.database_url).await?;
         let pool = baton_store::pool(&settings.database_url, 8)?;
@@ -174,7 +179,7 @@ impl Bench {
         let opts = QueueDeclareOptions { durable: true, ..Default::default() };
         channel.queue_declare(reply_queue.as_str().into(), opts, FieldTable::default()).await?;
         let publisher = baton_bus::Publisher::open(&conn).await?;
-        Ok(Self { settings: settings.clone(), pool, conn, publisher, reply_queue, procs: Procs::default() })
+        Ok(Self { settings: settings.clone(), pool, conn, publisher, reply_queue, procs })
     }
 
     async fn measure_all(&mut self, args: &BenchArgs) -> anyhow::Result<(Vec<Row>, Memory)> {
@@ -226,10 +231,10 @@ impl Bench {
         let mut pids = vec![];
         for i in 0..count {
             let (args, name): (&[&str], String) = match side {
-                Side::Raw => (&["bench-raw-worker"], format!("raw-{i}")),
+                Side::Raw => (&["raw-worker"], format!("raw-{i}")),
                 Side::Baton => (&["up", "--role", "invocation"], format!("worker-{i}")),
             };
-            pids.push(self.procs.spawn_worker(&self.settings, args, &name, &[])?);
+            pids.push(self.procs.spawn_worker(&self.settings, side, args, &name, &[])?);
         }
         // Each worker is consuming once its consumers are registered.
         procs::wait_for_consumers(&self.settings, side, count).await?;
@@ -240,7 +245,7 @@ impl Bench {
     /// worker consumes only the handoff queue) and reads the worker's memory.
     async fn park(&mut self, count: usize) -> anyhow::Result<(usize, u64, u64)> {
         say(&format!("parking {count} parents on agent_await through the fleet"));
-        let pid = self.procs.spawn_worker(&self.settings, &["up", "--role", "invocation"], "parking", &[("BATON_INVOCATION_QUEUES", "handoff")])?;
+        let pid = self.procs.spawn_worker(&self.settings, Side::Baton, &["up", "--role", "invocation"], "parking", &[("BATON_INVOCATION_QUEUES", "handoff")])?;
         procs::wait_for_consumers(&self.settings, Side::Baton, 1).await?;
         let before = procs::rss_kb(pid).unwrap_or(0);
         scenario::park(self, count).await?;
