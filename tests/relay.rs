@@ -96,7 +96,8 @@ async fn a_message_the_broker_closes_the_channel_over_is_found_alone_and_dead_le
     }
     let mut dead = env.consume(&env.queue(DEAD)).await;
     let fleet = env.start(&[Role::Relay]);
-    let letter = next_json(&mut dead, WAIT).await;
+    // Serializing 129 MiB in a debug build on a busy machine takes a while.
+    let letter = next_json(&mut dead, 2 * WAIT).await;
     eventually(WAIT, "the rows around it are published", || async { (ready(&env, &finished).await == 2).then_some(()) }).await;
     until_the_outbox_is_empty(&env).await;
     fleet.stop().await;
