@@ -24,6 +24,10 @@
 //! are everyday in engineering chats and never secret on their own (version
 //! strings, dates, timestamps, UUIDs, commit hashes, longer digit runs such as
 //! order numbers); the tests pin each of those down.
+//!
+//! This file holds the policy, the findings and [`apply`]; the detectors live
+//! in `detect.rs` (the engine and boundaries), `secrets.rs` and `personal.rs`;
+//! refused bodies in `refused.rs`; the test corpus in `corpus.rs`.
 
 mod detect;
 mod personal;
