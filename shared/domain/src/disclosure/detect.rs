@@ -19,7 +19,7 @@ pub(super) struct Hit {
     pub(super) finding: Finding,
 }
 
-pub(super) type Detector = fn(&str) -> Vec<Hit>;
+type Detector = fn(&str) -> Vec<Hit>;
 
 /// Most specific first: where two detectors claim overlapping text, the
 /// earlier one wins. The URL password comes before e-mail so that
@@ -28,7 +28,7 @@ pub(super) type Detector = fn(&str) -> Vec<Hit>;
 /// are; e-mail comes before phone so `13812345678@163.com` goes as one
 /// address; ID numbers come before bank cards and phones, whose shapes
 /// overlap theirs.
-pub(super) const SECRET_DETECTORS: &[Detector] = &[
+const SECRET_DETECTORS: &[Detector] = &[
     url_passwords,
     private_keys,
     vendor_keys,
@@ -38,7 +38,7 @@ pub(super) const SECRET_DETECTORS: &[Detector] = &[
     secret_assignments,
     password_assignments,
 ];
-pub(super) const PERSONAL_DETECTORS: &[Detector] = &[emails, id_numbers, bank_cards, phones];
+const PERSONAL_DETECTORS: &[Detector] = &[emails, id_numbers, bank_cards, phones];
 
 /// Every hit the policy asks for, without overlaps, sorted by position.
 pub(super) fn find_hits(text: &str, policy: &DisclosurePolicy) -> Vec<Hit> {
@@ -56,7 +56,7 @@ pub(super) fn find_hits(text: &str, policy: &DisclosurePolicy) -> Vec<Hit> {
     kept
 }
 
-pub(super) fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
+fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
     a.start < b.end && b.start < a.end
 }
 
@@ -102,12 +102,12 @@ pub(super) fn compile(pattern: &str) -> Regex {
 // ---------------------------------------------------------------------------
 
 /// Letters, digits and `_`: bytes that glue a match into a longer word.
-pub(super) fn is_word_byte(byte: u8) -> bool {
+fn is_word_byte(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || byte == b'_'
 }
 
 /// The byte `distance` places before `index`, if any.
-pub(super) fn byte_before(bytes: &[u8], index: usize, distance: usize) -> Option<u8> {
+fn byte_before(bytes: &[u8], index: usize, distance: usize) -> Option<u8> {
     index.checked_sub(distance).map(|i| bytes[i])
 }
 
@@ -145,7 +145,7 @@ pub(super) fn stands_alone_as_number(text: &str, range: &Range<usize>) -> bool {
 
 /// Whether `next` (adjacent to a number) and `beyond` (one further out)
 /// extend that number into a longer token.
-pub(super) fn continues_number(next: Option<u8>, beyond: Option<u8>) -> bool {
+fn continues_number(next: Option<u8>, beyond: Option<u8>) -> bool {
     match next {
         Some(byte) if is_word_byte(byte) => true,
         Some(b'.' | b'-') => beyond.is_some_and(|byte| byte.is_ascii_digit()),

@@ -17,7 +17,7 @@ use super::Finding;
 /// An address with a dotted domain. `user@localhost` has none and is kept:
 /// it names a local login (a database role, an ssh target), not a mailbox
 /// anyone outside the machine can reach. `@zhang` is a chat mention, kept.
-pub(super) static EMAIL: LazyLock<Regex> =
+static EMAIL: LazyLock<Regex> =
     LazyLock::new(|| compile(r"[A-Za-z0-9._%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}"));
 
 pub(super) fn emails(text: &str) -> Vec<Hit> {
@@ -28,7 +28,7 @@ pub(super) fn emails(text: &str) -> Vec<Hit> {
 
 /// `ssh://git@github.com/…` and `git@github.com:org/repo.git` are server
 /// logins in a repository address, not mailboxes; agents need them intact.
-pub(super) fn is_remote_login(text: &str, range: &Range<usize>) -> bool {
+fn is_remote_login(text: &str, range: &Range<usize>) -> bool {
     let in_url = text[..range.start].ends_with("://");
     let scp_path = text[range.end..]
         .strip_prefix(':')
@@ -42,7 +42,7 @@ pub(super) fn is_remote_login(text: &str, range: &Range<usize>) -> bool {
 /// a dash. Spelled with escapes on purpose: under the `x` flag the regex
 /// crate ignores a literal space even inside a character class, so `[ -]`
 /// there would silently mean `[-]`.
-pub(super) const GAP: &str = r"[\x20\u{A0}\u{3000}-]?";
+const GAP: &str = r"[\x20\u{A0}\u{3000}-]?";
 
 /// Resident ID number: six-digit area, birth date, sequence, check character;
 /// bare, or written in groups (6-8-4, 6-4-4-4, or 4-4-4-4-2 like a card).
@@ -62,7 +62,7 @@ pub(super) fn id_numbers(text: &str) -> Vec<Hit> {
 }
 
 /// The ID number without its group separators.
-pub(super) fn id_characters(written: &str) -> String {
+fn id_characters(written: &str) -> String {
     written.chars().filter(|c| c.is_ascii_alphanumeric()).collect()
 }
 
@@ -94,13 +94,13 @@ pub(super) fn id_check_char(body: &str) -> Option<char> {
 }
 
 /// `YYYYMMDD`, a real calendar day between 1900 and 2099.
-pub(super) fn is_plausible_date(yyyymmdd: &str) -> bool {
+fn is_plausible_date(yyyymmdd: &str) -> bool {
     NaiveDate::parse_from_str(yyyymmdd, "%Y%m%d")
         .is_ok_and(|date| (1900..=2099).contains(&date.year()))
 }
 
 /// 13–19 digits, bare or in groups of four split by spaces or dashes.
-pub(super) static CARD_NUMBER: LazyLock<Regex> =
+static CARD_NUMBER: LazyLock<Regex> =
     LazyLock::new(|| compile(r"[0-9]{4}(?:[ -]?[0-9]{4}){2,3}(?:[ -]?[0-9]{1,3})?"));
 
 pub(super) fn bank_cards(text: &str) -> Vec<Hit> {
@@ -114,14 +114,14 @@ pub(super) fn bank_cards(text: &str) -> Vec<Hit> {
 /// Discover), not a compact date or timestamp, and a valid Luhn check digit.
 /// The issuer and date rules keep 13-digit millisecond timestamps and
 /// date-prefixed order numbers, a tenth of which pass Luhn by chance, out.
-pub(super) fn is_card_number(digits: &str) -> bool {
+fn is_card_number(digits: &str) -> bool {
     (13..=19).contains(&digits.len())
         && matches!(digits.as_bytes()[0], b'2'..=b'6')
         && !is_plausible_date(&digits[..8])
         && luhn_valid(digits)
 }
 
-pub(super) fn digits_of(text: &str) -> String {
+fn digits_of(text: &str) -> String {
     text.chars().filter(char::is_ascii_digit).collect()
 }
 
@@ -171,7 +171,7 @@ pub(super) static MAINLAND_LANDLINE: LazyLock<Regex> = LazyLock::new(|| {
 
 /// International numbers written with a leading `+`: 8 to 15 digits in all
 /// (E.164 allows at most 15), with the usual separators between them.
-pub(super) static INTERNATIONAL_PHONE: LazyLock<Regex> =
+static INTERNATIONAL_PHONE: LazyLock<Regex> =
     LazyLock::new(|| compile(r"\+[0-9](?:[ ().-]{0,2}[0-9]){7,14}"));
 
 pub(super) fn phones(text: &str) -> Vec<Hit> {

@@ -57,7 +57,7 @@ pub(super) fn vendor_keys(text: &str) -> Vec<Hit> {
 
 /// A JSON Web Token: three base64url parts, the first a JSON object
 /// (`{"` encodes as `eyJ`).
-pub(super) static JWT: LazyLock<Regex> =
+static JWT: LazyLock<Regex> =
     LazyLock::new(|| compile(r"eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"));
 
 pub(super) fn jwts(text: &str) -> Vec<Hit> {
@@ -68,7 +68,7 @@ pub(super) fn jwts(text: &str) -> Vec<Hit> {
 
 /// A PEM private key block (PKCS#1, PKCS#8, OpenSSH, EC …), whole. A block
 /// cut off before its END line is removed to the end of the text.
-pub(super) static PRIVATE_KEY: LazyLock<Regex> = LazyLock::new(|| {
+static PRIVATE_KEY: LazyLock<Regex> = LazyLock::new(|| {
     compile(r"(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)")
 });
 
@@ -78,7 +78,7 @@ pub(super) fn private_keys(text: &str) -> Vec<Hit> {
 
 /// The credentials of an `Authorization` header, whatever the scheme
 /// (`Basic dXNlcjpw…`, `Bearer …`, `token …`) or none; the scheme stays.
-pub(super) static AUTHORIZATION: LazyLock<Regex> = LazyLock::new(|| {
+static AUTHORIZATION: LazyLock<Regex> = LazyLock::new(|| {
     compile(
         r#"(?i)(?P<key>(?:proxy-)?authorization)["']?[ \t]*[:=][ \t]*["']?(?:(?:bearer|basic|token|digest)[ \t]+)?(?P<token>[A-Za-z0-9._~+/=:-]{8,})"#,
     )
@@ -99,12 +99,12 @@ pub(super) fn authorization_headers(text: &str) -> Vec<Hit> {
 
 /// "Authorization: required", "the bearer responsibilities": an English
 /// word is not a credential; a credential has a capital, a digit or a sign.
-pub(super) fn looks_like_credential(value: &str) -> bool {
+fn looks_like_credential(value: &str) -> bool {
     !value.bytes().all(|b| b.is_ascii_lowercase())
 }
 
 /// `Bearer <token>` as in an Authorization header; the word stays.
-pub(super) static BEARER: LazyLock<Regex> =
+static BEARER: LazyLock<Regex> =
     LazyLock::new(|| compile(r"(?i)(?P<scheme>bearer)[ \t]+(?P<token>[A-Za-z0-9._~+/=-]{16,})"));
 
 pub(super) fn bearer_tokens(text: &str) -> Vec<Hit> {
@@ -128,20 +128,20 @@ pub(super) fn bearer_tokens(text: &str) -> Vec<Hit> {
 /// `SecretAccessKey` or the `client` of `clientSecret`. Lazy, so the key word
 /// found is the last one before the sign. The whole key must still start a
 /// word ([`assignments`]).
-pub(super) const KEY_HEAD: &str = r"[A-Za-z0-9_.-]*?";
+const KEY_HEAD: &str = r"[A-Za-z0-9_.-]*?";
 
 /// After the key: an optional closing quote (JSON), `=` or `:` (also the
 /// full-width `：` of Chinese text), then the value, quoted or bare. Blanks
 /// around the sign never span a line, so "password:" at a line's end does
 /// not swallow the next line.
-pub(super) const ASSIGNED_VALUE: &str =
+const ASSIGNED_VALUE: &str =
     r#"["']?[ \t]*[:=：][ \t]*(?:"(?P<dq>[^"\r\n]*)"|'(?P<sq>[^'\r\n]*)'|(?P<bare>[^\s"'`]+))"#;
 
 /// `api_key=…`, `clientSecret: …`, `GITHUB_TOKEN=…`, `"accessToken": "…"`,
 /// `SecretAccessKey: …`, `aws_secret_access_key = …`, `privateKey=…`, and the
 /// names Chinese clouds and WeChat use: `AccessKeySecret`, `appSecret`,
 /// `EncodingAESKey`.
-pub(super) static SECRET_ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
+static SECRET_ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
     compile(&format!(
         r"(?i)(?P<key>{KEY_HEAD}(?P<word>api[_-]?key|access[_-]?key|private[_-]?key|aes[_-]?key|secret(?:[_-]?key)?|token|credentials?)){ASSIGNED_VALUE}"
     ))
@@ -149,7 +149,7 @@ pub(super) static SECRET_ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
 
 /// `password=…`, `passwd: …`, `pwd=…`, `DB_PASSWORD=…`, `dbPassword: …`,
 /// `密码：…`.
-pub(super) static PASSWORD_ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
+static PASSWORD_ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
     compile(&format!(
         r"(?i)(?P<key>{KEY_HEAD}(?:passw(?:or)?d|pwd|passphrase)|密码|口令){ASSIGNED_VALUE}"
     ))
@@ -157,7 +157,7 @@ pub(super) static PASSWORD_ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
 
 /// Shortest value a generic `token=`/`secret=` assignment must have: below
 /// that it is a setting ("token: none"), not a credential.
-pub(super) const MIN_SECRET_CHARS: usize = 12;
+const MIN_SECRET_CHARS: usize = 12;
 
 pub(super) fn secret_assignments(text: &str) -> Vec<Hit> {
     assignments(&SECRET_ASSIGNMENT, text)
@@ -183,7 +183,7 @@ pub(super) fn password_assignments(text: &str) -> Vec<Hit> {
 /// and whose value is real rather than a reference to one. The key word is
 /// the last word of the key (`AccessKey` of `SecretAccessKey`), where the
 /// pattern names one.
-pub(super) fn assignments<'t>(re: &'t Regex, text: &'t str) -> impl Iterator<Item = (&'t str, Match<'t>)> {
+fn assignments<'t>(re: &'t Regex, text: &'t str) -> impl Iterator<Item = (&'t str, Match<'t>)> {
     re.captures_iter(text).filter_map(move |caps| {
         let key = caps.name("key")?;
         let word = caps.name("word").unwrap_or(key);
@@ -195,7 +195,7 @@ pub(super) fn assignments<'t>(re: &'t Regex, text: &'t str) -> impl Iterator<Ite
     })
 }
 
-pub(super) fn assigned_value<'t>(caps: &Captures<'t>) -> Option<Match<'t>> {
+fn assigned_value<'t>(caps: &Captures<'t>) -> Option<Match<'t>> {
     caps.name("dq")
         .or_else(|| caps.name("sq"))
         .or_else(|| caps.name("bare"))
@@ -204,7 +204,7 @@ pub(super) fn assigned_value<'t>(caps: &Captures<'t>) -> Option<Match<'t>> {
 /// Values that only point at a secret kept elsewhere (`${DB_PASSWORD}`,
 /// `$API_TOKEN`, `<your-key>`) or that this filter already replaced: the
 /// agent needs to see those, and leaving them makes filtering idempotent.
-pub(super) fn is_reference(value: &str) -> bool {
+fn is_reference(value: &str) -> bool {
     let env_var = value.strip_prefix('$').is_some_and(|name| {
         !name.is_empty()
             && name
@@ -220,7 +220,7 @@ pub(super) fn is_reference(value: &str) -> bool {
 
 /// A key word that names a private key is one, one that names a key is an
 /// API key; a token or secret is a token.
-pub(super) fn secret_kind(word: &str) -> Finding {
+fn secret_kind(word: &str) -> Finding {
     let key = word.to_ascii_lowercase();
     if key.contains("private") {
         Finding::PrivateKey
@@ -231,6 +231,6 @@ pub(super) fn secret_kind(word: &str) -> Finding {
     }
 }
 
-pub(super) fn non_blank_chars(value: &str) -> usize {
+fn non_blank_chars(value: &str) -> usize {
     value.chars().filter(|c| !c.is_whitespace()).count()
 }

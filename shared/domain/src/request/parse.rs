@@ -28,7 +28,7 @@ pub fn parse_request(body: &[u8]) -> Result<HandoffRequest, RequestError> {
     build_request(&value).map_err(|reason| RequestError::salvaged(reason, &value))
 }
 
-pub(super) fn contains_nul(value: &Value) -> bool {
+fn contains_nul(value: &Value) -> bool {
     match value {
         Value::String(s) => s.contains('\0'),
         Value::Array(items) => items.iter().any(contains_nul),
@@ -42,7 +42,7 @@ pub(super) fn contains_nul(value: &Value) -> bool {
 // ---------------------------------------------------------------------------
 
 /// Size, encoding and depth checks; returns the body as text.
-pub(super) fn check_envelope(body: &[u8]) -> Result<&str, String> {
+fn check_envelope(body: &[u8]) -> Result<&str, String> {
     check_size(body)?;
     let text = check_utf8(body)?;
     check_depth(text.as_bytes())?;
@@ -52,7 +52,7 @@ pub(super) fn check_envelope(body: &[u8]) -> Result<&str, String> {
     Ok(text)
 }
 
-pub(super) fn check_size(body: &[u8]) -> Result<(), String> {
+fn check_size(body: &[u8]) -> Result<(), String> {
     if body.len() > MAX_BODY_BYTES {
         return Err(format!(
             "body is {} bytes; the limit is {MAX_BODY_BYTES}",
@@ -62,7 +62,7 @@ pub(super) fn check_size(body: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-pub(super) fn check_utf8(body: &[u8]) -> Result<&str, String> {
+fn check_utf8(body: &[u8]) -> Result<&str, String> {
     std::str::from_utf8(body).map_err(|e| {
         format!(
             "body is not valid UTF-8 (invalid byte at offset {})",
@@ -71,7 +71,7 @@ pub(super) fn check_utf8(body: &[u8]) -> Result<&str, String> {
     })
 }
 
-pub(super) fn check_depth(bytes: &[u8]) -> Result<(), String> {
+fn check_depth(bytes: &[u8]) -> Result<(), String> {
     if nesting_depth(bytes) > MAX_NESTING {
         return Err(format!("JSON nests deeper than {MAX_NESTING} levels"));
     }
@@ -117,7 +117,7 @@ pub(super) fn nesting_depth(bytes: &[u8]) -> usize {
 // Shape: from a JSON value to a typed request.
 // ---------------------------------------------------------------------------
 
-pub(super) fn build_request(value: &Value) -> Result<HandoffRequest, String> {
+fn build_request(value: &Value) -> Result<HandoffRequest, String> {
     if !value.is_object() {
         return Err(format!("body must be a JSON object, found {}", json_kind(value)));
     }
@@ -127,7 +127,7 @@ pub(super) fn build_request(value: &Value) -> Result<HandoffRequest, String> {
     Ok(request)
 }
 
-pub(super) fn json_kind(value: &Value) -> &'static str {
+fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -141,7 +141,7 @@ pub(super) fn json_kind(value: &Value) -> &'static str {
 /// serde's own message with the full path of the field it is about:
 /// "missing field `context.userId`", "field `context.userMemories[3].sensitivity`
 /// is invalid: unknown variant `secret`, expected one of …".
-pub(super) fn explain_shape_error(err: &serde_path_to_error::Error<serde_json::Error>) -> String {
+fn explain_shape_error(err: &serde_path_to_error::Error<serde_json::Error>) -> String {
     let path = err.path().to_string();
     let inner = err.inner().to_string();
     let at_root = path == ".";
@@ -155,7 +155,7 @@ pub(super) fn explain_shape_error(err: &serde_path_to_error::Error<serde_json::E
 
 /// The field named by serde's "missing field `x`" message. serde has no
 /// error kind for it, only this wording, which it has kept since 1.0.
-pub(super) fn missing_field(message: &str) -> Option<&str> {
+fn missing_field(message: &str) -> Option<&str> {
     message.strip_prefix("missing field `")?.strip_suffix('`')
 }
 
@@ -163,7 +163,7 @@ pub(super) fn missing_field(message: &str) -> Option<&str> {
 // Values: rules the type system cannot express.
 // ---------------------------------------------------------------------------
 
-pub(super) fn validate(request: &HandoffRequest) -> Result<(), String> {
+fn validate(request: &HandoffRequest) -> Result<(), String> {
     check_id(&request.id)?;
     check_intent(&request.user_intent)?;
     check_status(request.status)?;
@@ -171,11 +171,11 @@ pub(super) fn validate(request: &HandoffRequest) -> Result<(), String> {
     check_timestamp("updatedAt", &request.updated_at)
 }
 
-pub(super) fn id_length_ok(id: &str) -> bool {
+fn id_length_ok(id: &str) -> bool {
     (1..=MAX_ID_CHARS).contains(&id.chars().count())
 }
 
-pub(super) fn check_id(id: &str) -> Result<(), String> {
+fn check_id(id: &str) -> Result<(), String> {
     if id_length_ok(id) {
         return Ok(());
     }
@@ -185,7 +185,7 @@ pub(super) fn check_id(id: &str) -> Result<(), String> {
     ))
 }
 
-pub(super) fn check_intent(intent: &str) -> Result<(), String> {
+fn check_intent(intent: &str) -> Result<(), String> {
     if intent.trim().is_empty() {
         return Err("field `userIntent` must not be empty".to_owned());
     }
@@ -194,7 +194,7 @@ pub(super) fn check_intent(intent: &str) -> Result<(), String> {
 
 /// A bridge only ever creates handoffs; any later status would mean it is
 /// trying to drive Baton's state machine from outside.
-pub(super) fn check_status(status: HandoffStatus) -> Result<(), String> {
+fn check_status(status: HandoffStatus) -> Result<(), String> {
     match status {
         HandoffStatus::Requested | HandoffStatus::Draft => Ok(()),
         other => Err(format!(
@@ -203,7 +203,7 @@ pub(super) fn check_status(status: HandoffStatus) -> Result<(), String> {
     }
 }
 
-pub(super) fn check_timestamp(field: &str, raw: &str) -> Result<(), String> {
+fn check_timestamp(field: &str, raw: &str) -> Result<(), String> {
     DateTime::parse_from_rfc3339(raw)
         .map(drop)
         .map_err(|e| format!("field `{field}` must be an RFC 3339 timestamp, got {raw:?} ({e})"))
