@@ -1,0 +1,177 @@
+//! What the chat user reads when a handoff ends (CONTRACT §3, `BridgeReply`).
+//!
+//! Two jobs live here, both pure:
+//! - [`humanize`] turns an [`Outcome`] into one friendly message in the
+//!   reply's language. It never shows error codes or internal ids: those go in
+//!   the reply's structured `error`/`result` fields, not in the chat.
+//! - [`split_parts`] cuts that message into the `parts` a bridge sends as
+//!   separate chat messages, within a channel's [`ChannelLimits`].
+//!
+//! Cutting prefers the most natural place that still fills a part well:
+//! paragraph breaks, then line breaks, then sentence ends, then spaces, and
+//! only as a last resort an arbitrary character boundary. Fenced code blocks
+//! and URLs are kept whole whenever they fit in one part, because half a URL
+//! is useless and half a code block is misleading.
+//!
+//! This file holds the humanizing; cutting into parts lives in `parts.rs`.
+
+use crate::language::Language;
+
+mod parts;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use parts::natural_cut;
+pub use parts::{split_parts, truncation_note, ChannelLimits};
+
+/// How a handoff ended, as the collector sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Completed { final_text: String },
+    Failed { code: String, message: String },
+    Blocked { message: String },
+    Cancelled { reason: Option<String> },
+}
+
+impl Outcome {
+    /// The `status` field of the bridge reply.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Outcome::Completed { .. } => "completed",
+            Outcome::Failed { .. } => "failed",
+            Outcome::Blocked { .. } => "blocked",
+            Outcome::Cancelled { .. } => "cancelled",
+        }
+    }
+}
+
+/// A humanized chat message for the outcome, in the requested language.
+///
+/// A completed handoff's final text is passed through (trimmed): the agents
+/// already wrote it for the user. The other outcomes get a short, friendly
+/// sentence with the human-readable detail; the error code stays out of it.
+pub fn humanize(outcome: &Outcome, language: Language) -> String {
+    match outcome {
+        Outcome::Completed { final_text } => completed_text(final_text, language),
+        Outcome::Failed { message, .. } => with_detail(FAILED, message, language),
+        Outcome::Blocked { message } => with_detail(BLOCKED, message, language),
+        Outcome::Cancelled { reason } => {
+            with_detail(CANCELLED, reason.as_deref().unwrap_or_default(), language)
+        }
+    }
+}
+
+/// A fixed phrase in both reply languages, without final punctuation.
+#[derive(Clone, Copy)]
+struct Phrase {
+    en: &'static str,
+    zh_cn: &'static str,
+}
+
+impl Phrase {
+    fn pick(self, language: Language) -> &'static str {
+        match language {
+            Language::En => self.en,
+            Language::ZhCn => self.zh_cn,
+        }
+    }
+}
+
+const FAILED: Phrase = Phrase {
+    en: "Sorry, I couldn't finish this request",
+    zh_cn: "抱歉，这次请求没有完成",
+};
+
+const BLOCKED: Phrase = Phrase {
+    en: "This request is paused and needs someone to step in",
+    zh_cn: "这次请求暂停了，需要有人协助处理",
+};
+
+const CANCELLED: Phrase = Phrase {
+    en: "This request was cancelled",
+    zh_cn: "这次请求已取消",
+};
+
+const NOTHING_TO_REPORT: Phrase = Phrase {
+    en: "Done. There was nothing more to report",
+    zh_cn: "已完成，没有需要补充的内容",
+};
+
+fn completed_text(final_text: &str, language: Language) -> String {
+    let text = final_text.trim();
+    // A blank final text would otherwise reach the chat as an empty message.
+    if text.is_empty() {
+        return with_detail(NOTHING_TO_REPORT, "", language);
+    }
+    text.to_string()
+}
+
+/// `lead: detail`, or just `lead.` when there is no detail to give.
+fn with_detail(lead: Phrase, detail: &str, language: Language) -> String {
+    let lead = lead.pick(language);
+    let detail = detail.trim();
+    let (colon, stop) = match language {
+        Language::En => (": ", "."),
+        Language::ZhCn => ("：", "。"),
+    };
+    if detail.is_empty() {
+        format!("{lead}{stop}")
+    } else {
+        format!("{lead}{colon}{detail}")
+    }
+}
+
+/// Why a run stopped on its budget, in words for the chat (the reply's
+/// `error.message` and, after the apology, its text).
+pub fn budget_exhausted_message(exhausted: &crate::budget::Exhausted, language: Language) -> String {
+    use crate::budget::Limit;
+    let max = exhausted.max;
+    let n = thousands(max);
+    match (exhausted.limit, language) {
+        (Limit::Tokens, Language::En) => format!("the agents reached this request's limit of {n} model tokens"),
+        (Limit::ModelCalls, Language::En) => format!("the agents reached this request's limit of {n} model calls"),
+        (Limit::ToolCalls, Language::En) => format!("the agents reached this request's limit of {n} tool calls"),
+        (Limit::WallClock, Language::En) => format!("the agents reached this request's time limit of {}", duration_en(max)),
+        (Limit::Tokens, Language::ZhCn) => format!("智能体已用完本次请求的模型用量上限（{n} 个 token）"),
+        (Limit::ModelCalls, Language::ZhCn) => format!("智能体已达到本次请求的模型调用次数上限（{n} 次）"),
+        (Limit::ToolCalls, Language::ZhCn) => format!("智能体已达到本次请求的工具调用次数上限（{n} 次）"),
+        (Limit::WallClock, Language::ZhCn) => format!("智能体已达到本次请求的运行时间上限（{}）", duration_zh(max)),
+    }
+}
+
+/// `1234567` → `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Whole hours or minutes when the limit is one, else seconds.
+fn duration_parts(secs: u64) -> (u64, usize) {
+    match secs {
+        s if s >= 3600 && s.is_multiple_of(3600) => (s / 3600, 0),
+        s if s >= 60 && s.is_multiple_of(60) => (s / 60, 1),
+        s => (s, 2),
+    }
+}
+
+fn duration_en(secs: u64) -> String {
+    let (n, unit) = duration_parts(secs);
+    let name = ["hour", "minute", "second"][unit];
+    if n == 1 {
+        format!("1 {name}")
+    } else {
+        format!("{} {name}s", thousands(n))
+    }
+}
+
+fn duration_zh(secs: u64) -> String {
+    let (n, unit) = duration_parts(secs);
+    format!("{n} {}", ["小时", "分钟", "秒"][unit])
+}

@@ -1,0 +1,330 @@
+//! The bridge's `HandoffRequest`: the message a chat bridge publishes when a
+//! user's request should be handed to an agent (see CONTRACT.md §2).
+//!
+//! [`parse_request`] is the single gate between raw queue bytes and the typed
+//! request. It refuses anything Baton should not act on and, when it refuses,
+//! still hands back whatever identifies the sender (handoff id, chat id,
+//! language) so a `failed` reply can reach the user instead of silence.
+//!
+//! The checks run cheapest and most dangerous first: size, UTF-8, nesting
+//! depth, then JSON, then shape, then field values. The shape is the
+//! contract's, as written: every field it marks required must be present
+//! (lists included: a bridge with nothing to say sends `[]`), objects must be
+//! objects and words must be strings ([`strict`]); unknown fields are
+//! ignored. A refusal names the field by its full path
+//! (`context.userMemories[3].sensitivity`).
+//!
+//! This file holds the request types and the refusal; [`parse_request`] and its
+//! checks live in `parse.rs`, the strict reader in `strict.rs`, the sample
+//! request in `sample.rs`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::language::Language;
+
+mod parse;
+mod sample;
+mod strict;
+#[cfg(test)]
+mod tests;
+
+pub use parse::parse_request;
+pub use sample::sample_request_json;
+use parse::{salvage_chat_id, salvage_id, salvage_language};
+
+/// Largest body Baton will look at (1 MiB); anything bigger is dead-lettered
+/// unread so one oversized message cannot exhaust a worker's memory.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Deepest `[`/`{` nesting accepted, counting the top-level object as 1.
+/// Kept well under `serde_json`'s own recursion limit (128) so a hostile body
+/// gets our clear reason rather than a parser error.
+pub const MAX_NESTING: usize = 64;
+
+/// Longest accepted handoff id, in characters. The id is the idempotency key
+/// and ends up in logs, queue headers and database keys.
+const MAX_ID_CHARS: usize = 128;
+
+/// Declares a closed set of wire strings as an enum, with `as_str`, `parse`,
+/// `ALL` and serde renames generated from one list so they cannot drift apart.
+macro_rules! wire_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident => $wire:literal),+ $(,)? }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $wire)] $variant),+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [Self] = &[$(Self::$variant),+];
+
+            /// The value as it appears on the wire.
+            #[must_use]
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $wire),+
+                }
+            }
+
+            /// Reads a wire string; `None` for anything outside the set.
+            #[must_use]
+            pub fn parse(s: &str) -> Option<Self> {
+                Self::ALL.iter().copied().find(|v| v.as_str() == s)
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+wire_enum! {
+    /// Where the request came from.
+    pub enum Source { Weixin => "weixin", Admin => "admin", System => "system" }
+}
+
+wire_enum! {
+    /// Which agent profile should take the handoff.
+    pub enum TargetAgent {
+        Codex => "codex",
+        QwenCode => "qwen_code",
+        ClaudeCode => "claude_code",
+        DocsAgent => "docs_agent",
+        /// No model runs; an operator pastes the result.
+        Manual => "manual",
+    }
+}
+
+wire_enum! {
+    /// Lifecycle of a handoff, shared by requests, events and replies.
+    pub enum HandoffStatus {
+        /// Stored for review, never run.
+        Draft => "draft",
+        Requested => "requested",
+        Accepted => "accepted",
+        Running => "running",
+        Blocked => "blocked",
+        Completed => "completed",
+        Failed => "failed",
+        Cancelled => "cancelled",
+    }
+}
+
+impl HandoffStatus {
+    /// True once nothing more will happen to the handoff.
+    #[must_use]
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+wire_enum! {
+    /// What kind of work the user asked for.
+    pub enum TaskType {
+        CodeTask => "code_task",
+        DocsTask => "docs_task",
+        ResearchTask => "research_task",
+        DebugTask => "debug_task",
+        PlanningTask => "planning_task",
+        Other => "other",
+    }
+}
+
+wire_enum! {
+    /// How urgently the user wants the result.
+    pub enum Priority { Low => "low", Normal => "normal", High => "high" }
+}
+
+wire_enum! {
+    /// Who said a conversation turn.
+    pub enum Role { User => "user", Assistant => "assistant", System => "system" }
+}
+
+wire_enum! {
+    /// Which memory store a context memory came from.
+    pub enum MemoryScope {
+        User => "user",
+        Project => "project",
+        Session => "session",
+        AgentRuntime => "agent_runtime",
+    }
+}
+
+wire_enum! {
+    /// How careful Baton must be before letting a memory leave.
+    pub enum Sensitivity { Low => "low", Medium => "medium", High => "high" }
+}
+
+/// One handoff as the bridge sent it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HandoffRequest {
+    pub id: String,
+    pub source: Source,
+    pub target_agent: TargetAgent,
+    pub status: HandoffStatus,
+    pub user_intent: String,
+    pub task_type: TaskType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    pub priority: Priority,
+    pub context: ContextPackage,
+    pub constraints: Constraints,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<Callback>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl HandoffRequest {
+    /// The chat a reply should go to, if the bridge asked for one.
+    #[must_use]
+    pub fn reply_to_chat_id(&self) -> Option<&str> {
+        self.callback.as_ref()?.reply_to_chat_id.as_deref()
+    }
+
+    /// The language every user-facing word about this handoff must use.
+    #[must_use]
+    pub fn language(&self) -> Language {
+        self.constraints.language
+    }
+
+    /// Whether a worker should start a run. Drafts are stored but not run.
+    #[must_use]
+    pub fn is_runnable(&self) -> bool {
+        self.status == HandoffStatus::Requested
+    }
+}
+
+/// The context the bridge gathered (already filtered on its side).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextPackage {
+    pub id: String,
+    pub user_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    // The lists are required (CONTRACT §2): a bridge with nothing to say
+    // sends `[]`, and a missing list means a bridge that does not follow it.
+    pub recent_conversation: Vec<ConversationTurn>,
+    pub user_memories: Vec<ContextMemoryRef>,
+    pub project_memories: Vec<ContextMemoryRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_runtime_summary: Option<String>,
+    pub redactions: Vec<Redaction>,
+}
+
+/// One message of the recent chat.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationTurn {
+    pub role: Role,
+    pub content: String,
+    pub created_at: String,
+}
+
+/// A memory the bridge chose to share, with its sensitivity label.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextMemoryRef {
+    pub id: String,
+    pub scope: MemoryScope,
+    #[serde(rename = "type")]
+    pub r#type: String,
+    pub content: String,
+    pub sensitivity: Sensitivity,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// A record that something was removed from the context, and why.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Redaction {
+    pub field: String,
+    pub reason: String,
+}
+
+/// What the agent may and may not do, and how to answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Constraints {
+    pub language: Language,
+    pub allowed_actions: Vec<String>,
+    pub forbidden_actions: Vec<String>,
+    pub require_confirmation_for: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_output: Option<String>,
+}
+
+/// Where progress and the final reply should go.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Callback {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to_chat_id: Option<String>,
+}
+
+/// Why a body was refused, plus what could still be read from it so the
+/// sender can be told (a failed reply needs handoffId and replyToChatId).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{reason}")]
+pub struct RequestError {
+    pub reason: String,
+    pub handoff_id: Option<String>,
+    pub reply_to_chat_id: Option<String>,
+    pub language: Option<Language>,
+}
+
+/// The longest refusal reason kept, in bytes. A reason may quote a field of
+/// any size (serde names an unknown variant in full), and it travels in a
+/// message header, which must fit in one AMQP frame, and in a chat message.
+pub const MAX_REASON_BYTES: usize = 1024;
+
+/// `reason` cut to [`MAX_REASON_BYTES`] on a character boundary, ending with
+/// an ellipsis when cut.
+#[must_use]
+pub fn bounded_reason(reason: &str) -> String {
+    if reason.len() <= MAX_REASON_BYTES {
+        return reason.to_string();
+    }
+    let mut cut = MAX_REASON_BYTES - '…'.len_utf8();
+    while !reason.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &reason[..cut])
+}
+
+impl RequestError {
+    /// A refusal with nothing salvaged: the body was not readable JSON.
+    fn bare(reason: String) -> Self {
+        Self {
+            reason,
+            handoff_id: None,
+            reply_to_chat_id: None,
+            language: None,
+        }
+    }
+
+    /// A refusal of a JSON body, keeping whatever identifies the sender.
+    fn salvaged(reason: String, body: &Value) -> Self {
+        Self {
+            reason,
+            handoff_id: salvage_id(body),
+            reply_to_chat_id: salvage_chat_id(body),
+            language: salvage_language(body),
+        }
+    }
+}
