@@ -42,7 +42,7 @@ async fn a_fleet_whose_first_broker_is_down_connects_to_the_next() {
 #[tokio::test]
 #[ignore = "needs the three-node cluster that scripts/cluster-test starts"]
 async fn cluster_losing_the_handoff_leader_mid_chain_loses_no_run() {
-    let settings = Settings::from_env();
+    let settings = Settings::from_env().expect("BATON_* settings");
     let ctl = std::env::var("BATON_CLUSTER_CTL").expect("BATON_CLUSTER_CTL: run this through scripts/cluster-test");
     let reply_to = format!("{}bridge.cluster.replies", settings.queue_prefix);
     let mut replies = Replies::open(&settings.amqp_url, &reply_to).await;

@@ -42,7 +42,7 @@ impl TestEnv {
         let id = Uuid::new_v4().simple().to_string();
         let db_name = format!("baton_test_{}", &id[..16]);
         let admin_url = std::env::var("TEST_ADMIN_DATABASE_URL").unwrap_or_else(|_| DEFAULT_DB.to_string());
-        let mut settings = Settings::from_env();
+        let mut settings = Settings::from_env().expect("BATON_* settings");
         settings.database_url = admin_url.rsplit_once('/').map(|(base, _)| format!("{base}/{db_name}")).unwrap();
         settings.queue_prefix = format!("t{}.", &id[..10]);
         settings.pool_size = 4;

@@ -1,8 +1,11 @@
-//! One `Settings`, from environment variables with local defaults.
+//! One `Settings`, from environment variables with local defaults. A value
+//! that is set but malformed is a startup error naming the variable, never a
+//! silent default: an operator who wrote `BATON_LEASE_MS=15s` learns it at once.
 
+use std::fmt;
 use std::time::Duration;
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Settings {
     pub database_url: String,
     /// One broker URL, or a cluster's nodes separated by commas, tried in order.
@@ -57,40 +60,174 @@ pub struct Settings {
     pub agent_work_dir: std::path::PathBuf,
 }
 
-fn var(name: &str, default: &str) -> String {
-    std::env::var(name).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_string())
+/// Every malformed or contradictory setting found, one per line, so an
+/// operator fixes them all in one go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingsError {
+    pub problems: Vec<String>,
 }
 
-fn number<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+impl fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid settings: {}", self.problems.join("; "))
+    }
+}
+
+impl std::error::Error for SettingsError {}
+
+/// The invocation queues a worker may consume (`BATON_INVOCATION_QUEUES`).
+const INVOCATION_QUEUES: [&str; 2] = ["handoff", "delegate"];
+
+/// Reads variables through `get`, noting every problem instead of stopping at
+/// the first. An empty value counts as unset, as it always has.
+struct Reader<'a> {
+    get: &'a dyn Fn(&str) -> Option<String>,
+    problems: Vec<String>,
+}
+
+impl Reader<'_> {
+    fn raw(&self, name: &str) -> Option<String> {
+        (self.get)(name).filter(|v| !v.trim().is_empty())
+    }
+
+    fn text(&self, name: &str, default: &str) -> String {
+        self.raw(name).unwrap_or_else(|| default.to_string())
+    }
+
+    /// A whole number of type `T`; `what` completes "is not …" in the error.
+    fn number<T: std::str::FromStr>(&mut self, name: &str, default: T, what: &str) -> T {
+        let Some(value) = self.raw(name) else { return default };
+        match value.trim().parse() {
+            Ok(n) => n,
+            Err(_) => {
+                self.problems.push(format!("{name}={value} is not {what}"));
+                default
+            }
+        }
+    }
+
+    fn millis(&mut self, name: &str, default: Duration) -> Duration {
+        Duration::from_millis(self.number(name, default.as_millis() as u64, "a whole number of milliseconds"))
+    }
+
+    fn count<T: std::str::FromStr>(&mut self, name: &str, default: T) -> T {
+        self.number(name, default, "a whole number")
+    }
+
+    /// Refuses zero where it cannot mean anything sensible; `why` says what zero would do.
+    fn above_zero<T: Default + PartialEq>(&mut self, name: &str, value: T, why: &str) -> T {
+        if value == T::default() {
+            self.problems.push(format!("{name}=0 must be above zero ({why})"));
+        }
+        value
+    }
+
+    fn invocation_queues(&mut self) -> Vec<String> {
+        let name = "BATON_INVOCATION_QUEUES";
+        let value = self.text(name, "handoff,delegate");
+        let queues: Vec<String> = value.split(',').map(str::trim).filter(|q| !q.is_empty()).map(String::from).collect();
+        let unknown: Vec<&str> = queues.iter().map(String::as_str).filter(|q| !INVOCATION_QUEUES.contains(q)).collect();
+        if !unknown.is_empty() || queues.is_empty() {
+            self.problems.push(format!("{name}={value} is not a comma-separated list of handoff and delegate"));
+        }
+        queues
+    }
+
+    /// `BATON_DB_*_MS`: zero turns a limit off, as in Postgres.
+    fn db_session(&mut self) -> baton_store::SessionConfig {
+        let defaults = baton_store::SessionConfig::default();
+        let zero = Duration::ZERO;
+        baton_store::SessionConfig {
+            statement_timeout: Some(self.millis("BATON_DB_STATEMENT_TIMEOUT_MS", defaults.statement_timeout.unwrap_or(zero))),
+            lock_timeout: Some(self.millis("BATON_DB_LOCK_TIMEOUT_MS", defaults.lock_timeout.unwrap_or(zero))),
+            idle_in_transaction_timeout: Some(
+                self.millis("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", defaults.idle_in_transaction_timeout.unwrap_or(zero)),
+            ),
+            keepalive: self.millis("BATON_DB_KEEPALIVE_MS", defaults.keepalive),
+            application_name: None,
+        }
+    }
 }
 
 impl Settings {
-    pub fn from_env() -> Self {
-        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into());
-        Self {
-            database_url: var("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/baton"),
-            amqp_url: var("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
-            queue_prefix: var("BATON_QUEUE_PREFIX", ""),
-            lease: Duration::from_millis(number("BATON_LEASE_MS", 15_000)),
-            prefetch: number("BATON_PREFETCH", 1),
-            invocation_prefetch: number("BATON_INVOCATION_PREFETCH", 8),
-            max_concurrent_invocations: number("BATON_MAX_CONCURRENT_INVOCATIONS", 64),
-            invocation_queues: var("BATON_INVOCATION_QUEUES", "handoff,delegate").split(',').map(|q| q.trim().to_string()).collect(),
-            max_takeovers: number("BATON_MAX_TAKEOVERS", 3),
-            unclaimed_grace: Duration::from_millis(number("BATON_UNCLAIMED_GRACE_MS", 60_000)),
-            pool_size: number("BATON_DB_POOL_SIZE", 16),
-            relay_poll: Duration::from_millis(number("BATON_RELAY_POLL_MS", 1_000)),
-            transient_patience: Duration::from_millis(number("BATON_TRANSIENT_PATIENCE_MS", 120_000)),
-            max_message_bytes: number("BATON_MAX_MESSAGE_BYTES", 4 * 1024 * 1024),
-            republish_max: Duration::from_millis(number("BATON_REPUBLISH_MAX_MS", 600_000)),
-            worker_id: var("BATON_WORKER_ID", &format!("{host}-{}", std::process::id())),
-            db_session: db_session(),
-            shutdown_grace: Duration::from_millis(number("BATON_SHUTDOWN_GRACE_MS", 20_000)),
-            agent_work_dir: std::env::var_os("BATON_AGENT_WORK_DIR")
-                .filter(|v| !v.is_empty())
-                .map_or_else(|| std::env::temp_dir().join("baton-agents"), Into::into),
+    /// The settings of this process's environment; see [`Settings::from_vars`].
+    pub fn from_env() -> Result<Self, SettingsError> {
+        let settings = Self::from_vars(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))?;
+        for warning in settings.warnings() {
+            tracing::warn!("{warning}");
         }
+        Ok(settings)
+    }
+
+    /// The settings that the variables `get` returns describe, with a local
+    /// default for each one unset or empty; every malformed or impossible
+    /// value is named in the error.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
+        let mut r = Reader { get: &get, problems: Vec::new() };
+        let host = r.text("HOSTNAME", "local");
+        let lease = r.millis("BATON_LEASE_MS", Duration::from_millis(15_000));
+        let max_takeovers = r.count("BATON_MAX_TAKEOVERS", 3u16);
+        let settings = Self {
+            database_url: r.text("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/baton"),
+            amqp_url: r.text("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
+            queue_prefix: r.text("BATON_QUEUE_PREFIX", ""),
+            lease: r.above_zero("BATON_LEASE_MS", lease, "every claim would lapse at once"),
+            prefetch: {
+                let n = r.count("BATON_PREFETCH", 1);
+                r.above_zero("BATON_PREFETCH", n, "zero means unlimited to the broker")
+            },
+            invocation_prefetch: {
+                let n = r.count("BATON_INVOCATION_PREFETCH", 8);
+                r.above_zero("BATON_INVOCATION_PREFETCH", n, "zero means unlimited to the broker")
+            },
+            max_concurrent_invocations: {
+                let n = r.count("BATON_MAX_CONCURRENT_INVOCATIONS", 64);
+                r.above_zero("BATON_MAX_CONCURRENT_INVOCATIONS", n, "no invocation could ever run")
+            },
+            invocation_queues: r.invocation_queues(),
+            max_takeovers: i32::from(max_takeovers),
+            unclaimed_grace: r.millis("BATON_UNCLAIMED_GRACE_MS", Duration::from_millis(60_000)),
+            pool_size: {
+                let n = r.count("BATON_DB_POOL_SIZE", 16);
+                r.above_zero("BATON_DB_POOL_SIZE", n, "no connection could ever be taken")
+            },
+            relay_poll: {
+                let d = r.millis("BATON_RELAY_POLL_MS", Duration::from_millis(1_000));
+                r.above_zero("BATON_RELAY_POLL_MS", d, "the relay would poll without pause")
+            },
+            transient_patience: r.millis("BATON_TRANSIENT_PATIENCE_MS", Duration::from_millis(120_000)),
+            max_message_bytes: {
+                let n = r.count("BATON_MAX_MESSAGE_BYTES", 4 * 1024 * 1024);
+                r.above_zero("BATON_MAX_MESSAGE_BYTES", n, "no message would fit")
+            },
+            republish_max: r.millis("BATON_REPUBLISH_MAX_MS", Duration::from_millis(600_000)),
+            worker_id: r.text("BATON_WORKER_ID", &format!("{host}-{}", std::process::id())),
+            db_session: r.db_session(),
+            shutdown_grace: r.millis("BATON_SHUTDOWN_GRACE_MS", Duration::from_millis(20_000)),
+            agent_work_dir: r.raw("BATON_AGENT_WORK_DIR").map_or_else(|| std::env::temp_dir().join("baton-agents"), Into::into),
+        };
+        match r.problems.is_empty() {
+            true => Ok(settings),
+            false => Err(SettingsError { problems: r.problems }),
+        }
+    }
+
+    /// Combinations that work but defeat a guarantee, for the log at startup.
+    /// An idle-in-transaction timeout at or above the lease is one: a frozen
+    /// worker's row locks then outlive its claim, so the worker taking over
+    /// waits on them. It only warns, since a test fleet runs a short lease
+    /// with the default timeout and nothing is lost, only slower.
+    pub fn warnings(&self) -> Vec<String> {
+        let idle = self.db_session.idle_in_transaction_timeout.unwrap_or_default();
+        let mut warnings = Vec::new();
+        if !idle.is_zero() && idle >= self.lease {
+            warnings.push(format!(
+                "BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS={} is not below BATON_LEASE_MS={}: a frozen worker's row locks outlive its claim",
+                idle.as_millis(),
+                self.lease.as_millis()
+            ));
+        }
+        warnings
     }
 
     /// The session limits of `role`'s connections, named after it in `pg_stat_activity`.
@@ -127,19 +264,30 @@ impl Settings {
     }
 }
 
-/// `BATON_DB_*_MS`: a frozen worker's transaction ends, and its row locks
-/// with it, after the idle-in-transaction timeout (keep it below the lease).
-fn db_session() -> baton_store::SessionConfig {
-    let defaults = baton_store::SessionConfig::default();
-    let ms = |name: &str, default: Option<Duration>| {
-        Some(Duration::from_millis(number(name, default.map_or(0, |d| d.as_millis() as u64))))
-    };
-    baton_store::SessionConfig {
-        statement_timeout: ms("BATON_DB_STATEMENT_TIMEOUT_MS", defaults.statement_timeout),
-        lock_timeout: ms("BATON_DB_LOCK_TIMEOUT_MS", defaults.lock_timeout),
-        idle_in_transaction_timeout: ms("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", defaults.idle_in_transaction_timeout),
-        keepalive: Duration::from_millis(number("BATON_DB_KEEPALIVE_MS", defaults.keepalive.as_millis() as u64)),
-        application_name: None,
+/// The URLs with their passwords hidden (see [`redact`]): settings end up in logs.
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("database_url", &self.database_url_redacted())
+            .field("amqp_url", &self.amqp_url_redacted())
+            .field("queue_prefix", &self.queue_prefix)
+            .field("lease", &self.lease)
+            .field("prefetch", &self.prefetch)
+            .field("invocation_prefetch", &self.invocation_prefetch)
+            .field("max_concurrent_invocations", &self.max_concurrent_invocations)
+            .field("invocation_queues", &self.invocation_queues)
+            .field("max_takeovers", &self.max_takeovers)
+            .field("unclaimed_grace", &self.unclaimed_grace)
+            .field("pool_size", &self.pool_size)
+            .field("relay_poll", &self.relay_poll)
+            .field("transient_patience", &self.transient_patience)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("republish_max", &self.republish_max)
+            .field("worker_id", &self.worker_id)
+            .field("db_session", &self.db_session)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("agent_work_dir", &self.agent_work_dir)
+            .finish()
     }
 }
 
@@ -271,8 +419,119 @@ mod tests {
 
     #[test]
     fn each_broker_of_a_list_hides_its_password() {
-        let mut settings = super::Settings::from_env();
+        let mut settings = super::Settings::from_vars(|_| None).unwrap();
         settings.amqp_url = "amqp://guest:s1@n1:5682/%2f, amqp://guest:s2@n2:5683/%2f".into();
         assert_eq!(settings.amqp_url_redacted(), "amqp://guest:***@n1:5682/%2f,amqp://guest:***@n2:5683/%2f");
+    }
+}
+
+#[cfg(test)]
+mod parsing {
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use super::{Settings, SettingsError};
+
+    fn parse(vars: &[(&str, &str)]) -> Result<Settings, SettingsError> {
+        let vars: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Settings::from_vars(|name| vars.get(name).cloned())
+    }
+
+    fn problems(vars: &[(&str, &str)]) -> Vec<String> {
+        parse(vars).expect_err("should be refused").problems
+    }
+
+    #[test]
+    fn nothing_set_gives_the_local_defaults() {
+        let s = parse(&[]).unwrap();
+        assert_eq!(s.lease, Duration::from_millis(15_000));
+        assert_eq!(s.invocation_queues, ["handoff", "delegate"]);
+        assert_eq!(s.db_session.idle_in_transaction_timeout, Some(Duration::from_secs(10)));
+        assert!(s.warnings().is_empty());
+    }
+
+    #[test]
+    fn well_formed_values_are_taken_and_empty_ones_count_as_unset() {
+        let s = parse(&[("BATON_LEASE_MS", " 3000 "), ("BATON_PREFETCH", "2"), ("BATON_DB_POOL_SIZE", ""), ("BATON_DB_LOCK_TIMEOUT_MS", "0")]).unwrap();
+        assert_eq!(s.lease, Duration::from_secs(3));
+        assert_eq!(s.prefetch, 2);
+        assert_eq!(s.pool_size, 16);
+        assert_eq!(s.db_session.lock_timeout, Some(Duration::ZERO), "zero turns a Postgres limit off");
+    }
+
+    #[test]
+    fn a_malformed_number_names_the_variable_its_value_and_what_is_expected() {
+        assert_eq!(problems(&[("BATON_LEASE_MS", "15s")]), ["BATON_LEASE_MS=15s is not a whole number of milliseconds"]);
+        assert_eq!(problems(&[("BATON_PREFETCH", "70000")]), ["BATON_PREFETCH=70000 is not a whole number"]);
+        assert_eq!(problems(&[("BATON_MAX_TAKEOVERS", "-1")]), ["BATON_MAX_TAKEOVERS=-1 is not a whole number"]);
+        assert_eq!(
+            problems(&[("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "2.5")]),
+            ["BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS=2.5 is not a whole number of milliseconds"]
+        );
+    }
+
+    #[test]
+    fn every_bad_variable_is_named_at_once() {
+        let error = parse(&[("BATON_LEASE_MS", "abc"), ("BATON_DB_KEEPALIVE_MS", "1m"), ("BATON_INVOCATION_QUEUES", "handof")]).unwrap_err();
+        assert_eq!(error.problems.len(), 3, "{error}");
+        let text = error.to_string();
+        for name in ["BATON_LEASE_MS=abc", "BATON_DB_KEEPALIVE_MS=1m", "BATON_INVOCATION_QUEUES=handof"] {
+            assert!(text.contains(name), "{text}");
+        }
+    }
+
+    #[test]
+    fn zero_is_refused_where_it_cannot_work() {
+        for name in [
+            "BATON_LEASE_MS",
+            "BATON_PREFETCH",
+            "BATON_INVOCATION_PREFETCH",
+            "BATON_MAX_CONCURRENT_INVOCATIONS",
+            "BATON_DB_POOL_SIZE",
+            "BATON_RELAY_POLL_MS",
+            "BATON_MAX_MESSAGE_BYTES",
+        ] {
+            let found = problems(&[(name, "0")]);
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert!(found[0].starts_with(&format!("{name}=0 must be above zero")), "{found:?}");
+        }
+        assert!(parse(&[("BATON_SHUTDOWN_GRACE_MS", "0"), ("BATON_MAX_TAKEOVERS", "0")]).is_ok());
+    }
+
+    #[test]
+    fn only_the_two_invocation_queues_can_be_chosen() {
+        assert_eq!(parse(&[("BATON_INVOCATION_QUEUES", "handoff")]).unwrap().invocation_queues, ["handoff"]);
+        assert_eq!(parse(&[("BATON_INVOCATION_QUEUES", " delegate , ")]).unwrap().invocation_queues, ["delegate"]);
+        let expected = "is not a comma-separated list of handoff and delegate";
+        for bad in ["handoff,delegates", "Handoff", ",", "intake"] {
+            let found = problems(&[("BATON_INVOCATION_QUEUES", bad)]);
+            assert_eq!(found, [format!("BATON_INVOCATION_QUEUES={bad} {expected}")]);
+        }
+    }
+
+    #[test]
+    fn an_idle_in_transaction_timeout_not_below_the_lease_is_warned_about() {
+        let s = parse(&[("BATON_LEASE_MS", "3000"), ("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "3000")]).unwrap();
+        let warnings = s.warnings();
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS=3000") && warnings[0].contains("BATON_LEASE_MS=3000"));
+        let off = parse(&[("BATON_LEASE_MS", "3000"), ("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "0")]).unwrap();
+        assert!(off.warnings().is_empty(), "a timeout turned off is not compared");
+        let below = parse(&[("BATON_LEASE_MS", "3000"), ("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "2999")]).unwrap();
+        assert!(below.warnings().is_empty());
+    }
+
+    #[test]
+    fn debug_never_prints_a_password() {
+        for (db, amqp) in [
+            ("postgres://u:hunter2@h/db", "amqp://guest:hunter2@n1:5672/%2f,amqps://u:hunter2@n2/v"),
+            ("host=h password='hunter2' dbname=d", "amqp://guest:hunter2@h/%2f"),
+            ("postgres://u@h/db?password=hunter2", "amqp://:hunter2@h/%2f"),
+        ] {
+            let s = parse(&[("DATABASE_URL", db), ("AMQP_URL", amqp)]).unwrap();
+            let printed = format!("{s:?}");
+            assert!(!printed.contains("hunter2"), "{printed}");
+            assert!(printed.contains("***") && printed.contains("lease"), "{printed}");
+        }
     }
 }

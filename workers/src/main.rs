@@ -91,7 +91,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let quiet = matches!(cli.command, Command::Demo(_));
     baton::telemetry::init(if quiet { "warn" } else { "info" });
-    let settings = Settings::from_env();
+    let settings = Settings::from_env()?;
     match cli.command {
         Command::Migrate => {
             let applied = baton::demo::prepare_database(&settings).await?;

@@ -43,3 +43,30 @@ fn a_bad_profiles_file_is_refused_with_the_reason() {
     assert!(!ok);
     assert!(text.contains("unknown profile `ghost`"), "{text}");
 }
+
+#[test]
+fn a_malformed_setting_stops_baton_before_it_starts_naming_the_variable() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["up"])
+        .env("BATON_LEASE_MS", "abc")
+        .env("DATABASE_URL", "postgres://postgres@127.0.0.1:1/never")
+        .env("AMQP_URL", "amqp://guest:guest@127.0.0.1:1/%2f")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run baton");
+    // Without strict parsing it would go on to wait for a database that is
+    // not there: bound the wait, so the test fails instead of hanging.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("BATON_LEASE_MS=abc is not a whole number of milliseconds"), "{text}");
+}
