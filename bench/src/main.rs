@@ -24,7 +24,7 @@ enum Internal {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let settings = Settings::from_env();
+    let settings = Settings::from_env()?;
     match cli.internal {
         None => {
             baton::telemetry::init("warn");
