@@ -14,19 +14,6 @@ use uuid::Uuid;
 
 const WAIT: Duration = Duration::from_secs(40);
 
-/// Makes this test's database read-only (or writable again) and ends its
-/// sessions, so pooled sessions reconnect with the new default, as after a
-/// failover to a replica that is not yet promoted.
-async fn set_read_only(env: &TestEnv, on: bool) {
-    let admin = env.admin().await;
-    let db = env.db_name();
-    let value = if on { "on" } else { "off" };
-    admin.batch_execute(&format!("ALTER DATABASE \"{db}\" SET default_transaction_read_only = {value}")).await.unwrap();
-    admin
-        .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", &[&db])
-        .await
-        .unwrap();
-}
 
 /// A number from this test's database on a fresh session (pooled ones may
 /// just have been ended by a fault).
@@ -63,13 +50,13 @@ async fn a_request_arriving_while_the_database_is_read_only_runs_once_it_is_writ
     let fleet = env.start_all();
     let mut replies = env.replies().await;
 
-    set_read_only(&env, true).await;
+    env.set_read_only(true).await;
     env.send_request(&sample_request_json("read-only", "docs_agent", "en")).await;
     // The fault lasts a few seconds: the intake has the request and cannot
     // store it (reads still work, so this is observable).
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(count(&env, "SELECT count(*) FROM handoff_requests").await, 0, "nothing could be stored while read-only");
-    set_read_only(&env, false).await;
+    env.set_read_only(false).await;
 
     let messages = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;
@@ -104,11 +91,11 @@ async fn a_run_mid_chain_rides_out_a_read_only_database_without_a_takeover() {
             .then_some(())
     })
     .await;
-    set_read_only(&env, true).await;
+    env.set_read_only(true).await;
     // Longer than the runner's own patience for storing a finished turn, so
     // the invocation role has to resume the claimed invocation itself.
     tokio::time::sleep(Duration::from_secs(7)).await;
-    set_read_only(&env, false).await;
+    env.set_read_only(false).await;
 
     let messages = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;

@@ -8,18 +8,6 @@ use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv
 
 const WAIT: Duration = Duration::from_secs(40);
 
-/// Makes this test's database read-only (or writable again) and ends its
-/// sessions, so pooled sessions reconnect with the new default.
-async fn set_read_only(env: &TestEnv, on: bool) {
-    let admin = env.admin().await;
-    let db = env.db_name();
-    let value = if on { "on" } else { "off" };
-    admin.batch_execute(&format!("ALTER DATABASE \"{db}\" SET default_transaction_read_only = {value}")).await.unwrap();
-    admin
-        .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", &[&db])
-        .await
-        .unwrap();
-}
 
 fn starts(log: &std::path::Path) -> usize {
     std::fs::read_to_string(log).map(|s| s.lines().count()).unwrap_or(0)
@@ -47,11 +35,11 @@ async fn an_external_agents_result_outlasts_a_database_outage_and_the_agent_runs
     env.send_request(&sample_request_json("external-outage", "docs_agent", "en")).await;
 
     eventually(WAIT, "the agent started", || async { (starts(&log) >= 1).then_some(()) }).await;
-    set_read_only(&env, true).await;
+    env.set_read_only(true).await;
     // The agent finishes 2 s in; the fault outlasts the runner's 5 s
     // patience for storing a finished turn by a good margin.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    set_read_only(&env, false).await;
+    env.set_read_only(false).await;
 
     let messages = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;
@@ -106,14 +94,14 @@ async fn a_worker_shut_down_during_a_database_outage_hands_its_claim_back_withou
             .then_some(())
     })
     .await;
-    set_read_only(&env, true).await;
+    env.set_read_only(true).await;
     // The turn is back and being stored (through the outage) when the deploy comes.
     tokio::time::sleep(Duration::from_millis(2_000)).await;
     let stopping = tokio::spawn(leaving.stop());
     // Past the runner's patience for storing the turn: the loop ends on a
     // transient error while shutting down.
     tokio::time::sleep(Duration::from_secs(7)).await;
-    set_read_only(&env, false).await;
+    env.set_read_only(false).await;
     stopping.await.unwrap();
     let arriving = env.start(&[Role::Invocation]);
 

@@ -326,4 +326,18 @@ impl TestEnv {
     pub fn log_of(&self, worker_id: &str) -> std::path::PathBuf {
         std::env::temp_dir().join(format!("{}{worker_id}.log", self.settings.queue_prefix))
     }
+
+    /// Makes this test's database read-only (or writable again) and ends its
+    /// sessions, so pooled sessions reconnect with the new default, as after a
+    /// failover to a replica that is not yet promoted.
+    pub async fn set_read_only(&self, on: bool) {
+        let admin = self.admin().await;
+        let db = self.db_name();
+        let value = if on { "on" } else { "off" };
+        admin.batch_execute(&format!("ALTER DATABASE \"{db}\" SET default_transaction_read_only = {value}")).await.unwrap();
+        admin
+            .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", &[&db])
+            .await
+            .unwrap();
+    }
 }

@@ -85,9 +85,15 @@ static AUTHORIZATION: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 pub(super) fn authorization_headers(text: &str) -> Vec<Hit> {
-    AUTHORIZATION
+    credentials_after(&AUTHORIZATION, "key", text)
+}
+
+/// The `token` of each match whose `word` group starts a word and which
+/// looks like a credential rather than an English word.
+fn credentials_after(pattern: &Regex, word: &str, text: &str) -> Vec<Hit> {
+    pattern
         .captures_iter(text)
-        .filter(|caps| caps.name("key").is_some_and(|m| starts_word(text, m.start())))
+        .filter(|caps| caps.name(word).is_some_and(|m| starts_word(text, m.start())))
         .filter_map(|caps| caps.name("token"))
         .filter(|token| looks_like_credential(token.as_str()))
         .map(|token| Hit {
@@ -108,19 +114,7 @@ static BEARER: LazyLock<Regex> =
     LazyLock::new(|| compile(r"(?i)(?P<scheme>bearer)[ \t]+(?P<token>[A-Za-z0-9._~+/=-]{16,})"));
 
 pub(super) fn bearer_tokens(text: &str) -> Vec<Hit> {
-    BEARER
-        .captures_iter(text)
-        .filter(|caps| {
-            caps.name("scheme")
-                .is_some_and(|m| starts_word(text, m.start()))
-        })
-        .filter_map(|caps| caps.name("token"))
-        .filter(|token| looks_like_credential(token.as_str()))
-        .map(|token| Hit {
-            range: token.range(),
-            finding: Finding::Token,
-        })
-        .collect()
+    credentials_after(&BEARER, "scheme", text)
 }
 
 /// Whatever comes before the key word in the same identifier: `GITHUB_`,
