@@ -97,42 +97,65 @@ async fn main() -> anyhow::Result<()> {
             let applied = baton::demo::prepare_database(&settings).await?;
             println!("database ready ({applied} migration(s) applied)");
         }
-        Command::Profiles { command: ProfilesCommand::Apply { file } } => {
+        Command::Profiles { command } => profiles(&settings, command).await?,
+        Command::Up { role } => up(&settings, role).await?,
+        Command::Demo(args) => baton::demo::run(&settings, args).await?,
+        Command::Runs { command } => runs(&settings, command).await?,
+        Command::Handoff { command } => handoff(&settings, command).await?,
+    }
+    Ok(())
+}
+
+async fn profiles(settings: &Settings, command: ProfilesCommand) -> anyhow::Result<()> {
+    match command {
+        ProfilesCommand::Apply { file } => {
             let parsed = read_profiles(&file)?;
             let pool = baton_store::pool(&settings.database_url, 1)?;
             baton_store::profiles::apply_atomically(&mut pool.get().await?, &parsed).await?;
             println!("applied {} profile(s) and {} route(s)", parsed.profiles.len(), parsed.routes.len());
         }
-        Command::Profiles { command: ProfilesCommand::Check { file } } => {
+        ProfilesCommand::Check { file } => {
             for p in read_profiles(&file)?.profiles {
-                let mut missing: Vec<String> = p.model.missing_configuration().iter().map(|m| m.to_string()).collect();
-                if let baton_domain::profiles::ModelBinding::Openai { api_key_env: Some(var), .. } = &p.model {
-                    if std::env::var(var).is_err() {
-                        missing.push(format!("environment variable {var}"));
-                    }
-                }
-                let state = match (missing.is_empty(), p.model.unavailable()) {
-                    (false, _) => format!("requires configuration: {}", missing.join(", ")),
-                    (true, Some(why)) => format!("not runnable: {why}"),
-                    (true, None) => "ready".to_string(),
-                };
-                println!("{:<16} {:<9} {state}", p.id, p.model.provider_name());
+                println!("{:<16} {:<9} {}", p.id, p.model.provider_name(), readiness(&p));
             }
         }
-        Command::Up { role } => {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-            tokio::select! {
-                checked = baton::startup::check_schema(&settings) => checked?,
-                _ = term.recv() => return Ok(()),
-                _ = tokio::signal::ctrl_c() => return Ok(()),
-            }
-            let roles = if role.is_empty() { Role::ALL.to_vec() } else { role };
-            tracing::info!(roles = ?roles.iter().map(|r| r.name()).collect::<Vec<_>>(), "starting");
-            Fleet::start(&settings, &roles).run_until_signalled().await?;
+    }
+    Ok(())
+}
+
+/// What `profiles check` says of one profile: ready, or what it still needs.
+fn readiness(p: &baton_domain::profiles::Profile) -> String {
+    let mut missing: Vec<String> = p.model.missing_configuration().iter().map(|m| m.to_string()).collect();
+    if let baton_domain::profiles::ModelBinding::Openai { api_key_env: Some(var), .. } = &p.model {
+        if std::env::var(var).is_err() {
+            missing.push(format!("environment variable {var}"));
         }
-        Command::Demo(args) => baton::demo::run(&settings, args).await?,
-        Command::Runs { command: RunsCommand::Show { run } } => {
-            let pool = baton_store::pool(&settings.database_url, 1)?;
+    }
+    match (missing.is_empty(), p.model.unavailable()) {
+        (false, _) => format!("requires configuration: {}", missing.join(", ")),
+        (true, Some(why)) => format!("not runnable: {why}"),
+        (true, None) => "ready".to_string(),
+    }
+}
+
+/// Runs the roles once the database's schema is this binary's; a signal
+/// while it waits for the database ends it quietly.
+async fn up(settings: &Settings, role: Vec<Role>) -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        checked = baton::startup::check_schema(settings) => checked?,
+        _ = term.recv() => return Ok(()),
+        _ = tokio::signal::ctrl_c() => return Ok(()),
+    }
+    let roles = if role.is_empty() { Role::ALL.to_vec() } else { role };
+    tracing::info!(roles = ?roles.iter().map(|r| r.name()).collect::<Vec<_>>(), "starting");
+    Fleet::start(settings, &roles).run_until_signalled().await
+}
+
+async fn runs(settings: &Settings, command: RunsCommand) -> anyhow::Result<()> {
+    let pool = baton_store::pool(&settings.database_url, 1)?;
+    match command {
+        RunsCommand::Show { run } => {
             let c = pool.get().await?;
             let events = baton_store::journal::timeline(&c, run).await?;
             print!("{}", baton::timeline::render(&events));
@@ -141,16 +164,13 @@ async fn main() -> anyhow::Result<()> {
                 println!("{}", baton::timeline::render_spend(&spend));
             }
         }
-        Command::Handoff { command } => handoff(&settings, command).await?,
-        Command::Runs { command: RunsCommand::Prune { older_than_days, batch } } => {
+        RunsCommand::Prune { older_than_days, batch } => {
             anyhow::ensure!(older_than_days >= 0.0, "--older-than-days must not be negative");
-            let pool = baton_store::pool(&settings.database_url, 1)?;
             let age = std::time::Duration::from_secs_f64(older_than_days * 86_400.0);
             let n = baton::operator::prune_runs(&pool, age, batch.max(1)).await?;
             println!("pruned {n} finished run(s)");
         }
-        Command::Runs { command: RunsCommand::Cancel { run, reason } } => {
-            let pool = baton_store::pool(&settings.database_url, 1)?;
+        RunsCommand::Cancel { run, reason } => {
             if baton::operator::cancel_run(&pool, run, &reason).await? {
                 println!("run {run} cancelled; the bridge will be told");
             } else {
