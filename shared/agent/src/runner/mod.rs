@@ -2,27 +2,32 @@
 //! exactly one step: assemble the prompt, call the model, or run one tool
 //! call. Every step commits in its own fenced transaction, so a crash between
 //! steps loses nothing and repeats nothing.
+//!
+//! `external.rs` holds an external agent's start, interruption and the
+//! patience for its outcome; `tool_call.rs` runs one tool call.
+
+mod external;
+mod tool_call;
 
 use std::sync::Arc;
 
 use baton_domain::journal;
 use baton_domain::profiles::{ModelBinding, Profile};
-use baton_domain::sandbox::{self, OnInterrupt};
 use baton_domain::state::InvocationKind;
 use baton_domain::tools::{self, ToolName};
-use baton_domain::ToolError;
 use baton_store::invocations::{self, Invocation};
 use baton_store::journal::{self as events, Event};
 use baton_store::steps::{self, Step};
-use baton_store::{budgets, profiles, Pool, Transaction};
+use baton_store::{budgets, profiles, Pool};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::providers::{ModelRequest, ModelTurn, ProviderError, Providers, ToolCall};
-use crate::tools::{dispatch, Effect, ToolCtx, ToolOutcome};
 use crate::transcript::{self, Position};
 use crate::first_step::{prompt_step, tool_names};
 use crate::step::{add_tokens, first_cause, name_calls, retry, sanitize, test_pause_in_step, tokens_of, Written};
+use external::patiently;
+use tool_call::exit_of;
 use crate::{budget, lifecycle, Error};
 
 /// How an invocation's loop ended on this worker.
@@ -303,63 +308,6 @@ impl Runner {
         }
     }
 
-    /// Before an external agent starts: a marker, so that a later claim
-    /// knows it was started. Finding the marker already there means an
-    /// earlier start was interrupted (a dead worker, a deploy): it is run
-    /// again from scratch or the invocation fails, as the profile chose.
-    async fn before_external(&self, c: &mut Claimed<'_>, on_interrupt: OnInterrupt) -> Result<Option<Exit>, Error> {
-        let interrupted = c.steps.last().is_some_and(|s| s.kind == transcript::EXTERNAL_STARTED);
-        if !interrupted {
-            self.mark_external_start(c).await?;
-            return Ok(None);
-        }
-        if on_interrupt == OnInterrupt::Fail {
-            // Its side effects may be done, so it is not run a second time.
-            self.fail(c.inv, sandbox::codes::INTERRUPTED, sandbox::INTERRUPTED_MESSAGE, None).await?;
-            return Ok(Some(Exit::Failed(sandbox::INTERRUPTED_MESSAGE.into())));
-        }
-        retry(|| async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
-            invocations::fence(&tx, c.inv.id, c.epoch).await?;
-            let ev = Event::new(journal::EXTERNAL_AGENT_RERUN, Some(c.inv.id), json!({"reason": "an earlier start was interrupted"}));
-            events::append(&tx, c.inv.run_id, &[ev]).await?;
-            tx.commit().await?;
-            Ok(())
-        })
-        .await?;
-        Ok(None)
-    }
-
-    /// An external agent was killed before it finished (its run was dropped,
-    /// which killed its process group): handed back for a re-run, or failed
-    /// visibly. A lost claim makes the failure a no-op (the fence refuses it).
-    async fn external_interrupted(&self, c: &Claimed<'_>, on_interrupt: OnInterrupt) -> Result<Exit, Error> {
-        tracing::warn!(invocation = %c.inv.id, ?on_interrupt, "external agent killed before it finished");
-        if on_interrupt == OnInterrupt::Rerun {
-            return Ok(Exit::Stopped);
-        }
-        let detail = "killed at the worker's shutdown deadline, or its claim was lost";
-        self.fail(c.inv, sandbox::codes::INTERRUPTED, sandbox::INTERRUPTED_MESSAGE, Some(detail)).await?;
-        Ok(Exit::Failed(sandbox::INTERRUPTED_MESSAGE.into()))
-    }
-
-    /// Records that an external agent is about to start (see `model_turn`).
-    async fn mark_external_start(&self, c: &mut Claimed<'_>) -> Result<(), Error> {
-        let written = retry(|| async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
-            let mut w = Written::new(c.steps.len());
-            invocations::fence(&tx, c.inv.id, c.epoch).await?;
-            w.append(&tx, c.inv.id, transcript::EXTERNAL_STARTED, json!({})).await?;
-            tx.commit().await?;
-            Ok(w)
-        })
-        .await?;
-        c.absorb(written);
-        Ok(())
-    }
-
     /// Why the invocation may not call its model again, if it may not.
     fn spent(&self, c: &Claimed<'_>, turns: usize) -> Option<String> {
         let (_, max_tokens) = narrow(self.limits, c.inv.budget.as_ref());
@@ -441,56 +389,6 @@ impl Runner {
         Ok(w)
     }
 
-    async fn call_tool(&self, c: &mut Claimed<'_>, call: &ToolCall) -> Result<Option<Exit>, Error> {
-        let written = retry(|| self.run_tool(c, call)).await?;
-        let exit = written.exit.clone();
-        c.absorb(written);
-        Ok(exit)
-    }
-
-    /// One tool call of a stored turn (after a resume, or a turn stored on
-    /// its own): its effect, its result and its events in one fenced
-    /// transaction (run again whole if the database asks for a retry).
-    async fn run_tool(&self, c: &Claimed<'_>, call: &ToolCall) -> Result<Written, Error> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let mut w = Written::new(c.steps.len());
-        invocations::fence(&tx, c.inv.id, c.epoch).await?;
-        test_pause_in_step().await;
-        let effect = self.run_call(&tx, c, call, &mut w).await?;
-        w.budget = budget::record(&tx, c.inv.id, &w, 0).await?;
-        tx.commit().await?;
-        w.exit = exit_of(effect);
-        Ok(w)
-    }
-
-    /// Runs one call inside the caller's fenced transaction and records its
-    /// result (a parked call has no result yet: it runs again when woken).
-    async fn run_call(&self, tx: &Transaction<'_>, c: &Claimed<'_>, call: &ToolCall, w: &mut Written) -> Result<Effect, Error> {
-        let ctx = ToolCtx { invocation: c.inv, profile: &c.profile, surface: &c.surface, call };
-        let made = transcript::tool_calls_made(&c.steps) + transcript::tool_calls_made(&w.steps);
-        let outcome = if made >= c.limits.max_tool_calls {
-            let error = ToolError::new(
-                baton_domain::error::codes::TOOL_BUDGET_EXHAUSTED,
-                "You have used all your tool calls. Commit and finish, or hand off now.",
-            );
-            ToolOutcome::failed(&ctx, error)
-        } else {
-            dispatch(tx, &ctx).await?
-        };
-        if outcome.effect == Effect::Parked {
-            events::append(tx, c.inv.run_id, &outcome.events).await?;
-            return Ok(outcome.effect);
-        }
-        let payload = transcript::tool_result_payload(call, &outcome.content, outcome.is_error, &outcome.structured);
-        let (appended, logged) = tokio::join!(
-            w.append(tx, c.inv.id, transcript::TOOL_RESULT, payload),
-            events::append(tx, c.inv.run_id, &outcome.events),
-        );
-        first_cause([appended, logged.map_err(Error::from)])?;
-        Ok(outcome.effect)
-    }
-
     /// Fails the invocation in one fenced transaction: an owner's run fails
     /// with it, a child's task fails and its parent reads why. `detail` (the
     /// host's own words) goes to the journal only; agents and users read `message`.
@@ -511,45 +409,6 @@ impl Runner {
             Ok(())
         })
         .await
-    }
-}
-
-/// Runs `attempt` again while the database is away (with backoff) until
-/// `kill` fires: for the writes that record what an external agent did,
-/// which cannot be asked for again. Each attempt is a whole fenced
-/// transaction, so a lost claim ends the wait too (as `Fenced`).
-async fn patiently<T, F, Fut>(kill: &CancellationToken, mut attempt: F) -> Result<T, Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, Error>>,
-{
-    use backon::BackoffBuilder;
-    let mut delays = backon::ExponentialBuilder::default()
-        .with_min_delay(std::time::Duration::from_millis(250))
-        .with_max_delay(std::time::Duration::from_secs(5))
-        .with_jitter()
-        .without_max_times()
-        .build();
-    loop {
-        let e = match attempt().await {
-            Err(e) if e.is_transient() && !kill.is_cancelled() => e,
-            other => return other,
-        };
-        let delay = delays.next().unwrap_or(std::time::Duration::from_secs(5));
-        tracing::warn!(error = %e, ?delay, "the database is unavailable; keeping an external agent's outcome until it is stored");
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = kill.cancelled() => return Err(e),
-        }
-    }
-}
-
-fn exit_of(effect: Effect) -> Option<Exit> {
-    match effect {
-        Effect::Continue => None,
-        Effect::Transferred => Some(Exit::Transferred),
-        Effect::Finished => Some(Exit::Finished),
-        Effect::Parked => Some(Exit::Parked),
     }
 }
 

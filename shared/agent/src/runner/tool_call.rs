@@ -1,0 +1,77 @@
+//! One tool call of a stored turn: its effect, its result and its events in
+//! one fenced transaction.
+
+use baton_domain::ToolError;
+use baton_store::invocations;
+use baton_store::journal as events;
+use baton_store::Transaction;
+
+use super::{Claimed, Exit, Runner};
+use crate::budget;
+use crate::providers::ToolCall;
+use crate::step::{first_cause, retry, test_pause_in_step, Written};
+use crate::tools::{dispatch, Effect, ToolCtx, ToolOutcome};
+use crate::transcript;
+use crate::Error;
+
+impl Runner {
+    pub(super) async fn call_tool(&self, c: &mut Claimed<'_>, call: &ToolCall) -> Result<Option<Exit>, Error> {
+        let written = retry(|| self.run_tool(c, call)).await?;
+        let exit = written.exit.clone();
+        c.absorb(written);
+        Ok(exit)
+    }
+
+    /// One tool call of a stored turn (after a resume, or a turn stored on
+    /// its own): its effect, its result and its events in one fenced
+    /// transaction (run again whole if the database asks for a retry).
+    async fn run_tool(&self, c: &Claimed<'_>, call: &ToolCall) -> Result<Written, Error> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let mut w = Written::new(c.steps.len());
+        invocations::fence(&tx, c.inv.id, c.epoch).await?;
+        test_pause_in_step().await;
+        let effect = self.run_call(&tx, c, call, &mut w).await?;
+        w.budget = budget::record(&tx, c.inv.id, &w, 0).await?;
+        tx.commit().await?;
+        w.exit = exit_of(effect);
+        Ok(w)
+    }
+
+    /// Runs one call inside the caller's fenced transaction and records its
+    /// result (a parked call has no result yet: it runs again when woken).
+    pub(super) async fn run_call(&self, tx: &Transaction<'_>, c: &Claimed<'_>, call: &ToolCall, w: &mut Written) -> Result<Effect, Error> {
+        let ctx = ToolCtx { invocation: c.inv, profile: &c.profile, surface: &c.surface, call };
+        let made = transcript::tool_calls_made(&c.steps) + transcript::tool_calls_made(&w.steps);
+        let outcome = if made >= c.limits.max_tool_calls {
+            let error = ToolError::new(
+                baton_domain::error::codes::TOOL_BUDGET_EXHAUSTED,
+                "You have used all your tool calls. Commit and finish, or hand off now.",
+            );
+            ToolOutcome::failed(&ctx, error)
+        } else {
+            dispatch(tx, &ctx).await?
+        };
+        if outcome.effect == Effect::Parked {
+            events::append(tx, c.inv.run_id, &outcome.events).await?;
+            return Ok(outcome.effect);
+        }
+        let payload = transcript::tool_result_payload(call, &outcome.content, outcome.is_error, &outcome.structured);
+        let (appended, logged) = tokio::join!(
+            w.append(tx, c.inv.id, transcript::TOOL_RESULT, payload),
+            events::append(tx, c.inv.run_id, &outcome.events),
+        );
+        first_cause([appended, logged.map_err(Error::from)])?;
+        Ok(outcome.effect)
+    }
+}
+
+pub(super) fn exit_of(effect: Effect) -> Option<Exit> {
+    match effect {
+        Effect::Continue => None,
+        Effect::Transferred => Some(Exit::Transferred),
+        Effect::Finished => Some(Exit::Finished),
+        Effect::Parked => Some(Exit::Parked),
+    }
+}
+
