@@ -33,7 +33,7 @@ pub async fn status(c: &impl GenericClient, request: &Request, status: &str, not
     if let Some(url) = &request.status_url {
         baton_store::callbacks::enqueue(c, &request.id, url, &body).await?;
     }
-    outbox::enqueue(c, &route(request, bridge::status_message_id(&request.id, status), body, true)).await
+    outbox::enqueue(c, &route(request, bridge::status_message_id(&request.id, seq), body, true)).await
 }
 
 /// Queues the final `BridgeReply` (mandatory: if no queue takes it, it goes

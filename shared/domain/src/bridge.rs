@@ -21,8 +21,11 @@ pub struct BridgeStatus<'a> {
     pub at: String,
 }
 
-pub fn status_message_id(handoff_id: &str, status: &str) -> String {
-    format!("status:{handoff_id}:{status}")
+/// `status:<handoffId>:<seq>` (CONTRACT §3): a status can repeat
+/// (running → blocked → running), so the sequence number, not the status,
+/// keeps each message's id its own.
+pub fn status_message_id(handoff_id: &str, seq: i32) -> String {
+    format!("status:{handoff_id}:{seq}")
 }
 
 pub fn reply_message_id(handoff_id: &str) -> String {
@@ -114,7 +117,7 @@ mod tests {
 
     #[test]
     fn status_messages_have_deterministic_ids() {
-        assert_eq!(status_message_id("h1", "running"), "status:h1:running");
+        assert_eq!(status_message_id("h1", 2), "status:h1:2");
         let s = status("h1", "running", 2, None, "t".into());
         assert_eq!(s["type"], "status");
         assert_eq!(s["seq"], 2);
