@@ -221,6 +221,29 @@ pub fn await_ready(mode: AwaitMode, tasks: &[(TaskStatus, bool)]) -> bool {
     }
 }
 
+/// One of a parked parent's delegated tasks, as its wait sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Awaited<'a> {
+    /// The task's handle (`checker`, `checker-002`).
+    pub key: &'a str,
+    pub status: TaskStatus,
+    /// Whether the parent has already read its result.
+    pub read: bool,
+}
+
+/// Whether a parked parent's wait is over (asked when a child ends): the
+/// tasks it waits for (`keys`, or all of its own) are ready for `mode`. A
+/// wait naming a task the parent does not have is over: the call that
+/// parked it runs again and says so.
+pub fn wait_is_over(mode: AwaitMode, keys: Option<&[String]>, children: &[Awaited<'_>]) -> bool {
+    let progress = |t: &Awaited<'_>| (t.status, t.read);
+    let Some(keys) = keys else {
+        return await_ready(mode, &children.iter().map(progress).collect::<Vec<_>>());
+    };
+    let selected: Option<Vec<_>> = keys.iter().map(|k| children.iter().find(|t| t.key == k).map(progress)).collect();
+    selected.is_none_or(|tasks| await_ready(mode, &tasks))
+}
+
 /// Return your result to the agent who asked for it. This ends your task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -373,6 +396,20 @@ mod tests {
         assert!(!await_ready(AwaitMode::NextCompleted, &[(Completed, true), (Running, false)]));
         assert!(await_ready(AwaitMode::NextCompleted, &[(Completed, true), (Failed, false)]));
         assert!(await_ready(AwaitMode::NextCompleted, &[(Completed, true), (Completed, true)]), "nothing left to wait for");
+    }
+
+    #[test]
+    fn a_parked_wait_is_over_for_the_tasks_it_names() {
+        use TaskStatus::*;
+        let children = [
+            Awaited { key: "checker", status: Completed, read: false },
+            Awaited { key: "checker-002", status: Running, read: false },
+        ];
+        assert!(wait_is_over(AwaitMode::NextCompleted, None, &children));
+        assert!(!wait_is_over(AwaitMode::AllCompleted, None, &children));
+        assert!(wait_is_over(AwaitMode::AllCompleted, Some(&["checker".into()]), &children));
+        assert!(!wait_is_over(AwaitMode::NextCompleted, Some(&["checker-002".into()]), &children));
+        assert!(wait_is_over(AwaitMode::AllCompleted, Some(&["checker-002".into(), "nobody".into()]), &children), "an unknown handle ends the wait");
     }
 
     #[test]

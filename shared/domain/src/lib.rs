@@ -6,6 +6,7 @@
 //! - [`reply`]: humanized bridge replies and cutting them into chat-sized parts.
 //! - [`language`]: the reply languages.
 //! - [`bridge`]: the status and reply messages a bridge receives.
+//! - [`fleet`]: the fleet's queues and the id-only messages between its roles.
 //! - [`outgoing`]: the size bound of outgoing bodies, cutting them, retry backoff.
 //! - [`profiles`]: the agent profiles file and its validation.
 //! - [`budget`]: run budgets (tokens, model calls, tool calls, wall clock) and the pure check.
@@ -29,6 +30,7 @@ pub mod delegation;
 pub mod disclosure;
 pub mod bridge;
 pub mod error;
+pub mod fleet;
 pub mod handoff;
 pub mod journal;
 pub mod language;
