@@ -3,8 +3,7 @@
 use std::time::Duration;
 
 use baton::roles::collector;
-use baton_bus::messages::RunFinished;
-use baton_bus::topology::DEAD;
+use baton_domain::fleet::{Queue, RunFinished};
 use baton_tests::{eventually, next_json, sample_request_json, until_reply, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -51,7 +50,7 @@ async fn a_finished_run_is_replied_to_once_even_if_collected_twice() {
 async fn a_body_that_is_not_json_is_dead_lettered_with_its_reason() {
     let env = TestEnv::new().await;
     let fleet = env.start(&[baton::roles::Role::Intake]);
-    let mut dead = env.consume(&env.queue(DEAD)).await;
+    let mut dead = env.consume(&env.queue(Queue::Dead)).await;
     env.send_raw(b"{not json", None).await;
     let message = next_json(&mut dead, WAIT).await;
     fleet.stop().await;
@@ -64,7 +63,7 @@ async fn a_body_that_is_not_json_is_dead_lettered_with_its_reason() {
 async fn a_request_missing_a_field_is_dead_lettered_and_the_sender_gets_a_failed_reply() {
     let env = TestEnv::new().await;
     let fleet = env.start(&[baton::roles::Role::Intake]);
-    let mut dead = env.consume(&env.queue(DEAD)).await;
+    let mut dead = env.consume(&env.queue(Queue::Dead)).await;
     let mut replies = env.replies().await;
     let mut request = sample_request_json("bad-1", "docs_agent", "en");
     request.as_object_mut().unwrap().remove("userIntent");

@@ -6,6 +6,7 @@ use std::time::Duration;
 use baton::roles::Role;
 use baton_bus::lapin::options::QueueDeclareOptions;
 use baton_bus::lapin::types::{AMQPValue, FieldTable};
+use baton_domain::fleet::Queue;
 use baton_tests::{eventually, next_json, TestEnv};
 use serde_json::{json, Value};
 
@@ -77,7 +78,7 @@ async fn a_nacked_message_is_not_overtaken_by_a_later_message_of_its_handoff() {
 /// dead-lettered and answered `failed`, and intake goes on to the next one
 /// (it does not restart over the poison until the broker gives up on it).
 async fn intake_survives(env: &TestEnv, poison: &Value, next_id: &str) -> (Value, Value) {
-    let mut dead = env.consume(&env.queue(baton_bus::topology::DEAD)).await;
+    let mut dead = env.consume(&env.queue(Queue::Dead)).await;
     let mut replies = env.replies().await;
     let fleet = env.start(&[Role::Intake]);
     env.send_request(poison).await;
@@ -128,7 +129,7 @@ async fn an_invalid_request_whose_bridge_queue_is_full_is_answered_when_there_is
     let full = bridge_queue(&env, "bridge.full", Some(1)).await;
     let filler = baton_bus::Outgoing { queue: &full, body: b"{\"type\":\"filler\"}", ..Default::default() };
     env.publisher.publish(&filler).await.unwrap();
-    let mut dead = env.consume(&env.queue(baton_bus::topology::DEAD)).await;
+    let mut dead = env.consume(&env.queue(Queue::Dead)).await;
     let fleet = env.start(&[Role::Intake, Role::Relay]);
     let mut invalid = baton_tests::sample_request_json("full-invalid", "docs_agent", "en");
     invalid.as_object_mut().unwrap().remove("userIntent");
@@ -145,7 +146,7 @@ async fn an_invalid_request_whose_bridge_queue_is_full_is_answered_when_there_is
     let reply = next_json(&mut consumer, WAIT).await;
     fleet.stop().await;
     assert_eq!((&reply["handoffId"], &reply["status"]), (&json!("full-invalid"), &json!("failed")), "{reply}");
-    assert_eq!(env.publisher.ready_count(&env.queue(baton_bus::topology::DEAD)).await.unwrap(), 0, "one dead letter, not the broker's too");
+    assert_eq!(env.publisher.ready_count(&env.queue(Queue::Dead)).await.unwrap(), 0, "one dead letter, not the broker's too");
 }
 
 /// An id of 128 characters is valid (CONTRACT §2), but in Chinese it takes

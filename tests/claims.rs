@@ -6,9 +6,8 @@ use std::time::Duration;
 use baton::roles::invocation::Worker;
 use baton::roles::Role;
 use baton_agent::Exit;
-use baton_bus::messages::RunInvocation;
-use baton_bus::topology::INVOCATIONS_HANDOFF;
 use baton_bus::Outgoing;
+use baton_domain::fleet::{Queue, RunInvocation};
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -43,7 +42,7 @@ async fn a_duplicate_invocation_message_finds_nothing_to_do() {
     // request behind it on the same queue: once that one is done, the
     // duplicate has been handled.
     let body = serde_json::to_vec(&RunInvocation { invocation_id: root, run_id: run }).unwrap();
-    let queue = env.queue(INVOCATIONS_HANDOFF);
+    let queue = env.queue(Queue::InvocationsHandoff);
     env.publisher.publish(&Outgoing { queue: &queue, body: &body, ..Default::default() }).await.unwrap();
     env.send_request(&sample_request_json("second", "docs_agent", "en")).await;
     until_reply(&mut replies, WAIT).await;
@@ -170,7 +169,7 @@ async fn work_of_a_dead_worker_is_re_published_and_finished_by_another() {
     let dead = Worker::new(env.pool.clone(), env.settings.clone());
     let claimed = dead.claim(message).await.unwrap().expect("claimed, then the worker dies");
     // The dead worker had acked its delivery: the queue no longer holds it.
-    let queue = env.queue(INVOCATIONS_HANDOFF);
+    let queue = env.queue(Queue::InvocationsHandoff);
     let channel = env.conn.create_channel().await.unwrap();
     eventually(WAIT, "the root message was published", || async {
         let purged = channel.queue_purge(queue.as_str().into(), Default::default()).await.unwrap();

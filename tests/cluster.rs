@@ -12,8 +12,8 @@ use baton::config::Settings;
 use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, QueueDeclareOptions};
 use baton_bus::lapin::types::{AMQPValue, FieldTable};
 use baton_bus::lapin::{Connection, Consumer};
-use baton_bus::topology::{BRIDGE_REQUESTS, DEAD, INVOCATIONS_HANDOFF};
 use baton_bus::{Outgoing, Publisher};
+use baton_domain::fleet::Queue;
 use baton_tests::{sample_request_json, TestEnv};
 use futures_lite::StreamExt;
 use serde_json::Value;
@@ -48,7 +48,7 @@ async fn cluster_losing_the_handoff_leader_mid_chain_loses_no_run() {
     let mut replies = Replies::open(&settings.amqp_url, &reply_to).await;
     let ids: Vec<String> = (0..RUNS).map(|i| format!("cluster-{i:03}")).collect();
     let started = Instant::now();
-    let requests = settings.queues().name(BRIDGE_REQUESTS);
+    let requests = settings.queues().name(Queue::BridgeRequests);
     let sending = tokio::spawn(send_all(settings.amqp_url.clone(), requests, reply_to, ids.clone()));
 
     let mut seen = Seen::default();
@@ -60,7 +60,7 @@ async fn cluster_losing_the_handoff_leader_mid_chain_loses_no_run() {
         };
         seen.add(message, started.elapsed());
         if stopping.is_none() && seen.replies.len() >= STOP_AFTER_REPLIES {
-            stopping = Some(tokio::spawn(stop_leader(ctl.clone(), settings.queues().name(INVOCATIONS_HANDOFF), started)));
+            stopping = Some(tokio::spawn(stop_leader(ctl.clone(), settings.queues().name(Queue::InvocationsHandoff), started)));
         }
     }
     while let Some(message) = replies.next(LISTEN_AFTER).await {
@@ -92,7 +92,7 @@ async fn cluster_losing_the_handoff_leader_mid_chain_loses_no_run() {
     println!("cluster test: {takeovers} invocations taken over by another claim");
     let hops = db.query_one(SLOWEST_HOPS, &[]).await.unwrap();
     println!("cluster test: hop (handoff committed -> successor claimed) p50 {:.0} ms, max {:.0} ms", hops.get::<_, f64>(0), hops.get::<_, f64>(1));
-    assert_eq!(message_count(&replies.conn, &settings.queues().name(DEAD)).await, 0, "dead-lettered messages");
+    assert_eq!(message_count(&replies.conn, &settings.queues().name(Queue::Dead)).await, 0, "dead-lettered messages");
 }
 
 /// How long the successor of a handoff waited to be claimed: the stall the election causes.

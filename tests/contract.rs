@@ -8,7 +8,7 @@ use std::time::Duration;
 use baton::roles::Role;
 use baton_bus::lapin::options::QueueDeclareOptions;
 use baton_bus::lapin::types::FieldTable;
-use baton_bus::topology::{BRIDGE_REPLIES, DEAD, INVOCATIONS_HANDOFF};
+use baton_domain::fleet::Queue;
 use baton_tests::http::{ModelServer, Reply};
 use baton_tests::{eventually, next_json, sample_request_json, until_reply, TestEnv};
 use futures_lite::StreamExt;
@@ -123,7 +123,7 @@ async fn an_invalid_body_carrying_secrets_is_kept_redacted_and_stored_nowhere() 
     let env = TestEnv::new().await;
     env.apply_example_profiles().await;
     let fleet = env.start_all();
-    let mut dead = env.consume(&env.queue(DEAD)).await;
+    let mut dead = env.consume(&env.queue(Queue::Dead)).await;
     let mut replies = env.replies().await;
     let mut request = sample_request_json("invalid-secret", "docs_agent", "en");
     request["userIntent"] = format!("deploy with apiKey={} and dbPassword: {}", secrets[1], secrets[2]).into();
@@ -178,7 +178,7 @@ async fn malformed_requests_are_dead_lettered_answered_failed_and_never_run() {
     let env = TestEnv::new().await;
     env.apply_example_profiles().await;
     let fleet = env.start_all();
-    let mut dead = env.consume(&env.queue(DEAD)).await;
+    let mut dead = env.consume(&env.queue(Queue::Dead)).await;
     let mut replies = env.replies().await;
     for (id, field, to, _) in &cases {
         env.send_request(&sample_with(id, field, to.clone())).await;
@@ -213,7 +213,7 @@ async fn an_invalid_redelivery_of_an_accepted_request_is_recorded_and_changes_no
     let env = TestEnv::new().await;
     env.apply_example_profiles().await;
     let fleet = env.start_all();
-    let mut dead = env.consume(&env.queue(DEAD)).await;
+    let mut dead = env.consume(&env.queue(Queue::Dead)).await;
     let mut replies = env.replies().await;
     env.send_request(&sample_request_json("redelivered", "docs_agent", "en")).await;
     let first = until_reply(&mut replies, WAIT).await;
@@ -244,9 +244,9 @@ async fn a_reply_to_naming_a_fleet_queue_is_refused_and_nothing_is_published_the
     env.apply_example_profiles().await;
     // No invocation worker: whatever reached the handoff queue would stay there.
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
-    let mut dead = env.consume(&env.queue(DEAD)).await;
-    let mut default_replies = env.consume(&env.queue(BRIDGE_REPLIES)).await;
-    let handoff_queue = env.queue(INVOCATIONS_HANDOFF);
+    let mut dead = env.consume(&env.queue(Queue::Dead)).await;
+    let mut default_replies = env.consume(&env.queue(Queue::BridgeReplies)).await;
+    let handoff_queue = env.queue(Queue::InvocationsHandoff);
     let body = serde_json::to_vec(&sample_request_json("fleet-reply-to", "docs_agent", "en")).unwrap();
     env.send_raw(&body, Some(&handoff_queue)).await;
     let dead_letter = next_json(&mut dead, WAIT).await;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use baton::roles::Role;
 use baton_bus::lapin::options::QueueDeclareOptions;
 use baton_bus::lapin::types::FieldTable;
-use baton_bus::topology::DEAD;
+use baton_domain::fleet::Queue;
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use serde_json::Value;
 use uuid::Uuid;
@@ -27,7 +27,7 @@ async fn count(env: &TestEnv, sql: &str) -> i64 {
 async fn dead_letters(env: &TestEnv) -> u32 {
     let channel = env.conn.create_channel().await.unwrap();
     let passive = QueueDeclareOptions { passive: true, ..Default::default() };
-    channel.queue_declare(env.queue(DEAD).as_str().into(), passive, FieldTable::default()).await.unwrap().message_count()
+    channel.queue_declare(env.queue(Queue::Dead).as_str().into(), passive, FieldTable::default()).await.unwrap().message_count()
 }
 
 /// The request completed with one reply, nothing was dead-lettered, no

@@ -6,7 +6,7 @@ use std::time::Duration;
 use baton::roles::invocation::Worker;
 use baton::roles::Role;
 use baton_agent::Exit;
-use baton_bus::messages::RunInvocation;
+use baton_domain::fleet::RunInvocation;
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use tokio_util::sync::CancellationToken;
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use baton::roles::Role;
-use baton_bus::topology::DEAD;
+use baton_domain::fleet::Queue;
 use baton_tests::{eventually, next_json, sample_request_json, until_reply, TestEnv};
 use uuid::Uuid;
 
@@ -84,7 +84,7 @@ async fn a_request_dead_lettered_by_the_delivery_limit_is_still_run_and_answered
         )
         .await
         .unwrap();
-    let mut dead = env.consume(&env.queue(DEAD)).await;
+    let mut dead = env.consume(&env.queue(Queue::Dead)).await;
     let fleet = env.start_all();
     let mut replies = env.replies().await;
     env.send_request(&sample_request_json("limit-1", "docs_agent", "en")).await;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use baton::roles::Role;
 use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 use baton_bus::lapin::types::{AMQPValue, FieldTable};
-use baton_bus::topology::{DEAD, INVOCATIONS_HANDOFF, RUNS_FINISHED};
+use baton_domain::fleet::Queue;
 use baton_domain::reply::truncation_note;
 use baton_domain::Language;
 use baton_tests::{eventually, next_json, profile, sample_request_json, until_reply, TestEnv};
@@ -60,11 +60,11 @@ async fn a_twenty_mib_row_is_moved_aside_with_its_reason_and_the_next_run_comple
     c.execute(
         "INSERT INTO outbox (queue, body)
          VALUES ($1, jsonb_build_object('runId', $2::uuid, 'invocationId', gen_random_uuid(), 'pad', repeat('x', $3)))",
-        &[&INVOCATIONS_HANDOFF, &run, &(20 * MIB as i32)],
+        &[&Queue::InvocationsHandoff.as_str(), &run, &(20 * MIB as i32)],
     )
     .await
     .unwrap();
-    let mut dead = env.consume(&env.queue(DEAD)).await;
+    let mut dead = env.consume(&env.queue(Queue::Dead)).await;
     let messages = env.run_request("poison-after").await;
     assert_eq!(messages.last().unwrap()["status"], "completed", "the run behind the poison row completes");
     let letter = next_json(&mut dead, WAIT).await;
@@ -84,17 +84,17 @@ async fn a_message_the_broker_closes_the_channel_over_is_found_alone_and_dead_le
     // Our own bound above the broker's (128 MiB by default), so that the
     // broker is the one to refuse: it closes the channel with 406.
     env.settings.max_message_bytes = 200 * MIB;
-    let finished = env.queue(RUNS_FINISHED);
+    let finished = env.queue(Queue::RunsFinished);
     let c = env.db().await;
     for pad in [0, 129 * MIB as i32, 0] {
         c.execute(
             "INSERT INTO outbox (queue, body) VALUES ($1, jsonb_build_object('runId', gen_random_uuid(), 'pad', repeat('x', $2)))",
-            &[&RUNS_FINISHED, &pad],
+            &[&Queue::RunsFinished.as_str(), &pad],
         )
         .await
         .unwrap();
     }
-    let mut dead = env.consume(&env.queue(DEAD)).await;
+    let mut dead = env.consume(&env.queue(Queue::Dead)).await;
     let fleet = env.start(&[Role::Relay]);
     // Serializing 129 MiB in a debug build on a busy machine takes a while.
     let letter = next_json(&mut dead, 2 * WAIT).await;
@@ -180,7 +180,7 @@ async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_roo
     let mut statuses: Vec<&str> = seen.iter().filter(|m| m["type"] == "status").filter_map(|m| m["status"].as_str()).collect();
     statuses.sort_unstable();
     assert_eq!(statuses, ["accepted", "completed", "running"], "none lost, none twice: {seen:?}");
-    assert_eq!(ready(&env, &env.queue(DEAD)).await, 0, "nothing was dead-lettered");
+    assert_eq!(ready(&env, &env.queue(Queue::Dead)).await, 0, "nothing was dead-lettered");
 }
 
 #[tokio::test]
@@ -188,7 +188,7 @@ async fn a_status_that_no_queue_takes_is_dead_lettered_with_its_reason() {
     let env = TestEnv::new().await;
     env.apply_profiles(&solo("Done.")).await;
     let fleet = env.start(&[Role::Intake, Role::Relay]);
-    let mut dead = env.consume(&env.queue(DEAD)).await;
+    let mut dead = env.consume(&env.queue(Queue::Dead)).await;
     let gone = format!("{}bridge.gone", env.settings.queue_prefix);
     let request = serde_json::to_vec(&sample_request_json("gone-1", "docs_agent", "en")).unwrap();
     env.send_raw(&request, Some(&gone)).await;
@@ -214,7 +214,7 @@ async fn a_stopped_collector_gets_one_message_per_finished_run_not_one_per_sweep
         (env.scalar_i64("SELECT count(*) FROM runs WHERE status = 'completed'", &[]).await == 10).then_some(())
     })
     .await;
-    let finished = env.queue(RUNS_FINISHED);
+    let finished = env.queue(Queue::RunsFinished);
     // 60 sweeps, 12 graces: nobody reads the queue, and it holds what it needs.
     tokio::time::sleep(Duration::from_secs(6)).await;
     let queued = ready(&env, &finished).await;
@@ -241,11 +241,12 @@ async fn queued_invocations_without_workers_are_not_multiplied() {
          INSERT INTO invocations (id, run_id, profile_id, kind, status, exit_policy, brief)
               SELECT inv, run, 'solo', 'root', 'created', 'run_finish_allowed', 'Do it.' FROM ids;
          INSERT INTO outbox (queue, body)
-              SELECT '{INVOCATIONS_HANDOFF}', jsonb_build_object('invocationId', inv, 'runId', run) FROM ids;"
+              SELECT '{}', jsonb_build_object('invocationId', inv, 'runId', run) FROM ids;",
+        Queue::InvocationsHandoff
     ))
     .await
     .unwrap();
-    let queue = env.queue(INVOCATIONS_HANDOFF);
+    let queue = env.queue(Queue::InvocationsHandoff);
     let fleet = env.start(&[Role::Relay]);
     eventually(WAIT, "every invocation published", || async { (i64::from(ready(&env, &queue).await) >= N).then_some(()) }).await;
     // 16 leases, 8 graces, no worker: the queue holds one message each.

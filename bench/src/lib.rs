@@ -170,12 +170,12 @@ impl Bench {
         // Whatever an interrupted bench left behind goes first.
         let _ = queues.delete(&channel).await;
         let channel = conn.create_channel().await?;
-        for q in [raw::hop_queue(settings), raw::done_queue(settings), settings.queues().name("bench.replies")] {
+        for q in [raw::hop_queue(settings), raw::done_queue(settings), settings.queues().prefixed("bench.replies")] {
             channel.queue_delete(q.as_str().into(), Default::default()).await?;
         }
         queues.declare(&channel).await?;
         raw::declare(&channel, settings).await?;
-        let reply_queue = settings.queues().name("bench.replies");
+        let reply_queue = settings.queues().prefixed("bench.replies");
         let opts = QueueDeclareOptions { durable: true, ..Default::default() };
         channel.queue_declare(reply_queue.as_str().into(), opts, FieldTable::default()).await?;
         let publisher = baton_bus::Publisher::open(&conn).await?;

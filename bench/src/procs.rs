@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use baton_bus::lapin::options::QueueDeclareOptions;
 use baton_bus::lapin::types::FieldTable;
+use baton_domain::fleet::Queue;
 use tokio::process::{Child, Command};
 
 use super::scenario::Side;
@@ -146,7 +147,7 @@ impl RssSampler {
 pub async fn wait_for_consumers(settings: &Settings, side: Side, count: usize) -> anyhow::Result<()> {
     let queue = match side {
         Side::Raw => super::raw::hop_queue(settings),
-        Side::Baton => settings.queues().name(baton_bus::topology::INVOCATIONS_HANDOFF),
+        Side::Baton => settings.queues().name(Queue::InvocationsHandoff),
     };
     let conn = baton_bus::connect(&settings.amqp_url, "baton-bench-probe").await?;
     let channel = conn.create_channel().await?;

@@ -33,11 +33,11 @@ pub struct RawHop {
 }
 
 pub fn hop_queue(settings: &Settings) -> String {
-    settings.queues().name("bench.raw.hop")
+    settings.queues().prefixed("bench.raw.hop")
 }
 
 pub fn done_queue(settings: &Settings) -> String {
-    settings.queues().name("bench.raw.done")
+    settings.queues().prefixed("bench.raw.done")
 }
 
 /// Declares the baseline's two queues like the fleet's (durable quorum).

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions};
 use baton_bus::lapin::types::FieldTable;
-use baton_bus::topology::BRIDGE_REQUESTS;
 use baton_bus::Outgoing;
+use baton_domain::fleet::Queue;
 use baton_domain::request::sample_request_json;
 use futures_lite::StreamExt;
 use serde_json::Value;
@@ -93,7 +93,7 @@ async fn start(bench: &Bench, side: Side) -> anyhow::Result<String> {
 
 pub async fn send_request(bench: &Bench, id: &str, target: &str) -> anyhow::Result<()> {
     let body = serde_json::to_vec(&sample_request_json(id, target, "en"))?;
-    let queue = bench.settings.queues().name(BRIDGE_REQUESTS);
+    let queue = bench.settings.queues().name(Queue::BridgeRequests);
     let out = Outgoing { queue: &queue, body: &body, message_id: Some(id), reply_to: Some(&bench.reply_queue), ..Default::default() };
     bench.publisher.publish(&out).await?;
     Ok(())

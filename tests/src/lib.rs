@@ -11,8 +11,8 @@ use baton::roles::Role;
 use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, QueueDeclareOptions, QueueDeleteOptions};
 use baton_bus::lapin::types::FieldTable;
 use baton_bus::lapin::{Connection, Consumer};
-use baton_bus::topology::BRIDGE_REQUESTS;
 use baton_bus::{Outgoing, Publisher};
+use baton_domain::fleet::Queue;
 use baton_domain::profiles::ProfilesFile;
 use baton_store::Pool;
 use futures_lite::StreamExt;
@@ -81,7 +81,7 @@ impl TestEnv {
 
     /// Publishes raw bytes to the fleet's request queue, as a bridge would.
     pub async fn send_raw(&self, body: &[u8], reply_to: Option<&str>) {
-        let queue = self.settings.queues().name(BRIDGE_REQUESTS);
+        let queue = self.settings.queues().name(Queue::BridgeRequests);
         let out = Outgoing { queue: &queue, body, reply_to, ..Default::default() };
         self.publisher.publish(&out).await.unwrap();
     }
@@ -100,7 +100,7 @@ impl TestEnv {
         self.consume(&self.reply_queue.clone()).await
     }
 
-    pub fn queue(&self, logical: &str) -> String {
+    pub fn queue(&self, logical: Queue) -> String {
         self.settings.queues().name(logical)
     }
 

@@ -1,8 +1,8 @@
 //! What the bridge hears: status changes and the final reply, always written
 //! to the outbox in the same transaction as the change they report.
 
-use baton_bus::topology::BRIDGE_REPLIES;
 use baton_domain::bridge;
+use baton_domain::fleet::Queue;
 use baton_store::outbox::{self, Message};
 use baton_store::requests::{self, Request};
 use baton_store::GenericClient;
@@ -15,7 +15,7 @@ fn now() -> String {
 /// The bridge's own queue when it set `reply_to`, else the shared replies queue.
 fn route(request: &Request, message_id: String, body: Value, mandatory: bool) -> Message {
     Message {
-        queue: request.reply_to.clone().unwrap_or_else(|| BRIDGE_REPLIES.to_string()),
+        queue: request.reply_to.clone().unwrap_or_else(|| Queue::BridgeReplies.as_str().to_string()),
         external: request.reply_to.is_some(),
         message_id: Some(message_id),
         correlation_id: Some(request.id.clone()),

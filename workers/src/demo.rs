@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, QueueDeclareOptions};
 use baton_bus::lapin::types::FieldTable;
-use baton_bus::topology::BRIDGE_REQUESTS;
 use baton_bus::{Outgoing, Publisher};
+use baton_domain::fleet::Queue;
 use baton_domain::profiles::ProfilesFile;
 use baton_domain::request::sample_request_json;
 use futures_lite::StreamExt;
@@ -120,7 +120,7 @@ async fn send_and_wait(settings: &Settings, broker: &baton_bus::lapin::Connectio
     let id = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let body = serde_json::to_vec(&sample_request_json(&id, &args.target, &args.language))?;
     let publisher = Publisher::open(broker).await?;
-    let queue = settings.queues().name(BRIDGE_REQUESTS);
+    let queue = settings.queues().name(Queue::BridgeRequests);
     let out = Outgoing { queue: &queue, body: &body, message_id: Some(&id), reply_to: Some(&reply_name), mandatory: true, ..Default::default() };
     if let baton_bus::Published::Returned(why) = publisher.publish(&out).await? {
         bail!("the request was not delivered: {why}");

@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Context};
 use baton_domain::brief::render_request_brief;
+use baton_domain::fleet::{FleetMessage, Queue};
 use baton_domain::journal;
 use baton_domain::request::HandoffRequest;
 use baton_domain::state::RunStatus;
@@ -15,7 +16,7 @@ use uuid::Uuid;
 pub async fn cancel_run(pool: &Pool, run_id: Uuid, reason: &str) -> anyhow::Result<bool> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
-    let events = baton_agent::lifecycle::cancel_run(&tx, run_id, reason).await?;
+    let events = baton_store::lifecycle::cancel_run(&tx, run_id, reason).await?;
     let cancelled = events.len() > 1;
     baton_store::journal::append(&tx, run_id, &events).await?;
     tx.commit().await?;
@@ -35,7 +36,7 @@ pub async fn handoff_show(pool: &Pool, id: &str) -> anyhow::Result<String> {
         request.status,
         request.language,
         request.reply_chat_id.as_deref().unwrap_or("-"),
-        request.reply_to.as_deref().unwrap_or(baton_bus::topology::BRIDGE_REPLIES),
+        request.reply_to.as_deref().unwrap_or(Queue::BridgeReplies.as_str()),
         request.run_id.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
     );
     let redactions = &parsed.context.redactions;
@@ -87,7 +88,7 @@ pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> a
         if how == Settle::Result {
             bail!("handoff `{id}` is being run by the fleet; cancel it first to answer by hand");
         }
-        let events = baton_agent::lifecycle::cancel_run(&tx, run, text).await?;
+        let events = baton_store::lifecycle::cancel_run(&tx, run, text).await?;
         if events.len() <= 1 {
             bail!("handoff `{id}` has already ended; its reply is on its way");
         }
@@ -111,7 +112,7 @@ pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> a
         Event::new(kind, None, json!({"by": "operator"})),
     ];
     baton_store::journal::append(&tx, run, &events).await?;
-    baton_agent::lifecycle::publish_finished(&tx, run).await?;
+    baton_store::outbox::enqueue_fleet(&tx, &FleetMessage::finished(run)).await?;
     tx.commit().await?;
     Ok(run)
 }

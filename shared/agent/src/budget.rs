@@ -13,13 +13,13 @@ use baton_domain::state::{InvocationStatus, TaskStatus};
 use baton_store::budgets::{self, RunSpend, Spending};
 use baton_store::invocations::{self, Invocation};
 use baton_store::journal::{self as events, Event};
-use baton_store::{tasks, Pool, Transaction};
+use baton_store::{lifecycle, tasks, Pool, Transaction};
 use serde_json::json;
 use tokio::time::Instant;
 
 use crate::step::{retry, Written};
 use crate::transcript;
-use crate::{lifecycle, Error};
+use crate::Error;
 
 /// A run's budget and spend as last read, and when: the wall clock goes on
 /// counting between reads on this worker's monotonic clock.

@@ -10,13 +10,11 @@
 //! - [`tools`]: the model-visible tools, run inside the step's transaction.
 //! - [`providers`]: the provider trait; scripted, OpenAI-compatible and command providers.
 //! - [`transcript`]: the persisted transcript, read back as chat messages.
-//! - [`lifecycle`]: transitions that end invocations and runs.
 //! - `budget`: run budgets on the step path: spend recorded per step, checked before the next.
 
 mod budget;
 pub mod first_step;
 pub mod http;
-pub mod lifecycle;
 pub mod providers;
 pub mod runner;
 mod step;

@@ -1,12 +1,11 @@
-//! Baton's RabbitMQ side: the topology every role declares at start-up,
-//! publishing with confirms, and the messages that travel between roles.
+//! Baton's RabbitMQ side: the topology every role declares at start-up and
+//! publishing with confirms. The queues and the messages that travel on
+//! them are the domain's (`baton_domain::fleet`); this crate puts them on a broker.
 //!
 //! # Layout
-//! - [`topology`]: queue names (with a per-deployment prefix) and their declaration.
+//! - [`topology`]: the fleet's queues under a per-deployment prefix, and their declaration.
 //! - [`publish`]: persistent publishes that wait for the broker's confirm.
-//! - [`messages`]: the internal "look at this row now" messages.
 
-pub mod messages;
 pub mod publish;
 pub mod topology;
 

@@ -1,24 +1,15 @@
-//! Queue names and their declaration. Every queue is a durable quorum queue
-//! with a delivery limit and a dead-letter exchange, so a message that keeps
-//! failing lands in `baton.dead` for an operator, never in a loop.
+//! The fleet's queues under a deployment's prefix, and their declaration.
+//! Every queue is a durable quorum queue with a delivery limit and a
+//! dead-letter exchange, so a message that keeps failing lands in
+//! `baton.dead` for an operator, never in a loop. The logical names are the
+//! domain's ([`Queue`]).
 
+use baton_domain::fleet::{Queue, DEAD_LETTER_EXCHANGE};
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, ExchangeKind};
 
 use crate::Result;
-
-pub const BRIDGE_REQUESTS: &str = "baton.bridge.requests";
-pub const BRIDGE_REPLIES: &str = "baton.bridge.replies";
-pub const INVOCATIONS_HANDOFF: &str = "baton.invocations.handoff";
-pub const INVOCATIONS_DELEGATE: &str = "baton.invocations.delegate";
-pub const RUNS_FINISHED: &str = "baton.runs.finished";
-pub const DEAD: &str = "baton.dead";
-/// A second copy of everything the broker itself dead-letters (through
-/// `baton.dlx`: a delivery limit reached), which intake reads to answer
-/// bridge requests that met it. Operators keep reading `baton.dead`.
-pub const DEAD_REQUESTS: &str = "baton.dead.requests";
-pub const DEAD_LETTER_EXCHANGE: &str = "baton.dlx";
 
 /// How many times a message may be delivered before it is dead-lettered.
 pub const DELIVERY_LIMIT: i64 = 5;
@@ -39,9 +30,15 @@ impl Queues {
         &self.prefix
     }
 
-    /// The physical name of a logical queue (`baton.dead` → `t42.baton.dead`).
-    pub fn name(&self, logical: &str) -> String {
-        format!("{}{logical}", self.prefix)
+    /// The physical name of a fleet queue (`baton.dead` → `t42.baton.dead`).
+    pub fn name(&self, queue: Queue) -> String {
+        self.prefixed(queue.as_str())
+    }
+
+    /// Any other name under this prefix: a logical queue name read back from
+    /// an outbox row, or a queue of the bench's own.
+    pub fn prefixed(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
     }
 
     /// Whether `name` is, or could be, one of the fleet's own queues: any
@@ -53,26 +50,20 @@ impl Queues {
         own || name.starts_with("baton.")
     }
 
-    /// Every queue the fleet reads or writes.
-    pub fn all_logical() -> [&'static str; 7] {
-        [BRIDGE_REQUESTS, BRIDGE_REPLIES, INVOCATIONS_HANDOFF, INVOCATIONS_DELEGATE, RUNS_FINISHED, DEAD, DEAD_REQUESTS]
-    }
-
     /// Declares the exchange and queues (idempotent: safe at every start-up).
     pub async fn declare(&self, channel: &Channel) -> Result<()> {
-        let dlx = self.name(DEAD_LETTER_EXCHANGE);
+        let dlx = self.prefixed(DEAD_LETTER_EXCHANGE);
         let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
         channel.exchange_declare(dlx.as_str().into(), ExchangeKind::Fanout, durable, FieldTable::default()).await?;
-        for logical in Self::all_logical() {
-            let name = self.name(logical);
+        for queue in Queue::ALL {
+            let name = self.name(queue);
             // The dead-letter queues themselves have no limit and no
             // dead-letter exchange: what reaches them stays until read.
-            let is_dead = logical == DEAD || logical == DEAD_REQUESTS;
-            let args = quorum_args(if is_dead { None } else { Some(&dlx) });
+            let args = quorum_args(if queue.is_dead_letter() { None } else { Some(&dlx) });
             let opts = QueueDeclareOptions { durable: true, ..Default::default() };
             channel.queue_declare(name.as_str().into(), opts, args).await?;
         }
-        for dead in [DEAD, DEAD_REQUESTS].map(|logical| self.name(logical)) {
+        for dead in Queue::ALL.into_iter().filter(|q| q.is_dead_letter()).map(|q| self.name(q)) {
             channel
                 .queue_bind(dead.as_str().into(), dlx.as_str().into(), "".into(), QueueBindOptions::default(), FieldTable::default())
                 .await?;
@@ -82,10 +73,10 @@ impl Queues {
 
     /// Deletes every queue and the exchange (tests clean up after themselves).
     pub async fn delete(&self, channel: &Channel) -> Result<()> {
-        for logical in Self::all_logical() {
-            channel.queue_delete(self.name(logical).as_str().into(), QueueDeleteOptions::default()).await?;
+        for queue in Queue::ALL {
+            channel.queue_delete(self.name(queue).as_str().into(), QueueDeleteOptions::default()).await?;
         }
-        let dlx = self.name(DEAD_LETTER_EXCHANGE);
+        let dlx = self.prefixed(DEAD_LETTER_EXCHANGE);
         channel.exchange_delete(dlx.as_str().into(), Default::default()).await?;
         Ok(())
     }
@@ -108,16 +99,17 @@ mod tests {
     #[test]
     fn names_carry_the_prefix() {
         let q = Queues::new("t1.");
-        assert_eq!(q.name(DEAD), "t1.baton.dead");
-        assert_eq!(Queues::default().name(BRIDGE_REQUESTS), "baton.bridge.requests");
+        assert_eq!(q.name(Queue::Dead), "t1.baton.dead");
+        assert_eq!(q.prefixed("bench.replies"), "t1.bench.replies");
+        assert_eq!(Queues::default().name(Queue::BridgeRequests), "baton.bridge.requests");
     }
 
     #[test]
     fn every_baton_queue_is_the_fleets_and_a_bridges_own_queue_is_not() {
         let q = Queues::new("t1.");
-        for logical in Queues::all_logical() {
-            assert!(q.is_fleet_queue(&q.name(logical)), "{logical}");
-            assert!(q.is_fleet_queue(logical), "{logical} of an unprefixed fleet");
+        for queue in Queue::ALL {
+            assert!(q.is_fleet_queue(&q.name(queue)), "{queue}");
+            assert!(q.is_fleet_queue(queue.as_str()), "{queue} of an unprefixed fleet");
         }
         assert!(q.is_fleet_queue("t1.baton.anything"));
         for bridge in ["wechat.replies", "t1.bridge.test.replies", "my.baton.replies", "t2.batons"] {

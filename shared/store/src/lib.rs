@@ -10,10 +10,11 @@
 //! - [`budgets`]: run budgets and what each run has spent.
 //! - [`invocations`]: claims, leases, the fence, invocation transitions.
 //! - [`tasks`]: handoff and delegated task records.
+//! - [`lifecycle`]: transitions that end invocations, tasks and runs, with their events and outbox messages.
 //! - [`steps`]: the persisted transcript of each invocation.
 //! - [`journal`]: run events.
 //! - [`workspace`]: files, read marks and the commit ledger.
-//! - [`outbox`]: messages waiting for the relay.
+//! - [`outbox`]: messages waiting for the relay, fleet messages among them.
 //! - [`profiles`]: agent profiles, skills and routes.
 //! - [`callbacks`]: HTTP status callbacks waiting for delivery.
 //! - [`settings`]: fleet-wide settings (the disclosure policy).
@@ -27,6 +28,7 @@ pub mod connect;
 mod error;
 pub mod invocations;
 pub mod journal;
+pub mod lifecycle;
 pub mod outbox;
 pub mod profiles;
 pub mod requests;

@@ -1,6 +1,7 @@
 //! The transactional outbox: a message is a row committed with the change
 //! that caused it; the relay publishes it and deletes it after the confirm.
 
+use baton_domain::fleet::FleetMessage;
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
@@ -20,10 +21,17 @@ pub struct Message {
 }
 
 impl Message {
-    /// An internal "look at this row now" message to a fleet queue.
-    pub fn fleet(queue: &str, body: Value) -> Self {
-        Self { queue: queue.to_string(), external: false, message_id: None, correlation_id: None, body, mandatory: false }
+    /// An internal "look at this row now" message, on its fleet queue.
+    pub fn fleet(m: &FleetMessage) -> Self {
+        let queue = m.queue().as_str().to_string();
+        Self { queue, external: false, message_id: None, correlation_id: None, body: m.body(), mandatory: false }
     }
+}
+
+/// Queues a fleet message (run this invocation, wake a parent, run finished)
+/// in the caller's transaction.
+pub async fn enqueue_fleet(c: &impl GenericClient, m: &FleetMessage) -> Result<()> {
+    enqueue(c, &Message::fleet(m)).await
 }
 
 pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {

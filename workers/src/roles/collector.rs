@@ -3,11 +3,10 @@
 //! sent is never sent again.
 
 use baton_bus::lapin::message::Delivery;
-use baton_bus::messages::RunFinished;
-use baton_bus::topology::RUNS_FINISHED;
 use baton_bus::Publisher;
 use baton_domain::bridge::ReplyInput;
 use baton_domain::budget::{Exhausted, BUDGET_EXHAUSTED};
+use baton_domain::fleet::{Queue, RunFinished};
 use baton_domain::reply::Outcome;
 use baton_domain::state::RunStatus;
 use baton_domain::Language;
@@ -22,7 +21,7 @@ use crate::config::Settings;
 pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let (conn, pool) = connect(settings, Role::Collector).await?;
     let publisher = Publisher::open(&conn).await?;
-    let queue = settings.queues().name(RUNS_FINISHED);
+    let queue = settings.queues().name(Queue::RunsFinished);
     tracing::info!(%queue, "collector consuming");
     let result = consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &publisher, settings, shutdown, d)).await;
     super::close(publisher.channel()).await;
@@ -34,9 +33,9 @@ async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdow
         Ok(message) => match retry_transient("collecting a run", settings.transient_patience, shutdown, || collect(pool, message)).await {
             Ok(()) => ack(&d).await,
             Err(e) if super::is_transient(&e) => Err(e),
-            Err(e) => dead_letter(publisher, settings, &d, RUNS_FINISHED, &format!("could not collect the run: {e:#}")).await,
+            Err(e) => dead_letter(publisher, settings, &d, Queue::RunsFinished.as_str(), &format!("could not collect the run: {e:#}")).await,
         },
-        Err(e) => dead_letter(publisher, settings, &d, RUNS_FINISHED, &format!("not a run-finished message: {e}")).await,
+        Err(e) => dead_letter(publisher, settings, &d, Queue::RunsFinished.as_str(), &format!("not a run-finished message: {e}")).await,
     }
 }
 

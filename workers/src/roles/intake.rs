@@ -1,11 +1,11 @@
 //! Intake: validates bridge requests, stores them once per id, and starts a
 //! run with its root invocation, all in one transaction.
 
-use baton_bus::topology::{BRIDGE_REPLIES, BRIDGE_REQUESTS, DEAD_REQUESTS};
 use baton_bus::{Outgoing, Publisher};
 use baton_domain::brief::render_request_brief;
 use baton_domain::disclosure;
 use baton_domain::bridge::{self as wire, ReplyInput};
+use baton_domain::fleet::{FleetMessage, Queue};
 use baton_domain::journal;
 use baton_domain::reply::Outcome;
 use baton_domain::request::{bounded_reason, parse_request, HandoffRequest, RequestError, TargetAgent};
@@ -27,8 +27,8 @@ use crate::config::Settings;
 pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let (conn, pool) = connect(settings, Role::Intake).await?;
     let publisher = Publisher::open(&conn).await?;
-    let queue = settings.queues().name(BRIDGE_REQUESTS);
-    let dead = settings.queues().name(DEAD_REQUESTS);
+    let queue = settings.queues().name(Queue::BridgeRequests);
+    let dead = settings.queues().name(Queue::DeadRequests);
     tracing::info!(%queue, "intake consuming");
     let result = tokio::try_join!(
         consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &publisher, settings, shutdown, d)),
@@ -49,7 +49,7 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
 /// `baton.dead` is enough.
 async fn answer_dead_letter(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
     let from = baton_bus::publish::header(&delivery.properties, "x-first-death-queue");
-    if from.as_deref() != Some(settings.queues().name(BRIDGE_REQUESTS).as_str()) {
+    if from.as_deref() != Some(settings.queues().name(Queue::BridgeRequests).as_str()) {
         return ack(&delivery).await;
     }
     let id = delivery.properties.message_id().as_ref().map(|m| m.as_str().to_string()).unwrap_or_default();
@@ -61,11 +61,11 @@ async fn answer_dead_letter(pool: &Pool, publisher: &Publisher, settings: &Setti
 /// an operator who finds its copy in `baton.dead` sees that it was handled.
 fn dead_letter_note(settings: &Settings, delivery: &Delivery) -> Option<String> {
     let from = baton_bus::publish::header(&delivery.properties, "x-first-death-queue")?;
-    if from != settings.queues().name(BRIDGE_REQUESTS) {
+    if from != settings.queues().name(Queue::BridgeRequests) {
         return None;
     }
     let reason = baton_bus::publish::header(&delivery.properties, "x-first-death-reason").unwrap_or_else(|| "unknown".into());
-    Some(format!("the broker dead-lettered this request ({reason}); intake took it from {DEAD_REQUESTS}"))
+    Some(format!("the broker dead-lettered this request ({reason}); intake took it from {}", Queue::DeadRequests))
 }
 
 async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
@@ -192,7 +192,7 @@ async fn answer_and_dead_letter(pool: &Pool, publisher: &Publisher, settings: &S
         }
     }
     let kept = disclosure::redact_refused_body(&delivery.data, disclosure::REFUSED_BODY_KEPT_BYTES);
-    dead_letter_as(publisher, settings, delivery, BRIDGE_REQUESTS, &reason, &kept).await
+    dead_letter_as(publisher, settings, delivery, Queue::BridgeRequests.as_str(), &reason, &kept).await
 }
 
 /// A failed reply that the bridge's queue refused for now (full, with
@@ -202,9 +202,9 @@ async fn answer_and_dead_letter(pool: &Pool, publisher: &Publisher, settings: &S
 /// in `baton.dead` with the request.
 async fn leave_for_relay(pool: &Pool, settings: &Settings, delivery: &Delivery, id: &str, message_id: String, body: serde_json::Value) -> anyhow::Result<()> {
     let queue = reply_queue(settings, delivery);
-    let external = (queue != settings.queues().name(BRIDGE_REPLIES)).then_some(queue);
+    let external = (queue != settings.queues().name(Queue::BridgeReplies)).then_some(queue);
     let message = outbox::Message {
-        queue: external.clone().unwrap_or_else(|| BRIDGE_REPLIES.to_string()),
+        queue: external.clone().unwrap_or_else(|| Queue::BridgeReplies.as_str().to_string()),
         external: external.is_some(),
         message_id: Some(message_id),
         correlation_id: Some(id.to_string()),
@@ -226,7 +226,7 @@ fn reply_queue(settings: &Settings, delivery: &Delivery) -> String {
     let queues = settings.queues();
     match delivery.properties.reply_to() {
         Some(queue) if !queues.is_fleet_queue(queue.as_str()) => queue.as_str().to_string(),
-        _ => queues.name(BRIDGE_REPLIES),
+        _ => queues.name(Queue::BridgeReplies),
     }
 }
 
@@ -323,7 +323,7 @@ async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Resu
         deadline_at: None,
     };
     invocations::insert(c, &new).await?;
-    baton_agent::lifecycle::publish_invocation(c, run_id, root, InvocationKind::Root).await?;
+    outbox::enqueue_fleet(c, &FleetMessage::run(run_id, root, InvocationKind::Root)).await?;
     let events = [
         Event::new(journal::RUN_CREATED, None, json!({"handoffId": request.id, "source": request.source.as_str(), "budget": budget})),
         Event::new(journal::PROFILE_RESOLVED, Some(root), json!({"targetAgent": request.target_agent.as_str(), "profileId": profile.id})),

@@ -8,9 +8,8 @@ use std::time::Duration;
 use baton_agent::providers::BuiltinProviders;
 use baton_agent::runner::{Exit, Limits, Runner};
 use baton_bus::lapin::message::Delivery;
-use baton_bus::messages::RunInvocation;
-use baton_bus::topology::{INVOCATIONS_DELEGATE, INVOCATIONS_HANDOFF};
 use baton_bus::Publisher;
+use baton_domain::fleet::{FleetMessage, Queue, RunInvocation};
 use baton_domain::journal;
 use baton_domain::state::{InvocationKind, TaskStatus};
 use baton_store::invocations::{self, Invocation};
@@ -104,8 +103,8 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
     let publisher = Publisher::open(&conn).await?;
     let (worker, slots, loops, deadline) = (&state.worker, &state.slots, &state.loops, &state.deadline);
     let queues = settings.queues();
-    let wanted = |logical: &str| settings.invocation_queues.iter().any(|q| logical.ends_with(&format!(".{q}")));
-    let consumers = [INVOCATIONS_HANDOFF, INVOCATIONS_DELEGATE].map(|logical| {
+    let wanted = |logical: Queue| settings.invocation_queues.iter().any(|q| logical.as_str().ends_with(&format!(".{q}")));
+    let consumers = [Queue::InvocationsHandoff, Queue::InvocationsDelegate].map(|logical| {
         let enabled = wanted(logical);
         let (conn, queue) = (&conn, queues.name(logical));
         let publisher = &publisher;
@@ -335,7 +334,7 @@ impl Worker {
         if !invocations::release(&tx, inv.id, inv.claim_epoch).await? {
             return Ok(false);
         }
-        baton_agent::lifecycle::publish_invocation(&tx, inv.run_id, inv.id, inv.kind).await?;
+        baton_store::outbox::enqueue_fleet(&tx, &FleetMessage::run(inv.run_id, inv.id, inv.kind)).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -345,7 +344,7 @@ impl Worker {
 /// words (`detail`) in the journal and `text` for agents and the bridge.
 async fn fail_claimed(tx: &impl GenericClient, inv: &Invocation, code: &str, text: &str, detail: &str) -> anyhow::Result<()> {
     let mut evs = vec![Event::new(journal::HOST_ERROR, Some(inv.id), json!({"code": code, "detail": detail}))];
-    evs.extend(baton_agent::lifecycle::fail_invocation(tx, inv, code, text).await?);
+    evs.extend(baton_store::lifecycle::fail_invocation(tx, inv, code, text).await?);
     baton_store::journal::append(tx, inv.run_id, &evs).await?;
     Ok(())
 }

@@ -16,6 +16,7 @@ use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOp
 use baton_bus::lapin::types::FieldTable;
 use baton_bus::lapin::{Channel, Connection};
 use baton_bus::{Outgoing, Publisher};
+use baton_domain::fleet::Queue;
 use futures_lite::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -238,7 +239,7 @@ pub(crate) async fn dead_letter_as(
     reason: &str,
     body: &[u8],
 ) -> anyhow::Result<()> {
-    let dead = settings.queues().name(baton_bus::topology::DEAD);
+    let dead = settings.queues().name(Queue::Dead);
     let message_id = delivery.properties.message_id().as_ref().map(|m| m.as_str().to_string());
     let out = Outgoing {
         queue: &dead,

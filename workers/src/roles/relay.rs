@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use baton_bus::lapin::Connection;
 use baton_bus::publish::{classify, refusal};
-use baton_bus::topology::{DEAD, INVOCATIONS_DELEGATE, INVOCATIONS_HANDOFF, RUNS_FINISHED};
 use baton_bus::{Outgoing, Publisher, Settled};
+use baton_domain::fleet::{FleetMessage, Queue};
 use baton_domain::outgoing::{self as bound, Verdict};
 use baton_store::outbox::{self, Message, Row};
 use baton_store::tokio_postgres::{self, AsyncMessage};
@@ -170,7 +170,7 @@ impl Relay {
 
     /// The queue and the bytes to send, within the bound.
     fn prepare(&self, m: &Message) -> anyhow::Result<Prepared> {
-        let queue = if m.external { m.queue.clone() } else { self.settings.queues().name(&m.queue) };
+        let queue = if m.external { m.queue.clone() } else { self.settings.queues().prefixed(&m.queue) };
         let max = self.settings.max_message_bytes;
         let body = serde_json::to_vec(&m.body)?;
         let size = body.len();
@@ -289,7 +289,7 @@ impl Relay {
     /// Moves a row aside to `baton.dead`, its body cut to the bound if need be.
     async fn dead_letter(&mut self, m: &Message, p: &Prepared, reason: &str) -> anyhow::Result<()> {
         tracing::warn!(queue = %p.queue, reason, "message cannot be published; dead-lettering it");
-        let dead = self.settings.queues().name(DEAD);
+        let dead = self.settings.queues().name(Queue::Dead);
         // A dead letter is for an operator to read: a reason and enough of
         // the body to recognise it (the rest is in Postgres). Kept well under
         // any broker limit, with room for the headers, so that moving a row
@@ -356,25 +356,25 @@ impl Relay {
             grace: self.settings.unclaimed_grace,
             lease: self.settings.lease,
             cap: self.settings.republish_max,
-            handoff_backlog: self.has_backlog(INVOCATIONS_HANDOFF).await,
-            delegate_backlog: self.has_backlog(INVOCATIONS_DELEGATE).await,
+            handoff_backlog: self.has_backlog(Queue::InvocationsHandoff).await,
+            delegate_backlog: self.has_backlog(Queue::InvocationsDelegate).await,
         };
-        let finished_backlog = self.has_backlog(RUNS_FINISHED).await;
+        let finished_backlog = self.has_backlog(Queue::RunsFinished).await;
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         for (id, run_id, kind) in invocations::take_stalled(&tx, &pace).await? {
             tracing::info!(invocation = %id, "re-publishing stalled invocation");
-            baton_agent::lifecycle::publish_invocation(&tx, run_id, id, kind).await?;
+            outbox::enqueue_fleet(&tx, &FleetMessage::run(run_id, id, kind)).await?;
         }
         // Parked parents whose wait timed out: wake them to read what is done.
         for (id, run_id) in invocations::wake_timed_out(&tx).await? {
-            baton_agent::lifecycle::publish_wake(&tx, run_id, id).await?;
+            outbox::enqueue_fleet(&tx, &FleetMessage::wake(run_id, id)).await?;
         }
         // Ended runs whose reply was never written: tell the collector again.
         let unreplied = baton_store::runs::unreplied(&tx, self.settings.unclaimed_grace, self.settings.republish_max, finished_backlog);
         for run_id in unreplied.await? {
             tracing::info!(run = %run_id, "re-publishing an unreplied finished run");
-            baton_agent::lifecycle::publish_finished(&tx, run_id).await?;
+            outbox::enqueue_fleet(&tx, &FleetMessage::finished(run_id)).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -382,11 +382,11 @@ impl Relay {
 
     /// Whether a fleet queue holds messages no consumer has taken yet. When
     /// the broker cannot say, the sweep assumes not (and re-publishes).
-    async fn has_backlog(&mut self, logical: &str) -> bool {
+    async fn has_backlog(&mut self, logical: Queue) -> bool {
         match self.publisher.ready_count(&self.settings.queues().name(logical)).await {
             Ok(ready) => ready > 0,
             Err(e) => {
-                tracing::warn!(queue = logical, error = %e, "could not read a queue's depth");
+                tracing::warn!(queue = %logical, error = %e, "could not read a queue's depth");
                 let _ = self.reopen().await;
                 false
             }

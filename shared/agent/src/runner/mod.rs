@@ -18,7 +18,7 @@ use baton_domain::tools::{self, ToolName};
 use baton_store::invocations::{self, Invocation};
 use baton_store::journal::{self as events, Event};
 use baton_store::steps::{self, Step};
-use baton_store::{budgets, profiles, Pool};
+use baton_store::{budgets, lifecycle, profiles, Pool};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -28,7 +28,7 @@ use crate::first_step::{prompt_step, tool_names};
 use crate::step::{add_tokens, first_cause, name_calls, retry, sanitize, test_pause_in_step, tokens_of, Written};
 use external::patiently;
 use tool_call::exit_of;
-use crate::{budget, lifecycle, Error};
+use crate::{budget, Error};
 
 /// How an invocation's loop ended on this worker.
 #[derive(Debug, Clone, PartialEq, Eq)]

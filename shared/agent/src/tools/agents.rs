@@ -1,6 +1,7 @@
 //! `agent_list` and `agent_handoff`.
 
 use baton_domain::brief::render_handoff_brief;
+use baton_domain::fleet::FleetMessage;
 use baton_domain::handoff::{self, HandoffArgs};
 use baton_domain::journal;
 use baton_domain::profiles::Profile;
@@ -10,12 +11,11 @@ use baton_domain::ToolError;
 use baton_store::invocations::{self, NewInvocation};
 use baton_store::journal::Event;
 use baton_store::tasks::{self, NewTask};
-use baton_store::{profiles, runs, GenericClient};
+use baton_store::{outbox, profiles, runs, GenericClient};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{tool_event, Effect, ToolCtx, ToolOutcome, ToolResult};
-use crate::lifecycle;
 
 fn operations(caller: &Profile, target: &Profile) -> Vec<&'static str> {
     let p = &target.delegation;
@@ -111,7 +111,7 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
     let (_, _, _, incoming) = tokio::try_join!(
         chain,
         async { Ok(runs::count_handoff(c, inv.run_id).await?) },
-        lifecycle::publish_invocation(c, inv.run_id, next, InvocationKind::Handoff),
+        async { Ok(outbox::enqueue_fleet(c, &FleetMessage::run(inv.run_id, next, InvocationKind::Handoff)).await?) },
         incoming_done,
     )?;
     let mut events = vec![

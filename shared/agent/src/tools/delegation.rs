@@ -4,19 +4,19 @@
 
 use baton_domain::delegation::{self as dg, AwaitArgs, AwaitMode, Capsule, TaskView};
 use baton_domain::error::delegation_codes as codes;
+use baton_domain::fleet::FleetMessage;
 use baton_domain::journal;
 use baton_domain::state::{Continuation, InvocationKind, TaskStatus};
 use baton_domain::ToolError;
 use baton_store::invocations::{self, NewInvocation};
 use baton_store::journal::Event;
 use baton_store::tasks::{self, NewTask, Task};
-use baton_store::{profiles, workspace, GenericClient};
+use baton_store::{lifecycle, outbox, profiles, workspace, GenericClient};
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{tool_event, Effect, ToolCtx, ToolOutcome, ToolResult};
-use crate::lifecycle;
 
 pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
     let args = match dg::parse_delegate(args) {
@@ -65,7 +65,7 @@ pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         created_by_tool_call_id: &ctx.call.id,
     };
     tasks::insert(c, &task).await?;
-    lifecycle::publish_invocation(c, inv.run_id, child, InvocationKind::Child).await?;
+    outbox::enqueue_fleet(c, &FleetMessage::run(inv.run_id, child, InvocationKind::Child)).await?;
     let text = format!(
         "Started task {key} with Agent {}. Carry on with your own work; call agent_await when you need its result.",
         target.id
@@ -162,13 +162,6 @@ fn view(t: &Task) -> TaskView<'_> {
         capsule: t.result.as_ref().and_then(|r| serde_json::from_value::<Capsule>(r.clone()).ok()),
         error: t.error.as_ref().and_then(|e| e["message"].as_str()),
     }
-}
-
-/// Whether a parked parent's wait is over (used when a child ends).
-pub(crate) fn wait_is_over(spec: &Value, children: &[Task]) -> bool {
-    let keys: Option<Vec<String>> = serde_json::from_value(spec["keys"].clone()).ok().flatten();
-    let mode: AwaitMode = serde_json::from_value(spec["mode"].clone()).unwrap_or(AwaitMode::NextCompleted);
-    select(children, keys.as_deref()).map(|s| dg::await_ready(mode, &progress(&s))).unwrap_or(true)
 }
 
 pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {

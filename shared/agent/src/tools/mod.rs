@@ -67,8 +67,6 @@ impl ToolOutcome {
     }
 }
 
-pub(crate) use delegation::wait_is_over;
-
 pub(crate) fn tool_event(ctx: &ToolCtx<'_>, kind: &'static str, mut payload: Value) -> Event {
     payload["tool"] = ctx.call.name.clone().into();
     payload["toolCallId"] = ctx.call.id.clone().into();

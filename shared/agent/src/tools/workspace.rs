@@ -7,11 +7,10 @@ use baton_domain::workspace::{self as ws, CommitArgs, CommitMode, ListArgs, Patc
 use baton_domain::ToolError;
 use baton_store::journal::Event;
 use baton_store::workspace::{self as store, NewCommit};
-use baton_store::GenericClient;
+use baton_store::{lifecycle, GenericClient};
 use serde_json::{json, Value};
 
 use super::{tool_event, Effect, ToolCtx, ToolOutcome, ToolResult};
-use crate::lifecycle;
 
 pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
     let checked = tool_args::parse::<ListArgs>(args).and_then(|a| Ok((ws::list_prefix(a.path.as_deref())?, a.depth)));

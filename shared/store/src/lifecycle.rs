@@ -1,44 +1,24 @@
-//! Transitions that end an invocation or a run, each returning the journal
-//! events it caused, for the caller's transaction to append.
+//! The run lifecycle: transitions that end an invocation, a task or a run,
+//! each returning the journal events it caused, for the caller's
+//! transaction to append. Intake, the relay, operator commands, the
+//! invocation role and the agent's tools all move runs through these.
 
-use baton_bus::messages::{RunFinished, RunInvocation};
-use baton_bus::topology::{INVOCATIONS_DELEGATE, INVOCATIONS_HANDOFF, RUNS_FINISHED};
+use baton_domain::delegation::{self, AwaitMode, Awaited};
+use baton_domain::fleet::FleetMessage;
 use baton_domain::journal;
 use baton_domain::state::{InvocationKind, InvocationStatus, RunStatus, TaskStatus};
-use baton_store::invocations::{self, Invocation};
-use baton_store::journal::Event;
-use baton_store::outbox::{self, Message};
-use baton_store::{runs, tasks, GenericClient};
+use deadpool_postgres::GenericClient;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::Error;
-
-/// Queues "run this invocation" through the outbox.
-pub async fn publish_invocation(c: &impl GenericClient, run_id: Uuid, invocation_id: Uuid, kind: InvocationKind) -> Result<(), Error> {
-    let queue = if kind == InvocationKind::Child { INVOCATIONS_DELEGATE } else { INVOCATIONS_HANDOFF };
-    let body = serde_json::to_value(RunInvocation { invocation_id, run_id }).map_err(|e| Error::Contract(e.to_string()))?;
-    outbox::enqueue(c, &Message::fleet(queue, body)).await?;
-    Ok(())
-}
-
-/// Queues a parked parent's wake-up on the delegate queue.
-pub async fn publish_wake(c: &impl GenericClient, run_id: Uuid, parent: Uuid) -> Result<(), Error> {
-    let body = serde_json::to_value(RunInvocation { invocation_id: parent, run_id }).map_err(|e| Error::Contract(e.to_string()))?;
-    outbox::enqueue(c, &Message::fleet(INVOCATIONS_DELEGATE, body)).await?;
-    Ok(())
-}
-
-/// Queues "this run reached a terminal state" for the collector.
-pub async fn publish_finished(c: &impl GenericClient, run_id: Uuid) -> Result<(), Error> {
-    let body = serde_json::to_value(RunFinished { run_id }).map_err(|e| Error::Contract(e.to_string()))?;
-    outbox::enqueue(c, &Message::fleet(RUNS_FINISHED, body)).await?;
-    Ok(())
-}
+use crate::invocations::{self, Invocation};
+use crate::journal::Event;
+use crate::tasks::Task;
+use crate::{outbox, runs, tasks, Result};
 
 /// The final owner finished: its unfinished children are cancelled, then its
 /// incoming task, itself and the run complete.
-pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Vec<Event>, Error> {
+pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Vec<Event>> {
     let mut events = cancel_tasks(c, inv.run_id, Some(inv.id)).await?;
     if let Some(task) = inv.incoming_task_id {
         if tasks::transition(c, task, TaskStatus::Completed, None).await? {
@@ -52,7 +32,7 @@ pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Ve
     invocations::cancel_live(c, inv.run_id).await?;
     if runs::finish(c, inv.run_id, RunStatus::Completed, None).await? {
         events.push(Event::new(journal::RUN_COMPLETED, None, json!({})));
-        publish_finished(c, inv.run_id).await?;
+        outbox::enqueue_fleet(c, &FleetMessage::finished(inv.run_id)).await?;
     }
     Ok(events)
 }
@@ -60,7 +40,7 @@ pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Ve
 /// A broken host contract (or a spent budget): the invocation fails, visibly.
 /// A child's failure fails only its task, which its parent reads as a
 /// result; an owner's failure fails the run, and the bridge is told.
-pub async fn fail_invocation(c: &impl GenericClient, inv: &Invocation, code: &str, message: &str) -> Result<Vec<Event>, Error> {
+pub async fn fail_invocation(c: &impl GenericClient, inv: &Invocation, code: &str, message: &str) -> Result<Vec<Event>> {
     let error: Value = json!({"code": code, "message": message});
     if inv.kind == InvocationKind::Child {
         lock_parent(c, inv).await?;
@@ -81,26 +61,26 @@ pub async fn fail_invocation(c: &impl GenericClient, inv: &Invocation, code: &st
 }
 
 /// Ends a run as failed (no-op when it already ended).
-pub async fn fail_run(c: &impl GenericClient, run_id: Uuid, error: &Value) -> Result<Vec<Event>, Error> {
+pub async fn fail_run(c: &impl GenericClient, run_id: Uuid, error: &Value) -> Result<Vec<Event>> {
     end_run(c, run_id, RunStatus::Failed, error).await
 }
 
 /// An operator cancels a run: every live invocation stops at its next step
 /// (its fence fails), and the bridge is told `cancelled`.
-pub async fn cancel_run(c: &impl GenericClient, run_id: Uuid, reason: &str) -> Result<Vec<Event>, Error> {
+pub async fn cancel_run(c: &impl GenericClient, run_id: Uuid, reason: &str) -> Result<Vec<Event>> {
     let error = json!({"code": "cancelled", "message": reason});
     let mut events = vec![Event::new(journal::RUN_CANCEL_REQUESTED, None, error.clone())];
     events.extend(end_run(c, run_id, RunStatus::Cancelled, &error).await?);
     Ok(events)
 }
 
-async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error: &Value) -> Result<Vec<Event>, Error> {
+async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error: &Value) -> Result<Vec<Event>> {
     if !runs::finish(c, run_id, status, Some(error)).await? {
         return Ok(vec![]);
     }
     let mut events = cancel_tasks(c, run_id, None).await?;
     invocations::cancel_live(c, run_id).await?;
-    publish_finished(c, run_id).await?;
+    outbox::enqueue_fleet(c, &FleetMessage::finished(run_id)).await?;
     let kind = if status == RunStatus::Cancelled { journal::RUN_CANCELLED } else { journal::RUN_FAILED };
     events.push(Event::new(kind, None, error.clone()));
     Ok(events)
@@ -108,7 +88,7 @@ async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error:
 
 /// Cancels unfinished tasks (one parent's children, or all of the run's) and
 /// their invocations; a running child stops at its next step.
-async fn cancel_tasks(c: &impl GenericClient, run_id: Uuid, parent: Option<Uuid>) -> Result<Vec<Event>, Error> {
+async fn cancel_tasks(c: &impl GenericClient, run_id: Uuid, parent: Option<Uuid>) -> Result<Vec<Event>> {
     let mut events = vec![];
     for (task, child) in tasks::cancel_unfinished(c, run_id, parent).await? {
         if invocations::cancel(c, child).await? {
@@ -121,7 +101,7 @@ async fn cancel_tasks(c: &impl GenericClient, run_id: Uuid, parent: Option<Uuid>
 
 /// A child ended (returned, failed, ran out of budget): its task and itself
 /// end, and its parent is woken if that was what it waited for.
-pub async fn end_child(c: &impl GenericClient, inv: &Invocation, status: TaskStatus, error: Option<&Value>) -> Result<Vec<Event>, Error> {
+pub async fn end_child(c: &impl GenericClient, inv: &Invocation, status: TaskStatus, error: Option<&Value>) -> Result<Vec<Event>> {
     let mut events = vec![];
     let (inv_status, inv_event) = match status {
         TaskStatus::Completed => (InvocationStatus::Completed, journal::INVOCATION_COMPLETED),
@@ -145,7 +125,7 @@ pub async fn end_child(c: &impl GenericClient, inv: &Invocation, status: TaskSta
 /// Locks a child's parent before the child touches its task: every path
 /// that ends a child takes the parent's lock first, so two children ending
 /// at once queue up instead of deadlocking.
-pub async fn lock_parent(c: &impl GenericClient, inv: &Invocation) -> Result<(), Error> {
+pub async fn lock_parent(c: &impl GenericClient, inv: &Invocation) -> Result<()> {
     if let Some(parent) = inv.parent_invocation_id {
         invocations::lock(c, parent).await?;
     }
@@ -154,7 +134,7 @@ pub async fn lock_parent(c: &impl GenericClient, inv: &Invocation) -> Result<(),
 
 /// Wakes a parked parent whose wait is over, under its row lock: a parent
 /// that is parking right now holds that lock, so this waits and then sees it.
-pub async fn wake_if_ready(c: &impl GenericClient, run_id: Uuid, parent: Uuid) -> Result<Vec<Event>, Error> {
+pub async fn wake_if_ready(c: &impl GenericClient, run_id: Uuid, parent: Uuid) -> Result<Vec<Event>> {
     let Some(locked) = invocations::lock(c, parent).await? else {
         return Ok(vec![]);
     };
@@ -162,10 +142,23 @@ pub async fn wake_if_ready(c: &impl GenericClient, run_id: Uuid, parent: Uuid) -
         return Ok(vec![]);
     }
     let children = tasks::children_of(c, parent).await?;
-    let over = locked.await_spec.as_ref().is_none_or(|spec| crate::tools::wait_is_over(spec, &children));
+    let over = locked.await_spec.as_ref().is_none_or(|spec| stored_wait_is_over(spec, &children));
     if !over || !invocations::wake(c, parent).await? {
         return Ok(vec![]);
     }
-    publish_wake(c, run_id, parent).await?;
+    outbox::enqueue_fleet(c, &FleetMessage::wake(run_id, parent)).await?;
     Ok(vec![Event::new(journal::INVOCATION_WOKEN, Some(parent), json!({}))])
+}
+
+/// Reads a parked parent's stored wait and asks the domain whether its
+/// children end it. A wait stored without its handles waits for all
+/// children, one without its mode for the next one.
+fn stored_wait_is_over(spec: &Value, children: &[Task]) -> bool {
+    let keys: Option<Vec<String>> = serde_json::from_value(spec["keys"].clone()).ok().flatten();
+    let mode: AwaitMode = serde_json::from_value(spec["mode"].clone()).unwrap_or(AwaitMode::NextCompleted);
+    let awaited: Vec<Awaited<'_>> = children
+        .iter()
+        .filter_map(|t| Some(Awaited { key: &t.workspace_key, status: t.status()?, read: t.delivered }))
+        .collect();
+    delegation::wait_is_over(mode, keys.as_deref(), &awaited)
 }
