@@ -1,6 +1,7 @@
 //! Step transactions: what one wrote (it joins the in-memory transcript
 //! only once committed), running one again when Postgres aborts it, and
-//! making what a model produced safe to store.
+//! making what a model produced safe to store. Also how a loop ended
+//! ([`Exit`]), which a step may decide.
 
 use baton_store::invocations;
 use baton_store::steps::{self, Step};
@@ -8,8 +9,21 @@ use baton_store::Transaction;
 use serde_json::Value;
 
 use crate::providers::ModelTurn;
-use crate::runner::Exit;
 use crate::Error;
+
+/// How an invocation's loop ended on this worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    Transferred,
+    Finished,
+    Failed(String),
+    /// The claim was taken over by another worker; nothing more was written.
+    Fenced,
+    /// Shutdown was requested; the invocation waits at a persisted step.
+    Stopped,
+    /// The agent waits for delegated tasks; it is parked and the worker is free.
+    Parked,
+}
 
 /// What a step transaction wrote; it joins the in-memory transcript only
 /// once the transaction has committed.

@@ -30,19 +30,7 @@ use external::patiently;
 use tool_call::exit_of;
 use crate::{budget, Error};
 
-/// How an invocation's loop ended on this worker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Exit {
-    Transferred,
-    Finished,
-    Failed(String),
-    /// The claim was taken over by another worker; nothing more was written.
-    Fenced,
-    /// Shutdown was requested; the invocation waits at a persisted step.
-    Stopped,
-    /// The agent waits for delegated tasks; it is parked and the worker is free.
-    Parked,
-}
+pub use crate::step::Exit;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
