@@ -19,8 +19,6 @@ mod scenario;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use baton_bus::lapin::options::QueueDeclareOptions;
-use baton_bus::lapin::types::FieldTable;
 use baton_domain::profiles::ProfilesFile;
 
 use baton::config::Settings;
@@ -145,7 +143,7 @@ pub async fn run(base: &Settings, args: BenchArgs) -> anyhow::Result<()> {
 pub(crate) struct Bench {
     settings: Settings,
     pool: baton_store::Pool,
-    conn: baton_bus::lapin::Connection,
+    conn: baton_bus::Connection,
     publisher: baton_bus::Publisher,
     reply_queue: String,
     procs: Procs,
@@ -164,21 +162,18 @@ impl Bench {
         let profiles = ProfilesFile::parse(PROFILES)?;
         baton_store::profiles::apply_atomically(&mut pool.get().await?, &profiles).await?;
         pool.get().await?.batch_execute(raw::SCHEMA).await?;
-        let conn = baton_bus::connect(&settings.amqp_url, "baton-bench").await.context("connecting to RabbitMQ")?;
-        let channel = conn.create_channel().await?;
+        let conn = baton_bus::Connection::open(&settings.amqp_url, "baton-bench").await.context("connecting to RabbitMQ")?;
         let queues = settings.queues();
         // Whatever an interrupted bench left behind goes first.
-        let _ = queues.delete(&channel).await;
-        let channel = conn.create_channel().await?;
+        let _ = conn.delete(&queues).await;
         for q in [raw::hop_queue(settings), raw::done_queue(settings), settings.queues().prefixed("bench.replies")] {
-            channel.queue_delete(q.as_str().into(), Default::default()).await?;
+            conn.delete_queue(&q).await?;
         }
-        queues.declare(&channel).await?;
-        raw::declare(&channel, settings).await?;
+        conn.declare(&queues).await?;
+        raw::declare(&conn.amqp().create_channel().await?, settings).await?;
         let reply_queue = settings.queues().prefixed("bench.replies");
-        let opts = QueueDeclareOptions { durable: true, ..Default::default() };
-        channel.queue_declare(reply_queue.as_str().into(), opts, FieldTable::default()).await?;
-        let publisher = baton_bus::Publisher::open(&conn).await?;
+        conn.declare_queue(&reply_queue).await?;
+        let publisher = conn.publisher().await?;
         Ok(Self { settings: settings.clone(), pool, conn, publisher, reply_queue, procs })
     }
 
@@ -255,12 +250,11 @@ impl Bench {
     }
 
     async fn cleanup(&self, keep_database: bool) -> anyhow::Result<()> {
-        let channel = self.conn.create_channel().await?;
-        let _ = self.settings.queues().delete(&channel).await;
+        let _ = self.conn.delete(&self.settings.queues()).await;
         for q in [raw::hop_queue(&self.settings), raw::done_queue(&self.settings), self.reply_queue.clone()] {
-            let _ = channel.queue_delete(q.as_str().into(), Default::default()).await;
+            let _ = self.conn.delete_queue(&q).await;
         }
-        let _ = self.conn.close(200, "bench done".into()).await;
+        self.conn.close("bench done").await;
         if !keep_database {
             self.pool.close();
             drop_database(&self.settings.database_url).await?;

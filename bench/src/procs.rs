@@ -5,13 +5,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use baton_bus::lapin::options::QueueDeclareOptions;
-use baton_bus::lapin::types::FieldTable;
-use baton_domain::fleet::Queue;
 use tokio::process::{Child, Command};
 
 use super::scenario::Side;
 use baton::config::Settings;
+use baton_domain::fleet::Queue;
 
 /// Names the `baton` executable to run instead of the one beside the bench.
 pub const BATON_BIN: &str = "BATON_BIN";
@@ -149,14 +147,12 @@ pub async fn wait_for_consumers(settings: &Settings, side: Side, count: usize) -
         Side::Raw => super::raw::hop_queue(settings),
         Side::Baton => settings.queues().name(Queue::InvocationsHandoff),
     };
-    let conn = baton_bus::connect(&settings.amqp_url, "baton-bench-probe").await?;
-    let channel = conn.create_channel().await?;
+    let conn = baton_bus::Connection::open(&settings.amqp_url, "baton-bench-probe").await?;
+    let probe = conn.publisher().await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let passive = QueueDeclareOptions { passive: true, ..Default::default() };
-        let q = channel.queue_declare(queue.as_str().into(), passive, FieldTable::default()).await?;
-        if q.consumer_count() as usize >= count {
-            let _ = conn.close(200, "ok".into()).await;
+        if probe.consumer_count(&queue).await? as usize >= count {
+            conn.close("ok").await;
             return Ok(());
         }
         anyhow::ensure!(tokio::time::Instant::now() < deadline, "workers did not start consuming {queue}");

@@ -4,12 +4,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions};
-use baton_bus::lapin::types::FieldTable;
 use baton_bus::Outgoing;
 use baton_domain::fleet::Queue;
 use baton_domain::request::sample_request_json;
-use futures_lite::StreamExt;
 use serde_json::Value;
 
 use super::{raw, Bench, SCENARIO_TIMEOUT};
@@ -45,8 +42,7 @@ pub async fn run(bench: &Bench, side: Side, chains: usize, concurrency: usize) -
         Side::Raw => raw::done_queue(&bench.settings),
         Side::Baton => bench.reply_queue.clone(),
     };
-    let channel = bench.conn.create_channel().await?;
-    let mut done = channel.basic_consume(queue.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+    let mut done = bench.conn.subscribe(&queue, 0).await?;
     let mut ids = vec![];
     let started = Instant::now();
     let deadline = started + SCENARIO_TIMEOUT;
@@ -58,10 +54,9 @@ pub async fn run(bench: &Bench, side: Side, chains: usize, concurrency: usize) -
         let remaining = deadline.saturating_duration_since(Instant::now());
         let delivery = tokio::time::timeout(remaining, done.next())
             .await
-            .with_context(|| format!("{} chains of {chains} finished in time", finished))?
-            .context("the consumer closed")??;
-        delivery.acker.ack(BasicAckOptions::default()).await?;
-        if !is_finished(side, &delivery.data, &ids)? {
+            .with_context(|| format!("{} chains of {chains} finished in time", finished))??;
+        delivery.ack().await?;
+        if !is_finished(side, delivery.body(), &ids)? {
             continue;
         }
         finished += 1;
@@ -70,7 +65,7 @@ pub async fn run(bench: &Bench, side: Side, chains: usize, concurrency: usize) -
         }
     }
     let wall = started.elapsed();
-    let _ = channel.close(200, "measured".into()).await;
+    done.close().await;
     let (latency_ms, hops, span) = latencies(bench, side, &ids).await?;
     // Throughput counts the hops themselves: from the first handoff committed
     // to the last successor claimed, read off each side's own journal, so the

@@ -5,13 +5,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, QueueDeclareOptions};
-use baton_bus::lapin::types::FieldTable;
-use baton_bus::{Outgoing, Publisher};
+use baton_bus::{Connection, Outgoing};
 use baton_domain::fleet::Queue;
 use baton_domain::profiles::ProfilesFile;
 use baton_domain::request::sample_request_json;
-use futures_lite::StreamExt;
 use serde_json::Value;
 
 use crate::config::Settings;
@@ -57,7 +54,7 @@ pub async fn prepare_database(settings: &Settings) -> anyhow::Result<usize> {
 pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     step("checking PostgreSQL and RabbitMQ");
-    let broker = baton_bus::connect(&settings.amqp_url, "baton-demo-bridge").await.with_context(|| {
+    let broker = Connection::open(&settings.amqp_url, "baton-demo-bridge").await.with_context(|| {
         format!(
             "RabbitMQ is not reachable at {}. Start it (on this machine: `rabbitmq-server -detached`) or set AMQP_URL.",
             settings.amqp_url_redacted()
@@ -78,7 +75,7 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     step("started roles: intake, invocation, relay, collector");
     let outcome = send_and_wait(settings, &broker, &args).await;
     fleet.stop().await;
-    let _ = broker.close(200, "demo done".into()).await;
+    broker.close("demo done").await;
     let (request_id, reply) = outcome?;
 
     let request = baton_store::requests::get(&pool.get().await?, &request_id).await?.context("request not stored")?;
@@ -105,23 +102,17 @@ fn names(profiles: &ProfilesFile) -> String {
 
 /// Plays the bridge: publishes the request with `reply_to` set to its own
 /// queue and prints each status until the reply arrives.
-async fn send_and_wait(settings: &Settings, broker: &baton_bus::lapin::Connection, args: &DemoArgs) -> anyhow::Result<(String, Value)> {
-    let channel = broker.create_channel().await?;
+async fn send_and_wait(settings: &Settings, broker: &Connection, args: &DemoArgs) -> anyhow::Result<(String, Value)> {
     // Declare the fleet's queues first: on a fresh broker the roles may not
     // have yet, and a request published to a missing queue would be lost.
-    settings.queues().declare(&channel).await?;
-    let exclusive = QueueDeclareOptions { exclusive: true, auto_delete: true, ..Default::default() };
-    let reply_queue = channel.queue_declare("".into(), exclusive, FieldTable::default()).await?;
-    let reply_name = reply_queue.name().as_str().to_string();
-    let mut replies = channel
-        .basic_consume(reply_name.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
-        .await?;
+    broker.declare(&settings.queues()).await?;
+    let mut replies = broker.subscribe_private().await?;
 
     let id = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let body = serde_json::to_vec(&sample_request_json(&id, &args.target, &args.language))?;
-    let publisher = Publisher::open(broker).await?;
+    let publisher = broker.publisher().await?;
     let queue = settings.queues().name(Queue::BridgeRequests);
-    let out = Outgoing { queue: &queue, body: &body, message_id: Some(&id), reply_to: Some(&reply_name), mandatory: true, ..Default::default() };
+    let out = Outgoing { queue: &queue, body: &body, message_id: Some(&id), reply_to: Some(replies.queue()), mandatory: true, ..Default::default() };
     if let baton_bus::Published::Returned(why) = publisher.publish(&out).await? {
         bail!("the request was not delivered: {why}");
     }
@@ -131,11 +122,11 @@ async fn send_and_wait(settings: &Settings, broker: &baton_bus::lapin::Connectio
     tokio::pin!(deadline);
     loop {
         let delivery = tokio::select! {
-            d = replies.next() => d.context("reply queue closed")??,
+            d = replies.next() => d.context("reading the reply queue")?,
             _ = &mut deadline => bail!("no reply within {}s; is an invocation worker running?", args.timeout),
         };
-        delivery.acker.ack(BasicAckOptions::default()).await?;
-        let message: Value = serde_json::from_slice(&delivery.data)?;
+        delivery.ack().await?;
+        let message: Value = serde_json::from_slice(delivery.body())?;
         if message["type"] == "status" {
             step(&format!("bridge got status #{}: {}", message["seq"], message["status"].as_str().unwrap_or("?")));
         } else {

@@ -1,16 +1,25 @@
-//! Baton's RabbitMQ side: the topology every role declares at start-up and
-//! publishing with confirms. The queues and the messages that travel on
-//! them are the domain's (`baton_domain::fleet`); this crate puts them on a broker.
+//! Baton's RabbitMQ side: the topology every role declares at start-up,
+//! publishing with confirms, consuming (a delivery handed to a handler,
+//! which acks it or dead-letters it). The queues and the messages that
+//! travel on them are the domain's (`baton_domain::fleet`); this crate puts
+//! them on a broker. Roles name none of lapin's types: they hold a
+//! [`Connection`] and read [`Delivery`]s.
 //!
 //! # Layout
 //! - [`topology`]: the fleet's queues under a per-deployment prefix, and their declaration.
 //! - [`publish`]: persistent publishes that wait for the broker's confirm.
+//! - [`consume`]: the consume loop, deliveries, ack and dead-lettering.
+//! - `connection`: a role's connection: topology, publishers, consumers.
 
+mod connection;
+pub mod consume;
 pub mod publish;
 pub mod topology;
 
+pub use connection::Connection;
+pub use consume::{DeadLetters, Delivery};
 pub use lapin;
-pub use publish::{Outgoing, Publisher, Published, Settled};
+pub use publish::{Outgoing, Pending, Publisher, Published, Settled};
 pub use topology::Queues;
 
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +30,40 @@ pub enum Error {
     Nacked(String),
     #[error("no broker URL given")]
     NoBrokerUrl,
+    #[error("the broker closed the consumer on {0}")]
+    ConsumerClosed(String),
+    /// Work a consumer handed to another task failed: see [`consume::Broken`].
+    #[error("{0}")]
+    Broken(String),
+}
+
+impl Error {
+    /// Whether the failure will likely pass on its own, so the work is worth
+    /// trying again on a new connection: a lost connection or channel, a
+    /// message the broker refused for now. A missing broker URL will not
+    /// pass; a consumer the broker closed (its queue deleted, its node gone)
+    /// and work that failed beside the consumer are reported as failures.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Amqp(_) | Error::Nacked(_) => true,
+            Error::NoBrokerUrl | Error::ConsumerClosed(_) | Error::Broken(_) => false,
+        }
+    }
+
+    /// The broker's reason when it closed the channel over a message it will
+    /// never take (a channel-level error such as 406 PRECONDITION_FAILED for a
+    /// body over `max_message_size`), as opposed to a lost connection.
+    pub fn refusal(&self) -> Option<String> {
+        let Error::Amqp(e) = self else {
+            return None;
+        };
+        match e.kind() {
+            lapin::ErrorKind::ProtocolError(e) if matches!(e.kind(), lapin::protocol::AMQPErrorKind::Soft(_)) => {
+                Some(format!("the broker closed the channel: {} {}", e.get_id(), e.get_message()))
+            }
+            _ => None,
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -36,6 +79,9 @@ pub fn broker_urls(list: &str) -> impl Iterator<Item = &str> {
 /// it, trying them in order: with a cluster, losing the node a role was
 /// connected to sends its reconnect to the next node. The caller's backoff
 /// spaces the rounds.
+///
+/// This is lapin's own connection, for code that declares queues of its own
+/// (the tests, the bench's raw baseline); roles open a [`Connection`].
 pub async fn connect(urls: &str, name: &str) -> Result<lapin::Connection> {
     let props = lapin::ConnectionProperties::default().with_connection_name(name.into());
     let mut failure = Error::NoBrokerUrl;
@@ -70,6 +116,15 @@ mod tests {
         assert_eq!(urls, ["amqp://u:p@n1:5682/%2f", "amqp://u:p@n2:5683/%2f", "amqp://n3"]);
         assert_eq!(broker_urls("amqp://guest:guest@127.0.0.1:5672/%2f").count(), 1);
         assert_eq!(broker_urls(" , ").count(), 0);
+    }
+
+    #[test]
+    fn broker_errors_say_whether_they_pass() {
+        let lost = Error::Amqp(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into());
+        assert!(lost.is_transient() && lost.refusal().is_none());
+        assert!(Error::Nacked("q".into()).is_transient());
+        assert!(!Error::NoBrokerUrl.is_transient());
+        assert!(!Error::ConsumerClosed("q".into()).is_transient());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Confirmation, Connection};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, PublisherConfirm};
 
 use crate::{Error, Result};
 
@@ -34,6 +34,8 @@ pub struct Publisher {
 }
 
 impl Publisher {
+    /// Opens a confirm channel on lapin's connection; a role asks its
+    /// [`Connection`](crate::Connection) for one instead.
     pub async fn open(connection: &Connection) -> Result<Self> {
         let channel = connection.create_channel().await?;
         channel.confirm_select(ConfirmSelectOptions::default()).await?;
@@ -44,32 +46,54 @@ impl Publisher {
         &self.channel
     }
 
+    /// Closes the channel: before its connection, so no confirm in flight is lost.
+    pub async fn close(&self) {
+        let _ = self.channel.close(200, "shutting down".into()).await;
+    }
+
     /// Sends the message and returns the pending confirm, so a caller can
     /// send a batch before waiting on any of it.
-    pub async fn send(&self, m: &Outgoing<'_>) -> Result<lapin::PublisherConfirm> {
+    pub async fn send<'a>(&self, m: &Outgoing<'a>) -> Result<Pending<'a>> {
         let options = BasicPublishOptions { mandatory: m.mandatory, ..Default::default() };
-        Ok(self.channel.basic_publish("".into(), m.queue.into(), options, m.body, properties(m)).await?)
+        let confirm = self.channel.basic_publish("".into(), m.queue.into(), options, m.body, properties(m)).await?;
+        Ok(Pending { confirm, queue: m.queue })
     }
 
     /// Messages ready for consumers in a queue (unacked deliveries not
     /// counted), by a passive declare.
     pub async fn ready_count(&self, queue: &str) -> Result<u32> {
+        Ok(self.passive_declare(queue).await?.message_count())
+    }
+
+    /// Consumers of a queue, by a passive declare.
+    pub async fn consumer_count(&self, queue: &str) -> Result<u32> {
+        Ok(self.passive_declare(queue).await?.consumer_count())
+    }
+
+    async fn passive_declare(&self, queue: &str) -> Result<lapin::Queue> {
         let options = lapin::options::QueueDeclareOptions { passive: true, ..Default::default() };
-        Ok(self.channel.queue_declare(queue.into(), options, FieldTable::default()).await?.message_count())
+        Ok(self.channel.queue_declare(queue.into(), options, FieldTable::default()).await?)
     }
 
     pub async fn publish(&self, m: &Outgoing<'_>) -> Result<Published> {
-        let confirm = self.send(m).await?;
-        settle(confirm.await?, m.queue)
+        match self.send(m).await?.settled().await? {
+            Settled::Confirmed => Ok(Published::Confirmed),
+            Settled::Returned(reason) => Ok(Published::Returned(reason)),
+            Settled::Nacked => Err(Error::Nacked(m.queue.to_string())),
+        }
     }
 }
 
-/// What a broker confirm means for the message.
-pub fn settle(confirmation: Confirmation, queue: &str) -> Result<Published> {
-    match classify(confirmation, queue) {
-        Settled::Confirmed => Ok(Published::Confirmed),
-        Settled::Returned(reason) => Ok(Published::Returned(reason)),
-        Settled::Nacked => Err(Error::Nacked(queue.to_string())),
+/// A message sent and not yet confirmed.
+pub struct Pending<'a> {
+    confirm: PublisherConfirm,
+    queue: &'a str,
+}
+
+impl Pending<'_> {
+    /// Waits for the broker's confirm and says what it means for the message.
+    pub async fn settled(self) -> Result<Settled> {
+        Ok(classify(self.confirm.await?, self.queue))
     }
 }
 
@@ -84,7 +108,7 @@ pub enum Settled {
     Nacked,
 }
 
-pub fn classify(confirmation: Confirmation, queue: &str) -> Settled {
+fn classify(confirmation: Confirmation, queue: &str) -> Settled {
     match confirmation {
         Confirmation::Ack(Some(returned)) => Settled::Returned(format!(
             "no queue took the message for `{queue}` ({} {})",
@@ -92,18 +116,6 @@ pub fn classify(confirmation: Confirmation, queue: &str) -> Settled {
         )),
         Confirmation::Ack(None) | Confirmation::NotRequested => Settled::Confirmed,
         Confirmation::Nack(_) => Settled::Nacked,
-    }
-}
-
-/// The broker's reason when it closed the channel over a message it will
-/// never take (a channel-level error such as 406 PRECONDITION_FAILED for a
-/// body over `max_message_size`), as opposed to a lost connection.
-pub fn refusal(error: &lapin::Error) -> Option<String> {
-    match error.kind() {
-        lapin::ErrorKind::ProtocolError(e) if matches!(e.kind(), lapin::protocol::AMQPErrorKind::Soft(_)) => {
-            Some(format!("the broker closed the channel: {} {}", e.get_id(), e.get_message()))
-        }
-        _ => None,
     }
 }
 
@@ -149,7 +161,7 @@ fn properties(m: &Outgoing<'_>) -> BasicProperties {
     props
 }
 
-/// Reads a string header from a delivery's properties.
+/// Reads a string header from a delivery's properties (see [`Delivery::header`](crate::Delivery::header)).
 pub fn header(props: &BasicProperties, name: &str) -> Option<String> {
     let headers = props.headers().as_ref()?;
     match headers.inner().get(name)? {

@@ -2,8 +2,8 @@
 //! the bridge. Idempotent: the request row is locked and a reply already
 //! sent is never sent again.
 
-use baton_bus::lapin::message::Delivery;
-use baton_bus::Publisher;
+use baton_bus::consume::consume;
+use baton_bus::{DeadLetters, Delivery};
 use baton_domain::bridge::ReplyInput;
 use baton_domain::budget::{Exhausted, BUDGET_EXHAUSTED};
 use baton_domain::fleet::{Queue, RunFinished};
@@ -14,35 +14,36 @@ use baton_store::runs::Run;
 use baton_store::{invocations, requests, runs, Pool};
 use tokio_util::sync::CancellationToken;
 
-use super::{ack, connect, consume, dead_letter, retry_transient, Role};
+use super::{begin, commit, connect, db, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
 
 pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let (conn, pool) = connect(settings, Role::Collector).await?;
-    let publisher = Publisher::open(&conn).await?;
+    let publisher = conn.publisher().await?;
+    let dead = DeadLetters::new(&publisher, &settings.queues());
     let queue = settings.queues().name(Queue::RunsFinished);
     tracing::info!(%queue, "collector consuming");
-    let result = consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &publisher, settings, shutdown, d)).await;
-    super::close(publisher.channel()).await;
+    let result = consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &dead, settings, shutdown, d)).await;
+    publisher.close().await;
     result
 }
 
-async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, d: Delivery) -> anyhow::Result<()> {
-    match serde_json::from_slice::<RunFinished>(&d.data) {
+async fn handle(pool: &Pool, dead: &DeadLetters, settings: &Settings, shutdown: &CancellationToken, d: Delivery) -> anyhow::Result<()> {
+    match serde_json::from_slice::<RunFinished>(d.body()) {
         Ok(message) => match retry_transient("collecting a run", settings.transient_patience, shutdown, || collect(pool, message)).await {
-            Ok(()) => ack(&d).await,
+            Ok(()) => Ok(d.ack().await?),
             Err(e) if super::is_transient(&e) => Err(e),
-            Err(e) => dead_letter(publisher, settings, &d, Queue::RunsFinished.as_str(), &format!("could not collect the run: {e:#}")).await,
+            Err(e) => Ok(d.dead_letter(dead, Queue::RunsFinished.as_str(), &format!("could not collect the run: {e:#}")).await?),
         },
-        Err(e) => dead_letter(publisher, settings, &d, Queue::RunsFinished.as_str(), &format!("not a run-finished message: {e}")).await,
+        Err(e) => Ok(d.dead_letter(dead, Queue::RunsFinished.as_str(), &format!("not a run-finished message: {e}")).await?),
     }
 }
 
 /// Writes the final status and reply of a run's request to the outbox.
 pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
+    let mut client = db(pool).await?;
+    let tx = begin(&mut client).await?;
     let Some(run) = runs::get(&tx, message.run_id).await? else {
         anyhow::bail!("run {} does not exist", message.run_id);
     };
@@ -78,7 +79,7 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
         at: bridge::timestamp(),
     };
     bridge::reply(&tx, &request, &input).await?;
-    tx.commit().await?;
+    commit(tx).await?;
     Ok(())
 }
 

@@ -15,18 +15,19 @@ use baton_store::invocations::{self, NewInvocation};
 use baton_store::journal::Event;
 use baton_store::requests::{self, NewRequest};
 use baton_store::{budgets, outbox, profiles, runs, GenericClient, Pool};
-use baton_bus::lapin::message::Delivery;
+use baton_bus::consume::consume;
+use baton_bus::{DeadLetters, Delivery};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{ack, connect, consume, dead_letter_as, retry_transient, Role};
+use super::{begin, commit, connect, db, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
 
 pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let (conn, pool) = connect(settings, Role::Intake).await?;
-    let publisher = Publisher::open(&conn).await?;
+    let publisher = conn.publisher().await?;
     let queue = settings.queues().name(Queue::BridgeRequests);
     let dead = settings.queues().name(Queue::DeadRequests);
     tracing::info!(%queue, "intake consuming");
@@ -35,7 +36,7 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
         consume(&conn, &dead, settings.prefetch, shutdown, |d| answer_dead_letter(&pool, &publisher, settings, shutdown, d)),
     )
     .map(|_| ());
-    super::close(publisher.channel()).await;
+    publisher.close().await;
     result
 }
 
@@ -48,11 +49,11 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
 /// and the relay's sweeps re-publish what they said), so their copy in
 /// `baton.dead` is enough.
 async fn answer_dead_letter(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
-    let from = baton_bus::publish::header(&delivery.properties, "x-first-death-queue");
+    let from = delivery.header("x-first-death-queue");
     if from.as_deref() != Some(settings.queues().name(Queue::BridgeRequests).as_str()) {
-        return ack(&delivery).await;
+        return Ok(delivery.ack().await?);
     }
-    let id = delivery.properties.message_id().as_ref().map(|m| m.as_str().to_string()).unwrap_or_default();
+    let id = delivery.message_id().unwrap_or_default().to_string();
     tracing::warn!(message_id = %id, "a request was dead-lettered by the broker; handling it again");
     handle(pool, publisher, settings, shutdown, delivery).await
 }
@@ -60,23 +61,23 @@ async fn answer_dead_letter(pool: &Pool, publisher: &Publisher, settings: &Setti
 /// For a request the broker dead-lettered, what its handoff events say, so
 /// an operator who finds its copy in `baton.dead` sees that it was handled.
 fn dead_letter_note(settings: &Settings, delivery: &Delivery) -> Option<String> {
-    let from = baton_bus::publish::header(&delivery.properties, "x-first-death-queue")?;
+    let from = delivery.header("x-first-death-queue")?;
     if from != settings.queues().name(Queue::BridgeRequests) {
         return None;
     }
-    let reason = baton_bus::publish::header(&delivery.properties, "x-first-death-reason").unwrap_or_else(|| "unknown".into());
+    let reason = delivery.header("x-first-death-reason").unwrap_or_else(|| "unknown".into());
     Some(format!("the broker dead-lettered this request ({reason}); intake took it from {}", Queue::DeadRequests))
 }
 
 async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
-    let reply_to = delivery.properties.reply_to().as_ref().map(|r| r.as_str().to_string());
-    let parsed = parse_request(&delivery.data).and_then(|request| check_reply_to(settings, reply_to.as_deref(), request));
+    let reply_to = delivery.reply_to();
+    let parsed = parse_request(delivery.body()).and_then(|request| check_reply_to(settings, reply_to, request));
     match parsed {
         Ok(request) => {
             let note = dead_letter_note(settings, &delivery);
-            let stored = retry_transient("storing a request", settings.transient_patience, shutdown, || accept(pool, &request, reply_to.as_deref(), note.as_deref()));
+            let stored = retry_transient("storing a request", settings.transient_patience, shutdown, || accept(pool, &request, reply_to, note.as_deref()));
             match stored.await {
-                Ok(()) => ack(&delivery).await,
+                Ok(()) => Ok(delivery.ack().await?),
                 Err(e) if super::is_transient(&e) => Err(e),
                 // A request the store cannot take will never be taken: tell
                 // the sender and dead-letter it instead of redelivering it.
@@ -121,7 +122,7 @@ async fn reject(pool: &Pool, publisher: &Publisher, settings: &Settings, deliver
         match record_invalid_redelivery(pool, id, &error.reason).await {
             Ok(true) => {
                 tracing::warn!(handoff = %id, reason = %error.reason, "invalid re-delivery of a stored request acknowledged");
-                return ack(delivery).await;
+                return Ok(delivery.ack().await?);
             }
             Ok(false) => {}
             Err(e) if super::is_transient(&e) => return Err(e),
@@ -137,14 +138,14 @@ async fn reject(pool: &Pool, publisher: &Publisher, settings: &Settings, deliver
 /// Records an invalid body under a stored request's id; false when no
 /// request has that id.
 async fn record_invalid_redelivery(pool: &Pool, id: &str, reason: &str) -> anyhow::Result<bool> {
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
+    let mut client = db(pool).await?;
+    let tx = begin(&mut client).await?;
     if requests::get(&tx, id).await?.is_none() {
         return Ok(false);
     }
     let note = format!("an invalid body with this id was ignored: {reason}");
     requests::add_event(&tx, id, INVALID_REDELIVERY, None, Some(&note)).await?;
-    tx.commit().await?;
+    commit(tx).await?;
     Ok(true)
 }
 
@@ -191,8 +192,9 @@ async fn answer_and_dead_letter(pool: &Pool, publisher: &Publisher, settings: &S
             Err(e) => return Err(e.into()),
         }
     }
-    let kept = disclosure::redact_refused_body(&delivery.data, disclosure::REFUSED_BODY_KEPT_BYTES);
-    dead_letter_as(publisher, settings, delivery, Queue::BridgeRequests.as_str(), &reason, &kept).await
+    let kept = disclosure::redact_refused_body(delivery.body(), disclosure::REFUSED_BODY_KEPT_BYTES);
+    let dead = DeadLetters::new(publisher, &settings.queues());
+    Ok(delivery.dead_letter_as(&dead, Queue::BridgeRequests.as_str(), &reason, &kept).await?)
 }
 
 /// A failed reply that the bridge's queue refused for now (full, with
@@ -211,7 +213,7 @@ async fn leave_for_relay(pool: &Pool, settings: &Settings, delivery: &Delivery, 
         body,
         mandatory: true,
     };
-    let stored: anyhow::Result<()> = async { Ok(outbox::enqueue(&pool.get().await?, &message).await?) }.await;
+    let stored: anyhow::Result<()> = async { Ok(outbox::enqueue(&db(pool).await?, &message).await?) }.await;
     match stored {
         Ok(()) => tracing::warn!(handoff = %id, "the bridge's queue refused the failed reply for now; the relay retries it"),
         Err(e) if super::is_transient(&e) => return Err(e),
@@ -224,21 +226,21 @@ async fn leave_for_relay(pool: &Pool, settings: &Settings, delivery: &Delivery, 
 /// that names one of the fleet's queues, else `baton.bridge.replies`.
 fn reply_queue(settings: &Settings, delivery: &Delivery) -> String {
     let queues = settings.queues();
-    match delivery.properties.reply_to() {
-        Some(queue) if !queues.is_fleet_queue(queue.as_str()) => queue.as_str().to_string(),
+    match delivery.reply_to() {
+        Some(queue) if !queues.is_fleet_queue(queue) => queue.to_string(),
         _ => queues.name(Queue::BridgeReplies),
     }
 }
 
 async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, dead_lettered: Option<&str>) -> anyhow::Result<()> {
-    let mut client = pool.get().await?;
+    let mut client = db(pool).await?;
     // The disclosure policy runs before anything is stored or shown: no
     // agent, prompt, external tool or operator view sees what it removes.
     // It runs before the transaction opens, so its CPU time on a large body
     // never counts as idle-in-transaction time.
     let policy = profiles::disclosure(&client).await?;
     let filtered = disclosure::apply(policy.for_target(original.target_agent.as_str()), original);
-    let tx = client.transaction().await?;
+    let tx = begin(&mut client).await?;
     let request = &filtered.request;
     let body = serde_json::to_value(request)?;
     let new = NewRequest {
@@ -267,7 +269,7 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, 
         } else {
             tracing::info!(handoff = %request.id, "duplicate request acknowledged; no new run");
         }
-        tx.commit().await?;
+        commit(tx).await?;
         return Ok(());
     }
     requests::add_event(&tx, &request.id, "created", Some(request.status.as_str()), None).await?;
@@ -276,7 +278,7 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, 
     if request.is_runnable() {
         start(&tx, request).await?;
     }
-    tx.commit().await?;
+    commit(tx).await?;
     Ok(())
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use baton_agent::providers::BuiltinProviders;
 use baton_agent::runner::{Exit, Limits, Runner};
-use baton_bus::lapin::message::Delivery;
-use baton_bus::Publisher;
+use baton_bus::consume::{consume_until, Broken};
+use baton_bus::{DeadLetters, Delivery};
 use baton_domain::fleet::{FleetMessage, Queue, RunInvocation};
 use baton_domain::journal;
 use baton_domain::state::{InvocationKind, TaskStatus};
@@ -20,7 +20,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{ack, connect_with, consume_until, dead_letter, retry_transient, Broken, Role};
+use super::{begin, commit, connect_with, db, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
 
@@ -100,14 +100,15 @@ impl State {
 
 pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let conn = connect_with(settings, Role::Invocation, &state.worker.pool).await?;
-    let publisher = Publisher::open(&conn).await?;
+    let publisher = conn.publisher().await?;
+    let dead = DeadLetters::new(&publisher, &settings.queues());
     let (worker, slots, loops, deadline) = (&state.worker, &state.slots, &state.loops, &state.deadline);
     let queues = settings.queues();
     let wanted = |logical: Queue| settings.invocation_queues.iter().any(|q| logical.as_str().ends_with(&format!(".{q}")));
     let consumers = [Queue::InvocationsHandoff, Queue::InvocationsDelegate].map(|logical| {
         let enabled = wanted(logical);
         let (conn, queue) = (&conn, queues.name(logical));
-        let publisher = &publisher;
+        let dead = &dead;
         async move {
             if !enabled {
                 shutdown.cancelled().await;
@@ -127,17 +128,17 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                 };
                 // Claims run side by side, each in its own task: one slow claim
                 // does not hold up the deliveries behind it.
-                let (worker, publisher, stop, deadline) = (worker.clone(), publisher.clone(), shutdown.clone(), deadline.clone());
+                let (worker, dead, stop, deadline) = (worker.clone(), dead.clone(), shutdown.clone(), deadline.clone());
                 let (queue, broken) = (queue_ref.clone(), broken_ref.clone());
                 loops.spawn(async move {
                     let _permit = permit;
                     if stop.is_cancelled() {
                         return; // unclaimed and unacked: it goes back to the queue
                     }
-                    match receive(&worker, &publisher, &d, &queue, &stop).await {
+                    match receive(&worker, &dead, &d, &queue, &stop).await {
                         Ok(Some(inv)) => worker.execute(inv, stop, deadline).await,
                         Ok(None) => {}
-                        Err(e) => broken.fail(&e),
+                        Err(e) => broken.fail(format!("{e:#}")),
                     }
                 });
                 Ok(())
@@ -152,17 +153,17 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
         // or are handed back at the deadline.
         state.drain().await;
     }
-    super::close(publisher.channel()).await;
+    publisher.close().await;
     result
 }
 
 /// Parses and claims; acks once the claim (or the finding that there is
 /// nothing to do) is committed.
-async fn receive(worker: &Worker, publisher: &Publisher, d: &Delivery, queue: &str, stop: &CancellationToken) -> anyhow::Result<Option<Invocation>> {
-    let message: RunInvocation = match serde_json::from_slice(&d.data) {
+async fn receive(worker: &Worker, dead: &DeadLetters, d: &Delivery, queue: &str, stop: &CancellationToken) -> anyhow::Result<Option<Invocation>> {
+    let message: RunInvocation = match serde_json::from_slice(d.body()) {
         Ok(m) => m,
         Err(e) => {
-            dead_letter(publisher, &worker.settings, d, queue, &format!("not an invocation message: {e}")).await?;
+            d.dead_letter(dead, queue, &format!("not an invocation message: {e}")).await?;
             return Ok(None);
         }
     };
@@ -178,7 +179,7 @@ async fn receive(worker: &Worker, publisher: &Publisher, d: &Delivery, queue: &s
             // Not even that works (the invocation row itself is corrupt): say why, don't loop.
             Err(again) => {
                 let reason = format!("could not claim the invocation: {e:#}; nor fail it: {again:#}");
-                dead_letter(publisher, &worker.settings, d, queue, &reason).await?;
+                d.dead_letter(dead, queue, &reason).await?;
                 return Ok(None);
             }
         },
@@ -186,7 +187,7 @@ async fn receive(worker: &Worker, publisher: &Publisher, d: &Delivery, queue: &s
     // From here the Postgres lease owns the work: a failed ack (the channel
     // closed under us) only means a duplicate delivery later, which finds
     // nothing to claim. The claimed work still runs, or is handed back.
-    if let Err(e) = ack(d).await {
+    if let Err(e) = d.ack().await {
         tracing::warn!(invocation = %message.invocation_id, error = %format!("{e:#}"), "ack failed after the claim committed");
     }
     Ok(claimed)
@@ -196,10 +197,10 @@ impl Worker {
     /// Claims the invocation with its journal events, in one transaction.
     /// `None`: already claimed, finished, or given up on.
     pub async fn claim(&self, message: RunInvocation) -> anyhow::Result<Option<Invocation>> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
+        let mut client = db(&self.pool).await?;
+        let tx = begin(&mut client).await?;
         let Some(inv) = invocations::claim(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease).await? else {
-            tx.commit().await?;
+            commit(tx).await?;
             tracing::debug!(invocation = %message.invocation_id, "nothing to claim");
             return Ok(None);
         };
@@ -207,12 +208,12 @@ impl Worker {
             // A stage whose workers keep dying stops here instead of looping.
             let text = "the agent stopped because its workers kept failing";
             fail_claimed(&tx, &inv, "host.too_many_takeovers", text, &format!("taken over {} times", inv.takeovers)).await?;
-            tx.commit().await?;
+            commit(tx).await?;
             return Ok(None);
         }
         let evs = started_events(&tx, &inv, &self.settings.worker_id).await?;
         baton_store::journal::append(&tx, inv.run_id, &evs).await?;
-        tx.commit().await?;
+        commit(tx).await?;
         Ok(Some(inv))
     }
 
@@ -221,15 +222,15 @@ impl Worker {
     /// transaction. An owner's run fails with it, so the collector sends the
     /// bridge a `failed` reply; a child's task fails and its parent reads why.
     pub async fn fail_unclaimable(&self, message: RunInvocation, error: &anyhow::Error) -> anyhow::Result<()> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
+        let mut client = db(&self.pool).await?;
+        let tx = begin(&mut client).await?;
         let Some(inv) = invocations::claim(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease).await? else {
             return Ok(()); // someone else holds or ended it meanwhile
         };
         let (code, text) = claim_failure(&inv, error);
         tracing::error!(invocation = %inv.id, profile = %inv.profile_id, error = %format!("{error:#}"), "cannot start the invocation; failing it");
         fail_claimed(&tx, &inv, code, &text, &format!("{error:#}")).await?;
-        tx.commit().await?;
+        commit(tx).await?;
         Ok(())
     }
 
@@ -329,13 +330,13 @@ impl Worker {
 
     /// `false`: the claim was no longer this worker's (taken over, or ended).
     async fn try_release(&self, inv: &Invocation) -> anyhow::Result<bool> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
+        let mut client = db(&self.pool).await?;
+        let tx = begin(&mut client).await?;
         if !invocations::release(&tx, inv.id, inv.claim_epoch).await? {
             return Ok(false);
         }
         baton_store::outbox::enqueue_fleet(&tx, &FleetMessage::run(inv.run_id, inv.id, inv.kind)).await?;
-        tx.commit().await?;
+        commit(tx).await?;
         Ok(true)
     }
 }

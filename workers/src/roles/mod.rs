@@ -11,13 +11,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use backon::BackoffBuilder;
-use baton_bus::lapin::message::Delivery;
-use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
-use baton_bus::lapin::types::FieldTable;
-use baton_bus::lapin::{Channel, Connection};
-use baton_bus::{Outgoing, Publisher};
-use baton_domain::fleet::Queue;
-use futures_lite::StreamExt;
+use baton_bus::Connection;
+use baton_store::{Client, Pool, Transaction};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
@@ -108,7 +103,7 @@ async fn run_attempts(
 }
 
 /// Connects to both services and declares the topology.
-pub(crate) async fn connect(settings: &Settings, role: Role) -> anyhow::Result<(Connection, baton_store::Pool)> {
+pub(crate) async fn connect(settings: &Settings, role: Role) -> anyhow::Result<(Connection, Pool)> {
     let session = match role {
         Role::Relay => relay::session(settings),
         _ => settings.db_session_of(role.name()),
@@ -119,158 +114,48 @@ pub(crate) async fn connect(settings: &Settings, role: Role) -> anyhow::Result<(
 
 /// Connects to the broker, declares the topology, and checks that the
 /// database answers through a pool the caller keeps.
-pub(crate) async fn connect_with(settings: &Settings, role: Role, pool: &baton_store::Pool) -> anyhow::Result<Connection> {
+pub(crate) async fn connect_with(settings: &Settings, role: Role, pool: &Pool) -> anyhow::Result<Connection> {
     use anyhow::Context;
     let name = format!("baton-{}-{}", role.name(), settings.worker_id);
-    let conn = baton_bus::connect(&settings.amqp_url, &name)
+    let conn = Connection::open(&settings.amqp_url, &name)
         .await
         .with_context(|| format!("connecting to RabbitMQ at {}", settings.amqp_url_redacted()))?;
-    let channel = conn.create_channel().await?;
-    settings.queues().declare(&channel).await?;
-    let _ = channel.close(200, "declared".into()).await;
-    drop(pool.get().await.with_context(|| format!("connecting to PostgreSQL at {}", settings.database_url_redacted()))?);
+    conn.declare(&settings.queues()).await?;
+    drop(db(pool).await.with_context(|| format!("connecting to PostgreSQL at {}", settings.database_url_redacted()))?);
     Ok(conn)
 }
 
-/// Consumes a queue, handing each delivery to `handle`, until shutdown. The
-/// handler acks; on shutdown the channel closes before the connection, so no
-/// ack in flight is lost.
-pub(crate) async fn consume<F, Fut>(
-    conn: &Connection,
-    queue: &str,
-    prefetch: u16,
-    shutdown: &CancellationToken,
-    handle: F,
-) -> anyhow::Result<()>
-where
-    F: Fn(Delivery) -> Fut,
-    Fut: Future<Output = anyhow::Result<()>>,
-{
-    consume_until(conn, queue, prefetch, shutdown, &Broken::default(), handle).await
+/// A client from the pool. Its failure, like a transaction's through
+/// [`begin`] and [`commit`], is the store's error, which says whether it
+/// passes (see [`is_transient`]).
+pub(crate) async fn db(pool: &Pool) -> baton_store::Result<Client> {
+    Ok(pool.get().await?)
 }
 
-/// A failure seen by work the consumer handed off to another task: it ends
-/// the consumer (the role then reconnects), and unacked deliveries return
-/// to the queue when the channel closes.
-#[derive(Clone, Default)]
-pub(crate) struct Broken {
-    token: CancellationToken,
-    why: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+pub(crate) async fn begin(client: &mut Client) -> baton_store::Result<Transaction<'_>> {
+    Ok(client.transaction().await?)
 }
 
-impl Broken {
-    pub(crate) fn fail(&self, e: &anyhow::Error) {
-        self.why.lock().expect("not poisoned").get_or_insert_with(|| format!("{e:#}"));
-        self.token.cancel();
-    }
-
-    fn error(&self) -> anyhow::Error {
-        anyhow::anyhow!(self.why.lock().expect("not poisoned").clone().unwrap_or_default())
-    }
-}
-
-/// [`consume`], also ended by `broken`.
-pub(crate) async fn consume_until<F, Fut>(
-    conn: &Connection,
-    queue: &str,
-    prefetch: u16,
-    shutdown: &CancellationToken,
-    broken: &Broken,
-    handle: F,
-) -> anyhow::Result<()>
-where
-    F: Fn(Delivery) -> Fut,
-    Fut: Future<Output = anyhow::Result<()>>,
-{
-    let channel = conn.create_channel().await?;
-    channel.basic_qos(prefetch, BasicQosOptions::default()).await?;
-    let mut consumer = channel
-        .basic_consume(queue.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
-        .await?;
-    let result = loop {
-        let next = tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break Ok(()),
-            _ = broken.token.cancelled() => break Err(broken.error()),
-            next = consumer.next() => next,
-        };
-        match next {
-            Some(Ok(delivery)) => {
-                if let Err(e) = handle(delivery).await {
-                    break Err(e);
-                }
-            }
-            Some(Err(e)) => break Err(e.into()),
-            None => break Err(anyhow::anyhow!("the broker closed the consumer on {queue}")),
-        }
-    };
-    close(&channel).await;
-    result
-}
-
-pub(crate) async fn close(channel: &Channel) {
-    let _ = channel.close(200, "shutting down".into()).await;
-}
-
-pub(crate) async fn ack(delivery: &Delivery) -> anyhow::Result<()> {
-    delivery.acker.ack(BasicAckOptions::default()).await?;
-    Ok(())
-}
-
-/// Sends a rejected message to `baton.dead` with the reason in
-/// `x-baton-error`, then acks it: nothing is dropped silently.
-pub(crate) async fn dead_letter(
-    publisher: &Publisher,
-    settings: &Settings,
-    delivery: &Delivery,
-    source_queue: &str,
-    reason: &str,
-) -> anyhow::Result<()> {
-    dead_letter_as(publisher, settings, delivery, source_queue, reason, &delivery.data).await
-}
-
-/// [`dead_letter`] with the body an operator may see in place of the one
-/// delivered (intake keeps refused requests redacted).
-pub(crate) async fn dead_letter_as(
-    publisher: &Publisher,
-    settings: &Settings,
-    delivery: &Delivery,
-    source_queue: &str,
-    reason: &str,
-    body: &[u8],
-) -> anyhow::Result<()> {
-    let dead = settings.queues().name(Queue::Dead);
-    let message_id = delivery.properties.message_id().as_ref().map(|m| m.as_str().to_string());
-    let out = Outgoing {
-        queue: &dead,
-        body,
-        message_id: message_id.as_deref(),
-        headers: vec![("x-baton-error", reason.to_string()), ("x-baton-source-queue", source_queue.to_string())],
-        ..Default::default()
-    };
-    publisher.publish(&out).await?;
-    tracing::warn!(queue = source_queue, reason, "message dead-lettered");
-    ack(delivery).await
+pub(crate) async fn commit(tx: Transaction<'_>) -> baton_store::Result<()> {
+    Ok(tx.commit().await?)
 }
 
 /// Whether an error will likely pass on its own (a service went away, the
 /// database is failing over, read-only, out of connections, or aborted a
 /// transaction; the pool had no connection in time): the work is tried again,
-/// never failed or dead-lettered for it. The database's side of the decision
-/// is `baton_store::Error::is_transient`, its one place.
+/// never failed or dead-lettered for it. The first of the crates' errors in
+/// the chain decides: each says itself whether it passes.
 pub(crate) fn is_transient(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
+    let decides = |cause: &(dyn std::error::Error + 'static)| {
         if let Some(store) = cause.downcast_ref::<baton_store::Error>() {
-            return store.is_transient();
+            return Some(store.is_transient());
         }
         if let Some(agent) = cause.downcast_ref::<baton_agent::Error>() {
-            return agent.is_transient();
+            return Some(agent.is_transient());
         }
-        cause.downcast_ref::<baton_store::PoolError>().is_some_and(baton_store::transient_pool)
-            || cause.downcast_ref::<baton_store::tokio_postgres::Error>().is_some_and(baton_store::transient_postgres)
-            || cause.downcast_ref::<baton_bus::lapin::Error>().is_some()
-            || cause.downcast_ref::<baton_bus::Error>().is_some()
-    })
+        cause.downcast_ref::<baton_bus::Error>().map(baton_bus::Error::is_transient)
+    };
+    e.chain().find_map(decides).unwrap_or(false)
 }
 
 /// Delays between attempts: exponential from 200 ms to 10 s, with jitter.
@@ -352,5 +237,12 @@ mod tests {
         let agent = baton_agent::Error::Store(baton_store::Error::Pool(deadpool_postgres::PoolError::Closed));
         assert!(is_transient(&anyhow::Error::new(agent)));
         assert!(!is_transient(&anyhow::Error::new(baton_agent::Error::Contract("no such profile".into()))));
+    }
+
+    #[test]
+    fn a_broker_that_refused_for_now_is_transient_and_a_missing_broker_url_is_not() {
+        assert!(is_transient(&anyhow::Error::new(baton_bus::Error::Nacked("q".into())).context("dead-lettering")));
+        assert!(!is_transient(&anyhow::Error::new(baton_bus::Error::NoBrokerUrl)));
+        assert!(!is_transient(&anyhow::anyhow!("a plain failure")));
     }
 }

@@ -12,9 +12,7 @@
 
 use std::sync::Arc;
 
-use baton_bus::lapin::Connection;
-use baton_bus::publish::{classify, refusal};
-use baton_bus::{Outgoing, Publisher, Settled};
+use baton_bus::{Connection, Outgoing, Publisher, Settled};
 use baton_domain::fleet::{FleetMessage, Queue};
 use baton_domain::outgoing::{self as bound, Verdict};
 use baton_store::outbox::{self, Message, Row};
@@ -25,7 +23,7 @@ use futures_lite::StreamExt;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{connect, Role};
+use super::{begin, commit, connect, db, Role};
 use crate::config::Settings;
 
 const BATCH: i64 = 256;
@@ -47,7 +45,7 @@ pub(crate) fn session(settings: &Settings) -> baton_store::SessionConfig {
 
 pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let (conn, pool) = connect(settings, Role::Relay).await?;
-    let publisher = Publisher::open(&conn).await?;
+    let publisher = conn.publisher().await?;
     let wake = Arc::new(Notify::new());
     let (_listening, listener) = listen(settings, wake.clone()).await?;
     let mut relay = Relay { pool, conn, publisher, settings: settings.clone() };
@@ -57,7 +55,7 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let result = relay.serve(&wake, &listener, shutdown).await;
     callbacks_stop.cancel();
     let _ = callbacks.await;
-    super::close(relay.publisher.channel()).await;
+    relay.publisher.close().await;
     result
 }
 
@@ -80,7 +78,7 @@ async fn listen(settings: &Settings, wake: Arc<Notify>) -> anyhow::Result<(tokio
         }
         guard.cancel();
     });
-    client.batch_execute("LISTEN baton_outbox").await?;
+    client.batch_execute("LISTEN baton_outbox").await.map_err(baton_store::Error::from)?;
     Ok((client, dead))
 }
 
@@ -140,8 +138,8 @@ impl Relay {
     /// every row's fate is recorded (deleted, rescheduled, dead-lettered)
     /// and committed: a crash re-publishes, never drops.
     pub async fn publish_batch(&mut self) -> anyhow::Result<usize> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
+        let mut client = db(&self.pool).await?;
+        let tx = begin(&mut client).await?;
         let rows = outbox::take_batch(&tx, BATCH).await?;
         if rows.is_empty() {
             return Ok(0);
@@ -164,7 +162,7 @@ impl Relay {
             }
         }
         outbox::delete(&tx, &done).await?;
-        tx.commit().await?;
+        commit(tx).await?;
         Ok(rows.len())
     }
 
@@ -200,12 +198,12 @@ impl Relay {
         }
         let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
         let mut fates = Vec::with_capacity(rows.len());
-        for (attempt, p) in sent.into_iter().zip(prepared) {
+        for attempt in sent {
             fates.push(match attempt {
                 Err(fate) => fate,
-                Ok(confirm) => match tokio::time::timeout_at(deadline, confirm).await {
+                Ok(pending) => match tokio::time::timeout_at(deadline, pending.settled()).await {
                     Err(_) => anyhow::bail!("the broker did not confirm within {CONFIRM_TIMEOUT:?}"),
-                    Ok(Ok(confirmation)) => settled(classify(confirmation, &p.queue)),
+                    Ok(Ok(confirmed)) => settled(confirmed),
                     Ok(Err(e)) => Fate::Unsure(e.to_string()),
                 },
             });
@@ -215,14 +213,14 @@ impl Relay {
 
     /// Publishes one row on its own: a channel error now is about this row.
     async fn publish_alone(&mut self, m: &Message, p: &Prepared) -> anyhow::Result<Fate> {
-        let confirm = match self.publisher.send(&outgoing(m, &p.queue, &p.body)).await {
-            Ok(confirm) => confirm,
+        let pending = match self.publisher.send(&outgoing(m, &p.queue, &p.body)).await {
+            Ok(pending) => pending,
             Err(e) => return self.failed_alone(e).await,
         };
-        match tokio::time::timeout(CONFIRM_TIMEOUT, confirm).await {
+        match tokio::time::timeout(CONFIRM_TIMEOUT, pending.settled()).await {
             Err(_) => anyhow::bail!("the broker did not confirm within {CONFIRM_TIMEOUT:?}"),
-            Ok(Ok(confirmation)) => Ok(settled(classify(confirmation, &p.queue))),
-            Ok(Err(e)) => self.failed_alone(e.into()).await,
+            Ok(Ok(confirmed)) => Ok(settled(confirmed)),
+            Ok(Err(e)) => self.failed_alone(e).await,
         }
     }
 
@@ -230,23 +228,19 @@ impl Relay {
     /// role reconnects and the batch is tried again. A channel the broker
     /// closed over this message means it will never take it.
     async fn failed_alone(&mut self, e: baton_bus::Error) -> anyhow::Result<Fate> {
-        if !self.conn.status().connected() {
+        if !self.conn.is_connected() {
             return Err(e.into());
         }
         self.reopen().await?;
-        let refused = match &e {
-            baton_bus::Error::Amqp(e) => refusal(e),
-            baton_bus::Error::Nacked(_) | baton_bus::Error::NoBrokerUrl => None,
-        };
-        Ok(match refused {
+        Ok(match e.refusal() {
             Some(reason) => Fate::Dead(reason),
             None => Fate::Retry(e.to_string()),
         })
     }
 
     async fn reopen(&mut self) -> anyhow::Result<()> {
-        super::close(self.publisher.channel()).await;
-        self.publisher = Publisher::open(&self.conn).await?;
+        self.publisher.close().await;
+        self.publisher = self.conn.publisher().await?;
         Ok(())
     }
 
@@ -317,8 +311,10 @@ impl Relay {
         };
         let refused = match self.publisher.publish(&out).await {
             Ok(_) => return Ok(()),
-            Err(baton_bus::Error::Amqp(e)) if self.conn.status().connected() => refusal(&e).ok_or(e)?,
-            Err(e) => return Err(e.into()),
+            Err(e) => match e.refusal().filter(|_| self.conn.is_connected()) {
+                Some(refused) => refused,
+                None => return Err(e.into()),
+            },
         };
         // The broker refused even the cut copy (its `max_message_size` is
         // below this bound): the reason and the ids alone, or the row would
@@ -360,8 +356,8 @@ impl Relay {
             delegate_backlog: self.has_backlog(Queue::InvocationsDelegate).await,
         };
         let finished_backlog = self.has_backlog(Queue::RunsFinished).await;
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
+        let mut client = db(&self.pool).await?;
+        let tx = begin(&mut client).await?;
         for (id, run_id, kind) in invocations::take_stalled(&tx, &pace).await? {
             tracing::info!(invocation = %id, "re-publishing stalled invocation");
             outbox::enqueue_fleet(&tx, &FleetMessage::run(run_id, id, kind)).await?;
@@ -376,7 +372,7 @@ impl Relay {
             tracing::info!(run = %run_id, "re-publishing an unreplied finished run");
             outbox::enqueue_fleet(&tx, &FleetMessage::finished(run_id)).await?;
         }
-        tx.commit().await?;
+        commit(tx).await?;
         Ok(())
     }
 
