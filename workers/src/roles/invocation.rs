@@ -12,6 +12,7 @@ use baton_bus::messages::RunInvocation;
 use baton_bus::topology::{INVOCATIONS_DELEGATE, INVOCATIONS_HANDOFF};
 use baton_bus::Publisher;
 use baton_domain::journal;
+use baton_domain::request::HandoffStatus;
 use baton_domain::state::{InvocationKind, TaskStatus};
 use baton_store::invocations::{self, Invocation};
 use baton_store::journal::Event;
@@ -393,7 +394,7 @@ async fn started_events(c: &impl GenericClient, inv: &Invocation, worker: &str) 
         let run = runs::get(c, inv.run_id).await?;
         if let Some(handoff) = run.and_then(|r| r.handoff_id) {
             if let Some(request) = requests::get(c, &handoff).await? {
-                bridge::status(c, &request, "running", None).await?;
+                bridge::status(c, &request, HandoffStatus::Running, None).await?;
             }
         }
     }
