@@ -1,7 +1,7 @@
 //! Task records: one per handoff stage (TransferControl) or delegated job
 //! (ReturnToParent), the seed's AgentTaskRecord.
 
-use baton_domain::delegation::Budget;
+use baton_domain::delegation::{Budget, Capsule};
 use baton_domain::state::{Continuation, Failure, TaskStatus};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
@@ -41,7 +41,8 @@ pub struct Task {
     pub status: TaskStatus,
     pub task: Value,
     pub created_by_tool_call_id: String,
-    pub result: Option<Value>,
+    /// What a delegated task's agent returned.
+    pub result: Option<Capsule>,
     pub error: Option<Failure>,
     /// Whether the parent has read this task's result.
     pub delivered: bool,
@@ -123,7 +124,7 @@ fn from_row(r: &tokio_postgres::Row) -> Result<Task> {
         status: at.wire(r, 6)?,
         task: r.get(7),
         created_by_tool_call_id: r.get(8),
-        result: r.get(9),
+        result: at.json_opt(r, 9)?,
         error: at.json_opt(r, 10)?,
         delivered: r.get(11),
     })
@@ -148,8 +149,9 @@ pub async fn of_child(c: &impl GenericClient, child: Uuid) -> Result<Option<Task
     sql::query_opt(c, &sql, &[&child]).await?.as_ref().map(from_row).transpose()
 }
 
-pub async fn set_result(c: &impl GenericClient, id: Uuid, result: &Value, result_ref: &str) -> Result<()> {
-    sql::execute(c, "UPDATE tasks SET result = $2, result_ref = $3 WHERE id = $1", &[&id, result, &result_ref]).await?;
+pub async fn set_result(c: &impl GenericClient, id: Uuid, result: &Capsule, result_ref: &str) -> Result<()> {
+    let result = serde_json::to_value(result)?;
+    sql::execute(c, "UPDATE tasks SET result = $2, result_ref = $3 WHERE id = $1", &[&id, &result, &result_ref]).await?;
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 //! across the fleet. Children run on any worker; a waiting parent is parked
 //! in Postgres and woken through the outbox.
 
-use baton_domain::delegation::{self as dg, AwaitArgs, AwaitMode, AwaitSpec, Capsule, TaskView};
+use baton_domain::delegation::{self as dg, AwaitArgs, AwaitMode, AwaitSpec, TaskView};
 use baton_domain::error::delegation_codes as codes;
 use baton_domain::journal;
 use baton_domain::state::{Continuation, InvocationKind, TaskStatus};
@@ -151,7 +151,7 @@ fn view(t: &Task) -> TaskView<'_> {
         key: &t.workspace_key,
         agent: &t.target_profile_id,
         status: t.status,
-        capsule: t.result.as_ref().and_then(|r| serde_json::from_value::<Capsule>(r.clone()).ok()),
+        capsule: t.result.clone(),
         error: t.error.as_ref().map(|e| e.message.as_str()),
     }
 }
@@ -177,7 +177,7 @@ pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
     write_file(c, inv.run_id, &result_ref, &record.to_string()).await?;
     let summary_path = format!("summaries/{}-result.md", task.workspace_key);
     write_file(c, inv.run_id, &summary_path, &dg::render_result_file(&task.workspace_key, &task.target_profile_id, &capsule)).await?;
-    tasks::set_result(c, task.id, &result, &result_ref).await?;
+    tasks::set_result(c, task.id, &capsule, &result_ref).await?;
     let mut events = vec![tool_event(ctx, journal::TASK_RETURN_RECORDED, json!({"status": capsule.status})), tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({}))];
     let status = capsule.status.task_status();
     let error = (status == TaskStatus::Failed).then(|| json!({"code": "agent.task_failed", "message": capsule.summary}));
