@@ -234,7 +234,7 @@ async fn an_invalid_redelivery_of_an_accepted_request_is_recorded_and_changes_no
     fleet.stop().await;
     let c = env.db().await;
     let stored = baton_store::requests::get(&c, "redelivered").await.unwrap().unwrap();
-    assert_eq!(stored.status, "completed");
+    assert_eq!(stored.status, baton_domain::request::HandoffStatus::Completed);
     assert_eq!(env.scalar_i64("SELECT count(*) FROM runs", &[]).await, 1);
 }
 

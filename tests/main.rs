@@ -8,6 +8,7 @@ mod chain;
 mod claims;
 mod cluster;
 mod contract;
+mod corrupt_rows;
 mod database;
 mod delegation;
 mod errors;

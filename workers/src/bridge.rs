@@ -3,6 +3,7 @@
 
 use baton_domain::bridge;
 use baton_domain::fleet::Queue;
+use baton_domain::request::HandoffStatus;
 use baton_store::outbox::{self, Message};
 use baton_store::requests::{self, Request};
 use baton_store::GenericClient;
@@ -26,10 +27,10 @@ fn route(request: &Request, message_id: String, body: Value, mandatory: bool) ->
 
 /// Records a status change and queues the `BridgeStatus` message (mandatory,
 /// like the reply: one that no queue takes goes to the dead-letter queue).
-pub async fn status(c: &impl GenericClient, request: &Request, status: &str, note: Option<&str>) -> baton_store::Result<()> {
+pub async fn status(c: &impl GenericClient, request: &Request, status: HandoffStatus, note: Option<&str>) -> baton_store::Result<()> {
     let seq = requests::set_status(c, &request.id, status).await?;
     requests::add_event(c, &request.id, "status_changed", Some(status), note).await?;
-    let body = bridge::status(&request.id, status, seq, request.reply_chat_id.as_deref(), now());
+    let body = bridge::status(&request.id, status.as_str(), seq, request.reply_chat_id.as_deref(), now());
     if let Some(url) = &request.status_url {
         baton_store::callbacks::enqueue(c, &request.id, url, &body).await?;
     }

@@ -5,7 +5,7 @@ use anyhow::{bail, Context};
 use baton_domain::brief::render_request_brief;
 use baton_domain::fleet::{FleetMessage, Queue};
 use baton_domain::journal;
-use baton_domain::request::HandoffRequest;
+use baton_domain::request::{HandoffRequest, HandoffStatus};
 use baton_domain::state::RunStatus;
 use baton_store::journal::Event;
 use baton_store::{runs, Pool};
@@ -46,7 +46,7 @@ pub async fn handoff_show(pool: &Pool, id: &str) -> anyhow::Result<String> {
     }
     out.push_str(&format!("\n{}\nEvents:\n", render_request_brief(&parsed)));
     for e in baton_store::requests::events(&c, id).await? {
-        let detail = [e.status.as_deref(), e.message.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ");
+        let detail = [e.status.map(HandoffStatus::as_str), e.message.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ");
         out.push_str(&format!("  {}  {:<18} {detail}\n", e.at.format("%Y-%m-%d %H:%M:%S"), e.kind));
     }
     Ok(out)
@@ -81,7 +81,7 @@ pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> a
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     let request = baton_store::requests::lock(&tx, id).await?.with_context(|| format!("no handoff `{id}`"))?;
-    if request.reply_sent_at.is_some() || ["completed", "failed", "cancelled"].contains(&request.status.as_str()) {
+    if request.reply_sent_at.is_some() || request.status.is_terminal() {
         bail!("handoff `{id}` has already ended ({})", request.status);
     }
     if let Some(run) = request.run_id {

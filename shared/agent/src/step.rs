@@ -112,12 +112,7 @@ pub(crate) fn first_cause(results: impl IntoIterator<Item = Result<(), Error>>) 
 
 /// Tokens a turn used, whatever the provider calls them.
 pub(crate) fn tokens_of(turn: &ModelTurn) -> i64 {
-    let Some(u) = &turn.usage else { return 0 };
-    let n = |k: &str| u[k].as_i64().unwrap_or(0);
-    match n("total_tokens") {
-        0 => n("promptTokens") + n("completionTokens") + n("prompt_tokens") + n("completion_tokens"),
-        total => total,
-    }
+    turn.usage.as_ref().map_or(0, crate::providers::Usage::tokens)
 }
 
 /// Every call of a turn gets an id unique in the invocation: some endpoints

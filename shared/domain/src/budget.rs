@@ -128,28 +128,9 @@ pub struct Spent {
     pub elapsed: Duration,
 }
 
-/// Which limit a run reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
-    Tokens,
-    ModelCalls,
-    ToolCalls,
-    WallClock,
-}
-
-impl Limit {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Limit::Tokens => "tokens",
-            Limit::ModelCalls => "model_calls",
-            Limit::ToolCalls => "tool_calls",
-            Limit::WallClock => "wall_clock",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        [Limit::Tokens, Limit::ModelCalls, Limit::ToolCalls, Limit::WallClock].into_iter().find(|l| l.as_str() == s)
-    }
+crate::wire_enum! {
+    /// Which limit a run reached.
+    pub enum Limit { Tokens => "tokens", ModelCalls => "model_calls", ToolCalls => "tool_calls", WallClock => "wall_clock" }
 }
 
 /// A limit the run reached: `spent` of `max` (seconds for the wall clock).

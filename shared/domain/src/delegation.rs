@@ -203,6 +203,19 @@ pub struct AwaitArgs {
     pub timeout_ms: u64,
 }
 
+/// What a parked parent waits for, stored with it: the `agent_await` call
+/// that parked it, which tasks and how, and a deadline that belongs to that
+/// call, so it holds across wake-ups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AwaitSpec {
+    pub tool_call_id: String,
+    #[serde(default)]
+    pub keys: Option<Vec<String>>,
+    pub mode: AwaitMode,
+    pub deadline: chrono::DateTime<chrono::Utc>,
+}
+
 pub fn parse_await(args: &Value) -> Result<AwaitArgs, ToolError> {
     let call: AwaitCall = tool_args::parse(args)?;
     let timeout_ms = call.timeout_ms.unwrap_or(DEFAULT_AWAIT_MS).clamp(1, MAX_AWAIT_MS);

@@ -1,30 +1,13 @@
 //! The two reply languages a bridge may ask for.
 
-use serde::{Deserialize, Serialize};
+use crate::wire_enum;
 
-/// The language of everything Baton says to the chat user.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub enum Language {
-    #[serde(rename = "zh-CN")]
-    ZhCn,
-    #[default]
-    #[serde(rename = "en")]
-    En,
-}
-
-impl Language {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Language::ZhCn => "zh-CN",
-            Language::En => "en",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "zh-CN" => Some(Language::ZhCn),
-            "en" => Some(Language::En),
-            _ => None,
-        }
+wire_enum! {
+    /// The language of everything Baton says to the chat user.
+    #[derive(Default)]
+    pub enum Language {
+        ZhCn => "zh-CN",
+        #[default]
+        En => "en",
     }
 }

@@ -23,6 +23,7 @@
 //! - [`journal`]: journal event names.
 //! - [`schema`]: whether a database's migrations are the ones a binary was built with.
 //! - [`error`]: recoverable tool errors.
+//! - [`wire`]: `wire_enum!`, the one way a closed set of strings (statuses, sources, tool names, languages) is declared.
 
 pub mod brief;
 pub mod budget;
@@ -44,6 +45,7 @@ pub mod sandbox;
 pub mod state;
 pub mod tool_args;
 pub mod tools;
+pub mod wire;
 pub mod workspace;
 
 pub use error::ToolError;

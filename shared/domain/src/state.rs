@@ -5,38 +5,18 @@
 //! current status, so a transition that is not listed cannot happen.
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
-macro_rules! text_enum {
-    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        pub enum $name { $(#[serde(rename = $text)] $variant),+ }
+use crate::wire_enum;
 
-        impl $name {
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-            pub fn parse(s: &str) -> Option<Self> {
-                match s { $($text => Some($name::$variant),)+ _ => None }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
+wire_enum! {
+    /// Where an invocation sits in its run.
+    pub enum InvocationKind { Root => "root", Handoff => "handoff", Child => "child" }
 }
 
-text_enum!(
-    /// Where an invocation sits in its run.
-    InvocationKind { Root => "root", Handoff => "handoff", Child => "child" }
-);
-
-text_enum!(
+wire_enum! {
     /// The life of one agent invocation.
-    InvocationStatus {
+    pub enum InvocationStatus {
         Created => "created",
         Running => "running",
         Parked => "parked",
@@ -45,38 +25,38 @@ text_enum!(
         Failed => "failed",
         Cancelled => "cancelled",
     }
-);
+}
 
-text_enum!(
+wire_enum! {
     /// What an invocation may do to end: finish the run, or return to a parent.
-    ExitPolicy { RunFinishAllowed => "run_finish_allowed", TaskReturnRequired => "task_return_required" }
-);
+    pub enum ExitPolicy { RunFinishAllowed => "run_finish_allowed", TaskReturnRequired => "task_return_required" }
+}
 
-text_enum!(
+wire_enum! {
     /// How a task's result flows: control passes on, or comes back.
-    Continuation { TransferControl => "transfer_control", ReturnToParent => "return_to_parent" }
-);
+    pub enum Continuation { TransferControl => "transfer_control", ReturnToParent => "return_to_parent" }
+}
 
-text_enum!(
+wire_enum! {
     /// The life of one task (a handoff stage or a delegated job).
-    TaskStatus {
+    pub enum TaskStatus {
         Queued => "queued",
         Running => "running",
         Completed => "completed",
         Failed => "failed",
         Cancelled => "cancelled",
     }
-);
+}
 
-text_enum!(
+wire_enum! {
     /// The life of a run.
-    RunStatus {
+    pub enum RunStatus {
         Running => "running",
         Completed => "completed",
         Failed => "failed",
         Cancelled => "cancelled",
     }
-);
+}
 
 impl InvocationKind {
     /// Root and handoff stages own the run's foreground; children never do.
@@ -101,6 +81,11 @@ impl InvocationStatus {
         )
     }
 
+    /// The statuses an invocation can still leave (created, running, parked).
+    pub fn live() -> impl Iterator<Item = Self> {
+        Self::ALL.into_iter().filter(|s| !s.is_terminal())
+    }
+
     /// The invocation state machine (see the README's diagram).
     pub fn can_become(self, next: Self) -> bool {
         use InvocationStatus::*;
@@ -119,6 +104,11 @@ impl TaskStatus {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
     }
 
+    /// The statuses a task can still leave (queued, running).
+    pub fn unfinished() -> impl Iterator<Item = Self> {
+        Self::ALL.into_iter().filter(|s| !s.is_terminal())
+    }
+
     /// The task state machine: queued → running → one terminal state, which is final.
     pub fn can_become(self, next: Self) -> bool {
         use TaskStatus::*;
@@ -129,6 +119,24 @@ impl TaskStatus {
 impl RunStatus {
     pub fn is_terminal(self) -> bool {
         !matches!(self, RunStatus::Running)
+    }
+}
+
+/// Why a run, an invocation or a task failed or was cancelled, as stored
+/// with it: a code, a message for people, and any figures behind it (a spent
+/// budget's limit, say).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    pub code: String,
+    pub message: String,
+    #[serde(flatten)]
+    pub details: Map<String, Value>,
+}
+
+impl Failure {
+    /// The failure as the JSON it is stored as.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("a failure always serializes")
     }
 }
 
@@ -151,6 +159,17 @@ mod tests {
         }
         assert_eq!(TaskStatus::parse("queued"), Some(TaskStatus::Queued));
         assert_eq!(InvocationKind::parse("nope"), None);
+        assert_eq!(InvocationStatus::live().collect::<Vec<_>>(), [InvocationStatus::Created, InvocationStatus::Running, InvocationStatus::Parked]);
+        assert_eq!(TaskStatus::unfinished().collect::<Vec<_>>(), [TaskStatus::Queued, TaskStatus::Running]);
+    }
+
+    #[test]
+    fn a_failure_keeps_its_figures_through_json() {
+        let stored = serde_json::json!({"code": "budget_exhausted", "message": "m", "limit": "tokens", "max": 5});
+        let failure: Failure = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(failure.code, "budget_exhausted");
+        assert_eq!(failure.to_value(), stored);
+        assert!(serde_json::from_value::<Failure>(serde_json::json!({"message": "no code"})).is_err());
     }
 
     #[test]

@@ -9,57 +9,26 @@ use crate::handoff::HandoffCall;
 use crate::state::InvocationKind;
 use crate::tool_args::{description_and_parameters, AgentListArgs, FinishArgs};
 use crate::workspace::{CommitArgs, ListArgs, PatchArgs, ReadArgs, WriteArgs};
+use crate::wire_enum;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ToolName {
-    AgentList,
-    AgentHandoff,
-    AgentDelegate,
-    AgentAwait,
-    TaskReturn,
-    WorkspaceList,
-    WorkspaceRead,
-    WorkspaceWrite,
-    WorkspacePatch,
-    WorkspaceCommit,
-    WorkspaceFinish,
+wire_enum! {
+    /// A tool a model may call, by the name it calls it.
+    pub enum ToolName {
+        AgentList => "agent_list",
+        AgentHandoff => "agent_handoff",
+        AgentDelegate => "agent_delegate",
+        AgentAwait => "agent_await",
+        TaskReturn => "task_return",
+        WorkspaceList => "workspace_list",
+        WorkspaceRead => "workspace_read",
+        WorkspaceWrite => "workspace_write",
+        WorkspacePatch => "workspace_patch",
+        WorkspaceCommit => "workspace_commit",
+        WorkspaceFinish => "workspace_finish",
+    }
 }
 
 impl ToolName {
-    pub const ALL: [ToolName; 11] = [
-        ToolName::AgentList,
-        ToolName::AgentHandoff,
-        ToolName::AgentDelegate,
-        ToolName::AgentAwait,
-        ToolName::TaskReturn,
-        ToolName::WorkspaceList,
-        ToolName::WorkspaceRead,
-        ToolName::WorkspaceWrite,
-        ToolName::WorkspacePatch,
-        ToolName::WorkspaceCommit,
-        ToolName::WorkspaceFinish,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ToolName::AgentList => "agent_list",
-            ToolName::AgentHandoff => "agent_handoff",
-            ToolName::AgentDelegate => "agent_delegate",
-            ToolName::AgentAwait => "agent_await",
-            ToolName::TaskReturn => "task_return",
-            ToolName::WorkspaceList => "workspace_list",
-            ToolName::WorkspaceRead => "workspace_read",
-            ToolName::WorkspaceWrite => "workspace_write",
-            ToolName::WorkspacePatch => "workspace_patch",
-            ToolName::WorkspaceCommit => "workspace_commit",
-            ToolName::WorkspaceFinish => "workspace_finish",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|t| t.as_str() == s)
-    }
-
     /// A closing tool ends the agent's turn: nothing may follow it in the same round.
     pub fn is_closing(self) -> bool {
         matches!(self, ToolName::AgentHandoff | ToolName::WorkspaceFinish | ToolName::TaskReturn)

@@ -3,13 +3,26 @@
 
 use std::time::Duration;
 
-use baton_domain::state::{InvocationKind, InvocationStatus};
+use baton_domain::delegation::{AwaitSpec, Budget};
+use baton_domain::state::{InvocationKind, InvocationStatus, RunStatus};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
+use crate::decode::{texts, RowOf};
 use crate::{sql, Error, Result};
+
+// The statuses the statements below name, spelled by the domain only.
+const CREATED: &str = InvocationStatus::Created.as_str();
+const RUNNING: &str = InvocationStatus::Running.as_str();
+const PARKED: &str = InvocationStatus::Parked.as_str();
+const CANCELLED: &str = InvocationStatus::Cancelled.as_str();
+
+/// Created, running or parked: an invocation that has not ended.
+fn live() -> Vec<&'static str> {
+    texts(InvocationStatus::live(), InvocationStatus::as_str)
+}
 
 #[derive(Debug, Clone)]
 pub struct Invocation {
@@ -23,11 +36,11 @@ pub struct Invocation {
     pub brief: String,
     pub claim_epoch: i64,
     /// A child's narrowed limits (`maxRounds`, `maxToolCalls`, `maxTokens`).
-    pub budget: Option<Value>,
+    pub budget: Option<Budget>,
     pub deadline_at: Option<chrono::DateTime<chrono::Utc>>,
     pub tokens_used: i64,
     /// What a parked (or just woken) parent waits for.
-    pub await_spec: Option<Value>,
+    pub await_spec: Option<AwaitSpec>,
     /// Claims taken from a holder that neither finished nor handed back.
     pub takeovers: i32,
 }
@@ -40,7 +53,7 @@ pub struct NewInvocation<'a> {
     pub profile_id: &'a str,
     pub kind: InvocationKind,
     pub brief: &'a str,
-    pub budget: Option<&'a Value>,
+    pub budget: Option<&'a Budget>,
     pub deadline_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
@@ -48,22 +61,22 @@ const COLUMNS: &str = "i.id, i.run_id, i.parent_invocation_id, i.incoming_task_i
      i.claim_epoch, i.budget, i.deadline_at, i.tokens_used, i.await_spec, i.takeovers";
 
 fn from_row(row: &Row) -> Result<Invocation> {
-    let kind: String = row.get(5);
-    let status: String = row.get(6);
+    let id: Uuid = row.get(0);
+    let at = RowOf { table: "invocations", id: &id };
     Ok(Invocation {
-        id: row.get(0),
+        id,
         run_id: row.get(1),
         parent_invocation_id: row.get(2),
         incoming_task_id: row.get(3),
         profile_id: row.get(4),
-        kind: InvocationKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("invocation kind {kind}")))?,
-        status: InvocationStatus::parse(&status).ok_or_else(|| Error::Corrupt(format!("invocation status {status}")))?,
+        kind: at.wire(row, 5)?,
+        status: at.wire(row, 6)?,
         brief: row.get(7),
         claim_epoch: row.get(8),
-        budget: row.get(9),
+        budget: at.json_opt(row, 9)?,
         deadline_at: row.get(10),
         tokens_used: row.get(11),
-        await_spec: row.get(12),
+        await_spec: at.json_opt(row, 12)?,
         takeovers: row.get(13),
     })
 }
@@ -73,7 +86,7 @@ pub async fn insert(c: &impl GenericClient, new: &NewInvocation<'_>) -> Result<(
         c,
         "INSERT INTO invocations (id, run_id, parent_invocation_id, incoming_task_id, profile_id, kind, status, exit_policy, brief,
                                   budget, deadline_at)
-         VALUES ($1, $2, $3, $4, $5, $6, 'created', $7, $8, $9, $10)",
+         VALUES ($1, $2, $3, $4, $5, $6, $11, $7, $8, $9, $10)",
         &[
             &new.id,
             &new.run_id,
@@ -83,8 +96,9 @@ pub async fn insert(c: &impl GenericClient, new: &NewInvocation<'_>) -> Result<(
             &new.kind.as_str(),
             &new.kind.exit_policy().as_str(),
             &new.brief,
-            &new.budget,
+            &new.budget.map(serde_json::to_value).transpose()?,
             &new.deadline_at,
+            &CREATED,
         ],
     )
     .await?;
@@ -107,19 +121,20 @@ pub async fn for_run(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<Invocat
 pub async fn claim(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Invocation>> {
     let sql = format!(
         "UPDATE invocations i
-            SET status = 'running', claim_epoch = i.claim_epoch + 1, lease_owner = $2, woken = false, wake_at = NULL,
-                takeovers = i.takeovers + CASE WHEN i.status = 'running' AND i.lease_owner IS NOT NULL THEN 1 ELSE 0 END,
+            SET status = $4, claim_epoch = i.claim_epoch + 1, lease_owner = $2, woken = false, wake_at = NULL,
+                takeovers = i.takeovers + CASE WHEN i.status = $4 AND i.lease_owner IS NOT NULL THEN 1 ELSE 0 END,
                 lease_expires_at = now() + make_interval(secs => $3), started_at = coalesce(i.started_at, now())
            FROM (SELECT inv.id FROM invocations inv JOIN runs r ON r.id = inv.run_id
-                  WHERE inv.id = $1 AND r.status = 'running'
-                    AND (inv.status = 'created' OR (inv.status = 'parked' AND inv.woken)
-                         OR (inv.status = 'running' AND inv.lease_expires_at < now()))
+                  WHERE inv.id = $1 AND r.status = $7
+                    AND (inv.status = $5 OR (inv.status = $6 AND inv.woken)
+                         OR (inv.status = $4 AND inv.lease_expires_at < now()))
                   FOR UPDATE OF inv SKIP LOCKED) c
           WHERE i.id = c.id
       RETURNING {COLUMNS}"
     );
     let secs = lease.as_secs_f64();
-    sql::query_opt(c, &sql, &[&id, &owner, &secs]).await?.as_ref().map(from_row).transpose()
+    let params: sql::Params = &[&id, &owner, &secs, &RUNNING, &CREATED, &PARKED, &RunStatus::Running.as_str()];
+    sql::query_opt(c, &sql, params).await?.as_ref().map(from_row).transpose()
 }
 
 /// Extends the lease; `false` means the claim is gone (taken over, ended,
@@ -130,8 +145,8 @@ pub async fn renew(c: &impl GenericClient, id: Uuid, epoch: i64, lease: Duration
     let n = sql::execute(
         c,
         "UPDATE invocations SET lease_expires_at = now() + make_interval(secs => $3)
-          WHERE id = $1 AND claim_epoch = $2 AND status = 'running' AND lease_owner IS NOT NULL",
-        &[&id, &epoch, &secs],
+          WHERE id = $1 AND claim_epoch = $2 AND status = $4 AND lease_owner IS NOT NULL",
+        &[&id, &epoch, &secs, &RUNNING],
     )
     .await?;
     Ok(n == 1)
@@ -143,8 +158,8 @@ pub async fn renew(c: &impl GenericClient, id: Uuid, epoch: i64, lease: Duration
 pub async fn fence(c: &impl GenericClient, id: Uuid, epoch: i64) -> Result<()> {
     let row = sql::query_opt(
         c,
-        "SELECT 1 FROM invocations WHERE id = $1 AND claim_epoch = $2 AND status = 'running' FOR UPDATE",
-        &[&id, &epoch],
+        "SELECT 1 FROM invocations WHERE id = $1 AND claim_epoch = $2 AND status = $3 FOR UPDATE",
+        &[&id, &epoch, &RUNNING],
     )
     .await?;
     row.map(|_| ()).ok_or(Error::Fenced(id))
@@ -155,9 +170,9 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: InvocationStatus, 
     let n = sql::execute(
         c,
         "UPDATE invocations SET status = $2, error = $3, lease_owner = NULL, lease_expires_at = NULL,
-                finished_at = CASE WHEN $2 IN ('parked') THEN NULL ELSE now() END
-          WHERE id = $1 AND status IN ('created', 'running', 'parked')",
-        &[&id, &status.as_str(), &error],
+                finished_at = CASE WHEN $4 THEN now() END
+          WHERE id = $1 AND status = ANY($5)",
+        &[&id, &status.as_str(), &error, &status.is_terminal(), &live()],
     )
     .await?;
     Ok(n == 1)
@@ -191,29 +206,38 @@ pub async fn take_stalled(c: &impl GenericClient, pace: &Pace) -> Result<Vec<(Uu
         "UPDATE invocations SET republished_at = now(), republish_count = republish_count + 1
           WHERE id IN (
               SELECT id FROM invocations
-               WHERE (status IN ('created', 'running') OR (status = 'parked' AND woken))
-                 AND CASE WHEN status = 'running' THEN
+               WHERE (status IN ($6, $7) OR (status = $8 AND woken))
+                 AND CASE WHEN status = $7 THEN
                           lease_expires_at < now()
                           AND (republished_at IS NULL OR republished_at < lease_expires_at
                                OR republished_at < now() - make_interval(secs =>
                                       least($3, $2 * power(2.0::float8, least(republish_count, 20)))))
                      ELSE
                           coalesce(republished_at, created_at) < now() - make_interval(secs =>
-                              CASE WHEN (CASE WHEN kind = 'child' OR status = 'parked' THEN $5::boolean ELSE $4::boolean END) THEN $3
-                                   ELSE least($3, (CASE WHEN status = 'created' THEN $1 ELSE $2 END)
+                              CASE WHEN (CASE WHEN kind = $9 OR status = $8 THEN $5::boolean ELSE $4::boolean END) THEN $3
+                                   ELSE least($3, (CASE WHEN status = $6 THEN $1 ELSE $2 END)
                                                   * power(2.0::float8, least(republish_count, 20)))
                               END)
                      END
                LIMIT 500 FOR UPDATE SKIP LOCKED)
       RETURNING id, run_id, kind",
-        &[&grace, &lease, &cap, &pace.handoff_backlog, &pace.delegate_backlog],
+        &[
+            &grace,
+            &lease,
+            &cap,
+            &pace.handoff_backlog,
+            &pace.delegate_backlog,
+            &CREATED,
+            &RUNNING,
+            &PARKED,
+            &InvocationKind::Child.as_str(),
+        ],
     )
     .await?;
     rows.iter()
         .map(|r| {
-            let kind: String = r.get(2);
-            let kind = InvocationKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("invocation kind {kind}")))?;
-            Ok((r.get(0), r.get(1), kind))
+            let id: Uuid = r.get(0);
+            Ok((id, r.get(1), RowOf { table: "invocations", id: &id }.wire(r, 2)?))
         })
         .collect()
 }
@@ -222,21 +246,21 @@ pub async fn take_stalled(c: &impl GenericClient, pace: &Pace) -> Result<Vec<(Uu
 pub async fn cancel_live(c: &impl GenericClient, run_id: Uuid) -> Result<u64> {
     sql::execute(
         c,
-        "UPDATE invocations SET status = 'cancelled', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
-          WHERE run_id = $1 AND status IN ('created', 'running', 'parked')",
-        &[&run_id],
+        "UPDATE invocations SET status = $2, finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
+          WHERE run_id = $1 AND status = ANY($3)",
+        &[&run_id, &CANCELLED, &live()],
     )
     .await
 }
 
 /// Parks a parent until its children finish or `wake_at`; the worker is freed.
-pub async fn park(c: &impl GenericClient, id: Uuid, spec: &Value, wake_at: chrono::DateTime<chrono::Utc>) -> Result<()> {
+pub async fn park(c: &impl GenericClient, id: Uuid, spec: &AwaitSpec, wake_at: chrono::DateTime<chrono::Utc>) -> Result<()> {
     sql::execute(
         c,
-        "UPDATE invocations SET status = 'parked', await_spec = $2, wake_at = $3, woken = false,
+        "UPDATE invocations SET status = $4, await_spec = $2, wake_at = $3, woken = false,
                 lease_owner = NULL, lease_expires_at = NULL
-          WHERE id = $1 AND status = 'running'",
-        &[&id, spec, &wake_at],
+          WHERE id = $1 AND status = $5",
+        &[&id, &serde_json::to_value(spec)?, &wake_at, &PARKED, &RUNNING],
     )
     .await?;
     Ok(())
@@ -253,8 +277,8 @@ pub async fn lock(c: &impl GenericClient, id: Uuid) -> Result<Option<Invocation>
 pub async fn wake(c: &impl GenericClient, id: Uuid) -> Result<bool> {
     let n = sql::execute(
         c,
-        "UPDATE invocations SET woken = true, republished_at = now(), republish_count = 0 WHERE id = $1 AND status = 'parked' AND NOT woken",
-        &[&id],
+        "UPDATE invocations SET woken = true, republished_at = now(), republish_count = 0 WHERE id = $1 AND status = $2 AND NOT woken",
+        &[&id, &PARKED],
     )
     .await?;
     Ok(n == 1)
@@ -265,10 +289,10 @@ pub async fn wake_timed_out(c: &impl GenericClient) -> Result<Vec<(Uuid, Uuid)>>
     let rows = sql::query(
         c,
         "UPDATE invocations SET woken = true, republished_at = now(), republish_count = 0
-          WHERE id IN (SELECT id FROM invocations WHERE status = 'parked' AND NOT woken AND wake_at < now()
+          WHERE id IN (SELECT id FROM invocations WHERE status = $1 AND NOT woken AND wake_at < now()
                         LIMIT 500 FOR UPDATE SKIP LOCKED)
       RETURNING id, run_id",
-        &[],
+        &[&PARKED],
     )
     .await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
@@ -289,9 +313,9 @@ pub async fn add_tokens(c: &impl GenericClient, id: Uuid, tokens: i64) -> Result
 pub async fn cancel(c: &impl GenericClient, id: Uuid) -> Result<bool> {
     let n = sql::execute(
         c,
-        "UPDATE invocations SET status = 'cancelled', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
-          WHERE id = $1 AND status IN ('created', 'running', 'parked')",
-        &[&id],
+        "UPDATE invocations SET status = $2, finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
+          WHERE id = $1 AND status = ANY($3)",
+        &[&id, &CANCELLED, &live()],
     )
     .await?;
     Ok(n == 1)
@@ -303,8 +327,8 @@ pub async fn release(c: &impl GenericClient, id: Uuid, epoch: i64) -> Result<boo
     let n = sql::execute(
         c,
         "UPDATE invocations SET lease_expires_at = now() - interval '1 millisecond', lease_owner = NULL
-          WHERE id = $1 AND claim_epoch = $2 AND status = 'running'",
-        &[&id, &epoch],
+          WHERE id = $1 AND claim_epoch = $2 AND status = $3",
+        &[&id, &epoch, &RUNNING],
     )
     .await?;
     Ok(n == 1)

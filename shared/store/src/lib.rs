@@ -21,10 +21,12 @@
 //! - [`connect`]: pools and connections, with the fleet's session timeouts and keepalives.
 //! - [`schema`]: creating the database, migrating under a lock, the startup check.
 //! - `error`: the store's error and which failures are transient.
+//! - `decode`: typed values out of rows; a value that does not read is `Error::Corrupt`.
 
 pub mod budgets;
 pub mod callbacks;
 pub mod connect;
+mod decode;
 mod error;
 pub mod invocations;
 pub mod journal;

@@ -3,7 +3,7 @@
 //! transaction to append. Intake, the relay, operator commands, the
 //! invocation role and the agent's tools all move runs through these.
 
-use baton_domain::delegation::{self, AwaitMode, Awaited};
+use baton_domain::delegation::{self, AwaitSpec, Awaited};
 use baton_domain::fleet::FleetMessage;
 use baton_domain::journal;
 use baton_domain::state::{InvocationKind, InvocationStatus, RunStatus, TaskStatus};
@@ -142,7 +142,7 @@ pub async fn wake_if_ready(c: &impl GenericClient, run_id: Uuid, parent: Uuid) -
         return Ok(vec![]);
     }
     let children = tasks::children_of(c, parent).await?;
-    let over = locked.await_spec.as_ref().is_none_or(|spec| stored_wait_is_over(spec, &children));
+    let over = locked.await_spec.as_ref().is_none_or(|spec| wait_is_over(spec, &children));
     if !over || !invocations::wake(c, parent).await? {
         return Ok(vec![]);
     }
@@ -150,15 +150,9 @@ pub async fn wake_if_ready(c: &impl GenericClient, run_id: Uuid, parent: Uuid) -
     Ok(vec![Event::new(journal::INVOCATION_WOKEN, Some(parent), json!({}))])
 }
 
-/// Reads a parked parent's stored wait and asks the domain whether its
-/// children end it. A wait stored without its handles waits for all
-/// children, one without its mode for the next one.
-fn stored_wait_is_over(spec: &Value, children: &[Task]) -> bool {
-    let keys: Option<Vec<String>> = serde_json::from_value(spec["keys"].clone()).ok().flatten();
-    let mode: AwaitMode = serde_json::from_value(spec["mode"].clone()).unwrap_or(AwaitMode::NextCompleted);
-    let awaited: Vec<Awaited<'_>> = children
-        .iter()
-        .filter_map(|t| Some(Awaited { key: &t.workspace_key, status: t.status()?, read: t.delivered }))
-        .collect();
-    delegation::wait_is_over(mode, keys.as_deref(), &awaited)
+/// Asks the domain whether a parked parent's children end its wait.
+fn wait_is_over(spec: &AwaitSpec, children: &[Task]) -> bool {
+    let awaited: Vec<Awaited<'_>> =
+        children.iter().map(|t| Awaited { key: &t.workspace_key, status: t.status, read: t.delivered }).collect();
+    delegation::wait_is_over(spec.mode, spec.keys.as_deref(), &awaited)
 }

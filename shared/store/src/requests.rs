@@ -1,19 +1,22 @@
 //! Bridge requests: stored once per id, with their events and status counter.
 
+use baton_domain::request::{HandoffStatus, Source, TargetAgent};
+use baton_domain::Language;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::decode::RowOf;
 use crate::{sql, Result};
 
 pub struct NewRequest<'a> {
     pub id: &'a str,
     pub body: &'a Value,
-    pub source: &'a str,
-    pub target_agent: &'a str,
-    pub status: &'a str,
-    pub language: &'a str,
+    pub source: Source,
+    pub target_agent: TargetAgent,
+    pub status: HandoffStatus,
+    pub language: Language,
     pub reply_to: Option<&'a str>,
     pub reply_chat_id: Option<&'a str>,
     pub status_url: Option<&'a str>,
@@ -23,10 +26,10 @@ pub struct NewRequest<'a> {
 pub struct Request {
     pub id: String,
     pub body: Value,
-    pub source: String,
-    pub target_agent: String,
-    pub status: String,
-    pub language: String,
+    pub source: Source,
+    pub target_agent: TargetAgent,
+    pub status: HandoffStatus,
+    pub language: Language,
     pub reply_to: Option<String>,
     pub reply_chat_id: Option<String>,
     pub status_url: Option<String>,
@@ -38,7 +41,7 @@ pub struct Request {
 #[derive(Debug, Clone)]
 pub struct HandoffEvent {
     pub kind: String,
-    pub status: Option<String>,
+    pub status: Option<HandoffStatus>,
     pub message: Option<String>,
     pub at: DateTime<Utc>,
 }
@@ -52,7 +55,16 @@ pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Resu
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
          ON CONFLICT (id) DO UPDATE SET deliveries = handoff_requests.deliveries + 1, updated_at = now()
          RETURNING deliveries = 1",
-        &[&r.id, r.body, &r.source, &r.target_agent, &r.status, &r.language, &r.reply_to, &r.reply_chat_id, &r.status_url],
+        &[
+            &r.id,
+            r.body,
+            &r.source.as_str(),
+            &r.target_agent.as_str(),
+            &r.status.as_str(),
+            &r.language.as_str(),
+            &r.reply_to, &r.reply_chat_id,
+            &r.status_url,
+        ],
     )
     .await?;
     Ok(row.get(0))
@@ -61,41 +73,43 @@ pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Resu
 const COLUMNS: &str =
     "id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries, reply_sent_at, status_url";
 
-fn from_row(r: &tokio_postgres::Row) -> Request {
-    Request {
-        id: r.get(0),
+fn from_row(r: &tokio_postgres::Row) -> Result<Request> {
+    let id: String = r.get(0);
+    let at = RowOf { table: "handoff_requests", id: &id };
+    Ok(Request {
         body: r.get(1),
-        source: r.get(2),
-        target_agent: r.get(3),
-        status: r.get(4),
-        language: r.get(5),
+        source: at.wire(r, 2)?,
+        target_agent: at.wire(r, 3)?,
+        status: at.wire(r, 4)?,
+        language: at.wire(r, 5)?,
         reply_to: r.get(6),
         reply_chat_id: r.get(7),
         run_id: r.get(8),
         deliveries: r.get(9),
         reply_sent_at: r.get(10),
         status_url: r.get(11),
-    }
+        id,
+    })
 }
 
 pub async fn get(c: &impl GenericClient, id: &str) -> Result<Option<Request>> {
     let sql = format!("SELECT {COLUMNS} FROM handoff_requests WHERE id = $1");
-    Ok(sql::query_opt(c, &sql, &[&id]).await?.as_ref().map(from_row))
+    sql::query_opt(c, &sql, &[&id]).await?.as_ref().map(from_row).transpose()
 }
 
 /// Locks the request for this transaction (the collector's once-only reply).
 pub async fn lock(c: &impl GenericClient, id: &str) -> Result<Option<Request>> {
     let sql = format!("SELECT {COLUMNS} FROM handoff_requests WHERE id = $1 FOR UPDATE");
-    Ok(sql::query_opt(c, &sql, &[&id]).await?.as_ref().map(from_row))
+    sql::query_opt(c, &sql, &[&id]).await?.as_ref().map(from_row).transpose()
 }
 
 /// Sets a new status and returns its sequence number for the bridge.
-pub async fn set_status(c: &impl GenericClient, id: &str, status: &str) -> Result<i32> {
+pub async fn set_status(c: &impl GenericClient, id: &str, status: HandoffStatus) -> Result<i32> {
     let row = sql::query_one(
         c,
         "UPDATE handoff_requests SET status = $2, status_seq = status_seq + 1, updated_at = now()
           WHERE id = $1 RETURNING status_seq",
-        &[&id, &status],
+        &[&id, &status.as_str()],
     )
     .await?;
     Ok(row.get(0))
@@ -115,13 +129,13 @@ pub async fn add_event(
     c: &impl GenericClient,
     handoff_id: &str,
     kind: &str,
-    status: Option<&str>,
+    status: Option<HandoffStatus>,
     message: Option<&str>,
 ) -> Result<()> {
     sql::execute(
         c,
         "INSERT INTO handoff_events (handoff_id, type, status, message) VALUES ($1, $2, $3, $4)",
-        &[&handoff_id, &kind, &status, &message],
+        &[&handoff_id, &kind, &status.map(HandoffStatus::as_str), &message],
     )
     .await?;
     Ok(())
@@ -134,16 +148,19 @@ pub async fn events(c: &impl GenericClient, handoff_id: &str) -> Result<Vec<Hand
         &[&handoff_id],
     )
     .await?;
-    Ok(rows.iter().map(|r| HandoffEvent { kind: r.get(0), status: r.get(1), message: r.get(2), at: r.get(3) }).collect())
+    let at = RowOf { table: "handoff_events of", id: &handoff_id };
+    rows.iter()
+        .map(|r| Ok(HandoffEvent { kind: r.get(0), status: at.wire_opt(r, 1)?, message: r.get(2), at: r.get(3) }))
+        .collect()
 }
 
 /// A stored draft becomes the request the bridge now sends as `requested`.
 pub async fn promote_draft(c: &impl GenericClient, id: &str, body: &Value, status_url: Option<&str>) -> Result<()> {
     sql::execute(
         c,
-        "UPDATE handoff_requests SET body = $2, status = 'requested', status_url = $3, updated_at = now()
-          WHERE id = $1 AND status = 'draft'",
-        &[&id, body, &status_url],
+        "UPDATE handoff_requests SET body = $2, status = $4, status_url = $3, updated_at = now()
+          WHERE id = $1 AND status = $5",
+        &[&id, body, &status_url, &HandoffStatus::Requested.as_str(), &HandoffStatus::Draft.as_str()],
     )
     .await?;
     Ok(())

@@ -1,6 +1,6 @@
 //! Runs: one per request, holding the handoff counter and the final reply.
 
-use baton_domain::state::RunStatus;
+use baton_domain::state::{Failure, RunStatus};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
@@ -8,7 +8,11 @@ use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::{sql, Error, Result};
+use crate::decode::RowOf;
+use crate::{sql, Result};
+
+/// A run that has not ended, as stored.
+const RUNNING: &str = RunStatus::Running.as_str();
 
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -18,7 +22,7 @@ pub struct Run {
     pub root_profile_id: String,
     pub handoff_count: i32,
     pub final_text: Option<String>,
-    pub error: Option<Value>,
+    pub error: Option<Failure>,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
 }
@@ -26,8 +30,8 @@ pub struct Run {
 pub async fn insert(c: &impl GenericClient, id: Uuid, handoff_id: Option<&str>, root_profile_id: &str) -> Result<()> {
     sql::execute(
         c,
-        "INSERT INTO runs (id, handoff_id, status, root_profile_id) VALUES ($1, $2, 'running', $3)",
-        &[&id, &handoff_id, &root_profile_id],
+        "INSERT INTO runs (id, handoff_id, status, root_profile_id) VALUES ($1, $2, $4, $3)",
+        &[&id, &handoff_id, &root_profile_id, &RUNNING],
     )
     .await?;
     Ok(())
@@ -42,15 +46,15 @@ pub async fn get(c: &impl GenericClient, id: Uuid) -> Result<Option<Run>> {
     )
     .await?;
     row.map(|r| {
-        let status: String = r.get(2);
+        let at = RowOf { table: "runs", id: &id };
         Ok(Run {
-            id: r.get(0),
+            id,
             handoff_id: r.get(1),
-            status: RunStatus::parse(&status).ok_or_else(|| Error::Corrupt(format!("run status {status}")))?,
+            status: at.wire(&r, 2)?,
             root_profile_id: r.get(3),
             handoff_count: r.get(4),
             final_text: r.get(5),
-            error: r.get(6),
+            error: at.json_opt(&r, 6)?,
             created_at: r.get(7),
             finished_at: r.get(8),
         })
@@ -62,8 +66,8 @@ pub async fn get(c: &impl GenericClient, id: Uuid) -> Result<Option<Run>> {
 pub async fn finish(c: &impl GenericClient, id: Uuid, status: RunStatus, error: Option<&Value>) -> Result<bool> {
     let n = sql::execute(
         c,
-        "UPDATE runs SET status = $2, error = $3, finished_at = now() WHERE id = $1 AND status = 'running'",
-        &[&id, &status.as_str(), &error],
+        "UPDATE runs SET status = $2, error = $3, finished_at = now() WHERE id = $1 AND status = $4",
+        &[&id, &status.as_str(), &error, &RUNNING],
     )
     .await?;
     Ok(n == 1)
@@ -101,12 +105,12 @@ pub async fn unreplied(c: &impl GenericClient, grace: Duration, cap: Duration, b
         "UPDATE runs SET republished_at = now(), republish_count = republish_count + 1
           WHERE id IN (
               SELECT r.id FROM handoff_requests h JOIN runs r ON r.id = h.run_id
-               WHERE h.reply_sent_at IS NULL AND h.run_id IS NOT NULL AND r.status <> 'running'
+               WHERE h.reply_sent_at IS NULL AND h.run_id IS NOT NULL AND r.status <> $4
                  AND coalesce(r.republished_at, r.finished_at) < now() - make_interval(secs =>
                          CASE WHEN $3 THEN $2 ELSE least($2, $1 * power(2.0::float8, least(r.republish_count, 20))) END)
                LIMIT 200 FOR UPDATE OF r SKIP LOCKED)
       RETURNING id",
-        &[&grace, &cap, &backlog],
+        &[&grace, &cap, &backlog, &RUNNING],
     )
     .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
@@ -126,11 +130,11 @@ pub async fn prune(c: &impl GenericClient, older_than: std::time::Duration, limi
     let secs = older_than.as_secs_f64();
     let rows = sql::query(
         c,
-        "SELECT id FROM runs WHERE status <> 'running' AND finished_at < now() - make_interval(secs => $1)
+        "SELECT id FROM runs WHERE status <> $3 AND finished_at < now() - make_interval(secs => $1)
             -- never a run whose bridge has not been told yet
             AND NOT EXISTS (SELECT 1 FROM handoff_requests h WHERE h.run_id = runs.id AND h.reply_sent_at IS NULL)
           ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-        &[&secs, &limit],
+        &[&secs, &limit, &RUNNING],
     )
     .await?;
     let ids: Vec<Uuid> = rows.iter().map(|r| r.get(0)).collect();

@@ -1,12 +1,21 @@
 //! Task records: one per handoff stage (TransferControl) or delegated job
 //! (ReturnToParent), the seed's AgentTaskRecord.
 
-use baton_domain::state::{Continuation, TaskStatus};
+use baton_domain::delegation::{Budget, Capsule};
+use baton_domain::state::{Continuation, Failure, TaskStatus};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::decode::{texts, RowOf};
 use crate::{sql, Result};
+
+/// Queued or running: a task that has not ended.
+fn unfinished() -> Vec<&'static str> {
+    texts(TaskStatus::unfinished(), TaskStatus::as_str)
+}
+
+const RETURN_TO_PARENT: &str = Continuation::ReturnToParent.as_str();
 
 pub struct NewTask<'a> {
     pub id: Uuid,
@@ -17,7 +26,7 @@ pub struct NewTask<'a> {
     pub workspace_key: &'a str,
     pub continuation: Continuation,
     pub task: &'a Value,
-    pub budget: Option<&'a Value>,
+    pub budget: Option<&'a Budget>,
     pub created_by_tool_call_id: &'a str,
 }
 
@@ -28,23 +37,20 @@ pub struct Task {
     pub child_invocation_id: Uuid,
     pub target_profile_id: String,
     pub workspace_key: String,
-    pub continuation: String,
-    pub status: String,
+    pub continuation: Continuation,
+    pub status: TaskStatus,
     pub task: Value,
     pub created_by_tool_call_id: String,
-    pub result: Option<Value>,
-    pub error: Option<Value>,
+    /// What a delegated task's agent returned.
+    pub result: Option<Capsule>,
+    pub error: Option<Failure>,
     /// Whether the parent has read this task's result.
     pub delivered: bool,
 }
 
 impl Task {
-    pub fn status(&self) -> Option<TaskStatus> {
-        TaskStatus::parse(&self.status)
-    }
-
     pub fn is_terminal(&self) -> bool {
-        self.status().is_some_and(TaskStatus::is_terminal)
+        self.status.is_terminal()
     }
 }
 
@@ -53,7 +59,7 @@ pub async fn insert(c: &impl GenericClient, t: &NewTask<'_>) -> Result<()> {
         c,
         "INSERT INTO tasks (id, run_id, parent_invocation_id, child_invocation_id, target_profile_id, workspace_key,
                             continuation, status, task, budget, created_by_tool_call_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8, $9, $10)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $11, $8, $9, $10)",
         &[
             &t.id,
             &t.run_id,
@@ -63,8 +69,9 @@ pub async fn insert(c: &impl GenericClient, t: &NewTask<'_>) -> Result<()> {
             &t.workspace_key,
             &t.continuation.as_str(),
             t.task,
-            &t.budget,
+            &t.budget.map(serde_json::to_value).transpose()?,
             &t.created_by_tool_call_id,
+            &TaskStatus::Queued.as_str(),
         ],
     )
     .await?;
@@ -82,9 +89,9 @@ pub async fn transition(c: &impl GenericClient, id: Uuid, to: TaskStatus, error:
     let n = sql::execute(
         c,
         "UPDATE tasks SET status = $2, error = coalesce($3, error),
-                finished_at = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN now() END
+                finished_at = CASE WHEN $5 THEN now() END
           WHERE id = $1 AND status = ANY($4)",
-        &[&id, &to.as_str(), &error, &from],
+        &[&id, &to.as_str(), &error, &from, &to.is_terminal()],
     )
     .await?;
     Ok(n == 1)
@@ -94,9 +101,8 @@ pub async fn transition(c: &impl GenericClient, id: Uuid, to: TaskStatus, error:
 pub async fn pending_children(c: &impl GenericClient, parent: Uuid) -> Result<i64> {
     let row = sql::query_one(
         c,
-        "SELECT count(*) FROM tasks WHERE parent_invocation_id = $1 AND continuation = 'return_to_parent'
-            AND status IN ('queued', 'running')",
-        &[&parent],
+        "SELECT count(*) FROM tasks WHERE parent_invocation_id = $1 AND continuation = $2 AND status = ANY($3)",
+        &[&parent, &RETURN_TO_PARENT, &unfinished()],
     )
     .await?;
     Ok(row.get(0))
@@ -105,44 +111,47 @@ pub async fn pending_children(c: &impl GenericClient, parent: Uuid) -> Result<i6
 const COLUMNS: &str = "id, parent_invocation_id, child_invocation_id, target_profile_id, workspace_key, continuation, \
      status, task, created_by_tool_call_id, result, error, delivered";
 
-fn from_row(r: &tokio_postgres::Row) -> Task {
-    Task {
-        id: r.get(0),
+fn from_row(r: &tokio_postgres::Row) -> Result<Task> {
+    let id: Uuid = r.get(0);
+    let at = RowOf { table: "tasks", id: &id };
+    Ok(Task {
+        id,
         parent_invocation_id: r.get(1),
         child_invocation_id: r.get(2),
         target_profile_id: r.get(3),
         workspace_key: r.get(4),
-        continuation: r.get(5),
-        status: r.get(6),
+        continuation: at.wire(r, 5)?,
+        status: at.wire(r, 6)?,
         task: r.get(7),
         created_by_tool_call_id: r.get(8),
-        result: r.get(9),
-        error: r.get(10),
+        result: at.json_opt(r, 9)?,
+        error: at.json_opt(r, 10)?,
         delivered: r.get(11),
-    }
+    })
 }
 
 pub async fn for_run(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<Task>> {
     let sql = format!("SELECT {COLUMNS} FROM tasks WHERE run_id = $1 ORDER BY created_at, id");
-    Ok(sql::query(c, &sql, &[&run_id]).await?.iter().map(from_row).collect())
+    sql::query(c, &sql, &[&run_id]).await?.iter().map(from_row).collect()
 }
 
 /// The delegated (ReturnToParent) tasks of a parent, oldest first.
 pub async fn children_of(c: &impl GenericClient, parent: Uuid) -> Result<Vec<Task>> {
     let sql = format!(
-        "SELECT {COLUMNS} FROM tasks WHERE parent_invocation_id = $1 AND continuation = 'return_to_parent' ORDER BY created_at, id"
+        "SELECT {COLUMNS} FROM tasks WHERE parent_invocation_id = $1 AND continuation = $2 ORDER BY created_at, id"
     );
-    Ok(sql::query(c, &sql, &[&parent]).await?.iter().map(from_row).collect())
+    sql::query(c, &sql, &[&parent, &RETURN_TO_PARENT]).await?.iter().map(from_row).collect()
 }
 
 /// The task an invocation works on (its incoming task).
 pub async fn of_child(c: &impl GenericClient, child: Uuid) -> Result<Option<Task>> {
     let sql = format!("SELECT {COLUMNS} FROM tasks WHERE child_invocation_id = $1");
-    Ok(sql::query_opt(c, &sql, &[&child]).await?.as_ref().map(from_row))
+    sql::query_opt(c, &sql, &[&child]).await?.as_ref().map(from_row).transpose()
 }
 
-pub async fn set_result(c: &impl GenericClient, id: Uuid, result: &Value, result_ref: &str) -> Result<()> {
-    sql::execute(c, "UPDATE tasks SET result = $2, result_ref = $3 WHERE id = $1", &[&id, result, &result_ref]).await?;
+pub async fn set_result(c: &impl GenericClient, id: Uuid, result: &Capsule, result_ref: &str) -> Result<()> {
+    let result = serde_json::to_value(result)?;
+    sql::execute(c, "UPDATE tasks SET result = $2, result_ref = $3 WHERE id = $1", &[&id, &result, &result_ref]).await?;
     Ok(())
 }
 
@@ -151,11 +160,11 @@ pub async fn set_result(c: &impl GenericClient, id: Uuid, result: &Value, result
 pub async fn cancel_unfinished(c: &impl GenericClient, run_id: Uuid, parent: Option<Uuid>) -> Result<Vec<(Uuid, Uuid)>> {
     let rows = sql::query(
         c,
-        "UPDATE tasks SET status = 'cancelled', finished_at = now()
-          WHERE run_id = $1 AND status IN ('queued', 'running')
-            AND ($2::uuid IS NULL OR (parent_invocation_id = $2 AND continuation = 'return_to_parent'))
+        "UPDATE tasks SET status = $3, finished_at = now()
+          WHERE run_id = $1 AND status = ANY($4)
+            AND ($2::uuid IS NULL OR (parent_invocation_id = $2 AND continuation = $5))
       RETURNING id, child_invocation_id",
-        &[&run_id, &parent],
+        &[&run_id, &parent, &TaskStatus::Cancelled.as_str(), &unfinished(), &RETURN_TO_PARENT],
     )
     .await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())

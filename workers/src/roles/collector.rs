@@ -8,6 +8,7 @@ use baton_domain::bridge::ReplyInput;
 use baton_domain::budget::{Exhausted, BUDGET_EXHAUSTED};
 use baton_domain::fleet::{Queue, RunFinished};
 use baton_domain::reply::Outcome;
+use baton_domain::request::HandoffStatus;
 use baton_domain::state::RunStatus;
 use baton_domain::Language;
 use baton_store::runs::Run;
@@ -53,7 +54,7 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     let Some(request) = requests::lock(&tx, &handoff).await? else {
         return Ok(());
     };
-    let language = Language::parse(&request.language).unwrap_or_default();
+    let language = request.language;
     let Some(outcome) = outcome(&run, language) else {
         return Ok(());
     };
@@ -64,14 +65,15 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     if matches!(outcome, Outcome::Completed { .. }) {
         requests::add_event(&tx, &handoff, "result_received", None, None).await?;
     } else if matches!(outcome, Outcome::Failed { .. }) {
-        requests::add_event(&tx, &handoff, "failed", Some("failed"), run.error.as_ref().map(|e| e.to_string()).as_deref()).await?;
+        let error = run.error.as_ref().map(|e| e.to_value().to_string());
+        requests::add_event(&tx, &handoff, "failed", Some(HandoffStatus::Failed), error.as_deref()).await?;
     }
     bridge::status(&tx, &request, outcome.status(), None).await?;
     let agents = agents(&tx, &run).await?;
     let input = ReplyInput {
         handoff_id: &handoff,
         chat_id: request.reply_chat_id.as_deref(),
-        source: &request.source,
+        source: request.source.as_str(),
         language,
         outcome,
         run_id: Some(run.id.to_string()),
@@ -84,20 +86,20 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
 }
 
 fn outcome(run: &Run, language: Language) -> Option<Outcome> {
-    let message = |key: &str| run.error.as_ref().and_then(|e| e[key].as_str()).map(str::to_string);
     // A spent budget is worded from its figures, in the reply's language.
-    if let Some(exhausted) = run.error.as_ref().and_then(Exhausted::from_error).filter(|_| run.status == RunStatus::Failed) {
+    let exhausted = run.error.as_ref().and_then(|e| Exhausted::from_error(&e.to_value()));
+    if let Some(exhausted) = exhausted.filter(|_| run.status == RunStatus::Failed) {
         let message = baton_domain::reply::budget_exhausted_message(&exhausted, language);
         return Some(Outcome::Failed { code: BUDGET_EXHAUSTED.into(), message });
     }
     Some(match run.status {
         RunStatus::Running => return None,
         RunStatus::Completed => Outcome::Completed { final_text: run.final_text.clone().unwrap_or_default() },
-        RunStatus::Failed => Outcome::Failed {
-            code: message("code").unwrap_or_else(|| "failed".into()),
-            message: message("message").unwrap_or_else(|| "the agents could not finish".into()),
+        RunStatus::Failed => match &run.error {
+            Some(e) => Outcome::Failed { code: e.code.clone(), message: e.message.clone() },
+            None => Outcome::Failed { code: "failed".into(), message: "the agents could not finish".into() },
         },
-        RunStatus::Cancelled => Outcome::Cancelled { reason: message("message") },
+        RunStatus::Cancelled => Outcome::Cancelled { reason: run.error.as_ref().map(|e| e.message.clone()) },
     })
 }
 

@@ -8,7 +8,7 @@ use baton_domain::bridge::{self as wire, ReplyInput};
 use baton_domain::fleet::{FleetMessage, Queue};
 use baton_domain::journal;
 use baton_domain::reply::Outcome;
-use baton_domain::request::{bounded_reason, parse_request, HandoffRequest, RequestError, TargetAgent};
+use baton_domain::request::{bounded_reason, parse_request, HandoffRequest, HandoffStatus, RequestError, TargetAgent};
 use baton_domain::state::InvocationKind;
 use baton_domain::Language;
 use baton_store::invocations::{self, NewInvocation};
@@ -246,10 +246,10 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, 
     let new = NewRequest {
         id: &request.id,
         body: &body,
-        source: request.source.as_str(),
-        target_agent: request.target_agent.as_str(),
-        status: request.status.as_str(),
-        language: request.language().as_str(),
+        source: request.source,
+        target_agent: request.target_agent,
+        status: request.status,
+        language: request.language(),
         reply_to,
         reply_chat_id: request.reply_to_chat_id(),
         status_url: status_url(request),
@@ -262,7 +262,7 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, 
         // The same id again: a duplicate (acknowledged, counted, nothing
         // more), or a draft the bridge now sends as `requested`.
         let stored = requests::get(&tx, &request.id).await?.expect("counted in this transaction");
-        if stored.status == "draft" && request.is_runnable() {
+        if stored.status == HandoffStatus::Draft && request.is_runnable() {
             requests::promote_draft(&tx, &request.id, &body, status_url(request)).await?;
             record_disclosure(&tx, &request.id, &filtered.removed).await?;
             start(&tx, request).await?;
@@ -272,7 +272,7 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, 
         commit(tx).await?;
         return Ok(());
     }
-    requests::add_event(&tx, &request.id, "created", Some(request.status.as_str()), None).await?;
+    requests::add_event(&tx, &request.id, "created", Some(request.status), None).await?;
     record_disclosure(&tx, &request.id, &filtered.removed).await?;
     requests::add_event(&tx, &request.id, "context_packaged", None, None).await?;
     if request.is_runnable() {
@@ -286,7 +286,7 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, 
 async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Result<()> {
     let stored = requests::get(c, &request.id).await?.expect("inserted in this transaction");
     if request.target_agent == TargetAgent::Manual {
-        bridge::status(c, &stored, "accepted", Some("waiting for an operator")).await?;
+        bridge::status(c, &stored, HandoffStatus::Accepted, Some("waiting for an operator")).await?;
         return Ok(());
     }
     let profile = match profiles::route(c, request.target_agent.as_str()).await? {
@@ -334,14 +334,14 @@ async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Resu
     ];
     baton_store::journal::append(c, run_id, &events).await?;
     requests::add_event(c, &request.id, "sent", None, Some(&profile.id)).await?;
-    requests::add_event(c, &request.id, "accepted", Some("accepted"), None).await?;
-    bridge::status(c, &stored, "accepted", None).await?;
+    requests::add_event(c, &request.id, "accepted", Some(HandoffStatus::Accepted), None).await?;
+    bridge::status(c, &stored, HandoffStatus::Accepted, None).await?;
     Ok(())
 }
 
 async fn refuse(c: &impl GenericClient, stored: &requests::Request, request: &HandoffRequest, message: &str) -> anyhow::Result<()> {
-    requests::add_event(c, &request.id, "failed", Some("failed"), Some(message)).await?;
-    bridge::status(c, stored, "failed", Some(message)).await?;
+    requests::add_event(c, &request.id, "failed", Some(HandoffStatus::Failed), Some(message)).await?;
+    bridge::status(c, stored, HandoffStatus::Failed, Some(message)).await?;
     let input = ReplyInput {
         handoff_id: &request.id,
         chat_id: request.reply_to_chat_id(),

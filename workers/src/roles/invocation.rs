@@ -11,6 +11,7 @@ use baton_bus::consume::{consume_until, Broken};
 use baton_bus::{DeadLetters, Delivery};
 use baton_domain::fleet::{FleetMessage, Queue, RunInvocation};
 use baton_domain::journal;
+use baton_domain::request::HandoffStatus;
 use baton_domain::state::{InvocationKind, TaskStatus};
 use baton_store::invocations::{self, Invocation};
 use baton_store::journal::Event;
@@ -393,7 +394,7 @@ async fn started_events(c: &impl GenericClient, inv: &Invocation, worker: &str) 
         let run = runs::get(c, inv.run_id).await?;
         if let Some(handoff) = run.and_then(|r| r.handoff_id) {
             if let Some(request) = requests::get(c, &handoff).await? {
-                bridge::status(c, &request, "running", None).await?;
+                bridge::status(c, &request, HandoffStatus::Running, None).await?;
             }
         }
     }

@@ -11,7 +11,7 @@ pub mod openai;
 use async_trait::async_trait;
 use baton_domain::profiles::{ModelBinding, Profile};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// A tool call as the model made it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,10 +30,34 @@ pub struct ModelTurn {
     #[serde(default)]
     pub tool_calls: Vec<ToolCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Value>,
+    pub usage: Option<Usage>,
     /// Calls it took to get this turn (retries included), for the journal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<u32>,
+}
+
+/// Tokens a model turn used, as its provider reported them: OpenAI's names
+/// (camelCase read too); any other figures are kept as they came.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default, alias = "promptTokens", skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<i64>,
+    #[serde(default, alias = "completionTokens", skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_tokens: Option<i64>,
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, Value>,
+}
+
+impl Usage {
+    /// The turn's tokens: the total when the provider gave one, else prompt plus completion.
+    pub fn tokens(&self) -> i64 {
+        match self.total_tokens.unwrap_or(0) {
+            0 => self.prompt_tokens.unwrap_or(0) + self.completion_tokens.unwrap_or(0),
+            total => total,
+        }
+    }
 }
 
 /// What a provider is asked: the conversation so far (OpenAI chat shape) and
@@ -122,7 +146,7 @@ impl Provider for Scripted {
                 .map(|(i, c)| ToolCall { id: format!("call_{turn_no}_{}", i + 1), name: c.tool.clone(), arguments: c.args.clone() })
                 .collect(),
         };
-        let usage = json!({"promptTokens": 0, "completionTokens": 0});
+        let usage = Usage { prompt_tokens: Some(0), completion_tokens: Some(0), ..Default::default() };
         Ok(ModelTurn { content: turn.text.clone(), tool_calls, usage: Some(usage), attempts: None })
     }
 }

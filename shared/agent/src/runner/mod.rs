@@ -11,6 +11,7 @@ mod tool_call;
 
 use std::sync::Arc;
 
+use baton_domain::delegation::Budget;
 use baton_domain::journal;
 use baton_domain::profiles::{ModelBinding, Profile};
 use baton_domain::state::InvocationKind;
@@ -81,17 +82,17 @@ impl Claimed<'_> {
 }
 
 /// A delegated task's budget narrows the runtime's limits.
-fn narrow(limits: Limits, budget: Option<&Value>) -> (Limits, Option<u64>) {
+fn narrow(limits: Limits, budget: Option<&Budget>) -> (Limits, Option<u64>) {
     let Some(budget) = budget else {
         return (limits, None);
     };
-    let cap = |key: &str, max: usize| budget[key].as_u64().map_or(max, |b| (b as usize).min(max));
+    let cap = |limit: Option<u64>, max: usize| limit.map_or(max, |b| (b as usize).min(max));
     let narrowed = Limits {
-        max_rounds: cap("maxRounds", limits.max_rounds),
-        max_tool_calls: cap("maxToolCalls", limits.max_tool_calls),
+        max_rounds: cap(budget.max_rounds, limits.max_rounds),
+        max_tool_calls: cap(budget.max_tool_calls, limits.max_tool_calls),
         ..limits
     };
-    (narrowed, budget["maxTokens"].as_u64())
+    (narrowed, budget.max_tokens)
 }
 
 /// How long a finished turn is retried while the database is away (well

@@ -2,7 +2,7 @@
 //! across the fleet. Children run on any worker; a waiting parent is parked
 //! in Postgres and woken through the outbox.
 
-use baton_domain::delegation::{self as dg, AwaitArgs, AwaitMode, Capsule, TaskView};
+use baton_domain::delegation::{self as dg, AwaitArgs, AwaitMode, AwaitSpec, TaskView};
 use baton_domain::error::delegation_codes as codes;
 use baton_domain::fleet::FleetMessage;
 use baton_domain::journal;
@@ -37,7 +37,6 @@ pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
     let (child, task_id) = (Uuid::now_v7(), Uuid::now_v7());
     let key = super::agents::workspace_key(c, inv.run_id, &target.id).await?;
     let brief = dg::render_task_brief(&args.task, &ctx.profile.id);
-    let budget = serde_json::to_value(&args.budget).map_err(|e| crate::Error::Contract(e.to_string()))?;
     let deadline = args.budget.deadline_ms.map(|ms| Utc::now() + Duration::milliseconds(ms.min(dg::MAX_DEADLINE_MS) as i64));
     let new = NewInvocation {
         id: child,
@@ -47,7 +46,7 @@ pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         profile_id: &target.id,
         kind: InvocationKind::Child,
         brief: &brief,
-        budget: Some(&budget),
+        budget: Some(&args.budget),
         deadline_at: deadline,
     };
     invocations::insert(c, &new).await?;
@@ -61,7 +60,7 @@ pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         workspace_key: &key,
         continuation: Continuation::ReturnToParent,
         task: &body,
-        budget: Some(&budget),
+        budget: Some(&args.budget),
         created_by_tool_call_id: &ctx.call.id,
     };
     tasks::insert(c, &task).await?;
@@ -70,7 +69,7 @@ pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         "Started task {key} with Agent {}. Carry on with your own work; call agent_await when you need its result.",
         target.id
     );
-    let outcome = ToolOutcome::ok(ctx, text, json!({"task": key, "status": "queued", "agentId": target.id}));
+    let outcome = ToolOutcome::ok(ctx, text, json!({"task": key, "status": TaskStatus::Queued, "agentId": target.id}));
     let events = [
         tool_event(ctx, journal::DELEGATE_STARTED, json!({"agentId": target.id, "taskId": task_id})),
         Event::new(journal::INVOCATION_CREATED, Some(child), json!({"kind": "child", "profileId": target.id, "parentInvocationId": inv.id})),
@@ -94,7 +93,7 @@ pub(crate) fn select<'a>(children: &'a [Task], keys: Option<&[String]>) -> Resul
 }
 
 fn progress(selected: &[&Task]) -> Vec<(TaskStatus, bool)> {
-    selected.iter().filter_map(|t| Some((t.status()?, t.delivered))).collect()
+    selected.iter().map(|t| (t.status, t.delivered)).collect()
 }
 
 pub async fn await_tasks(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
@@ -129,23 +128,16 @@ pub async fn await_tasks(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
 }
 
 /// A wait keeps its deadline across wake-ups: it belongs to the tool call.
-fn deadline_of(spec: Option<&Value>, call_id: &str, timeout_ms: u64) -> DateTime<Utc> {
-    spec.filter(|s| s["toolCallId"] == call_id)
-        .and_then(|s| s["deadline"].as_str())
-        .and_then(|d| DateTime::parse_from_rfc3339(d).ok())
-        .map(|d| d.with_timezone(&Utc))
+fn deadline_of(spec: Option<&AwaitSpec>, call_id: &str, timeout_ms: u64) -> DateTime<Utc> {
+    spec.filter(|s| s.tool_call_id == call_id)
+        .map(|s| s.deadline)
         .unwrap_or_else(|| Utc::now() + Duration::milliseconds(timeout_ms as i64))
 }
 
 /// Parks the parent under its row lock (held since the fence): a child that
 /// finishes meanwhile waits for this lock, then sees the parent parked and wakes it.
 async fn park(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &AwaitArgs, deadline: DateTime<Utc>) -> ToolResult {
-    let spec = json!({
-        "toolCallId": ctx.call.id,
-        "keys": args.keys,
-        "mode": args.mode,
-        "deadline": deadline.to_rfc3339(),
-    });
+    let spec = AwaitSpec { tool_call_id: ctx.call.id.clone(), keys: args.keys.clone(), mode: args.mode, deadline };
     invocations::park(c, ctx.invocation.id, &spec, deadline).await?;
     let events = vec![
         tool_event(ctx, journal::AWAIT_STARTED, json!({"mode": args.mode, "keys": args.keys})),
@@ -158,9 +150,9 @@ fn view(t: &Task) -> TaskView<'_> {
     TaskView {
         key: &t.workspace_key,
         agent: &t.target_profile_id,
-        status: t.status().unwrap_or(TaskStatus::Queued),
-        capsule: t.result.as_ref().and_then(|r| serde_json::from_value::<Capsule>(r.clone()).ok()),
-        error: t.error.as_ref().and_then(|e| e["message"].as_str()),
+        status: t.status,
+        capsule: t.result.clone(),
+        error: t.error.as_ref().map(|e| e.message.as_str()),
     }
 }
 
@@ -180,7 +172,7 @@ pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
     write_file(c, inv.run_id, &result_ref, &record.to_string()).await?;
     let summary_path = format!("summaries/{}-result.md", task.workspace_key);
     write_file(c, inv.run_id, &summary_path, &dg::render_result_file(&task.workspace_key, &task.target_profile_id, &capsule)).await?;
-    tasks::set_result(c, task.id, &result, &result_ref).await?;
+    tasks::set_result(c, task.id, &capsule, &result_ref).await?;
     let mut events = vec![tool_event(ctx, journal::TASK_RETURN_RECORDED, json!({"status": capsule.status})), tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({}))];
     let status = capsule.status.task_status();
     let error = (status == TaskStatus::Failed).then(|| json!({"code": "agent.task_failed", "message": capsule.summary}));

@@ -16,6 +16,7 @@
 //! This file holds the humanizing; cutting into parts lives in `parts.rs`.
 
 use crate::language::Language;
+use crate::request::HandoffStatus;
 
 mod parts;
 #[cfg(test)]
@@ -35,12 +36,12 @@ pub enum Outcome {
 
 impl Outcome {
     /// The `status` field of the bridge reply.
-    pub fn status(&self) -> &'static str {
+    pub fn status(&self) -> HandoffStatus {
         match self {
-            Outcome::Completed { .. } => "completed",
-            Outcome::Failed { .. } => "failed",
-            Outcome::Blocked { .. } => "blocked",
-            Outcome::Cancelled { .. } => "cancelled",
+            Outcome::Completed { .. } => HandoffStatus::Completed,
+            Outcome::Failed { .. } => HandoffStatus::Failed,
+            Outcome::Blocked { .. } => HandoffStatus::Blocked,
+            Outcome::Cancelled { .. } => HandoffStatus::Cancelled,
         }
     }
 }

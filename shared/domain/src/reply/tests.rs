@@ -85,7 +85,7 @@ fn status_names_match_the_contract() {
         (Outcome::Cancelled { reason }, "cancelled"),
     ];
     for (outcome, status) in outcomes {
-        assert_eq!(outcome.status(), status);
+        assert_eq!(outcome.status().as_str(), status);
     }
 }
 

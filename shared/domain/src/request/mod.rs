@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::language::Language;
+use crate::wire_enum;
 
 mod parse;
 mod sample;
@@ -45,46 +46,6 @@ pub const MAX_NESTING: usize = 64;
 /// Longest accepted handoff id, in characters. The id is the idempotency key
 /// and ends up in logs, queue headers and database keys.
 const MAX_ID_CHARS: usize = 128;
-
-/// Declares a closed set of wire strings as an enum, with `as_str`, `parse`,
-/// `ALL` and serde renames generated from one list so they cannot drift apart.
-macro_rules! wire_enum {
-    (
-        $(#[$meta:meta])*
-        pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident => $wire:literal),+ $(,)? }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        pub enum $name {
-            $($(#[$vmeta])* #[serde(rename = $wire)] $variant),+
-        }
-
-        impl $name {
-            /// Every value, in declaration order.
-            pub const ALL: &'static [Self] = &[$(Self::$variant),+];
-
-            /// The value as it appears on the wire.
-            #[must_use]
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(Self::$variant => $wire),+
-                }
-            }
-
-            /// Reads a wire string; `None` for anything outside the set.
-            #[must_use]
-            pub fn parse(s: &str) -> Option<Self> {
-                Self::ALL.iter().copied().find(|v| v.as_str() == s)
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
 
 wire_enum! {
     /// Where the request came from.

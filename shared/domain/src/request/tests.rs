@@ -447,7 +447,7 @@ fn a_request_survives_a_serialize_parse_round_trip() {
 #[test]
 fn status_strings_parse_and_terminal_ones_are_known() {
     for status in HandoffStatus::ALL {
-        assert_eq!(HandoffStatus::parse(status.as_str()), Some(*status));
+        assert_eq!(HandoffStatus::parse(status.as_str()), Some(status));
     }
     assert_eq!(HandoffStatus::parse("done"), None);
     let terminal: Vec<_> = HandoffStatus::ALL

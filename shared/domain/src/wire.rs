@@ -1,0 +1,95 @@
+//! The one idiom for a closed set of strings Baton reads and writes (on the
+//! wire, in a database column, in a tool call): [`wire_enum!`] declares the
+//! enum and its strings in one list, so `as_str`, `parse`, `FromStr`, serde
+//! and the list of every value cannot drift apart.
+
+/// A string that is not one of an enum's values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{value}` is not a {kind} Baton knows")]
+pub struct Unknown {
+    /// The enum's name, as in `Language`.
+    pub kind: &'static str,
+    pub value: String,
+}
+
+/// Declares an enum whose values are written as fixed strings: it derives
+/// serde with those strings and generates `ALL` (every value, in declaration
+/// order), `as_str`, `parse`, `Display` and `FromStr`. Extra derives and
+/// attributes (`#[derive(Default)]`, `#[default]`) pass through.
+#[macro_export]
+macro_rules! wire_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident => $wire:literal),+ $(,)? }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $wire)] $variant),+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: [Self; [$($wire),+].len()] = [$(Self::$variant),+];
+
+            /// The value as it is written.
+            #[must_use]
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $wire),+
+                }
+            }
+
+            /// Reads a written value; `None` for anything outside the set.
+            #[must_use]
+            pub fn parse(s: &str) -> Option<Self> {
+                match s {
+                    $($wire => Some(Self::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl ::std::str::FromStr for $name {
+            type Err = $crate::wire::Unknown;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::parse(s).ok_or_else(|| $crate::wire::Unknown { kind: stringify!($name), value: s.to_string() })
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    crate::wire_enum! {
+        /// A test set.
+        #[derive(Default)]
+        pub enum Fruit { #[default] Apple => "apple", BloodOrange => "blood_orange" }
+    }
+
+    #[test]
+    fn every_value_round_trips_through_its_string_and_serde() {
+        for fruit in Fruit::ALL {
+            assert_eq!(Fruit::parse(fruit.as_str()), Some(fruit));
+            assert_eq!(fruit.as_str().parse::<Fruit>(), Ok(fruit));
+            assert_eq!(serde_json::to_value(fruit).unwrap(), fruit.as_str());
+            assert_eq!(fruit.to_string(), fruit.as_str());
+        }
+        assert_eq!(Fruit::default(), Fruit::Apple);
+    }
+
+    #[test]
+    fn an_unknown_string_is_refused_by_name() {
+        assert_eq!(Fruit::parse("pear"), None);
+        let error = "pear".parse::<Fruit>().unwrap_err();
+        assert_eq!(error.to_string(), "`pear` is not a Fruit Baton knows");
+        assert!(serde_json::from_value::<Fruit>(serde_json::json!("pear")).is_err());
+    }
+}
