@@ -6,7 +6,6 @@ use baton_domain::journal;
 use baton_domain::profiles::Profile;
 use baton_domain::tool_args::{self, AgentListArgs, ListPurpose as Purpose};
 use baton_domain::state::{Continuation, InvocationKind, InvocationStatus, TaskStatus};
-use baton_domain::ToolError;
 use baton_store::invocations::{self, NewInvocation};
 use baton_store::journal::Event;
 use baton_store::tasks::{self, NewTask};
@@ -14,7 +13,7 @@ use baton_store::{profiles, runs, GenericClient};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::{tool_event, Effect, ToolCtx, ToolOutcome, ToolResult};
+use super::{tool_event, Effect, ToolCtx, ToolFailure, ToolOutcome, ToolResult};
 use crate::lifecycle;
 
 fn operations(caller: &Profile, target: &Profile) -> Vec<&'static str> {
@@ -31,10 +30,7 @@ fn operations(caller: &Profile, target: &Profile) -> Vec<&'static str> {
 }
 
 pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let args: AgentListArgs = match tool_args::parse(args) {
-        Ok(a) => a,
-        Err(e) => return Ok(Err(e)),
-    };
+    let args: AgentListArgs = tool_args::parse(args)?;
     let purpose = args.purpose.unwrap_or(Purpose::Any);
     let query = args.query.unwrap_or_default().to_lowercase();
     let limit = args.limit.unwrap_or(8).clamp(1, 20) as usize;
@@ -56,15 +52,16 @@ pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> To
     }
     lines.truncate(limit);
     let text = if lines.is_empty() { "No agents are available for that.".to_string() } else { lines.join("\n") };
-    Ok(Ok(ToolOutcome::ok(ctx, text, json!({"count": lines.len()}))))
+    Ok(ToolOutcome::ok(ctx, text, json!({"count": lines.len()})))
 }
 
 pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
     let inv = ctx.invocation;
     let requested = tool_event(ctx, journal::HANDOFF_REQUESTED, json!({"agentId": args.get("agentId")}));
-    let (args, target, key) = match decide(c, ctx, args).await? {
+    let (args, target, key) = match decide(c, ctx, args).await {
         Ok(v) => v,
-        Err(e) => return Ok(Ok(ToolOutcome::failed(ctx, e).with_event(requested))),
+        Err(ToolFailure::Agent(e)) => return Ok(ToolOutcome::failed(ctx, e).with_event(requested)),
+        Err(host) => return Err(host),
     };
     let (next, task_id) = (Uuid::now_v7(), Uuid::now_v7());
     let brief = render_handoff_brief(&args.brief);
@@ -126,24 +123,21 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
     if let Some(incoming) = incoming {
         events.push(Event::new(journal::TASK_COMPLETED, Some(inv.id), json!({"taskId": incoming})));
     }
-    Ok(Ok(ToolOutcome {
+    Ok(ToolOutcome {
         content: handoff::acceptance_text(&target.id),
         is_error: false,
         structured: json!({"agentId": target.id, "status": "accepted"}),
         effect: Effect::Transferred,
         events,
-    }))
+    })
 }
 
 type Decided = (HandoffArgs, Profile, String);
 
 /// Every policy check, in the seed's order; the reads go out together.
 /// Nothing is written here.
-async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> Result<Result<Decided, ToolError>, crate::Error> {
-    let args = match handoff::parse_args(args) {
-        Ok(a) => a,
-        Err(e) => return Ok(Err(e)),
-    };
+async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult<Decided> {
+    let args = handoff::parse_args(args)?;
     let inv = ctx.invocation;
     let (pending, so_far, target, key) = tokio::try_join!(
         async { Ok::<_, crate::Error>(tasks::pending_children(c, inv.id).await?) },
@@ -151,11 +145,11 @@ async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> Resu
         async { Ok(profiles::get(c, &args.agent_id).await?) },
         workspace_key(c, inv.run_id, &args.agent_id),
     )?;
-    let checked = handoff::check_source(ctx.profile, inv.kind)
-        .and_then(|_| handoff::check_pending(pending as usize))
-        .and_then(|_| handoff::check_depth(so_far as u32, ctx.profile.delegation.max_handoff_depth))
-        .and_then(|_| handoff::check_target(&ctx.profile.id, &args.agent_id, target.as_ref()));
-    Ok(checked.map(|_| (args, target.expect("checked above"), key)))
+    handoff::check_source(ctx.profile, inv.kind)?;
+    handoff::check_pending(pending as usize)?;
+    handoff::check_depth(so_far as u32, ctx.profile.delegation.max_handoff_depth)?;
+    handoff::check_target(&ctx.profile.id, &args.agent_id, target.as_ref())?;
+    Ok((args, target.expect("checked above"), key))
 }
 
 /// The readable handle of a task: the target's id, then `-002`, `-003`, …
