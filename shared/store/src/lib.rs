@@ -10,6 +10,7 @@
 //! - [`budgets`]: run budgets and what each run has spent.
 //! - [`invocations`]: claims, leases, the fence, invocation transitions.
 //! - [`tasks`]: handoff and delegated task records.
+//! - [`spawn`]: a new invocation with its task and journal events (root, handoff, delegation).
 //! - [`steps`]: the persisted transcript of each invocation.
 //! - [`journal`]: run events.
 //! - [`workspace`]: files, read marks and the commit ledger.
@@ -33,6 +34,7 @@ pub mod requests;
 pub mod runs;
 pub mod schema;
 pub mod settings;
+pub mod spawn;
 pub mod steps;
 pub mod tasks;
 pub mod workspace;

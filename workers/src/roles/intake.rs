@@ -11,10 +11,10 @@ use baton_domain::reply::Outcome;
 use baton_domain::request::{bounded_reason, parse_request, HandoffRequest, RequestError, TargetAgent};
 use baton_domain::state::InvocationKind;
 use baton_domain::Language;
-use baton_store::invocations::{self, NewInvocation};
+use baton_store::invocations::NewInvocation;
 use baton_store::journal::Event;
 use baton_store::requests::{self, NewRequest};
-use baton_store::{budgets, outbox, profiles, runs, GenericClient, Pool};
+use baton_store::{budgets, outbox, profiles, runs, spawn, GenericClient, Pool};
 use baton_bus::lapin::message::Delivery;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -322,14 +322,14 @@ async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Resu
         budget: None,
         deadline_at: None,
     };
-    invocations::insert(c, &new).await?;
+    let created = spawn::invocation(c, &new, None).await?;
     baton_agent::lifecycle::publish_invocation(c, run_id, root, InvocationKind::Root).await?;
-    let events = [
+    let mut events = vec![
         Event::new(journal::RUN_CREATED, None, json!({"handoffId": request.id, "source": request.source.as_str(), "budget": budget})),
         Event::new(journal::PROFILE_RESOLVED, Some(root), json!({"targetAgent": request.target_agent.as_str(), "profileId": profile.id})),
         Event::new(journal::WORKSPACE_INITIALIZED, None, json!({})),
-        Event::new(journal::INVOCATION_CREATED, Some(root), json!({"kind": "root", "profileId": profile.id})),
     ];
+    events.extend(created);
     baton_store::journal::append(c, run_id, &events).await?;
     requests::add_event(c, &request.id, "sent", None, Some(&profile.id)).await?;
     requests::add_event(c, &request.id, "accepted", Some("accepted"), None).await?;

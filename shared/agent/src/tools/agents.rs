@@ -9,7 +9,7 @@ use baton_domain::state::{Continuation, InvocationKind, InvocationStatus, TaskSt
 use baton_store::invocations::{self, NewInvocation};
 use baton_store::journal::Event;
 use baton_store::tasks::{self, NewTask};
-use baton_store::{profiles, runs, GenericClient};
+use baton_store::{profiles, runs, spawn, GenericClient};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -97,29 +97,26 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
     };
     // In this order: the current invocation steps down before its successor
     // exists (the partial unique index allows one live foreground owner per
-    // run), and the successor exists before its task refers to it. The
-    // writes that depend on nothing are pipelined beside that chain.
+    // run), and the successor exists before its task refers to it (`spawn`).
+    // The writes that depend on nothing are pipelined beside that chain.
     let chain = async {
         invocations::finish(c, inv.id, InvocationStatus::Transferred, None).await?;
-        invocations::insert(c, &new).await?;
-        tasks::insert(c, &task).await?;
-        Ok::<_, crate::Error>(())
+        Ok::<_, crate::Error>(spawn::invocation(c, &new, Some(&task)).await?)
     };
-    let (_, _, _, incoming) = tokio::try_join!(
+    let (spawned, _, _, incoming) = tokio::try_join!(
         chain,
         async { Ok(runs::count_handoff(c, inv.run_id).await?) },
         lifecycle::publish_invocation(c, inv.run_id, next, InvocationKind::Handoff),
         incoming_done,
     )?;
-    let mut events = vec![
-        requested,
-        Event::new(journal::INVOCATION_CREATED, Some(next), json!({"kind": "handoff", "profileId": target.id, "parentInvocationId": inv.id})),
-        Event::new(journal::TASK_REGISTERED, Some(next), json!({"taskId": task_id, "continuation": "transfer_control", "workspaceKey": key})),
+    let mut events = vec![requested];
+    events.extend(spawned);
+    events.extend([
         tool_event(ctx, journal::HANDOFF_ACCEPTED, json!({"agentId": target.id, "taskId": task_id, "invocationId": next})),
         tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({})),
         Event::new(journal::INVOCATION_TRANSFERRED, Some(inv.id), json!({"to": next, "agentId": target.id})),
         Event::new(journal::LOOP_FINISHED, Some(inv.id), json!({"exit": "transferred"})),
-    ];
+    ]);
     if let Some(incoming) = incoming {
         events.push(Event::new(journal::TASK_COMPLETED, Some(inv.id), json!({"taskId": incoming})));
     }

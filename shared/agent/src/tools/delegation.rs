@@ -10,7 +10,7 @@ use baton_domain::ToolError;
 use baton_store::invocations::{self, NewInvocation};
 use baton_store::journal::Event;
 use baton_store::tasks::{self, NewTask, Task};
-use baton_store::{profiles, workspace, GenericClient};
+use baton_store::{profiles, spawn, workspace, GenericClient};
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -43,7 +43,6 @@ pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         budget: Some(&budget),
         deadline_at: deadline,
     };
-    invocations::insert(c, &new).await?;
     let body = Value::Object(args.task.clone());
     let task = NewTask {
         id: task_id,
@@ -57,19 +56,17 @@ pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         budget: Some(&budget),
         created_by_tool_call_id: &ctx.call.id,
     };
-    tasks::insert(c, &task).await?;
-    lifecycle::publish_invocation(c, inv.run_id, child, InvocationKind::Child).await?;
+    let (spawned, _) = tokio::try_join!(
+        async { Ok::<_, crate::Error>(spawn::invocation(c, &new, Some(&task)).await?) },
+        lifecycle::publish_invocation(c, inv.run_id, child, InvocationKind::Child),
+    )?;
     let text = format!(
         "Started task {key} with Agent {}. Carry on with your own work; call agent_await when you need its result.",
         target.id
     );
     let outcome = ToolOutcome::ok(ctx, text, json!({"task": key, "status": "queued", "agentId": target.id}));
-    let events = [
-        tool_event(ctx, journal::DELEGATE_STARTED, json!({"agentId": target.id, "taskId": task_id})),
-        Event::new(journal::INVOCATION_CREATED, Some(child), json!({"kind": "child", "profileId": target.id, "parentInvocationId": inv.id})),
-        Event::new(journal::TASK_REGISTERED, Some(child), json!({"taskId": task_id, "continuation": "return_to_parent", "workspaceKey": key})),
-    ];
-    Ok(events.into_iter().rev().fold(outcome, ToolOutcome::with_event))
+    let started = tool_event(ctx, journal::DELEGATE_STARTED, json!({"agentId": target.id, "taskId": task_id}));
+    Ok(spawned.into_iter().rev().fold(outcome, ToolOutcome::with_event).with_event(started))
 }
 
 /// The tasks a wait is about: the named handles, or all of the parent's.
