@@ -131,7 +131,7 @@ impl<'a> StepTx<'a> {
             Ok(())
         };
         // Pipelined: the step's writes go out behind the fence, before its
-        // answer comes back; a refused fence aborts them with it.
+        // answer comes back; a refused fence rolls them back with the rest.
         let (fenced, appended, logged, counted) = tokio::join!(
             invocations::fence(&tx, id, self.epoch),
             appended,
