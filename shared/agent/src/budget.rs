@@ -17,7 +17,7 @@ use baton_store::{lifecycle, tasks, Pool, Transaction};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::step::{retry, Written};
+use crate::step::{Scope, StepTx, Written};
 use crate::transcript;
 use crate::Error;
 
@@ -73,29 +73,28 @@ pub(crate) async fn record(tx: &Transaction<'_>, invocation: uuid::Uuid, w: &Wri
 pub(crate) async fn stop_run(pool: &Pool, inv: &Invocation, epoch: i64, exhausted: Exhausted) -> Result<crate::Exit, Error> {
     let error = exhausted.error();
     tracing::warn!(run = %inv.run_id, invocation = %inv.id, limit = exhausted.limit.as_str(), "run budget exhausted");
-    retry(|| async {
-        let mut client = pool.get().await?;
-        let tx = client.transaction().await?;
-        invocations::fence(&tx, inv.id, epoch).await?;
-        // A child takes its parent's lock before touching its task, as on every path that ends a child.
-        lifecycle::lock_parent(&tx, inv).await?;
-        let mut figures = match budgets::get(&tx, inv.run_id).await? {
-            Some(now) => now.budget.figures(&now.spent),
-            None => json!({}),
-        };
-        figures["limit"] = json!(exhausted.limit.as_str());
-        let mut evs = vec![Event::new(journal::RUN_BUDGET_EXHAUSTED, Some(inv.id), figures)];
-        invocations::finish(&tx, inv.id, InvocationStatus::Failed, Some(&error)).await?;
-        evs.push(Event::new(journal::INVOCATION_FAILED, Some(inv.id), error.clone()));
-        if let Some(task) = inv.incoming_task_id {
-            if tasks::transition(&tx, task, TaskStatus::Failed, Some(&error)).await? {
-                evs.push(Event::new(journal::TASK_FAILED, Some(inv.id), json!({"taskId": task})));
+    let (step, error) = (StepTx::new(pool, inv, epoch), &error);
+    step.run(|Scope { tx, .. }| {
+        Box::pin(async move {
+            // A child takes its parent's lock before touching its task, as on every path that ends a child.
+            lifecycle::lock_parent(tx, inv).await?;
+            let mut figures = match budgets::get(tx, inv.run_id).await? {
+                Some(now) => now.budget.figures(&now.spent),
+                None => json!({}),
+            };
+            figures["limit"] = json!(exhausted.limit.as_str());
+            let mut evs = vec![Event::new(journal::RUN_BUDGET_EXHAUSTED, Some(inv.id), figures)];
+            invocations::finish(tx, inv.id, InvocationStatus::Failed, Some(error)).await?;
+            evs.push(Event::new(journal::INVOCATION_FAILED, Some(inv.id), error.clone()));
+            if let Some(task) = inv.incoming_task_id {
+                if tasks::transition(tx, task, TaskStatus::Failed, Some(error)).await? {
+                    evs.push(Event::new(journal::TASK_FAILED, Some(inv.id), json!({"taskId": task})));
+                }
             }
-        }
-        evs.extend(lifecycle::fail_run(&tx, inv.run_id, &error).await?);
-        events::append(&tx, inv.run_id, &evs).await?;
-        tx.commit().await?;
-        Ok(())
+            evs.extend(lifecycle::fail_run(tx, inv.run_id, error).await?);
+            events::append(tx, inv.run_id, &evs).await?;
+            Ok(())
+        })
     })
     .await?;
     Ok(crate::Exit::Failed(error["message"].as_str().unwrap_or_default().to_string()))

@@ -6,7 +6,8 @@
 //! - [`runner`]: the loop, one persisted step at a time.
 //! - [`first_step`]: an invocation's system prompt and brief, written with its claim.
 //! - [`http`]: HTTP response bodies read up to a cap.
-//! - `step`: step transactions: what they wrote, retries, safe-to-store model output.
+//! - `step`: the step transaction (`StepTx`: begin, fence, write, commit, retried whole),
+//!   what it wrote, how a loop ended ([`Exit`]), safe-to-store model output.
 //! - [`tools`]: the model-visible tools, run inside the step's transaction.
 //! - [`providers`]: the provider trait; scripted, OpenAI-compatible and command providers.
 //! - [`transcript`]: the persisted transcript, read back as chat messages.

@@ -1,11 +1,16 @@
-//! Step transactions: what one wrote (it joins the in-memory transcript
-//! only once committed), running one again when Postgres aborts it, and
-//! making what a model produced safe to store. Also how a loop ended
-//! ([`Exit`]), which a step may decide.
+//! Step transactions: each step of an invocation commits in one fenced
+//! transaction ([`StepTx`]), run again whole when Postgres aborts it; what it
+//! wrote joins the in-memory transcript only once committed. Also: how a
+//! loop ended ([`Exit`]), and making what a model produced safe to store.
 
-use baton_store::invocations;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+
+use baton_store::invocations::{self, Invocation};
+use baton_store::journal::{self as events, Event};
 use baton_store::steps::{self, Step};
-use baton_store::Transaction;
+use baton_store::{Pool, Transaction};
 use serde_json::Value;
 
 use crate::providers::ModelTurn;
@@ -47,12 +52,116 @@ impl Written {
         self.next_seq += 1;
         Ok(())
     }
-
 }
+
+/// One step of a claimed invocation, written once: begin, fence the claim
+/// with the step's own writes (transcript steps, journal events, tokens)
+/// pipelined beside the fence, run the body, commit. A transaction the
+/// database aborted (deadlock, serialization) is run again whole, body
+/// included, so the step stays atomic.
+///
+/// A body is a closure returning a boxed future:
+/// `step.run(|Scope { tx, w, .. }| Box::pin(async move { …; Ok(()) }))`.
+/// (An `async` closure reads better, but the compiler cannot yet prove its
+/// future `Send` for every lifetime, which a spawned worker loop needs.)
+pub(crate) struct StepTx<'a> {
+    pool: &'a Pool,
+    inv: &'a Invocation,
+    epoch: i64,
+    next_seq: usize,
+    steps: Vec<(&'static str, Value)>,
+    events: Vec<Event>,
+    tokens: i64,
+}
+
+impl<'a> StepTx<'a> {
+    pub(crate) fn new(pool: &'a Pool, inv: &'a Invocation, epoch: i64) -> Self {
+        Self { pool, inv, epoch, next_seq: 0, steps: vec![], events: vec![], tokens: 0 }
+    }
+
+    /// The transcript holds `len` steps: the next one written gets seq `len`.
+    pub(crate) fn after(mut self, len: usize) -> Self {
+        self.next_seq = len;
+        self
+    }
+
+    /// A transcript step written with the fence.
+    pub(crate) fn append(mut self, kind: &'static str, payload: Value) -> Self {
+        self.steps.push((kind, payload));
+        self
+    }
+
+    /// Journal events written with the fence, before any the body writes.
+    pub(crate) fn log(mut self, events: impl IntoIterator<Item = Event>) -> Self {
+        self.events.extend(events);
+        self
+    }
+
+    /// Tokens a model turn used, counted on the invocation with the fence.
+    pub(crate) fn count_tokens(mut self, tokens: i64) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// Commits the fence and the step's own writes, with no body.
+    pub(crate) async fn commit(&self) -> Result<Written, Error> {
+        self.run(|_| Box::pin(async { Ok(()) })).await
+    }
+
+    /// Runs `body` in the fenced transaction, after the step's own writes.
+    pub(crate) async fn run<F>(&self, body: F) -> Result<Written, Error>
+    where
+        F: for<'t> Fn(Scope<'t, 'a>) -> Body<'t>,
+    {
+        retry(|| self.attempt(&body)).await
+    }
+
+    async fn attempt<F>(&self, body: &F) -> Result<Written, Error>
+    where
+        F: for<'t> Fn(Scope<'t, 'a>) -> Body<'t>,
+    {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let mut w = Written::new(self.next_seq);
+        let id = self.inv.id;
+        let appended = async {
+            for (kind, payload) in &self.steps {
+                w.append(&tx, id, kind, payload.clone()).await?;
+            }
+            Ok(())
+        };
+        // Pipelined: the step's writes go out behind the fence, before its
+        // answer comes back; a refused fence rolls them back with the rest.
+        let (fenced, appended, logged, counted) = tokio::join!(
+            invocations::fence(&tx, id, self.epoch),
+            appended,
+            events::append(&tx, self.inv.run_id, &self.events),
+            add_tokens(&tx, id, self.tokens),
+        );
+        first_cause([fenced.map_err(Error::from), appended, logged.map_err(Error::from), counted])?;
+        w.tokens = self.tokens;
+        body(Scope { tx: &tx, w: &mut w, _borrows: PhantomData }).await?;
+        tx.commit().await?;
+        Ok(w)
+    }
+}
+
+/// What a step's body works with: the fenced transaction and what the step
+/// has written so far.
+pub(crate) struct Scope<'t, 'a> {
+    pub(crate) tx: &'t Transaction<'t>,
+    pub(crate) w: &'t mut Written,
+    /// Says that the step's borrows (`'a`) outlive the body's (`'t`), so a
+    /// body may use what its caller borrowed.
+    _borrows: PhantomData<&'t &'a ()>,
+}
+
+/// A step body's future.
+pub(crate) type Body<'t> = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 't>>;
 
 /// Runs a transaction again when the database aborted it for a deadlock or
 /// a serialization failure (the whole step is re-run, so it stays atomic).
-pub(crate) async fn retry<T, F, Fut>(mut attempt: F) -> Result<T, Error>
+async fn retry<T, F, Fut>(mut attempt: F) -> Result<T, Error>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, Error>>,
@@ -128,7 +237,7 @@ pub(crate) fn name_calls(turn: &mut ModelTurn, turn_index: usize) {
     }
 }
 
-pub(crate) async fn add_tokens(tx: &Transaction<'_>, id: uuid::Uuid, tokens: i64) -> Result<(), Error> {
+async fn add_tokens(tx: &Transaction<'_>, id: uuid::Uuid, tokens: i64) -> Result<(), Error> {
     if tokens > 0 {
         invocations::add_tokens(tx, id, tokens).await?;
     }

@@ -11,6 +11,7 @@
 //! - [`invocations`]: claims, leases, the fence, invocation transitions.
 //! - [`tasks`]: handoff and delegated task records.
 //! - [`lifecycle`]: transitions that end invocations, tasks and runs, with their events and outbox messages.
+//! - [`spawn`]: a new invocation with its task and journal events (root, handoff, delegation).
 //! - [`steps`]: the persisted transcript of each invocation.
 //! - [`journal`]: run events.
 //! - [`workspace`]: files, read marks and the commit ledger.
@@ -37,6 +38,7 @@ pub mod requests;
 pub mod runs;
 pub mod schema;
 pub mod settings;
+pub mod spawn;
 pub mod steps;
 pub mod tasks;
 pub mod workspace;

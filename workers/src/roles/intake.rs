@@ -5,16 +5,16 @@ use baton_bus::{Outgoing, Publisher};
 use baton_domain::brief::render_request_brief;
 use baton_domain::disclosure;
 use baton_domain::bridge::{self as wire, ReplyInput};
-use baton_domain::fleet::{FleetMessage, Queue};
+use baton_domain::fleet::Queue;
 use baton_domain::journal;
 use baton_domain::reply::Outcome;
 use baton_domain::request::{bounded_reason, parse_request, HandoffRequest, HandoffStatus, RequestError, TargetAgent};
 use baton_domain::state::InvocationKind;
 use baton_domain::Language;
-use baton_store::invocations::{self, NewInvocation};
+use baton_store::invocations::NewInvocation;
 use baton_store::journal::Event;
 use baton_store::requests::{self, NewRequest};
-use baton_store::{budgets, outbox, profiles, runs, GenericClient, Pool};
+use baton_store::{budgets, outbox, profiles, runs, spawn, GenericClient, Pool};
 use baton_bus::consume::consume;
 use baton_bus::{DeadLetters, Delivery};
 use serde_json::json;
@@ -324,14 +324,13 @@ async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Resu
         budget: None,
         deadline_at: None,
     };
-    invocations::insert(c, &new).await?;
-    outbox::enqueue_fleet(c, &FleetMessage::run(run_id, root, InvocationKind::Root)).await?;
-    let events = [
+    let created = spawn::invocation(c, &new, None).await?;
+    let mut events = vec![
         Event::new(journal::RUN_CREATED, None, json!({"handoffId": request.id, "source": request.source.as_str(), "budget": budget})),
         Event::new(journal::PROFILE_RESOLVED, Some(root), json!({"targetAgent": request.target_agent.as_str(), "profileId": profile.id})),
         Event::new(journal::WORKSPACE_INITIALIZED, None, json!({})),
-        Event::new(journal::INVOCATION_CREATED, Some(root), json!({"kind": "root", "profileId": profile.id})),
     ];
+    events.extend(created);
     baton_store::journal::append(c, run_id, &events).await?;
     requests::add_event(c, &request.id, "sent", None, Some(&profile.id)).await?;
     requests::add_event(c, &request.id, "accepted", Some(HandoffStatus::Accepted), None).await?;

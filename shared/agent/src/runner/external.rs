@@ -4,13 +4,11 @@
 
 use baton_domain::journal;
 use baton_domain::sandbox::{self, OnInterrupt};
-use baton_store::invocations;
-use baton_store::journal::{self as events, Event};
+use baton_store::journal::Event;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{Claimed, Exit, Runner};
-use crate::step::{retry, Written};
 use crate::transcript;
 use crate::Error;
 
@@ -30,16 +28,8 @@ impl Runner {
             self.fail(c.inv, sandbox::codes::INTERRUPTED, sandbox::INTERRUPTED_MESSAGE, None).await?;
             return Ok(Some(Exit::Failed(sandbox::INTERRUPTED_MESSAGE.into())));
         }
-        retry(|| async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
-            invocations::fence(&tx, c.inv.id, c.epoch).await?;
-            let ev = Event::new(journal::EXTERNAL_AGENT_RERUN, Some(c.inv.id), json!({"reason": "an earlier start was interrupted"}));
-            events::append(&tx, c.inv.run_id, &[ev]).await?;
-            tx.commit().await?;
-            Ok(())
-        })
-        .await?;
+        let ev = Event::new(journal::EXTERNAL_AGENT_RERUN, Some(c.inv.id), json!({"reason": "an earlier start was interrupted"}));
+        self.step(c).log([ev]).commit().await?;
         Ok(None)
     }
 
@@ -58,16 +48,7 @@ impl Runner {
 
     /// Records that an external agent is about to start (see `model_turn`).
     pub(super) async fn mark_external_start(&self, c: &mut Claimed<'_>) -> Result<(), Error> {
-        let written = retry(|| async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
-            let mut w = Written::new(c.steps.len());
-            invocations::fence(&tx, c.inv.id, c.epoch).await?;
-            w.append(&tx, c.inv.id, transcript::EXTERNAL_STARTED, json!({})).await?;
-            tx.commit().await?;
-            Ok(w)
-        })
-        .await?;
+        let written = self.step(c).append(transcript::EXTERNAL_STARTED, json!({})).commit().await?;
         c.absorb(written);
         Ok(())
     }

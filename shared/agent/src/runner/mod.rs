@@ -16,7 +16,7 @@ use baton_domain::journal;
 use baton_domain::profiles::{ModelBinding, Profile};
 use baton_domain::state::InvocationKind;
 use baton_domain::tools::{self, ToolName};
-use baton_store::invocations::{self, Invocation};
+use baton_store::invocations::Invocation;
 use baton_store::journal::{self as events, Event};
 use baton_store::steps::{self, Step};
 use baton_store::{budgets, lifecycle, profiles, Pool};
@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::providers::{ModelRequest, ModelTurn, ProviderError, Providers, ToolCall};
 use crate::transcript::{self, Position};
 use crate::first_step::{prompt_step, tool_names};
-use crate::step::{add_tokens, first_cause, name_calls, retry, sanitize, test_pause_in_step, tokens_of, Written};
+use crate::step::{name_calls, sanitize, test_pause_in_step, tokens_of, Scope, StepTx, Written};
 use external::patiently;
 use tool_call::exit_of;
 use crate::{budget, Error};
@@ -185,22 +185,14 @@ impl Runner {
         Ok(Claimed { inv, epoch: inv.claim_epoch, profile, skills, surface, steps, limits, tokens: inv.tokens_used, budget })
     }
 
+    /// The claimed invocation's next step transaction.
+    fn step<'a>(&'a self, c: &'a Claimed<'_>) -> StepTx<'a> {
+        StepTx::new(&self.pool, c.inv, c.epoch).after(c.steps.len())
+    }
+
     async fn assemble(&self, c: &mut Claimed<'_>) -> Result<(), Error> {
         let (prompt, evs) = prompt_step(c.inv, &c.profile, &c.surface, &c.skills);
-        let written = retry(|| async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
-            let mut w = Written::new(c.steps.len());
-            let (fenced, appended, logged) = tokio::join!(
-                invocations::fence(&tx, c.inv.id, c.epoch),
-                w.append(&tx, c.inv.id, transcript::PROMPT, prompt.clone()),
-                events::append(&tx, c.inv.run_id, &evs),
-            );
-            first_cause([fenced.map_err(Error::from), appended, logged.map_err(Error::from)])?;
-            tx.commit().await?;
-            Ok(w)
-        })
-        .await?;
+        let written = self.step(c).append(transcript::PROMPT, prompt).log(evs).commit().await?;
         c.absorb(written);
         Ok(())
     }
@@ -264,7 +256,7 @@ impl Runner {
             match self.persist_turn(c, &turn).await {
                 Err(e) if !e.is_fenced() && !e.is_transient() => {
                     tracing::warn!(invocation = %c.inv.id, error = %e, "a tool call failed; storing the turn on its own");
-                    retry(|| self.store_turn(c, &turn)).await
+                    self.store_turn(c, &turn).await
                 }
                 other => other,
             }
@@ -287,7 +279,7 @@ impl Runner {
     async fn persist_turn(&self, c: &Claimed<'_>, turn: &ModelTurn) -> Result<Written, Error> {
         let give_up = tokio::time::Instant::now() + PERSIST_PATIENCE;
         loop {
-            match retry(|| self.turn_and_calls(c, turn)).await {
+            match self.turn_and_calls(c, turn).await {
                 Err(e) if e.is_transient() && tokio::time::Instant::now() < give_up => {
                     tracing::warn!(invocation = %c.inv.id, error = %e, "storing a finished turn; retrying");
                     tokio::time::sleep(std::time::Duration::from_millis(250)).await;
@@ -319,85 +311,82 @@ impl Runner {
         }
         let payload = sanitize(serde_json::to_value(turn).map_err(|e| Error::Contract(e.to_string()))?);
         let calls: Vec<ToolCall> = serde_json::from_value(payload["toolCalls"].clone()).map_err(|e| Error::Contract(e.to_string()))?;
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let mut w = Written::new(c.steps.len());
-        let tokens = tokens_of(turn);
-        w.tokens = tokens;
-        let stored = json!({"toolCalls": calls.len(), "tokens": tokens, "attempts": turn.attempts});
-        let evs = [Event::new(journal::MODEL_RESPONSE_STORED, Some(c.inv.id), stored)];
-        let (fenced, appended, logged, counted) = tokio::join!(
-            invocations::fence(&tx, c.inv.id, c.epoch),
-            w.append(&tx, c.inv.id, transcript::MODEL_TURN, payload),
-            events::append(&tx, c.inv.run_id, &evs),
-            add_tokens(&tx, c.inv.id, tokens),
-        );
-        first_cause([fenced.map_err(Error::from), appended, logged.map_err(Error::from), counted])?;
-        test_pause_in_step().await;
-        for call in &calls {
-            let effect = self.run_call(&tx, c, call, &mut w).await?;
-            if let Some(exit) = exit_of(effect) {
-                w.exit = Some(exit);
-                break;
-            }
-        }
-        w.budget = budget::record(&tx, c.inv.id, &w, 1).await?;
-        tx.commit().await?;
-        Ok(w)
+        let (step, calls) = (self.turn_step(c, turn, payload, calls.len()), &calls);
+        step.run(|Scope { tx, w, .. }| {
+            Box::pin(async move {
+                test_pause_in_step().await;
+                for call in calls {
+                    let effect = self.run_call(tx, c, call, w).await?;
+                    if let Some(exit) = exit_of(effect) {
+                        w.exit = Some(exit);
+                        break;
+                    }
+                }
+                w.budget = budget::record(tx, c.inv.id, w, 1).await?;
+                Ok(())
+            })
+        })
+        .await
     }
 
     async fn store_turn(&self, c: &Claimed<'_>, turn: &ModelTurn) -> Result<Written, Error> {
         let closing_not_last = turn.tool_calls.iter().rev().skip(1).any(|call| is_closing(&call.name));
         let plain = turn.tool_calls.is_empty();
         let payload = sanitize(serde_json::to_value(turn).map_err(|e| Error::Contract(e.to_string()))?);
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let mut w = Written::new(c.steps.len());
-        invocations::fence(&tx, c.inv.id, c.epoch).await?;
-        w.tokens = tokens_of(turn);
-        if w.tokens > 0 {
-            invocations::add_tokens(&tx, c.inv.id, w.tokens).await?;
-        }
-        w.append(&tx, c.inv.id, transcript::MODEL_TURN, payload).await?;
-        let stored = json!({"toolCalls": turn.tool_calls.len(), "tokens": w.tokens, "attempts": turn.attempts});
-        let mut evs = vec![Event::new(journal::MODEL_RESPONSE_STORED, Some(c.inv.id), stored)];
-        if closing_not_last {
-            let message = "the agent called a tool after a closing tool in the same turn";
-            evs.extend(lifecycle::fail_invocation(&tx, c.inv, "agent.tool_after_finish", message).await?);
-            w.exit = Some(Exit::Failed(message.into()));
-        } else if plain && transcript::nudges(&c.steps) < self.limits.max_nudges {
-            w.append(&tx, c.inv.id, transcript::NUDGE, json!({"content": NUDGE_TEXT})).await?;
-        } else if plain {
-            let message = "the agent stopped answering in plain text without finishing or handing off";
-            evs.extend(lifecycle::fail_invocation(&tx, c.inv, "agent.no_closing_tool", message).await?);
-            w.exit = Some(Exit::Failed(message.into()));
-        }
-        events::append(&tx, c.inv.run_id, &evs).await?;
-        w.budget = budget::record(&tx, c.inv.id, &w, 1).await?;
-        tx.commit().await?;
-        Ok(w)
+        let step = self.turn_step(c, turn, payload, turn.tool_calls.len());
+        step.run(|Scope { tx, w, .. }| {
+            Box::pin(async move {
+                let mut evs = vec![];
+                if closing_not_last {
+                    let message = "the agent called a tool after a closing tool in the same turn";
+                    evs.extend(lifecycle::fail_invocation(tx, c.inv, "agent.tool_after_finish", message).await?);
+                    w.exit = Some(Exit::Failed(message.into()));
+                } else if plain && transcript::nudges(&c.steps) < self.limits.max_nudges {
+                    w.append(tx, c.inv.id, transcript::NUDGE, json!({"content": NUDGE_TEXT})).await?;
+                } else if plain {
+                    let message = "the agent stopped answering in plain text without finishing or handing off";
+                    evs.extend(lifecycle::fail_invocation(tx, c.inv, "agent.no_closing_tool", message).await?);
+                    w.exit = Some(Exit::Failed(message.into()));
+                }
+                events::append(tx, c.inv.run_id, &evs).await?;
+                w.budget = budget::record(tx, c.inv.id, w, 1).await?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    /// A model turn's step: the turn, its tokens and its journal event,
+    /// written with the fence.
+    fn turn_step<'a>(&'a self, c: &'a Claimed<'_>, turn: &ModelTurn, payload: Value, calls: usize) -> StepTx<'a> {
+        let tokens = tokens_of(turn);
+        let stored = json!({"toolCalls": calls, "tokens": tokens, "attempts": turn.attempts});
+        let event = Event::new(journal::MODEL_RESPONSE_STORED, Some(c.inv.id), stored);
+        self.step(c).append(transcript::MODEL_TURN, payload).log([event]).count_tokens(tokens)
     }
 
     /// Fails the invocation in one fenced transaction: an owner's run fails
     /// with it, a child's task fails and its parent reads why. `detail` (the
     /// host's own words) goes to the journal only; agents and users read `message`.
     pub async fn fail(&self, inv: &Invocation, code: &str, message: &str, detail: Option<&str>) -> Result<(), Error> {
-        retry(|| async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
-            match invocations::fence(&tx, inv.id, inv.claim_epoch).await {
-                Err(baton_store::Error::Fenced(_)) => return Ok(()),
-                other => other?,
-            }
-            let mut evs = lifecycle::fail_invocation(&tx, inv, code, message).await?;
-            if let Some(detail) = detail {
-                evs.insert(0, Event::new(journal::HOST_ERROR, Some(inv.id), json!({"code": code, "detail": detail})));
-            }
-            events::append(&tx, inv.run_id, &evs).await?;
-            tx.commit().await?;
-            Ok(())
-        })
-        .await
+        let step = StepTx::new(&self.pool, inv, inv.claim_epoch);
+        let failed = step
+            .run(|Scope { tx, .. }| {
+                Box::pin(async move {
+                    let mut evs = lifecycle::fail_invocation(tx, inv, code, message).await?;
+                    if let Some(detail) = detail {
+                        evs.insert(0, Event::new(journal::HOST_ERROR, Some(inv.id), json!({"code": code, "detail": detail})));
+                    }
+                    events::append(tx, inv.run_id, &evs).await?;
+                    Ok(())
+                })
+            })
+            .await;
+        match failed {
+            // The claim was taken over: its new holder carries on, nothing is written.
+            Err(e) if e.is_fenced() => Ok(()),
+            other => other.map(drop),
+        }
     }
 }
 

@@ -2,21 +2,20 @@
 //! one fenced transaction.
 
 use baton_domain::ToolError;
-use baton_store::invocations;
 use baton_store::journal as events;
 use baton_store::Transaction;
 
 use super::{Claimed, Exit, Runner};
 use crate::budget;
 use crate::providers::ToolCall;
-use crate::step::{first_cause, retry, test_pause_in_step, Written};
+use crate::step::{first_cause, test_pause_in_step, Scope, Written};
 use crate::tools::{dispatch, Effect, ToolCtx, ToolOutcome};
 use crate::transcript;
 use crate::Error;
 
 impl Runner {
     pub(super) async fn call_tool(&self, c: &mut Claimed<'_>, call: &ToolCall) -> Result<Option<Exit>, Error> {
-        let written = retry(|| self.run_tool(c, call)).await?;
+        let written = self.run_tool(c, call).await?;
         let exit = written.exit.clone();
         c.absorb(written);
         Ok(exit)
@@ -26,16 +25,17 @@ impl Runner {
     /// its own): its effect, its result and its events in one fenced
     /// transaction (run again whole if the database asks for a retry).
     async fn run_tool(&self, c: &Claimed<'_>, call: &ToolCall) -> Result<Written, Error> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let mut w = Written::new(c.steps.len());
-        invocations::fence(&tx, c.inv.id, c.epoch).await?;
-        test_pause_in_step().await;
-        let effect = self.run_call(&tx, c, call, &mut w).await?;
-        w.budget = budget::record(&tx, c.inv.id, &w, 0).await?;
-        tx.commit().await?;
-        w.exit = exit_of(effect);
-        Ok(w)
+        self.step(c)
+            .run(|Scope { tx, w, .. }| {
+                Box::pin(async move {
+                    test_pause_in_step().await;
+                    let effect = self.run_call(tx, c, call, w).await?;
+                    w.budget = budget::record(tx, c.inv.id, w, 0).await?;
+                    w.exit = exit_of(effect);
+                    Ok(())
+                })
+            })
+            .await
     }
 
     /// Runs one call inside the caller's fenced transaction and records its

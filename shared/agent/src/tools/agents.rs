@@ -1,21 +1,19 @@
 //! `agent_list` and `agent_handoff`.
 
 use baton_domain::brief::render_handoff_brief;
-use baton_domain::fleet::FleetMessage;
 use baton_domain::handoff::{self, HandoffArgs};
 use baton_domain::journal;
 use baton_domain::profiles::Profile;
 use baton_domain::tool_args::{self, AgentListArgs, ListPurpose as Purpose};
 use baton_domain::state::{Continuation, InvocationKind, InvocationStatus, TaskStatus};
-use baton_domain::ToolError;
 use baton_store::invocations::{self, NewInvocation};
 use baton_store::journal::Event;
 use baton_store::tasks::{self, NewTask};
-use baton_store::{outbox, profiles, runs, GenericClient};
+use baton_store::{profiles, runs, spawn, GenericClient};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::{tool_event, Effect, ToolCtx, ToolOutcome, ToolResult};
+use super::{tool_event, Effect, ToolCtx, ToolFailure, ToolOutcome, ToolResult};
 
 fn operations(caller: &Profile, target: &Profile) -> Vec<&'static str> {
     let p = &target.delegation;
@@ -31,10 +29,7 @@ fn operations(caller: &Profile, target: &Profile) -> Vec<&'static str> {
 }
 
 pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let args: AgentListArgs = match tool_args::parse(args) {
-        Ok(a) => a,
-        Err(e) => return Ok(Err(e)),
-    };
+    let args: AgentListArgs = tool_args::parse(args)?;
     let purpose = args.purpose.unwrap_or(Purpose::Any);
     let query = args.query.unwrap_or_default().to_lowercase();
     let limit = args.limit.unwrap_or(8).clamp(1, 20) as usize;
@@ -56,15 +51,16 @@ pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> To
     }
     lines.truncate(limit);
     let text = if lines.is_empty() { "No agents are available for that.".to_string() } else { lines.join("\n") };
-    Ok(Ok(ToolOutcome::ok(ctx, text, json!({"count": lines.len()}))))
+    Ok(ToolOutcome::ok(ctx, text, json!({"count": lines.len()})))
 }
 
 pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
     let inv = ctx.invocation;
     let requested = tool_event(ctx, journal::HANDOFF_REQUESTED, json!({"agentId": args.get("agentId")}));
-    let (args, target, key) = match decide(c, ctx, args).await? {
+    let (args, target, key) = match decide(c, ctx, args).await {
         Ok(v) => v,
-        Err(e) => return Ok(Ok(ToolOutcome::failed(ctx, e).with_event(requested))),
+        Err(ToolFailure::Agent(e)) => return Ok(ToolOutcome::failed(ctx, e).with_event(requested)),
+        Err(host) => return Err(host),
     };
     let (next, task_id) = (Uuid::now_v7(), Uuid::now_v7());
     let brief = render_handoff_brief(&args.brief);
@@ -100,50 +96,43 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
     };
     // In this order: the current invocation steps down before its successor
     // exists (the partial unique index allows one live foreground owner per
-    // run), and the successor exists before its task refers to it. The
-    // writes that depend on nothing are pipelined beside that chain.
+    // run), and the successor exists before its task refers to it (`spawn`).
+    // The writes that depend on nothing are pipelined beside that chain.
     let chain = async {
         invocations::finish(c, inv.id, InvocationStatus::Transferred, None).await?;
-        invocations::insert(c, &new).await?;
-        tasks::insert(c, &task).await?;
-        Ok::<_, crate::Error>(())
+        Ok::<_, crate::Error>(spawn::invocation(c, &new, Some(&task)).await?)
     };
-    let (_, _, _, incoming) = tokio::try_join!(
+    let (spawned, _, incoming) = tokio::try_join!(
         chain,
         async { Ok(runs::count_handoff(c, inv.run_id).await?) },
-        async { Ok(outbox::enqueue_fleet(c, &FleetMessage::run(inv.run_id, next, InvocationKind::Handoff)).await?) },
         incoming_done,
     )?;
-    let mut events = vec![
-        requested,
-        Event::new(journal::INVOCATION_CREATED, Some(next), json!({"kind": "handoff", "profileId": target.id, "parentInvocationId": inv.id})),
-        Event::new(journal::TASK_REGISTERED, Some(next), json!({"taskId": task_id, "continuation": "transfer_control", "workspaceKey": key})),
+    let mut events = vec![requested];
+    events.extend(spawned);
+    events.extend([
         tool_event(ctx, journal::HANDOFF_ACCEPTED, json!({"agentId": target.id, "taskId": task_id, "invocationId": next})),
         tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({})),
         Event::new(journal::INVOCATION_TRANSFERRED, Some(inv.id), json!({"to": next, "agentId": target.id})),
         Event::new(journal::LOOP_FINISHED, Some(inv.id), json!({"exit": "transferred"})),
-    ];
+    ]);
     if let Some(incoming) = incoming {
         events.push(Event::new(journal::TASK_COMPLETED, Some(inv.id), json!({"taskId": incoming})));
     }
-    Ok(Ok(ToolOutcome {
+    Ok(ToolOutcome {
         content: handoff::acceptance_text(&target.id),
         is_error: false,
         structured: json!({"agentId": target.id, "status": "accepted"}),
         effect: Effect::Transferred,
         events,
-    }))
+    })
 }
 
 type Decided = (HandoffArgs, Profile, String);
 
 /// Every policy check, in the seed's order; the reads go out together.
 /// Nothing is written here.
-async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> Result<Result<Decided, ToolError>, crate::Error> {
-    let args = match handoff::parse_args(args) {
-        Ok(a) => a,
-        Err(e) => return Ok(Err(e)),
-    };
+async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult<Decided> {
+    let args = handoff::parse_args(args)?;
     let inv = ctx.invocation;
     let (pending, so_far, target, key) = tokio::try_join!(
         async { Ok::<_, crate::Error>(tasks::pending_children(c, inv.id).await?) },
@@ -151,11 +140,11 @@ async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> Resu
         async { Ok(profiles::get(c, &args.agent_id).await?) },
         workspace_key(c, inv.run_id, &args.agent_id),
     )?;
-    let checked = handoff::check_source(ctx.profile, inv.kind)
-        .and_then(|_| handoff::check_pending(pending as usize))
-        .and_then(|_| handoff::check_depth(so_far as u32, ctx.profile.delegation.max_handoff_depth))
-        .and_then(|_| handoff::check_target(&ctx.profile.id, &args.agent_id, target.as_ref()));
-    Ok(checked.map(|_| (args, target.expect("checked above"), key)))
+    handoff::check_source(ctx.profile, inv.kind)?;
+    handoff::check_pending(pending as usize)?;
+    handoff::check_depth(so_far as u32, ctx.profile.delegation.max_handoff_depth)?;
+    handoff::check_target(&ctx.profile.id, &args.agent_id, target.as_ref())?;
+    Ok((args, target.expect("checked above"), key))
 }
 
 /// The readable handle of a task: the target's id, then `-002`, `-003`, …

@@ -4,14 +4,13 @@
 
 use baton_domain::delegation::{self as dg, AwaitArgs, AwaitMode, AwaitSpec, TaskView};
 use baton_domain::error::delegation_codes as codes;
-use baton_domain::fleet::FleetMessage;
 use baton_domain::journal;
 use baton_domain::state::{Continuation, InvocationKind, TaskStatus};
 use baton_domain::ToolError;
 use baton_store::invocations::{self, NewInvocation};
 use baton_store::journal::Event;
 use baton_store::tasks::{self, NewTask, Task};
-use baton_store::{lifecycle, outbox, profiles, workspace, GenericClient};
+use baton_store::{lifecycle, profiles, spawn, workspace, GenericClient};
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -19,20 +18,13 @@ use uuid::Uuid;
 use super::{tool_event, Effect, ToolCtx, ToolOutcome, ToolResult};
 
 pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let args = match dg::parse_delegate(args) {
-        Ok(a) => a,
-        Err(e) => return Ok(Err(e)),
-    };
+    let args = dg::parse_delegate(args)?;
     let inv = ctx.invocation;
     let target = profiles::get(c, &args.agent_id).await?;
-    if let Err(e) = dg::check_delegate(ctx.profile, inv.kind, &args.agent_id, target.as_ref()) {
-        return Ok(Err(e));
-    }
+    dg::check_delegate(ctx.profile, inv.kind, &args.agent_id, target.as_ref())?;
     let children = tasks::children_of(c, inv.id).await?;
     let open = children.iter().filter(|t| !t.is_terminal()).count();
-    if let Err(e) = dg::check_capacity(children.len(), open) {
-        return Ok(Err(e));
-    }
+    dg::check_capacity(children.len(), open)?;
     let target = target.expect("checked above");
     let (child, task_id) = (Uuid::now_v7(), Uuid::now_v7());
     let key = super::agents::workspace_key(c, inv.run_id, &target.id).await?;
@@ -49,7 +41,6 @@ pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         budget: Some(&args.budget),
         deadline_at: deadline,
     };
-    invocations::insert(c, &new).await?;
     let body = Value::Object(args.task.clone());
     let task = NewTask {
         id: task_id,
@@ -63,19 +54,14 @@ pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         budget: Some(&args.budget),
         created_by_tool_call_id: &ctx.call.id,
     };
-    tasks::insert(c, &task).await?;
-    outbox::enqueue_fleet(c, &FleetMessage::run(inv.run_id, child, InvocationKind::Child)).await?;
+    let spawned = spawn::invocation(c, &new, Some(&task)).await?;
     let text = format!(
         "Started task {key} with Agent {}. Carry on with your own work; call agent_await when you need its result.",
         target.id
     );
     let outcome = ToolOutcome::ok(ctx, text, json!({"task": key, "status": TaskStatus::Queued, "agentId": target.id}));
-    let events = [
-        tool_event(ctx, journal::DELEGATE_STARTED, json!({"agentId": target.id, "taskId": task_id})),
-        Event::new(journal::INVOCATION_CREATED, Some(child), json!({"kind": "child", "profileId": target.id, "parentInvocationId": inv.id})),
-        Event::new(journal::TASK_REGISTERED, Some(child), json!({"taskId": task_id, "continuation": "return_to_parent", "workspaceKey": key})),
-    ];
-    Ok(Ok(events.into_iter().rev().fold(outcome, ToolOutcome::with_event)))
+    let started = tool_event(ctx, journal::DELEGATE_STARTED, json!({"agentId": target.id, "taskId": task_id}));
+    Ok(spawned.into_iter().rev().fold(outcome, ToolOutcome::with_event).with_event(started))
 }
 
 /// The tasks a wait is about: the named handles, or all of the parent's.
@@ -97,19 +83,13 @@ fn progress(selected: &[&Task]) -> Vec<(TaskStatus, bool)> {
 }
 
 pub async fn await_tasks(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let parsed = match dg::parse_await(args) {
-        Ok(a) => a,
-        Err(e) => return Ok(Err(e)),
-    };
+    let parsed = dg::parse_await(args)?;
     let inv = ctx.invocation;
     let children = tasks::children_of(c, inv.id).await?;
     if children.is_empty() {
-        return Ok(Err(ToolError::new(codes::NO_CHILD_TASKS, "You have not delegated any task; there is nothing to wait for.")));
+        return Err(ToolError::new(codes::NO_CHILD_TASKS, "You have not delegated any task; there is nothing to wait for.").into());
     }
-    let selected = match select(&children, parsed.keys.as_deref()) {
-        Ok(s) => s,
-        Err(e) => return Ok(Err(e)),
-    };
+    let selected = select(&children, parsed.keys.as_deref())?;
     let deadline = deadline_of(inv.await_spec.as_ref(), &ctx.call.id, parsed.timeout_ms);
     let ready = dg::await_ready(parsed.mode, &progress(&selected));
     if ready || Utc::now() >= deadline {
@@ -122,7 +102,7 @@ pub async fn await_tasks(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
         let text = dg::render_results(&views, !ready);
         let event = tool_event(ctx, journal::AWAIT_COMPLETED, json!({"timedOut": !ready}));
         let structured = json!({"timedOut": !ready, "tasks": selected.iter().map(|t| json!({"task": t.workspace_key, "status": t.status})).collect::<Vec<_>>()});
-        return Ok(Ok(ToolOutcome::ok(ctx, text, structured).with_event(event)));
+        return Ok(ToolOutcome::ok(ctx, text, structured).with_event(event));
     }
     park(c, ctx, &parsed, deadline).await
 }
@@ -143,7 +123,7 @@ async fn park(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &AwaitArgs, deadl
         tool_event(ctx, journal::AWAIT_STARTED, json!({"mode": args.mode, "keys": args.keys})),
         Event::new(journal::INVOCATION_PARKED, Some(ctx.invocation.id), json!({"until": deadline.to_rfc3339()})),
     ];
-    Ok(Ok(ToolOutcome { content: String::new(), is_error: false, structured: Value::Null, effect: Effect::Parked, events }))
+    Ok(ToolOutcome { content: String::new(), is_error: false, structured: Value::Null, effect: Effect::Parked, events })
 }
 
 fn view(t: &Task) -> TaskView<'_> {
@@ -157,14 +137,11 @@ fn view(t: &Task) -> TaskView<'_> {
 }
 
 pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let capsule = match dg::parse_return(args) {
-        Ok(v) => v,
-        Err(e) => return Ok(Err(e)),
-    };
+    let capsule = dg::parse_return(args)?;
     let inv = ctx.invocation;
     lifecycle::lock_parent(c, inv).await?;
     let Some(task) = tasks::of_child(c, inv.id).await? else {
-        return Ok(Err(ToolError::new(codes::TASK_RETURN_DENIED, "Nobody is waiting for a result from you.")));
+        return Err(ToolError::new(codes::TASK_RETURN_DENIED, "Nobody is waiting for a result from you.").into());
     };
     let result = serde_json::to_value(&capsule).map_err(|e| crate::Error::Contract(e.to_string()))?;
     let result_ref = format!("agent-results/{}.json", inv.id);
@@ -177,13 +154,13 @@ pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
     let status = capsule.status.task_status();
     let error = (status == TaskStatus::Failed).then(|| json!({"code": "agent.task_failed", "message": capsule.summary}));
     events.extend(lifecycle::end_child(c, inv, status, error.as_ref()).await?);
-    Ok(Ok(ToolOutcome {
+    Ok(ToolOutcome {
         content: "Your result was returned. Your task is complete.".into(),
         is_error: false,
         structured: json!({"returned": true}),
         effect: Effect::Finished,
         events,
-    }))
+    })
 }
 
 async fn write_file(c: &impl GenericClient, run: Uuid, path: &str, content: &str) -> Result<(), crate::Error> {

@@ -73,7 +73,7 @@ pub(crate) fn tool_event(ctx: &ToolCtx<'_>, kind: &'static str, mut payload: Val
     Event::new(kind, Some(ctx.invocation.id), payload)
 }
 
-/// Runs one tool call. A recoverable problem is an `isError` outcome; an
+/// Runs one tool call. The agent's own mistake is an `isError` outcome; an
 /// `Err` is a broken host contract that fails the invocation.
 pub async fn dispatch(c: &impl GenericClient, ctx: &ToolCtx<'_>) -> Result<ToolOutcome, Error> {
     // A tool name the model made up is its own mistake to fix, not a broken
@@ -95,7 +95,7 @@ pub async fn dispatch(c: &impl GenericClient, ctx: &ToolCtx<'_>) -> Result<ToolO
         return Ok(ToolOutcome::failed(ctx, error));
     }
     let args = &ctx.call.arguments;
-    let result = match tool {
+    let ran = match tool {
         ToolName::AgentList => agents::list(c, ctx, args).await,
         ToolName::AgentHandoff => agents::handoff(c, ctx, args).await,
         ToolName::WorkspaceList => workspace::list(c, ctx, args).await,
@@ -107,10 +107,42 @@ pub async fn dispatch(c: &impl GenericClient, ctx: &ToolCtx<'_>) -> Result<ToolO
         ToolName::AgentDelegate => delegation::delegate(c, ctx, args).await,
         ToolName::AgentAwait => delegation::await_tasks(c, ctx, args).await,
         ToolName::TaskReturn => delegation::task_return(c, ctx, args).await,
-    }?;
-    Ok(result.unwrap_or_else(|error| ToolOutcome::failed(ctx, error)))
+    };
+    match ran {
+        Ok(outcome) => Ok(outcome),
+        Err(ToolFailure::Agent(error)) => Ok(ToolOutcome::failed(ctx, error)),
+        Err(ToolFailure::Host(error)) => Err(error),
+    }
 }
 
-/// Tool implementations return this: the outer `Result` is the host, the
-/// inner one the agent's own mistake.
-pub(crate) type ToolResult = Result<Result<ToolOutcome, ToolError>, Error>;
+/// Why a tool call did not succeed, so that a tool's body reads as one
+/// chain of `?`: `let args = parse(args)?; let row = store::get(c, id).await?;`.
+#[derive(Debug)]
+pub(crate) enum ToolFailure {
+    /// The agent's own mistake (bad arguments, a policy refusal, a missing
+    /// file): the model reads it as an `isError` result and carries on.
+    Agent(ToolError),
+    /// A broken host contract: the invocation fails.
+    Host(Error),
+}
+
+impl From<ToolError> for ToolFailure {
+    fn from(e: ToolError) -> Self {
+        ToolFailure::Agent(e)
+    }
+}
+
+impl From<Error> for ToolFailure {
+    fn from(e: Error) -> Self {
+        ToolFailure::Host(e)
+    }
+}
+
+impl From<baton_store::Error> for ToolFailure {
+    fn from(e: baton_store::Error) -> Self {
+        ToolFailure::Host(e.into())
+    }
+}
+
+/// What tool implementations return.
+pub(crate) type ToolResult<T = ToolOutcome> = Result<T, ToolFailure>;

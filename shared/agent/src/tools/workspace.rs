@@ -13,45 +13,33 @@ use serde_json::{json, Value};
 use super::{tool_event, Effect, ToolCtx, ToolOutcome, ToolResult};
 
 pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let checked = tool_args::parse::<ListArgs>(args).and_then(|a| Ok((ws::list_prefix(a.path.as_deref())?, a.depth)));
-    let (prefix, depth) = match checked {
-        Ok(v) => v,
-        Err(e) => return Ok(Err(e)),
-    };
-    let depth = depth.unwrap_or(2).clamp(1, 4) as usize;
+    let args = tool_args::parse::<ListArgs>(args)?;
+    let prefix = ws::list_prefix(args.path.as_deref())?;
+    let depth = args.depth.unwrap_or(2).clamp(1, 4) as usize;
     let files = store::list(c, ctx.invocation.run_id).await?;
     let text = ws::render_listing(&files, &prefix, depth);
-    Ok(Ok(ToolOutcome::ok(ctx, text, json!({"count": files.len()}))))
+    Ok(ToolOutcome::ok(ctx, text, json!({"count": files.len()})))
 }
 
 /// Loads a visible file, or says why it cannot be read.
-async fn load(c: &impl GenericClient, ctx: &ToolCtx<'_>, path: &str) -> Result<Result<store::File, ToolError>, crate::Error> {
+async fn load(c: &impl GenericClient, ctx: &ToolCtx<'_>, path: &str) -> ToolResult<store::File> {
     let run = ctx.invocation.run_id;
     if let Some(file) = store::read(c, run, path).await? {
-        return Ok(Ok(file));
+        return Ok(file);
     }
     if store::is_folder(c, run, path).await? {
-        return Ok(Err(ToolError::new(codes::PATH_IS_DIRECTORY, format!("`{path}` is a folder; use workspace_list."))));
+        return Err(ToolError::new(codes::PATH_IS_DIRECTORY, format!("`{path}` is a folder; use workspace_list.")).into());
     }
-    Ok(Err(ToolError::new(codes::FILE_NOT_FOUND, format!("`{path}` does not exist yet."))))
+    Err(ToolError::new(codes::FILE_NOT_FOUND, format!("`{path}` does not exist yet.")).into())
 }
 
 pub async fn read(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let checked = tool_args::parse::<ReadArgs>(args).and_then(|a| Ok((ws::visible_path(&a.path)?, ReadWindow::from_args(&a)?)));
-    let (path, window) = match checked {
-        Ok(v) => v,
-        Err(e) => return Ok(Err(e)),
-    };
-    let file = match load(c, ctx, &path).await? {
-        Ok(f) => f,
-        Err(e) => return Ok(Err(e)),
-    };
-    let text = match ws::render_read(&path, &file.content, window) {
-        Ok(t) => t,
-        Err(e) => return Ok(Err(e)),
-    };
+    let args = tool_args::parse::<ReadArgs>(args)?;
+    let (path, window) = (ws::visible_path(&args.path)?, ReadWindow::from_args(&args)?);
+    let file = load(c, ctx, &path).await?;
+    let text = ws::render_read(&path, &file.content, window)?;
     store::mark_read(c, ctx.invocation.id, &path, &file.sha256, window.is_whole()).await?;
-    Ok(Ok(ToolOutcome::ok(ctx, text, json!({"path": path, "sha256": file.sha256}))))
+    Ok(ToolOutcome::ok(ctx, text, json!({"path": path, "sha256": file.sha256})))
 }
 
 /// Replacing or patching a file needs a read of its current version first,
@@ -62,29 +50,23 @@ async fn check_read(
     path: &str,
     file: &store::File,
     (missing, stale): (&'static str, &'static str),
-) -> Result<Result<(), ToolError>, crate::Error> {
-    Ok(match store::read_mark(c, ctx.invocation.id, path).await? {
-        None => Err(ToolError::new(missing, format!("Read `{path}` before changing it."))),
+) -> ToolResult<()> {
+    match store::read_mark(c, ctx.invocation.id, path).await? {
+        None => Err(ToolError::new(missing, format!("Read `{path}` before changing it.")).into()),
         Some((sha, _)) if sha != file.sha256 => {
-            Err(ToolError::new(stale, format!("`{path}` changed since you read it; read it again first.")))
+            Err(ToolError::new(stale, format!("`{path}` changed since you read it; read it again first.")).into())
         }
         Some(_) => Ok(()),
-    })
+    }
 }
 
 pub async fn write(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let parsed = tool_args::parse::<WriteArgs>(args)
-        .and_then(|a| Ok((ws::visible_path(&a.path)?, a.content, a.mode == Some(CommitMode::Append))));
-    let (path, content, append) = match parsed {
-        Ok(v) => v,
-        Err(e) => return Ok(Err(e)),
-    };
+    let args = tool_args::parse::<WriteArgs>(args)?;
+    let (path, content, append) = (ws::visible_path(&args.path)?, args.content, args.mode == Some(CommitMode::Append));
     let run = ctx.invocation.run_id;
     let existing = store::read(c, run, &path).await?;
     if let (Some(file), false) = (&existing, append) {
-        if let Err(e) = check_read(c, ctx, &path, file, (codes::WRITE_REQUIRES_READ, codes::WRITE_STALE_FILE)).await? {
-            return Ok(Err(e));
-        }
+        check_read(c, ctx, &path, file, (codes::WRITE_REQUIRES_READ, codes::WRITE_STALE_FILE)).await?;
     }
     let new_content = match (&existing, append) {
         (Some(file), true) => format!("{}{content}", file.content),
@@ -96,47 +78,29 @@ pub async fn write(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
     let bytes = new_content.len();
     let event = tool_event(ctx, journal::WORKSPACE_FILE_WRITTEN, json!({"path": path, "bytes": bytes}));
     let outcome = ToolOutcome::ok(ctx, format!("Wrote {path} ({bytes} bytes)."), json!({"path": path, "sha256": sha}));
-    Ok(Ok(outcome.with_event(event)))
+    Ok(outcome.with_event(event))
 }
 
 pub async fn patch(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let parsed = tool_args::parse::<PatchArgs>(args)
-        .and_then(|a| Ok((ws::visible_path(&a.path)?, a.old_string, a.new_string, a.replace_all.unwrap_or(false))));
-    let (path, old, new, replace_all) = match parsed {
-        Ok(v) => v,
-        Err(e) => return Ok(Err(e)),
-    };
-    let file = match load(c, ctx, &path).await? {
-        Ok(f) => f,
-        Err(e) => return Ok(Err(e)),
-    };
-    if let Err(e) = check_read(c, ctx, &path, &file, (codes::PATCH_REQUIRES_READ, codes::PATCH_STALE_FILE)).await? {
-        return Ok(Err(e));
-    }
-    let patched = match ws::apply_patch(&file.content, &old, &new, replace_all) {
-        Ok(p) => p,
-        Err(e) => return Ok(Err(e)),
-    };
+    let args = tool_args::parse::<PatchArgs>(args)?;
+    let path = ws::visible_path(&args.path)?;
+    let file = load(c, ctx, &path).await?;
+    check_read(c, ctx, &path, &file, (codes::PATCH_REQUIRES_READ, codes::PATCH_STALE_FILE)).await?;
+    let patched = ws::apply_patch(&file.content, &args.old_string, &args.new_string, args.replace_all.unwrap_or(false))?;
     let sha = ws::sha256_hex(&patched);
     store::write(c, ctx.invocation.run_id, &path, &patched, &sha).await?;
     store::mark_read(c, ctx.invocation.id, &path, &sha, true).await?;
     let event = tool_event(ctx, journal::WORKSPACE_PATCH_APPLIED, json!({"path": path}));
-    Ok(Ok(ToolOutcome::ok(ctx, format!("Patched {path}."), json!({"path": path, "sha256": sha})).with_event(event)))
+    Ok(ToolOutcome::ok(ctx, format!("Patched {path}."), json!({"path": path, "sha256": sha})).with_event(event))
 }
 
 pub async fn commit(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let parsed = CommitArgs::parse(args)
-        .and_then(|a| Ok((ws::visible_path(a.path.as_deref().unwrap_or(ws::DEFAULT_BODY_PATH))?, a.mode.unwrap_or_default(), a.reason)));
-    let (path, mode, reason) = match parsed {
-        Ok(v) => v,
-        Err(e) => return Ok(Err(e)),
-    };
-    let file = match load(c, ctx, &path).await? {
-        Ok(f) => f,
-        Err(e) => return Ok(Err(e)),
-    };
+    let args = CommitArgs::parse(args)?;
+    let path = ws::visible_path(args.path.as_deref().unwrap_or(ws::DEFAULT_BODY_PATH))?;
+    let (mode, reason) = (args.mode.unwrap_or_default(), args.reason);
+    let file = load(c, ctx, &path).await?;
     if file.content.trim().is_empty() {
-        return Ok(Err(ToolError::new(codes::REQUIRED_ARTIFACT_EMPTY, format!("`{path}` is empty; write the reply first."))));
+        return Err(ToolError::new(codes::REQUIRED_ARTIFACT_EMPTY, format!("`{path}` is empty; write the reply first.")).into());
     }
     let run = ctx.invocation.run_id;
     let previous = store::latest_reply(c, run).await?;
@@ -154,27 +118,23 @@ pub async fn commit(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> 
     baton_store::runs::set_final_text(c, run, &reply).await?;
     let event = tool_event(ctx, journal::CHAT_COMMIT_COMPLETED, json!({"path": path, "mode": mode.as_str(), "ordinal": ordinal}));
     let text = format!("Committed {path} as the reply. You may edit and commit again; close with workspace_finish.");
-    Ok(Ok(ToolOutcome::ok(ctx, text, json!({"ordinal": ordinal, "path": path})).with_event(event)))
+    Ok(ToolOutcome::ok(ctx, text, json!({"ordinal": ordinal, "path": path})).with_event(event))
 }
 
 pub async fn finish(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
     // The reason is for the journal's readers only; it must still be well-formed.
-    if let Err(e) = tool_args::parse::<FinishArgs>(args) {
-        return Ok(Err(e));
-    }
+    tool_args::parse::<FinishArgs>(args)?;
     if store::latest_reply(c, ctx.invocation.run_id).await?.is_none() {
-        return Ok(Err(ToolError::new(
-            codes::FOREGROUND_COMMIT_REQUIRED,
-            "Nothing has been committed yet: write the reply, call workspace_commit, then finish.",
-        )));
+        let text = "Nothing has been committed yet: write the reply, call workspace_commit, then finish.";
+        return Err(ToolError::new(codes::FOREGROUND_COMMIT_REQUIRED, text).into());
     }
     let mut events: Vec<Event> = vec![tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({}))];
     events.extend(lifecycle::complete_run(c, ctx.invocation).await?);
-    Ok(Ok(ToolOutcome {
+    Ok(ToolOutcome {
         content: "Finished. Your committed reply will be sent to the user.".into(),
         is_error: false,
         structured: json!({"finished": true}),
         effect: Effect::Finished,
         events,
-    }))
+    })
 }
