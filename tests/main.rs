@@ -19,3 +19,4 @@ mod protocol;
 mod providers;
 mod relay;
 mod sandbox;
+mod shape;

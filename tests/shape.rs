@@ -1,0 +1,164 @@
+//! The workspace keeps its shape (issue 9): crates depend on each other in
+//! one direction, no source file outgrows 500 lines and no function 80
+//! (tests aside). Pure reading of the checkout: no service is touched.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use syn::visit::Visit;
+
+const MAX_FILE_LINES: usize = 500;
+const MAX_FN_LINES: usize = 80;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ sits in the workspace").to_path_buf()
+}
+
+/// The workspace crates (`baton-*`) a crate's manifest depends on, dev-dependencies aside.
+fn baton_dependencies(manifest: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(root().join(manifest)).expect("manifest readable");
+    let doc: toml::Table = text.parse().expect("manifest parses");
+    let deps = doc.get("dependencies").and_then(|d| d.as_table()).cloned().unwrap_or_default();
+    deps.keys().filter(|name| name.starts_with("baton")).cloned().collect()
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+#[test]
+fn crates_depend_on_each_other_in_one_direction() {
+    let allowed = [
+        ("shared/domain/Cargo.toml", set(&[]), "the domain imports nothing of store, bus, agent"),
+        ("shared/bus/Cargo.toml", set(&["baton-domain"]), "the bus imports the domain only"),
+        ("shared/store/Cargo.toml", set(&["baton-domain"]), "the store imports the domain only"),
+        ("shared/agent/Cargo.toml", set(&["baton-domain", "baton-store"]), "the agent imports nothing of the bus"),
+    ];
+    for (manifest, may, rule) in allowed {
+        let extra: Vec<_> = baton_dependencies(manifest).difference(&may).cloned().collect();
+        assert!(extra.is_empty(), "{rule}: {manifest} depends on {extra:?}");
+    }
+}
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &str) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("readable dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = vec![];
+    walk(&root().join(dir), &mut out);
+    out.sort();
+    out
+}
+
+fn product_sources() -> Vec<PathBuf> {
+    ["shared/domain/src", "shared/store/src", "shared/bus/src", "shared/agent/src", "workers/src", "bench/src"]
+        .iter()
+        .flat_map(|dir| sources(dir))
+        .filter(|path| path.file_name().is_none_or(|name| name != "tests.rs"))
+        .collect()
+}
+
+fn relative(path: &Path) -> String {
+    path.strip_prefix(root()).unwrap_or(path).display().to_string()
+}
+
+#[test]
+fn roles_and_the_agent_do_not_speak_lapin() {
+    let mut offenders = vec![];
+    for dir in ["shared/agent/src", "shared/domain/src", "shared/store/src", "workers/src"] {
+        for path in sources(dir) {
+            let text = std::fs::read_to_string(&path).expect("readable");
+            if text.contains("lapin") || (dir != "workers/src" && text.contains("baton_bus")) {
+                offenders.push(relative(&path));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "only the bus (and the bench's raw baseline) may name lapin: {offenders:?}");
+}
+
+/// Lines of a file before its `#[cfg(test)]` module.
+fn product_lines(text: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    let tests = lines.windows(2).position(|w| w[0].trim() == "#[cfg(test)]" && w[1].trim_start().starts_with("mod "));
+    tests.unwrap_or(lines.len())
+}
+
+#[test]
+fn no_file_outgrows_five_hundred_lines() {
+    let long: Vec<String> = product_sources()
+        .iter()
+        .filter_map(|path| {
+            let n = product_lines(&std::fs::read_to_string(path).expect("readable"));
+            (n > MAX_FILE_LINES).then(|| format!("{} ({n} lines)", relative(path)))
+        })
+        .collect();
+    assert!(long.is_empty(), "files over {MAX_FILE_LINES} lines: {long:?}");
+}
+
+/// Functions longer than the limit, tests and `#[cfg(test)]` modules aside.
+#[derive(Default)]
+struct LongFunctions {
+    found: Vec<String>,
+}
+
+fn is_test_attr(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        let path = a.path();
+        path.is_ident("test") || path.segments.last().is_some_and(|s| s.ident == "test")
+            || (path.is_ident("cfg") && a.meta.require_list().is_ok_and(|l| l.tokens.to_string() == "test"))
+    })
+}
+
+impl LongFunctions {
+    fn check(&mut self, name: &syn::Ident, attrs: &[syn::Attribute], block: &syn::Block) {
+        if is_test_attr(attrs) {
+            return;
+        }
+        let (start, end) = (name.span().start().line, block_end(block));
+        if end - start + 1 > MAX_FN_LINES {
+            self.found.push(format!("{name} ({} lines)", end - start + 1));
+        }
+    }
+}
+
+fn block_end(block: &syn::Block) -> usize {
+    block.brace_token.span.close().end().line
+}
+
+impl<'ast> Visit<'ast> for LongFunctions {
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        if !is_test_attr(&m.attrs) {
+            syn::visit::visit_item_mod(self, m);
+        }
+    }
+
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        self.check(&f.sig.ident, &f.attrs, &f.block);
+        syn::visit::visit_item_fn(self, f);
+    }
+
+    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+        self.check(&f.sig.ident, &f.attrs, &f.block);
+        syn::visit::visit_impl_item_fn(self, f);
+    }
+}
+
+#[test]
+fn no_function_outgrows_eighty_lines() {
+    let mut long = vec![];
+    for path in product_sources() {
+        let file = syn::parse_file(&std::fs::read_to_string(&path).expect("readable")).expect("parses");
+        let mut visitor = LongFunctions::default();
+        visitor.visit_file(&file);
+        long.extend(visitor.found.into_iter().map(|f| format!("{}: {f}", relative(&path))));
+    }
+    assert!(long.is_empty(), "functions over {MAX_FN_LINES} lines: {long:?}");
+}
