@@ -162,3 +162,58 @@ fn no_function_outgrows_eighty_lines() {
     }
     assert!(long.is_empty(), "functions over {MAX_FN_LINES} lines: {long:?}");
 }
+
+/// The top-level module a source file belongs to (`runner/mod.rs` → `runner`).
+fn module_of(src: &Path, path: &Path) -> String {
+    let rel = path.strip_prefix(src).expect("under src").to_string_lossy().to_string();
+    rel.split('/').next().expect("a name").trim_end_matches(".rs").to_string()
+}
+
+/// `a -> b` whenever a module's own (non-test) code names `crate::b`.
+fn module_edges(src_dir: &str) -> BTreeSet<(String, String)> {
+    let src = root().join(src_dir);
+    let mut edges = BTreeSet::new();
+    for path in sources(src_dir).iter().filter(|p| p.file_name().is_none_or(|n| n != "tests.rs")) {
+        let text = std::fs::read_to_string(path).expect("readable");
+        let own: String = text.lines().take(product_lines(&text)).collect::<Vec<_>>().join("\n");
+        let from = module_of(&src, path);
+        for (i, _) in own.match_indices("crate::") {
+            let to: String = own[i + 7..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+            if !to.is_empty() && to != from && from != "lib" {
+                edges.insert((from.clone(), to));
+            }
+        }
+    }
+    edges
+}
+
+/// A cycle among `edges`, if there is one.
+fn find_cycle(edges: &BTreeSet<(String, String)>) -> Option<Vec<String>> {
+    fn visit(node: &str, edges: &BTreeSet<(String, String)>, path: &mut Vec<String>, done: &mut BTreeSet<String>) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            return Some(path[at..].iter().cloned().chain([node.to_string()]).collect());
+        }
+        if !done.insert(node.to_string()) {
+            return None;
+        }
+        path.push(node.to_string());
+        for (_, next) in edges.iter().filter(|(from, _)| from == node) {
+            if let Some(cycle) = visit(next, edges, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    edges.iter().find_map(|(from, _)| visit(from, edges, &mut vec![], &mut done))
+}
+
+#[test]
+fn modules_within_a_crate_import_each_other_one_way() {
+    for dir in ["shared/domain/src", "shared/store/src", "shared/bus/src", "shared/agent/src", "workers/src"] {
+        let edges = module_edges(dir);
+        assert!(!edges.is_empty() || dir == "shared/bus/src", "{dir}: the scan found no imports at all");
+        assert_eq!(find_cycle(&edges), None, "{dir}: modules import each other in a cycle");
+    }
+}

@@ -23,6 +23,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::Language;
+
 /// The error code a run stopped by its budget fails with.
 pub const BUDGET_EXHAUSTED: &str = "budget_exhausted";
 
@@ -178,11 +180,28 @@ impl RunBudget {
 }
 
 impl Exhausted {
+    /// Why a run stopped on its budget, in words for the chat (the reply's
+    /// `error.message` and, after the apology, its text).
+    pub fn message(&self, language: Language) -> String {
+        let max = self.max;
+        let n = thousands(max);
+        match (self.limit, language) {
+            (Limit::Tokens, Language::En) => format!("the agents reached this request's limit of {n} model tokens"),
+            (Limit::ModelCalls, Language::En) => format!("the agents reached this request's limit of {n} model calls"),
+            (Limit::ToolCalls, Language::En) => format!("the agents reached this request's limit of {n} tool calls"),
+            (Limit::WallClock, Language::En) => format!("the agents reached this request's time limit of {}", duration_en(max)),
+            (Limit::Tokens, Language::ZhCn) => format!("智能体已用完本次请求的模型用量上限（{n} 个 token）"),
+            (Limit::ModelCalls, Language::ZhCn) => format!("智能体已达到本次请求的模型调用次数上限（{n} 次）"),
+            (Limit::ToolCalls, Language::ZhCn) => format!("智能体已达到本次请求的工具调用次数上限（{n} 次）"),
+            (Limit::WallClock, Language::ZhCn) => format!("智能体已达到本次请求的运行时间上限（{}）", duration_zh(max)),
+        }
+    }
+
     /// The run's error: the code, a plain English message for the journal
     /// and operators, and the figures the reply is worded from (in the
-    /// request's language, by [`crate::reply::budget_exhausted_message`]).
+    /// request's language, by [`Exhausted::message`]).
     pub fn error(&self) -> Value {
-        let message = crate::reply::budget_exhausted_message(self, crate::Language::En);
+        let message = self.message(Language::En);
         json!({"code": BUDGET_EXHAUSTED, "message": message, "limit": self.limit.as_str(), "spent": self.spent, "max": self.max})
     }
 
@@ -194,6 +213,43 @@ impl Exhausted {
         let limit = Limit::parse(error["limit"].as_str()?)?;
         Some(Self { limit, spent: error["spent"].as_u64()?, max: error["max"].as_u64()? })
     }
+}
+
+/// `1234567` → `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Whole hours or minutes when the limit is one, else seconds.
+fn duration_parts(secs: u64) -> (u64, usize) {
+    match secs {
+        s if s >= 3600 && s.is_multiple_of(3600) => (s / 3600, 0),
+        s if s >= 60 && s.is_multiple_of(60) => (s / 60, 1),
+        s => (s, 2),
+    }
+}
+
+fn duration_en(secs: u64) -> String {
+    let (n, unit) = duration_parts(secs);
+    let name = ["hour", "minute", "second"][unit];
+    if n == 1 {
+        format!("1 {name}")
+    } else {
+        format!("{} {name}s", thousands(n))
+    }
+}
+
+fn duration_zh(secs: u64) -> String {
+    let (n, unit) = duration_parts(secs);
+    format!("{n} {}", ["小时", "分钟", "秒"][unit])
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use crate::handoff::MAX_TEXT_CHARS;
 use crate::profiles::Profile;
 use crate::state::{InvocationKind, TaskStatus};
 use crate::tool_args;
-use crate::tools::ToolName;
+use crate::tool_name::ToolName;
 
 /// Delegated tasks one parent invocation may start, and have open at once.
 pub const MAX_CHILDREN_PER_PARENT: usize = 8;

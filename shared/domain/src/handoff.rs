@@ -9,7 +9,7 @@ use crate::error::{codes, ToolError};
 use crate::tool_args;
 use crate::profiles::Profile;
 use crate::state::InvocationKind;
-use crate::tools::ToolName;
+use crate::tool_name::ToolName;
 
 /// Longest text accepted in a brief field, in characters.
 pub const MAX_TEXT_CHARS: usize = 8000;

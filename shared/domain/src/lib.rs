@@ -10,7 +10,8 @@
 //! - [`outgoing`]: the size bound of outgoing bodies, cutting them, retry backoff.
 //! - [`profiles`]: the agent profiles file and its validation.
 //! - [`budget`]: run budgets (tokens, model calls, tool calls, wall clock) and the pure check.
-//! - [`tools`]: the model-visible tools and their specs.
+//! - [`tool_name`]: the model-visible tools by name, and which end a turn or belong to owners.
+//! - [`tools`]: the tool surface an invocation sees, and the specs a model receives.
 //! - [`tool_args`]: parsing a tool's arguments and deriving its schema from one type.
 //! - [`handoff`]: `agent_handoff` argument parsing and the handoff policies.
 //! - [`delegation`]: `agent_delegate`, `agent_await`, `task_return`: parsing, policies, rendering.
@@ -44,6 +45,7 @@ pub mod schema;
 pub mod sandbox;
 pub mod state;
 pub mod tool_args;
+pub mod tool_name;
 pub mod tools;
 pub mod wire;
 pub mod workspace;

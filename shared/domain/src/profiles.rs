@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::tools::ToolName;
+use crate::tool_name::ToolName;
 
 /// The whole profiles file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -2,7 +2,7 @@
 //! described from its own point of view and from the tools it really has.
 
 use crate::profiles::{Profile, Skill};
-use crate::tools::ToolName;
+use crate::tool_name::ToolName;
 
 /// The system prompt: the profile's own words, the shared workspace, the
 /// profile's skills, and how this agent ends its part.

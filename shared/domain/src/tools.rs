@@ -9,44 +9,7 @@ use crate::handoff::HandoffCall;
 use crate::state::InvocationKind;
 use crate::tool_args::{description_and_parameters, AgentListArgs, FinishArgs};
 use crate::workspace::{CommitArgs, ListArgs, PatchArgs, ReadArgs, WriteArgs};
-use crate::wire_enum;
-
-wire_enum! {
-    /// A tool a model may call, by the name it calls it.
-    pub enum ToolName {
-        AgentList => "agent_list",
-        AgentHandoff => "agent_handoff",
-        AgentDelegate => "agent_delegate",
-        AgentAwait => "agent_await",
-        TaskReturn => "task_return",
-        WorkspaceList => "workspace_list",
-        WorkspaceRead => "workspace_read",
-        WorkspaceWrite => "workspace_write",
-        WorkspacePatch => "workspace_patch",
-        WorkspaceCommit => "workspace_commit",
-        WorkspaceFinish => "workspace_finish",
-    }
-}
-
-impl ToolName {
-    /// A closing tool ends the agent's turn: nothing may follow it in the same round.
-    pub fn is_closing(self) -> bool {
-        matches!(self, ToolName::AgentHandoff | ToolName::WorkspaceFinish | ToolName::TaskReturn)
-    }
-
-    /// Tools only the run's foreground owner may call.
-    fn is_owner_only(self) -> bool {
-        matches!(
-            self,
-            ToolName::WorkspaceCommit
-                | ToolName::WorkspaceFinish
-                | ToolName::AgentHandoff
-                | ToolName::AgentDelegate
-                | ToolName::AgentAwait
-                | ToolName::AgentList
-        )
-    }
-}
+pub use crate::tool_name::ToolName;
 
 /// The tools an invocation actually sees: its profile's list, narrowed by its
 /// role. Children lose commit, finish and the `agent_*` tools and gain

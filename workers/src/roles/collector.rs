@@ -89,7 +89,7 @@ fn outcome(run: &Run, language: Language) -> Option<Outcome> {
     // A spent budget is worded from its figures, in the reply's language.
     let exhausted = run.error.as_ref().and_then(|e| Exhausted::from_error(&e.to_value()));
     if let Some(exhausted) = exhausted.filter(|_| run.status == RunStatus::Failed) {
-        let message = baton_domain::reply::budget_exhausted_message(&exhausted, language);
+        let message = exhausted.message(language);
         return Some(Outcome::Failed { code: BUDGET_EXHAUSTED.into(), message });
     }
     Some(match run.status {

@@ -7,6 +7,7 @@
 //! patience for its outcome; `tool_call.rs` runs one tool call.
 
 mod external;
+mod over_budget;
 mod tool_call;
 
 use std::sync::Arc;
@@ -159,7 +160,7 @@ impl Runner {
                 return Ok(Exit::Stopped);
             }
             if let Some(exhausted) = claimed.budget.check() {
-                return budget::stop_run(&self.pool, inv, claimed.epoch, exhausted).await;
+                return over_budget::stop_run(&self.pool, inv, claimed.epoch, exhausted).await;
             }
             let exit = match transcript::position(&claimed.steps) {
                 Position::Fresh => self.assemble(&mut claimed).await.map(|_| None)?,
@@ -243,7 +244,7 @@ impl Runner {
                 turn = provider.complete(&request) => turn?,
                 _ = stop.cancelled() => return Ok(Some(Exit::Stopped)),
                 _ = tokio::time::sleep(c.budget.time_left()) => {
-                    return budget::stop_run(&self.pool, c.inv, c.epoch, c.budget.out_of_time()).await.map(Some);
+                    return over_budget::stop_run(&self.pool, c.inv, c.epoch, c.budget.out_of_time()).await.map(Some);
                 }
             }
         };
@@ -322,7 +323,7 @@ impl Runner {
                         break;
                     }
                 }
-                w.budget = budget::record(tx, c.inv.id, w, 1).await?;
+                w.budget = budget::record(tx, c.inv.id, &w.steps, 1).await?;
                 Ok(())
             })
         })
@@ -349,7 +350,7 @@ impl Runner {
                     w.exit = Some(Exit::Failed(message.into()));
                 }
                 events::append(tx, c.inv.run_id, &evs).await?;
-                w.budget = budget::record(tx, c.inv.id, w, 1).await?;
+                w.budget = budget::record(tx, c.inv.id, &w.steps, 1).await?;
                 Ok(())
             })
         })

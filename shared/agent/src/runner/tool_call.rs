@@ -30,7 +30,7 @@ impl Runner {
                 Box::pin(async move {
                     test_pause_in_step().await;
                     let effect = self.run_call(tx, c, call, w).await?;
-                    w.budget = budget::record(tx, c.inv.id, w, 0).await?;
+                    w.budget = budget::record(tx, c.inv.id, &w.steps, 0).await?;
                     w.exit = exit_of(effect);
                     Ok(())
                 })

@@ -110,8 +110,8 @@ fn humanized_completion_with_blank_text_is_still_a_message() {
 fn a_spent_budget_is_explained_in_both_languages() {
     use crate::budget::{Exhausted, Limit};
     let ex = |limit, max| Exhausted { limit, spent: max, max };
-    let en = |e| budget_exhausted_message(&e, Language::En);
-    let zh = |e| budget_exhausted_message(&e, Language::ZhCn);
+    let en = |e: Exhausted| e.message(Language::En);
+    let zh = |e: Exhausted| e.message(Language::ZhCn);
     assert_eq!(en(ex(Limit::Tokens, 2_000_000)), "the agents reached this request's limit of 2,000,000 model tokens");
     assert_eq!(en(ex(Limit::ModelCalls, 200)), "the agents reached this request's limit of 200 model calls");
     assert_eq!(en(ex(Limit::ToolCalls, 1000)), "the agents reached this request's limit of 1,000 tool calls");
