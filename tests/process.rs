@@ -121,13 +121,29 @@ async fn a_stalled_worker_is_fenced_when_it_wakes_and_changes_nothing() {
     assert_eq!(epoch, 2);
 }
 
+/// The log line `message` of process `worker` carries its role, run,
+/// invocation and epoch from the spans it was written in, not from its own fields.
+fn assert_logged_in_spans(env: &TestEnv, worker: &str, message: &str, invocation: Uuid) {
+    let log = std::fs::read_to_string(env.log_of(worker)).unwrap();
+    let line = log.lines().find(|l| l.contains(message)).unwrap_or_else(|| panic!("no `{message}` in:\n{log}"));
+    let entry: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(entry["fields"].as_object().unwrap().len(), 1, "only the message itself: {entry}");
+    let spans = entry["spans"].as_array().unwrap();
+    let span = |name: &str| spans.iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("no {name} span: {entry}"));
+    assert_eq!(span("role")["role"], "invocation");
+    assert_eq!(span("role")["worker"], worker);
+    assert_eq!(span("invocation")["invocation"], invocation.to_string());
+    assert_eq!(span("invocation")["epoch"], 1);
+    assert!(span("invocation")["run"].as_str().is_some_and(|run| Uuid::parse_str(run).is_ok()), "{entry}");
+}
+
 #[tokio::test]
 async fn sigterm_hands_the_claim_back_and_another_worker_resumes_at_once() {
     let env = TestEnv::new().await;
     env.apply_profiles(&slow_writer(20_000)).await;
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
     let mut replies = env.replies().await;
-    let mut leaving = env.spawn_baton("invocation", "leaving");
+    let mut leaving = env.spawn_baton_env("invocation", "leaving", &[("BATON_LOG_FORMAT", "json")]);
     env.send_request(&sample_request_json("sigterm", "docs_agent", "en")).await;
     let root = root_of(&env).await;
     steps_at_least(&env, root, 7).await;
@@ -137,6 +153,7 @@ async fn sigterm_hands_the_claim_back_and_another_worker_resumes_at_once() {
         .scalar_i64("SELECT count(*) FROM invocations WHERE id = $1 AND lease_owner IS NULL AND lease_expires_at < now()", &[&root])
         .await;
     assert_eq!(released, 1, "the claim was handed back, not left to expire");
+    assert_logged_in_spans(&env, "leaving", "claim released for another worker", root);
 
     // The resumed turn is slow too; a faster script stands in for a model
     // that answers now. Same turns, no delay.

@@ -6,7 +6,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use deadpool_postgres::Pool;
+use deadpool_postgres::{Client, Pool, Transaction};
 
 use crate::{Error, Result};
 
@@ -121,6 +121,21 @@ pub async fn connect(
     session: &SessionConfig,
 ) -> Result<(tokio_postgres::Client, tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>)> {
     Ok(config(database_url, session)?.connect(tokio_postgres::NoTls).await?)
+}
+
+/// A client from the pool. Its failure, like a transaction's through
+/// [`begin`] and [`commit`], is the store's [`Error`](crate::Error), which
+/// says whether it passes on its own (`is_transient`).
+pub async fn client(pool: &Pool) -> Result<Client> {
+    Ok(pool.get().await?)
+}
+
+pub async fn begin(client: &mut Client) -> Result<Transaction<'_>> {
+    Ok(client.transaction().await?)
+}
+
+pub async fn commit(tx: Transaction<'_>) -> Result<()> {
+    Ok(tx.commit().await?)
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ pub mod tasks;
 pub mod workspace;
 mod sql;
 
-pub use connect::{pool, pool_with, SessionConfig};
+pub use connect::{begin, client, commit, pool, pool_with, SessionConfig};
 pub use deadpool_postgres::{Client, GenericClient, Pool, PoolError, Transaction};
 pub use error::{transient_pool, transient_postgres, transient_sqlstate, Error};
 pub use schema::{ensure_database, migrate};

@@ -13,9 +13,10 @@ use baton_domain::state::RunStatus;
 use baton_domain::Language;
 use baton_store::runs::Run;
 use baton_store::{invocations, requests, runs, Pool};
+use baton_store::{begin, client as db, commit};
 use tokio_util::sync::CancellationToken;
 
-use super::{begin, commit, connect, db, retry_transient, Role};
+use super::{connect, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
 
@@ -42,6 +43,7 @@ async fn handle(pool: &Pool, dead: &DeadLetters, settings: &Settings, shutdown: 
 }
 
 /// Writes the final status and reply of a run's request to the outbox.
+#[tracing::instrument(skip_all, fields(run = %message.run_id))]
 pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     let mut client = db(pool).await?;
     let tx = begin(&mut client).await?;

@@ -15,13 +15,14 @@ use baton_store::invocations::NewInvocation;
 use baton_store::journal::Event;
 use baton_store::requests::{self, NewRequest};
 use baton_store::{budgets, outbox, profiles, runs, spawn, GenericClient, Pool};
+use baton_store::{begin, client as db, commit};
 use baton_bus::consume::consume;
 use baton_bus::{DeadLetters, Delivery};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{begin, commit, connect, db, retry_transient, Role};
+use super::{connect, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
 
@@ -232,6 +233,7 @@ fn reply_queue(settings: &Settings, delivery: &Delivery) -> String {
     }
 }
 
+#[tracing::instrument(skip_all, fields(handoff = %original.id))]
 async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, dead_lettered: Option<&str>) -> anyhow::Result<()> {
     let mut client = db(pool).await?;
     // The disclosure policy runs before anything is stored or shown: no
@@ -267,7 +269,7 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, 
             record_disclosure(&tx, &request.id, &filtered.removed).await?;
             start(&tx, request).await?;
         } else {
-            tracing::info!(handoff = %request.id, "duplicate request acknowledged; no new run");
+            tracing::info!("duplicate request acknowledged; no new run");
         }
         commit(tx).await?;
         return Ok(());

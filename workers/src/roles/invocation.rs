@@ -16,12 +16,14 @@ use baton_domain::state::{InvocationKind, TaskStatus};
 use baton_store::invocations::{self, Invocation};
 use baton_store::journal::Event;
 use baton_store::{requests, runs, tasks, GenericClient, Pool};
+use baton_store::{begin, client as db, commit};
 use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
-use super::{begin, commit, connect_with, db, retry_transient, Role};
+use super::{connect_with, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
 
@@ -131,6 +133,7 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                 // does not hold up the deliveries behind it.
                 let (worker, dead, stop, deadline) = (worker.clone(), dead.clone(), shutdown.clone(), deadline.clone());
                 let (queue, broken) = (queue_ref.clone(), broken_ref.clone());
+                let in_role = tracing::Span::current();
                 loops.spawn(async move {
                     let _permit = permit;
                     if stop.is_cancelled() {
@@ -141,7 +144,7 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                         Ok(None) => {}
                         Err(e) => broken.fail(format!("{e:#}")),
                     }
-                });
+                }.instrument(in_role));
                 Ok(())
             })
             .await
@@ -239,13 +242,15 @@ impl Worker {
     /// `shutdown` it stops at its next persisted step (an external agent
     /// already running goes on); at `deadline` an external agent is killed,
     /// and a moment later whatever still runs is dropped and handed back.
+    #[tracing::instrument(name = "invocation", skip_all, fields(run = %inv.run_id, invocation = %inv.id, epoch = inv.claim_epoch, profile = %inv.profile_id))]
     pub async fn execute(&self, inv: Invocation, shutdown: CancellationToken, deadline: CancellationToken) {
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
         let kill = CancellationToken::new();
         // Aborted when this function returns or unwinds: a panicking loop must
         // not keep its lease alive.
-        let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(self.leases.clone(), inv.id, inv.claim_epoch, self.settings.lease, lost.clone())));
+        let beat = heartbeat(self.leases.clone(), inv.id, inv.claim_epoch, self.settings.lease, lost.clone());
+        let _heartbeat = AbortOnDrop(tokio::spawn(beat.in_current_span()));
         let _watcher = AbortOnDrop({
             let (stop, kill, lost, shutdown, deadline) = (stop.clone(), kill.clone(), lost.clone(), shutdown.clone(), deadline.clone());
             tokio::spawn(async move {
@@ -265,15 +270,15 @@ impl Worker {
             // back, an external agent's group is killed), but handed back at
             // once instead of waiting for the lease.
             _ = past_deadline => {
-                tracing::warn!(invocation = %inv.id, "still running at the shutdown deadline; handing it back");
+                tracing::warn!("still running at the shutdown deadline; handing it back");
                 Ok(Exit::Stopped)
             }
         };
         match exit {
             Ok(Exit::Stopped) if !lost.is_cancelled() => self.release(&inv, &deadline).await,
-            Ok(Exit::Parked) => tracing::info!(invocation = %inv.id, profile = %inv.profile_id, "parked until its delegated tasks are done"),
-            Ok(exit) => tracing::info!(invocation = %inv.id, profile = %inv.profile_id, ?exit, "invocation exited"),
-            Err(e) => tracing::warn!(invocation = %inv.id, error = %e, "invocation interrupted; another worker resumes it after the lease"),
+            Ok(Exit::Parked) => tracing::info!("parked until its delegated tasks are done"),
+            Ok(exit) => tracing::info!(?exit, "invocation exited"),
+            Err(e) => tracing::warn!(error = %e, "invocation interrupted; another worker resumes it after the lease"),
         }
     }
 
@@ -291,15 +296,15 @@ impl Worker {
             // back (if the database takes it) rather than left to expire and
             // be counted as a takeover.
             if stop.is_cancelled() {
-                tracing::warn!(invocation = %inv.id, error = %e, "the database is unavailable at shutdown; handing the invocation back");
+                tracing::warn!(error = %e, "the database is unavailable at shutdown; handing the invocation back");
                 return Ok(Exit::Stopped);
             }
             let delay = delays.next().unwrap_or(Duration::from_secs(10));
-            tracing::warn!(invocation = %inv.id, error = %e, ?delay, "the database is unavailable for now; resuming the invocation after it");
+            tracing::warn!(error = %e, ?delay, "the database is unavailable for now; resuming the invocation after it");
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
                 _ = stop.cancelled() => {
-                    tracing::warn!(invocation = %inv.id, error = %e, "shutdown during a database outage; handing the invocation back");
+                    tracing::warn!(error = %e, "shutdown during a database outage; handing the invocation back");
                     return Ok(Exit::Stopped);
                 }
             }
@@ -313,15 +318,15 @@ impl Worker {
         let mut delays = super::backoff();
         loop {
             let e = match self.try_release(inv).await {
-                Ok(true) => return tracing::info!(invocation = %inv.id, "claim released for another worker"),
-                Ok(false) => return tracing::info!(invocation = %inv.id, "claim already gone; nothing to release"),
+                Ok(true) => return tracing::info!("claim released for another worker"),
+                Ok(false) => return tracing::info!("claim already gone; nothing to release"),
                 Err(e) => e,
             };
             if !super::is_transient(&e) || deadline.is_cancelled() {
-                return tracing::warn!(invocation = %inv.id, error = %format!("{e:#}"), "could not release claim; the lease will expire");
+                return tracing::warn!(error = %format!("{e:#}"), "could not release claim; the lease will expire");
             }
             let delay = delays.next().unwrap_or(Duration::from_secs(10));
-            tracing::warn!(invocation = %inv.id, error = %format!("{e:#}"), ?delay, "releasing a claim: the database is unavailable for now; retrying");
+            tracing::warn!(error = %format!("{e:#}"), ?delay, "releasing a claim: the database is unavailable for now; retrying");
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
                 _ = deadline.cancelled() => {}
@@ -415,11 +420,11 @@ async fn heartbeat(pool: Pool, id: uuid::Uuid, epoch: i64, lease: Duration, lost
         match renewed {
             Ok(true) => {}
             Ok(false) => {
-                tracing::warn!(invocation = %id, epoch, "claim lost; stopping");
+                tracing::warn!("claim lost; stopping");
                 lost.cancel();
                 return;
             }
-            Err(e) => tracing::warn!(invocation = %id, error = %e, "heartbeat failed; retrying"),
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed; retrying"),
         }
     }
 }

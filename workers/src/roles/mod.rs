@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use backon::BackoffBuilder;
 use baton_bus::Connection;
-use baton_store::{Client, Pool, Transaction};
+use baton_store::Pool;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::config::Settings;
 
@@ -45,6 +46,11 @@ const HEALTHY_ATTEMPT: Duration = Duration::from_secs(30);
 /// (and jitter) whenever it fails: a lost broker or database connection ends
 /// an attempt, and the next attempt reconnects.
 pub async fn run(role: Role, settings: Settings, shutdown: CancellationToken) {
+    let span = tracing::info_span!("role", role = role.name(), worker = %settings.worker_id);
+    run_role(role, settings, shutdown).instrument(span).await
+}
+
+async fn run_role(role: Role, settings: Settings, shutdown: CancellationToken) {
     let state = match role {
         Role::Invocation => match invocation::State::new(&settings, &shutdown) {
             Ok(side) => Some(side),
@@ -78,7 +84,7 @@ async fn run_attempts(
         match attempt {
             Ok(()) => return,
             Err(e) if shutdown.is_cancelled() => {
-                tracing::info!(role = role.name(), error = %format!("{e:#}"), "stopped");
+                tracing::info!(error = %format!("{e:#}"), "stopped");
                 return;
             }
             Err(e) => {
@@ -89,9 +95,9 @@ async fn run_attempts(
                 }
                 let delay = delays.next().unwrap_or(Duration::from_secs(10));
                 if is_transient(&e) {
-                    tracing::warn!(role = role.name(), error = %format!("{e:#}"), ?delay, "a service is unavailable; reconnecting");
+                    tracing::warn!(error = %format!("{e:#}"), ?delay, "a service is unavailable; reconnecting");
                 } else {
-                    tracing::error!(role = role.name(), error = %format!("{e:#}"), ?delay, "role failed; restarting");
+                    tracing::error!(error = %format!("{e:#}"), ?delay, "role failed; restarting");
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
@@ -121,23 +127,8 @@ pub(crate) async fn connect_with(settings: &Settings, role: Role, pool: &Pool) -
         .await
         .with_context(|| format!("connecting to RabbitMQ at {}", settings.amqp_url_redacted()))?;
     conn.declare(&settings.queues()).await?;
-    drop(db(pool).await.with_context(|| format!("connecting to PostgreSQL at {}", settings.database_url_redacted()))?);
+    drop(baton_store::client(pool).await.with_context(|| format!("connecting to PostgreSQL at {}", settings.database_url_redacted()))?);
     Ok(conn)
-}
-
-/// A client from the pool. Its failure, like a transaction's through
-/// [`begin`] and [`commit`], is the store's error, which says whether it
-/// passes (see [`is_transient`]).
-pub(crate) async fn db(pool: &Pool) -> baton_store::Result<Client> {
-    Ok(pool.get().await?)
-}
-
-pub(crate) async fn begin(client: &mut Client) -> baton_store::Result<Transaction<'_>> {
-    Ok(client.transaction().await?)
-}
-
-pub(crate) async fn commit(tx: Transaction<'_>) -> baton_store::Result<()> {
-    Ok(tx.commit().await?)
 }
 
 /// Whether an error will likely pass on its own (a service went away, the

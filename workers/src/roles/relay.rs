@@ -18,12 +18,13 @@ use baton_domain::outgoing::{self as bound, Verdict};
 use baton_store::outbox::{self, Message, Row};
 use baton_store::tokio_postgres::{self, AsyncMessage};
 use baton_store::{invocations, GenericClient, Pool};
+use baton_store::{begin, client as db, commit};
 use serde_json::json;
 use futures_lite::StreamExt;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{begin, commit, connect, db, Role};
+use super::{connect, Role};
 use crate::config::Settings;
 
 const BATCH: i64 = 256;

@@ -37,7 +37,7 @@ impl Runner {
     /// which killed its process group): handed back for a re-run, or failed
     /// visibly. A lost claim makes the failure a no-op (the fence refuses it).
     pub(super) async fn external_interrupted(&self, c: &Claimed<'_>, on_interrupt: OnInterrupt) -> Result<Exit, Error> {
-        tracing::warn!(invocation = %c.inv.id, ?on_interrupt, "external agent killed before it finished");
+        tracing::warn!(?on_interrupt, "external agent killed before it finished");
         if on_interrupt == OnInterrupt::Rerun {
             return Ok(Exit::Stopped);
         }

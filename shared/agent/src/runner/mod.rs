@@ -133,13 +133,13 @@ impl Runner {
             // Failing is kept up through a database outage: given up, the
             // next attempt would find the agent's start marker and run it again.
             Err(Error::Provider(ProviderError::Stopped { code, message, detail })) => {
-                tracing::warn!(invocation = %inv.id, error = %detail, "external agent stopped");
+                tracing::warn!(error = %detail, "external agent stopped");
                 patiently(kill, || self.fail(inv, code, &message, Some(&detail))).await?;
                 Ok(Exit::Failed(detail))
             }
             Err(e) => {
                 let detail = e.to_string();
-                tracing::error!(invocation = %inv.id, error = %detail, "invocation failed");
+                tracing::error!(error = %detail, "invocation failed");
                 match &e {
                     // An operator can act on this one: say it in words.
                     Error::Store(unreadable @ baton_store::Error::Unreadable { .. }) => {
@@ -256,7 +256,7 @@ impl Runner {
         let store = || async {
             match self.persist_turn(c, &turn).await {
                 Err(e) if !e.is_fenced() && !e.is_transient() => {
-                    tracing::warn!(invocation = %c.inv.id, error = %e, "a tool call failed; storing the turn on its own");
+                    tracing::warn!(error = %e, "a tool call failed; storing the turn on its own");
                     self.store_turn(c, &turn).await
                 }
                 other => other,
@@ -282,7 +282,7 @@ impl Runner {
         loop {
             match self.turn_and_calls(c, turn).await {
                 Err(e) if e.is_transient() && tokio::time::Instant::now() < give_up => {
-                    tracing::warn!(invocation = %c.inv.id, error = %e, "storing a finished turn; retrying");
+                    tracing::warn!(error = %e, "storing a finished turn; retrying");
                     tokio::time::sleep(std::time::Duration::from_millis(250)).await;
                 }
                 other => return other,

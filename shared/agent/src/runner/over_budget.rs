@@ -19,7 +19,7 @@ use crate::Error;
 /// collector tells the bridge).
 pub(crate) async fn stop_run(pool: &Pool, inv: &Invocation, epoch: i64, exhausted: Exhausted) -> Result<crate::Exit, Error> {
     let error = exhausted.error();
-    tracing::warn!(run = %inv.run_id, invocation = %inv.id, limit = exhausted.limit.as_str(), "run budget exhausted");
+    tracing::warn!(limit = exhausted.limit.as_str(), "run budget exhausted");
     let (step, error) = (StepTx::new(pool, inv, epoch), &error);
     step.run(|Scope { tx, .. }| {
         Box::pin(async move {
