@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use baton_bus::Outgoing;
 use baton_domain::fleet::Queue;
-use baton_domain::request::sample_request_json;
+use baton_domain::request::{sample_request_json, HandoffStatus};
 use serde_json::Value;
 
 use super::{raw, Bench, SCENARIO_TIMEOUT};
@@ -105,7 +105,8 @@ fn is_finished(side: Side, data: &[u8], ids: &[String]) -> anyhow::Result<bool> 
     if message["type"] != "reply" || !ours {
         return Ok(false);
     }
-    anyhow::ensure!(message["status"] == "completed", "a bench run ended {}: {}", message["status"], message["text"]);
+    let status = message["status"].as_str().and_then(HandoffStatus::parse);
+    anyhow::ensure!(status == Some(HandoffStatus::Completed), "a bench run ended {}: {}", message["status"], message["text"]);
     Ok(true)
 }
 
