@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use baton_domain::fleet::Queue;
 
 use crate::publish::header;
-use crate::{Error, Queues, Result};
+use crate::{Connection, Error, Queues, Result};
 
 /// How much of a body a listing shows, in characters.
 const PREVIEW_CHARS: usize = 2000;
@@ -150,7 +150,7 @@ pub struct Acted {
 }
 
 /// Up to `limit` dead letters, oldest first; none is taken out.
-pub async fn list(conn: &lapin::Connection, queues: &Queues, limit: usize) -> Result<Vec<DeadLetter>> {
+pub async fn list(conn: &Connection, queues: &Queues, limit: usize) -> Result<Vec<DeadLetter>> {
     let scan = Scan::open(conn, queues, limit).await?;
     let letters = scan.held.iter().map(|(_, letter)| letter.clone()).collect();
     scan.hand_back(&[]).await?;
@@ -159,8 +159,8 @@ pub async fn list(conn: &lapin::Connection, queues: &Queues, limit: usize) -> Re
 
 /// Replays the selected dead letters (of `queue` only, if given) to their
 /// source queues, each confirmed before its dead copy is acked.
-pub async fn replay(conn: &lapin::Connection, queues: &Queues, select: Select<'_>, queue: Option<&str>) -> Result<Acted> {
-    let publisher = conn.create_channel().await?;
+pub async fn replay(conn: &Connection, queues: &Queues, select: Select<'_>, queue: Option<&str>) -> Result<Acted> {
+    let publisher = conn.amqp().create_channel().await?;
     publisher.confirm_select(ConfirmSelectOptions::default()).await?;
     let scan = Scan::open(conn, queues, usize::MAX).await?;
     let mut acted = Acted::default();
@@ -184,7 +184,7 @@ pub async fn replay(conn: &lapin::Connection, queues: &Queues, select: Select<'_
 }
 
 /// Discards the selected dead letters (of `queue` only, if given).
-pub async fn discard(conn: &lapin::Connection, queues: &Queues, select: Select<'_>, queue: Option<&str>) -> Result<Acted> {
+pub async fn discard(conn: &Connection, queues: &Queues, select: Select<'_>, queue: Option<&str>) -> Result<Acted> {
     let scan = Scan::open(conn, queues, usize::MAX).await?;
     let mut acted = Acted::default();
     let mut settled = vec![false; scan.held.len()];
@@ -234,8 +234,8 @@ struct Scan<'q> {
 
 impl<'q> Scan<'q> {
     /// Takes up to `limit` messages from the head of `baton.dead`.
-    async fn open(conn: &lapin::Connection, queues: &'q Queues, limit: usize) -> Result<Scan<'q>> {
-        let channel = conn.create_channel().await?;
+    async fn open(conn: &Connection, queues: &'q Queues, limit: usize) -> Result<Scan<'q>> {
+        let channel = conn.amqp().create_channel().await?;
         let name = queues.name(Queue::Dead);
         let mut held = vec![];
         while held.len() < limit {

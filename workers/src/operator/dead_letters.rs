@@ -11,14 +11,14 @@ use crate::config::Settings;
 pub const LIST_LIMIT: usize = 1000;
 
 /// A connection for one operator command, named so in the management UI.
-pub async fn connect(settings: &Settings) -> anyhow::Result<baton_bus::lapin::Connection> {
-    Ok(baton_bus::connect(&settings.amqp_url, "baton-operator").await?)
+pub async fn connect(settings: &Settings) -> anyhow::Result<baton_bus::Connection> {
+    Ok(baton_bus::Connection::open(&settings.amqp_url, "baton-operator").await?)
 }
 
 pub async fn list(settings: &Settings) -> anyhow::Result<Vec<DeadLetter>> {
     let conn = connect(settings).await?;
     let letters = dead::list(&conn, &settings.queues(), LIST_LIMIT).await;
-    let _ = conn.close(200, "listed".into()).await;
+    conn.close("listed").await;
     Ok(letters?)
 }
 
@@ -38,7 +38,7 @@ pub async fn act(settings: &Settings, action: Action, id: Option<&str>, queue: O
         Action::Replay => dead::replay(&conn, &settings.queues(), select, queue).await,
         Action::Discard => dead::discard(&conn, &settings.queues(), select, queue).await,
     };
-    let _ = conn.close(200, "done".into()).await;
+    conn.close("done").await;
     Ok(acted?)
 }
 
