@@ -152,6 +152,7 @@ async fn two_requests_of_one_chat(env: &TestEnv, strategy: &str) -> HashMap<Stri
     env.apply_profiles(&routed(&[slow_lead(1_000)], &format!("[conversations]\ndefault = \"{strategy}\""))).await;
     let _intakes = [env.spawn_baton("intake", "intake-a"), env.spawn_baton("intake", "intake-b")];
     eventually(WAIT, "both intake processes consume", || async { (consumers(env, Queue::BridgeRequests).await == 2).then_some(()) }).await;
+    warm_up(env).await;
     let fleet = env.start(&[Role::Invocation, Role::Relay, Role::Collector]);
     let mut replies = env.replies().await;
     env.send_request(&sample_request_json("chat-first", "docs_agent", "en")).await;
@@ -160,6 +161,20 @@ async fn two_requests_of_one_chat(env: &TestEnv, strategy: &str) -> HashMap<Stri
     let seen = messages_until_replies(&mut replies, 2).await;
     fleet.stop().await;
     seen
+}
+
+/// A few drafts (stored, never run), so both intake processes have their
+/// connections and statements ready: a cold process could otherwise take
+/// longer than 50 ms over its first request, and the order under test would
+/// be the processes' start-up, not the requests'.
+async fn warm_up(env: &TestEnv) {
+    for n in 0..6 {
+        let mut draft = sample_request_json(&format!("warm-{n}"), "docs_agent", "en");
+        draft["status"] = json!("draft");
+        env.send_request(&draft).await;
+    }
+    let stored = "SELECT count(*) FROM handoff_requests WHERE id LIKE 'warm-%'";
+    eventually(WAIT, "the drafts stored", || async { (env.scalar_i64(stored, &[]).await == 6).then_some(()) }).await;
 }
 
 async fn consumers(env: &TestEnv, queue: Queue) -> u32 {
@@ -181,14 +196,31 @@ async fn started_after_end(env: &TestEnv, earlier: &str, later: &str) -> bool {
     env.db().await.query_one(sql, &[&earlier, &later]).await.unwrap().get(0)
 }
 
+/// Where intake placed a request in its conversation (the `queued` event).
+async fn arrival(env: &TestEnv, id: &str) -> Option<i64> {
+    let events = baton_store::requests::events(&env.db().await, id).await.unwrap();
+    let note = events.into_iter().find(|e| e.kind == "queued")?.message?;
+    note.strip_prefix("arrival ")?.split(' ').next()?.parse().ok()
+}
+
+/// The two requests in the order intake took them: two intake processes
+/// may take messages published 50 ms apart in either order on a loaded
+/// machine, and that order, decided under the conversation's lock, is the
+/// fleet's arrival order.
+async fn in_arrival_order(env: &TestEnv) -> (&'static str, &'static str) {
+    let (a, b) = (arrival(env, "chat-first").await.unwrap(), arrival(env, "chat-second").await.unwrap());
+    if a < b { ("chat-first", "chat-second") } else { ("chat-second", "chat-first") }
+}
+
 #[tokio::test]
 async fn enqueue_runs_one_chat_s_requests_one_after_the_other_in_arrival_order() {
     let env = TestEnv::new().await;
     let seen = two_requests_of_one_chat(&env, "enqueue").await;
-    assert_eq!(reply_of(&seen, "chat-first")["status"], "completed");
-    assert_eq!(reply_of(&seen, "chat-second")["status"], "completed");
-    assert!(started_after_end(&env, "chat-first", "chat-second").await, "the second run started when the first ended");
-    let statuses: Vec<&str> = seen["chat-second"].iter().filter(|m| m["type"] == "status").map(|m| m["status"].as_str().unwrap()).collect();
+    let (first, second) = in_arrival_order(&env).await;
+    assert_eq!(reply_of(&seen, first)["status"], "completed");
+    assert_eq!(reply_of(&seen, second)["status"], "completed");
+    assert!(started_after_end(&env, first, second).await, "the later arrival's run started when the earlier one's ended");
+    let statuses: Vec<&str> = seen[second].iter().filter(|m| m["type"] == "status").map(|m| m["status"].as_str().unwrap()).collect();
     assert_eq!(statuses, ["accepted", "running", "completed"], "waiting, the request was accepted once");
 }
 
@@ -196,18 +228,21 @@ async fn enqueue_runs_one_chat_s_requests_one_after_the_other_in_arrival_order()
 async fn reject_answers_busy_while_the_chat_s_run_is_live() {
     let env = TestEnv::new().await;
     let seen = two_requests_of_one_chat(&env, "reject").await;
-    assert_eq!(reply_of(&seen, "chat-first")["status"], "completed");
-    let refused = reply_of(&seen, "chat-second");
-    assert_eq!((refused["status"].as_str(), refused["error"]["code"].as_str()), (Some("failed"), Some("busy")), "{refused}");
-    let second = baton_store::requests::get(&env.db().await, "chat-second").await.unwrap().unwrap();
-    assert_eq!(second.run_id, None);
+    let status = |id: &str| reply_of(&seen, id)["status"].as_str().unwrap().to_string();
+    let (kept, refused) = if status("chat-first") == "completed" { ("chat-first", "chat-second") } else { ("chat-second", "chat-first") };
+    assert_eq!(status(kept), "completed");
+    let refusal = reply_of(&seen, refused);
+    assert_eq!((refusal["status"].as_str(), refusal["error"]["code"].as_str()), (Some("failed"), Some("busy")), "{refusal}");
+    let request = baton_store::requests::get(&env.db().await, refused).await.unwrap().unwrap();
+    assert_eq!(request.run_id, None, "a refused request gets no run");
 }
 
 #[tokio::test]
 async fn interrupt_cancels_the_live_run_and_starts_the_new_one() {
     let env = TestEnv::new().await;
     let seen = two_requests_of_one_chat(&env, "interrupt").await;
-    assert_eq!(reply_of(&seen, "chat-first")["status"], "cancelled");
-    assert_eq!(reply_of(&seen, "chat-second")["status"], "completed");
-    assert!(started_after_end(&env, "chat-first", "chat-second").await, "the new run started when the live one was cancelled");
+    let (first, second) = in_arrival_order(&env).await;
+    assert_eq!(reply_of(&seen, first)["status"], "cancelled");
+    assert_eq!(reply_of(&seen, second)["status"], "completed");
+    assert!(started_after_end(&env, first, second).await, "the new run started when the live one was cancelled");
 }

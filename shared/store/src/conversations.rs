@@ -88,10 +88,17 @@ pub async fn release(c: &impl GenericClient, run: Uuid) -> Result<Option<String>
     Ok(row.map(|r| r.get(0)))
 }
 
-/// Puts a request at the end of its conversation's queue.
-pub async fn enqueue(c: &impl GenericClient, key: &str, handoff_id: &str) -> Result<()> {
-    sql::execute(c, "INSERT INTO conversation_queue (key, handoff_id) VALUES ($1, $2) ON CONFLICT (handoff_id) DO NOTHING", &[&key, &handoff_id]).await?;
-    Ok(())
+/// Puts a request at the end of its conversation's queue; its place in the
+/// fleet-wide arrival order (increasing, taken under the conversation's
+/// lock), `None` when it was queued already.
+pub async fn enqueue(c: &impl GenericClient, key: &str, handoff_id: &str) -> Result<Option<i64>> {
+    let row = sql::query_opt(
+        c,
+        "INSERT INTO conversation_queue (key, handoff_id) VALUES ($1, $2) ON CONFLICT (handoff_id) DO NOTHING RETURNING seq",
+        &[&key, &handoff_id],
+    )
+    .await?;
+    Ok(row.map(|r| r.get(0)))
 }
 
 /// Takes the conversation's oldest waiting request off its queue.

@@ -314,7 +314,9 @@ async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Resu
         let message = "this chat is still busy with an earlier request; send it again when that one has ended";
         return Ok(baton_store::start::refuse(c, &stored, strategy::BUSY, message).await?);
     }
-    conversations::enqueue(c, key, &request.id).await?;
+    if let Some(seq) = conversations::enqueue(c, key, &request.id).await? {
+        requests::add_event(c, &request.id, "queued", None, Some(&format!("arrival {seq} in its conversation ({strategy})"))).await?;
+    }
     match (turn, live) {
         (Turn::Wait | Turn::Interrupt, Some(run)) => {
             requests::add_event(c, &request.id, "accepted", Some(HandoffStatus::Accepted), None).await?;
