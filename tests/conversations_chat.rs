@@ -133,6 +133,29 @@ async fn a_cancel_that_arrives_before_its_request_cancels_it_on_arrival() {
     fleet.stop().await;
 }
 
+#[tokio::test]
+async fn a_cancel_of_a_request_waiting_for_its_turn_answers_it_and_the_chat_goes_on() {
+    let env = TestEnv::new().await;
+    env.apply_profiles(&routed(&[slow_lead(800)], "")).await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    for id in ["turn-1", "turn-2", "turn-3"] {
+        env.send_request(&sample_request_json(id, "docs_agent", "en")).await;
+    }
+    let waiting = "SELECT count(*) FROM conversation_queue";
+    eventually(WAIT, "two requests wait", || async { (env.scalar_i64(waiting, &[]).await == 2).then_some(()) }).await;
+    send_cancel(&env, "drop-2", "turn-2").await;
+    let seen = messages_until_replies(&mut replies, 3).await;
+    assert_eq!(reply_of(&seen, "turn-2")["status"], "cancelled");
+    for id in ["turn-1", "turn-3"] {
+        assert_eq!(reply_of(&seen, id)["status"], "completed", "{id}");
+    }
+    let request = baton_store::requests::get(&env.db().await, "turn-2").await.unwrap().unwrap();
+    assert_eq!(request.run_id, None, "the cancelled request never ran");
+    assert!(started_after_end(&env, "turn-1", "turn-3").await, "the chat's next request still waited its turn");
+    fleet.stop().await;
+}
+
 /// Reads the bridge's messages until `n` replies came; returns every
 /// message per handoff, in order.
 async fn messages_until_replies(consumer: &mut Consumer, n: usize) -> HashMap<String, Vec<Value>> {

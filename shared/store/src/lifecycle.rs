@@ -68,7 +68,7 @@ pub async fn fail_run(c: &impl GenericClient, run_id: Uuid, error: &Value) -> Re
     end_run(c, run_id, RunStatus::Failed, error).await
 }
 
-/// An operator cancels a run: every live invocation stops at its next step
+/// An operator or a bridge cancels a run: every live invocation stops at its next step
 /// (its fence fails), and the bridge is told `cancelled`.
 pub async fn cancel_run(c: &impl GenericClient, run_id: Uuid, reason: &str) -> Result<Vec<Event>> {
     let error = json!({"code": "cancelled", "message": reason});

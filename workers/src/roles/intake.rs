@@ -296,9 +296,11 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, 
 /// route's strategy, decided under the conversation's row lock.
 async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Result<()> {
     let stored = requests::get(c, &request.id).await?.expect("inserted in this transaction");
-    if let Some((_, reason)) = conversations::pending_cancel(c, &request.id).await? {
+    if let Some((cancel, reason)) = conversations::pending_cancel(c, &request.id).await? {
         tracing::info!("a cancel came before the request; it is cancelled instead of run");
         conversations::mark_applied(c, &request.id).await?;
+        let note = format!("cancel {cancel}: it came before the request, which is cancelled instead of run");
+        requests::add_event(c, &request.id, "cancel_received", None, Some(&note)).await?;
         return Ok(baton_store::start::cancel(c, &stored, reason.as_deref()).await?);
     }
     let key = request.conversation_key().filter(|_| request.target_agent != TargetAgent::Manual);
