@@ -316,19 +316,17 @@ async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Resu
         let message = "this chat is still busy with an earlier request; send it again when that one has ended";
         return Ok(baton_store::start::refuse(c, &stored, strategy::BUSY, message).await?);
     }
-    if let Some(seq) = conversations::enqueue(c, key, &request.id).await? {
-        requests::add_event(c, &request.id, "queued", None, Some(&format!("arrival {seq} in its conversation ({strategy})"))).await?;
-    }
-    match (turn, live) {
-        (Turn::Wait | Turn::Interrupt, Some(run)) => {
-            requests::add_event(c, &request.id, "accepted", Some(HandoffStatus::Accepted), None).await?;
-            bridge::status(c, &stored, HandoffStatus::Accepted, Some("waiting for this chat's earlier request to end")).await?;
-            if turn == Turn::Interrupt {
-                let events = lifecycle::cancel_run(c, run, "the user sent a new request in this chat").await?;
-                baton_store::journal::append(c, run, &events).await?;
-            }
-        }
-        _ => baton_store::start::next_in_conversation(c, key).await?,
+    let seq = conversations::enqueue(c, key, &request.id).await?;
+    let Some(run) = live.filter(|_| turn != Turn::Start) else {
+        return Ok(baton_store::start::next_in_conversation(c, key).await?);
+    };
+    let note = format!("waiting for this chat's live run ({strategy}; arrival {} in the chat)", seq.unwrap_or_default());
+    requests::add_event(c, &request.id, "queued", None, Some(&note)).await?;
+    requests::add_event(c, &request.id, "accepted", Some(HandoffStatus::Accepted), None).await?;
+    bridge::status(c, &stored, HandoffStatus::Accepted, Some("waiting for this chat's earlier request to end")).await?;
+    if turn == Turn::Interrupt {
+        let events = lifecycle::cancel_run(c, run, "the user sent a new request in this chat").await?;
+        baton_store::journal::append(c, run, &events).await?;
     }
     Ok(())
 }
