@@ -156,6 +156,24 @@ async fn a_cancel_of_a_request_waiting_for_its_turn_answers_it_and_the_chat_goes
     fleet.stop().await;
 }
 
+#[tokio::test]
+async fn a_malformed_cancel_or_an_unknown_type_is_dead_lettered_without_a_reply() {
+    let env = TestEnv::new().await;
+    let fleet = env.start(&[Role::Intake]);
+    let mut dead = env.consume(&env.queue(Queue::Dead)).await;
+    let mut bad = cancel("", "some-handoff");
+    env.send_raw(&serde_json::to_vec(&bad).unwrap(), Some(&env.reply_queue.clone())).await;
+    bad["type"] = json!("bogus");
+    bad["id"] = json!("b-1");
+    env.send_raw(&serde_json::to_vec(&bad).unwrap(), Some(&env.reply_queue.clone())).await;
+    let reasons = [next_json(&mut dead, WAIT).await, next_json(&mut dead, WAIT).await].map(|d| d["_error"].as_str().unwrap().to_string());
+    fleet.stop().await;
+    assert!(reasons[0].contains("field `id` must be 1 to 128"), "{reasons:?}");
+    assert!(reasons[1].contains("\"bogus\""), "{reasons:?}");
+    assert_eq!(env.publisher.ready_count(&env.reply_queue).await.unwrap(), 0, "the handoff's user hears nothing of it");
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM bridge_cancels", &[]).await, 0);
+}
+
 /// Reads the bridge's messages until `n` replies came; returns every
 /// message per handoff, in order.
 async fn messages_until_replies(consumer: &mut Consumer, n: usize) -> HashMap<String, Vec<Value>> {
