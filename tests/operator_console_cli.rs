@@ -246,6 +246,15 @@ async fn a_failed_run_retried_resumes_from_its_last_step_and_the_bridge_gets_a_s
     assert_eq!(server.bodies().len(), 4);
     let run = env.run_of("retry-me").await;
 
+    // While another run holds the chat's turn, the retry waits for it to end.
+    let c = env.db().await;
+    let other = uuid::Uuid::now_v7();
+    baton_store::runs::insert(&c, other, None, "solo").await.unwrap();
+    baton_store::conversations::set_live(&c, "wxid_demo_chat", other).await.unwrap();
+    let busy = baton::operator::retry_run(&env.pool, run).await.unwrap_err().to_string();
+    assert!(busy.contains("chat has moved on") && busy.contains(&other.to_string()), "{busy}");
+    baton_store::runs::finish(&c, other, RunStatus::Cancelled, None).await.unwrap();
+
     let out = baton(&env, &["runs", "retry", &run.to_string()]).await;
     assert!(out.contains("attempt 2"), "{out}");
     let second = bridge_until_reply(&mut bridge).await;
@@ -264,7 +273,6 @@ async fn a_failed_run_retried_resumes_from_its_last_step_and_the_bridge_gets_a_s
     let journal = env.journal(run).await;
     assert!(journal.contains(&"run_retried".to_string()), "{journal:?}");
     assert_eq!(journal.iter().filter(|k| *k == "run_completed").count(), 1);
-    let c = env.db().await;
     let solo = &env.invocations_of(run, "solo").await[0];
     assert_eq!(solo.takeovers, 0);
     assert_eq!(baton_store::retry::attempt(&c, run).await.unwrap(), 2);

@@ -87,7 +87,10 @@ async fn start(bench: &Bench, side: Side) -> anyhow::Result<String> {
 }
 
 pub async fn send_request(bench: &Bench, id: &str, target: &str) -> anyhow::Result<()> {
-    let body = serde_json::to_vec(&sample_request_json(id, target, "en"))?;
+    let mut request = sample_request_json(id, target, "en");
+    // Each chain is a chat of its own: one chat's requests take turns.
+    request["conversationKey"] = id.into();
+    let body = serde_json::to_vec(&request)?;
     let queue = bench.settings.queues().name(Queue::BridgeRequests);
     let out = Outgoing { queue: &queue, body: &body, message_id: Some(id), reply_to: Some(&bench.reply_queue), ..Default::default() };
     bench.publisher.publish(&out).await?;

@@ -6,6 +6,9 @@
 //!
 //! # Layout
 //! - [`requests`]: bridge requests, their events and status messages.
+//! - [`bridge`]: what the bridge hears (status changes, the final reply), through the outbox.
+//! - [`start`]: starting a request's run (intake on arrival, the lifecycle for a chat's next request).
+//! - [`conversations`]: a bridge's cancels, and one chat's requests taking turns under a row lock.
 //! - [`runs`]: runs and their terminal states.
 //! - [`budgets`]: run budgets and what each run has spent.
 //! - [`invocations`]: claims, leases, the fence, invocation transitions.
@@ -26,9 +29,11 @@
 //! - `error`: the store's error and which failures are transient.
 //! - `decode`: typed values out of rows; a value that does not read is `Error::Corrupt`.
 
+pub mod bridge;
 pub mod budgets;
 pub mod callbacks;
 pub mod connect;
+pub mod conversations;
 mod decode;
 mod error;
 pub mod invocations;
@@ -43,6 +48,7 @@ pub mod runs;
 pub mod schema;
 pub mod settings;
 pub mod spawn;
+pub mod start;
 pub mod steps;
 pub mod tasks;
 pub mod workspace;

@@ -142,12 +142,14 @@ pub struct Waiting {
 }
 
 /// Handoffs waiting for a person, oldest first: `manual` handoffs no run
-/// has taken and no reply has ended.
+/// has taken and no reply has ended (once their chat's turn has come).
 pub async fn waiting(c: &impl GenericClient) -> Result<Vec<Waiting>> {
     let rows = sql::query(
         c,
         "SELECT id, source, reply_chat_id, status, created_at FROM handoff_requests
           WHERE target_agent = $1 AND run_id IS NULL AND reply_sent_at IS NULL AND status = $2
+            -- one still queued behind its chat's live run waits for its turn, not yet for a person
+            AND NOT EXISTS (SELECT 1 FROM conversation_queue q WHERE q.handoff_id = handoff_requests.id)
           ORDER BY created_at, id",
         &[&TargetAgent::Manual.as_str(), &HandoffStatus::Accepted.as_str()],
     )

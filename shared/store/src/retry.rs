@@ -5,12 +5,15 @@
 //! runs again. The run counts an attempt (`runs.attempt`), which the
 //! collector puts in the new reply's message id (`reply:<handoffId>:<n>`).
 //!
+//! The run takes its conversation's turn back; a chat that has moved on to
+//! another live run refuses the retry (one chat runs one thing at a time).
 //! Only the failed owner is revived. Delegated children the failure
 //! cancelled stay cancelled: their parent reads them as cancelled and may
 //! delegate again.
 
 use baton_domain::fleet::FleetMessage;
 use baton_domain::journal;
+use baton_domain::request::HandoffRequest;
 use baton_domain::state::{InvocationKind, InvocationStatus, RunStatus, TaskStatus};
 use deadpool_postgres::GenericClient;
 use serde_json::json;
@@ -18,7 +21,7 @@ use uuid::Uuid;
 
 use crate::invocations::{self, Invocation};
 use crate::journal::Event;
-use crate::{outbox, runs, sql, Result};
+use crate::{conversations, outbox, requests, runs, sql, Result};
 
 /// What `retry_run` did.
 #[derive(Debug)]
@@ -32,6 +35,8 @@ pub enum Retry {
     NotFailed(RunStatus),
     /// The run failed before any agent owned it (nothing to resume).
     NothingToResume,
+    /// Its conversation (chat) has moved on: this other run holds its turn.
+    ConversationBusy(Uuid),
 }
 
 /// Revives a failed run in the caller's transaction: the run is running
@@ -50,10 +55,13 @@ pub async fn retry_run(c: &impl GenericClient, run_id: Uuid) -> Result<Retry> {
     let Some(owner) = owner.filter(|i| i.status == InvocationStatus::Failed) else {
         return Ok(Retry::NothingToResume);
     };
+    let handoff_id = runs::get(c, run_id).await?.and_then(|r| r.handoff_id);
+    if let Some(busy) = take_turn(c, handoff_id.as_deref(), run_id).await? {
+        return Ok(Retry::ConversationBusy(busy));
+    }
     let attempt = reopen_run(c, run_id).await?;
     revive(c, &owner).await?;
     outbox::enqueue_fleet(c, &FleetMessage::run(run_id, owner.id, owner.kind)).await?;
-    let handoff_id = runs::get(c, run_id).await?.and_then(|r| r.handoff_id);
     if let Some(handoff) = &handoff_id {
         sql::execute(c, "UPDATE handoff_requests SET reply_sent_at = NULL WHERE id = $1", &[handoff]).await?;
     }
@@ -65,7 +73,30 @@ pub async fn retry_run(c: &impl GenericClient, run_id: Uuid) -> Result<Retry> {
 
 /// The run's attempt: 1 until it is retried.
 pub async fn attempt(c: &impl GenericClient, run_id: Uuid) -> Result<i32> {
-    Ok(sql::query_one(c, "SELECT attempt FROM runs WHERE id = $1", &[&run_id]).await?.get(0))
+    Ok(sql::query_one(c, "SELECT coalesce((SELECT attempt FROM runs WHERE id = $1), 1)", &[&run_id]).await?.get(0))
+}
+
+/// One chat runs one thing at a time: the retried run takes its
+/// conversation's turn back, unless another run holds it now (returned).
+async fn take_turn(c: &impl GenericClient, handoff_id: Option<&str>, run_id: Uuid) -> Result<Option<Uuid>> {
+    let Some(id) = handoff_id else {
+        return Ok(None);
+    };
+    let Some(request) = requests::get(c, id).await? else {
+        return Ok(None);
+    };
+    let parsed: HandoffRequest = serde_json::from_value(request.body)
+        .map_err(|e| crate::Error::Corrupt(format!("handoff_requests {}: body does not read: {e}", request.id)))?;
+    let Some(key) = parsed.conversation_key() else {
+        return Ok(None);
+    };
+    match conversations::lock(c, key).await? {
+        Some(live) if live != run_id => Ok(Some(live)),
+        _ => {
+            conversations::set_live(c, key, run_id).await?;
+            Ok(None)
+        }
+    }
 }
 
 async fn lock_status(c: &impl GenericClient, run_id: Uuid) -> Result<Option<String>> {

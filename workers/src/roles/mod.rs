@@ -2,6 +2,7 @@
 //! backoff when the broker or the database goes away.
 
 pub mod callbacks;
+pub mod cancels;
 pub mod collector;
 pub mod intake;
 pub mod invocation;
