@@ -6,6 +6,7 @@
 //! - [`reply`]: humanized bridge replies and cutting them into chat-sized parts.
 //! - [`language`]: the reply languages.
 //! - [`bridge`]: the status and reply messages a bridge receives.
+//! - [`conversation`]: questions agents ask their users, and the bridge's answers (CONTRACT §6).
 //! - [`fleet`]: the fleet's queues and the id-only messages between its roles.
 //! - [`outgoing`]: the size bound of outgoing bodies, cutting them, retry backoff.
 //! - [`profiles`]: the agent profiles file and its validation.
@@ -31,6 +32,7 @@ pub mod budget;
 pub mod delegation;
 pub mod disclosure;
 pub mod bridge;
+pub mod conversation;
 pub mod error;
 pub mod fleet;
 pub mod handoff;

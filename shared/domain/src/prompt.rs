@@ -57,6 +57,7 @@ mod tests {
             skills: vec![],
             model: ModelBinding::Scripted { script: vec![] },
             delegation: DelegationPolicy::default(),
+            ask_timeout: None,
         }
     }
 

@@ -6,6 +6,8 @@
 //!
 //! # Layout
 //! - [`requests`]: bridge requests, their events and status messages.
+//! - [`bridge_out`]: status and question messages for a request's bridge, through the outbox.
+//! - [`questions`]: questions agents ask their users, and the answers received.
 //! - [`runs`]: runs and their terminal states.
 //! - [`budgets`]: run budgets and what each run has spent.
 //! - [`invocations`]: claims, leases, the fence, invocation transitions.
@@ -24,6 +26,7 @@
 //! - `error`: the store's error and which failures are transient.
 //! - `decode`: typed values out of rows; a value that does not read is `Error::Corrupt`.
 
+pub mod bridge_out;
 pub mod budgets;
 pub mod callbacks;
 pub mod connect;
@@ -34,6 +37,7 @@ pub mod journal;
 pub mod lifecycle;
 pub mod outbox;
 pub mod profiles;
+pub mod questions;
 pub mod requests;
 pub mod runs;
 pub mod schema;
