@@ -8,6 +8,7 @@ mod chain;
 mod claims;
 mod cluster;
 mod contract;
+mod conversations_ask;
 mod corrupt_rows;
 mod database;
 mod delegation;

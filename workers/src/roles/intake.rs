@@ -5,6 +5,7 @@ use baton_bus::{Outgoing, Publisher};
 use baton_domain::brief::render_request_brief;
 use baton_domain::disclosure;
 use baton_domain::bridge::{self as wire, ReplyInput};
+use baton_domain::conversation::message_type;
 use baton_domain::fleet::Queue;
 use baton_domain::journal;
 use baton_domain::reply::Outcome;
@@ -70,7 +71,15 @@ fn dead_letter_note(settings: &Settings, delivery: &Delivery) -> Option<String> 
     Some(format!("the broker dead-lettered this request ({reason}); intake took it from {}", Queue::DeadRequests))
 }
 
+/// A control message (CONTRACT §6) by its `type`; a body without one is a request.
 async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
+    match message_type(delivery.body()).as_deref() {
+        Some("answer") => super::answers::handle(pool, publisher, settings, shutdown, delivery).await,
+        _ => handle_request(pool, publisher, settings, shutdown, delivery).await,
+    }
+}
+
+async fn handle_request(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
     let reply_to = delivery.reply_to();
     let parsed = parse_request(delivery.body()).and_then(|request| check_reply_to(settings, reply_to, request));
     match parsed {

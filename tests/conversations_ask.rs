@@ -1,0 +1,114 @@
+//! `ask_user` end to end: an agent asks its user through the bridge and
+//! waits parked; the bridge's answer (or the question's timeout) resumes it
+//! on any worker, and no model turn runs twice.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use baton_bus::lapin::options::BasicAckOptions;
+use baton_bus::lapin::Consumer;
+use baton_tests::{profile, sample_request_json, until_reply, TestEnv};
+use futures_lite::StreamExt;
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(30);
+const TOOLS: &[&str] = &["ask_user", "workspace_write", "workspace_commit", "workspace_finish"];
+const ASK: &str = r#"{ tool = "ask_user", args = { question = "Publish the post now?", options = ["yes", "no"] } }"#;
+const WRITE: &str = r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "Published." } }"#;
+const COMMIT: &str = r#"{ tool = "workspace_commit" }"#;
+const FINISH: &str = r#"{ tool = "workspace_finish" }"#;
+
+/// An agent that asks first, then writes, commits and finishes; its
+/// questions wait `timeout` seconds.
+fn asker(timeout: u64) -> String {
+    let profile = profile("asker", TOOLS, "", &[ASK, WRITE, COMMIT, FINISH]);
+    let profile = profile.replacen("\n[profiles.model]", &format!("\nask_timeout = {timeout}\n[profiles.model]"), 1);
+    format!("[routes]\ndocs_agent = \"asker\"\n\n{profile}")
+}
+
+/// The next message on the bridge's queue with its AMQP `message_id`.
+async fn next_with_id(consumer: &mut Consumer) -> (Value, String) {
+    let delivery = tokio::time::timeout(WAIT, consumer.next()).await.expect("a bridge message").unwrap().unwrap();
+    delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
+    let id = delivery.properties.message_id().as_ref().map(|s| s.to_string()).unwrap_or_default();
+    (serde_json::from_slice(&delivery.data).unwrap(), id)
+}
+
+/// Reads the bridge's messages up to the question; returns them, question last.
+async fn until_question(consumer: &mut Consumer) -> Vec<(Value, String)> {
+    let mut seen = vec![];
+    loop {
+        let (message, id) = next_with_id(consumer).await;
+        let done = message["type"] == "question";
+        seen.push((message, id));
+        if done {
+            return seen;
+        }
+    }
+}
+
+fn answer(id: &str, handoff: &str, question: &str, text: &str) -> Vec<u8> {
+    let body = json!({"type": "answer", "id": id, "handoffId": handoff, "questionId": question, "text": text, "at": "2026-11-30T10:00:00Z"});
+    serde_json::to_vec(&body).unwrap()
+}
+
+/// The asker's invocation, its model turns and its tool results.
+async fn transcript(env: &TestEnv, handoff: &str) -> (usize, Vec<Value>) {
+    let run = env.run_of(handoff).await;
+    let inv = &env.invocations_of(run, "asker").await[0];
+    let steps = baton_store::steps::load(&env.db().await, inv.id).await.unwrap();
+    let turns: Vec<&Value> = steps.iter().filter(|s| s.kind == "model_turn").map(|s| &s.payload).collect();
+    let calls: HashSet<String> = turns.iter().map(|t| t["toolCalls"][0]["id"].to_string()).collect();
+    assert_eq!(calls.len(), turns.len(), "a model turn ran twice");
+    (turns.len(), env.tool_results(inv.id).await)
+}
+
+async fn answer_outcome(env: &TestEnv, id: &str) -> String {
+    let c = env.db().await;
+    c.query_one("SELECT outcome FROM bridge_answers WHERE id = $1", &[&id]).await.unwrap().get(0)
+}
+
+#[tokio::test]
+async fn a_question_blocks_the_request_and_its_answer_completes_the_run() {
+    let env = TestEnv::new().await;
+    env.apply_profiles(&asker(3600)).await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("ask-1", "docs_agent", "en")).await;
+
+    let seen = until_question(&mut replies).await;
+    let statuses: Vec<(&str, i64)> = seen.iter().filter(|(m, _)| m["type"] == "status").map(|(m, _)| (m["status"].as_str().unwrap(), m["seq"].as_i64().unwrap())).collect();
+    assert_eq!(statuses, [("accepted", 1), ("running", 2), ("blocked", 3)]);
+    let (question, message_id) = seen.last().unwrap();
+    let question_id = question["questionId"].as_str().unwrap();
+    assert_eq!(*message_id, format!("question:ask-1:{question_id}"));
+    assert_eq!(question["handoffId"], "ask-1");
+    assert_eq!(question["options"], json!(["yes", "no"]));
+    assert_eq!(question["parts"], json!([question["text"]]));
+    assert!(question["text"].as_str().unwrap().starts_with("Publish the post now?"));
+    assert!(question["expiresAt"].as_str().unwrap() > baton_store::bridge_out::timestamp().as_str());
+    let waits = env.scalar_i64("SELECT extract(epoch FROM expires_at - now())::bigint FROM questions", &[]).await;
+    assert!((3500..=3600).contains(&waits), "the profile's ask_timeout: {waits}");
+    let parked = env.scalar_i64("SELECT count(*) FROM invocations WHERE status = 'parked' AND lease_owner IS NULL", &[]).await;
+    assert_eq!(parked, 1, "while it waits, no worker holds the run");
+
+    env.send_raw(&answer("a-1", "ask-1", question_id, "yes, go ahead; my key is sk-abcdefghijklmnopqrstuvwx"), None).await;
+    let (running, _) = next_with_id(&mut replies).await;
+    assert_eq!((running["status"].as_str(), running["seq"].as_i64()), (Some("running"), Some(4)));
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    assert_eq!(messages.last().unwrap()["status"], "completed");
+
+    let (turns, results) = transcript(&env, "ask-1").await;
+    assert_eq!(turns, 4, "ask, write, commit, finish: one model turn each");
+    let result = results[0]["content"].as_str().unwrap();
+    assert!(result.starts_with("The user answered:\n> yes, go ahead"), "{result}");
+    assert!(!result.contains("sk-abcdefghijklmnopqrstuvwx"), "the disclosure policy applies: {result}");
+    assert_eq!(answer_outcome(&env, "a-1").await, "applied");
+    let journal = env.journal(env.run_of("ask-1").await).await;
+    for kind in ["ask_user_started", "agent_invocation_parked", "agent_invocation_woken", "ask_user_answered"] {
+        assert!(journal.iter().any(|k| k == kind), "{kind} missing from {journal:?}");
+    }
+    let events = env.handoff_events("ask-1").await;
+    assert!(events.iter().any(|e| e == "question_sent") && events.iter().any(|e| e == "answer_received"), "{events:?}");
+}
