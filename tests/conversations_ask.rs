@@ -112,3 +112,129 @@ async fn a_question_blocks_the_request_and_its_answer_completes_the_run() {
     let events = env.handoff_events("ask-1").await;
     assert!(events.iter().any(|e| e == "question_sent") && events.iter().any(|e| e == "answer_received"), "{events:?}");
 }
+
+#[tokio::test]
+async fn an_unanswered_question_times_out_and_the_agent_goes_on() {
+    let env = TestEnv::new().await;
+    env.apply_profiles(&asker(1)).await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("ask-late", "docs_agent", "en")).await;
+    let (question, _) = until_question(&mut replies).await.pop().unwrap();
+    let (running, _) = next_with_id(&mut replies).await;
+    assert_eq!((running["status"].as_str(), running["seq"].as_i64()), (Some("running"), Some(4)), "back to running when it times out");
+    let messages = until_reply(&mut replies, WAIT).await;
+    assert_eq!(messages.last().unwrap()["status"], "completed");
+
+    let (turns, results) = transcript(&env, "ask-late").await;
+    assert_eq!(turns, 4);
+    assert!(results[0]["content"].as_str().unwrap().starts_with("The user did not answer in time."), "{}", results[0]);
+    assert_eq!(results[0]["isError"], false);
+    let journal = env.journal(env.run_of("ask-late").await).await;
+    assert!(journal.iter().any(|k| k == "ask_user_timed_out"), "{journal:?}");
+
+    // The answer that comes after all: recorded, nothing else.
+    env.send_raw(&answer("late-1", "ask-late", question["questionId"].as_str().unwrap(), "yes"), None).await;
+    wait_for_outcome(&env, "late-1").await;
+    assert_quiet(&mut replies).await;
+    fleet.stop().await;
+    assert!(env.handoff_events("ask-late").await.iter().any(|e| e == "answer_ignored"));
+}
+
+#[tokio::test]
+async fn duplicate_closed_and_unknown_answers_are_recorded_and_change_nothing() {
+    let env = TestEnv::new().await;
+    // The agent thinks a while after the answer, so later answers meet a live run.
+    let slow_write = r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "Published." }, delay_ms = 1500 }"#;
+    let profile = profile("asker", TOOLS, "", &[ASK, slow_write, COMMIT, FINISH]);
+    env.apply_profiles(&format!("[routes]\ndocs_agent = \"asker\"\n\n{profile}")).await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("ask-dup", "docs_agent", "en")).await;
+    let (question, _) = until_question(&mut replies).await.pop().unwrap();
+    let question_id = question["questionId"].as_str().unwrap();
+    env.send_raw(&answer("d-1", "ask-dup", question_id, "yes"), None).await;
+    let (running, _) = next_with_id(&mut replies).await;
+    assert_eq!(running["status"], "running");
+
+    env.send_raw(&answer("d-1", "ask-dup", question_id, "no, wait"), None).await;
+    env.send_raw(&answer("d-2", "ask-dup", question_id, "no"), None).await;
+    env.send_raw(&answer("d-3", "no-such-handoff", question_id, "no"), None).await;
+    env.send_raw(&answer("d-4", "ask-dup", &uuid::Uuid::now_v7().to_string(), "no"), None).await;
+    env.send_raw(&answer("d-5", "ask-dup", "not-a-question-id", "no"), None).await;
+    env.send_raw(br#"{"type": "answer", "id": "d-6", "handoffId": "ask-dup"}"#, None).await;
+    for id in ["d-2", "d-3", "d-4", "d-5"] {
+        wait_for_outcome(&env, id).await;
+    }
+    assert_eq!(answer_outcome(&env, "d-1").await, "applied");
+    assert_eq!(answer_outcome(&env, "d-2").await, "the question was already answered");
+    assert_eq!(answer_outcome(&env, "d-3").await, "unknown handoff");
+    assert_eq!(answer_outcome(&env, "d-4").await, "unknown question");
+    assert_eq!(answer_outcome(&env, "d-5").await, "unknown question");
+    let dead = until_dead(&env).await;
+    assert!(dead["_error"].as_str().unwrap().contains("missing field `questionId`"), "{dead}");
+
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    assert_eq!(messages.iter().filter(|m| m["type"] == "status").count(), 1, "only the final status: {messages:?}");
+    assert_eq!(messages.last().unwrap()["status"], "completed");
+    let (_, results) = transcript(&env, "ask-dup").await;
+    assert_eq!(results[0]["content"], "The user answered:\n> yes");
+    let events = env.handoff_events("ask-dup").await;
+    assert_eq!(events.iter().filter(|e| *e == "answer_duplicate").count(), 1, "{events:?}");
+    assert_eq!(events.iter().filter(|e| *e == "answer_ignored").count(), 3, "{events:?}");
+    assert_eq!(events.iter().filter(|e| *e == "answer_received").count(), 1, "{events:?}");
+}
+
+async fn wait_for_outcome(env: &TestEnv, id: &str) {
+    let c = env.db().await;
+    baton_tests::eventually(WAIT, &format!("answer {id} recorded"), || async {
+        let row = c.query_opt("SELECT outcome FROM bridge_answers WHERE id = $1 AND outcome <> 'received'", &[&id]).await.unwrap();
+        row.map(|_| ())
+    })
+    .await;
+}
+
+/// No further message reaches the bridge for a while.
+async fn assert_quiet(replies: &mut Consumer) {
+    if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(1500), replies.next()).await {
+        panic!("unexpected bridge message: {}", String::from_utf8_lossy(&d.data));
+    }
+}
+
+/// The next message in the test's dead-letter queue.
+async fn until_dead(env: &TestEnv) -> Value {
+    let mut dead = env.consume(&env.queue(baton_domain::fleet::Queue::Dead)).await;
+    baton_tests::next_json(&mut dead, WAIT).await
+}
+
+#[tokio::test]
+async fn a_worker_killed_while_the_question_is_open_changes_nothing() {
+    let env = TestEnv::new().await;
+    env.apply_profiles(&asker(3600)).await;
+    let fleet = env.start(&[baton::roles::Role::Intake, baton::roles::Role::Relay, baton::roles::Role::Collector]);
+    let mut replies = env.replies().await;
+    let mut doomed = env.spawn_baton("invocation", "doomed");
+    env.send_request(&sample_request_json("ask-kill", "docs_agent", "en")).await;
+    let (question, _) = until_question(&mut replies).await.pop().unwrap();
+    doomed.signal("KILL");
+    assert_eq!(doomed.exit_code(WAIT).await, None, "killed by a signal");
+
+    let survivor = env.spawn_baton("invocation", "survivor");
+    env.send_raw(&answer("k-1", "ask-kill", question["questionId"].as_str().unwrap(), "yes"), None).await;
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    drop(survivor);
+    assert_eq!(messages.last().unwrap()["status"], "completed");
+    let (turns, results) = transcript(&env, "ask-kill").await;
+    assert_eq!(turns, 4);
+    assert_eq!(results[0]["content"], "The user answered:\n> yes");
+    let workers: Vec<String> = baton_store::journal::timeline(&env.db().await, env.run_of("ask-kill").await)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "agent_invocation_started")
+        .map(|e| e.payload["worker"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(workers, ["doomed", "survivor"]);
+}

@@ -45,7 +45,7 @@ pub fn parse(body: &[u8]) -> Result<BridgeAnswer, String> {
     }
     let wire: Wire = serde_path_to_error::deserialize(&value).map_err(|e| {
         let path = e.path().to_string();
-        format!("`{path}`: {}", e.into_inner())
+        if path == "." { e.into_inner().to_string() } else { format!("`{path}`: {}", e.into_inner()) }
     })?;
     if wire.kind != "answer" {
         return Err(format!("`type` is `{}`, not `answer`", wire.kind));
