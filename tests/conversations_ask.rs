@@ -238,3 +238,27 @@ async fn a_worker_killed_while_the_question_is_open_changes_nothing() {
         .collect();
     assert_eq!(workers, ["doomed", "survivor"]);
 }
+
+#[tokio::test]
+async fn the_demo_with_ask_answers_the_agents_question_and_completes() {
+    let env = TestEnv::new().await;
+    let output = tokio::process::Command::new(baton_tests::baton_binary())
+        .args(["demo", "--ask", "--timeout", "30"])
+        .env("DATABASE_URL", &env.settings.database_url)
+        .env("AMQP_URL", &env.settings.amqp_url)
+        .env("BATON_QUEUE_PREFIX", &env.settings.queue_prefix)
+        .env("BATON_RELAY_POLL_MS", "200")
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    for line in ["bridge got status #3: blocked", "bridge got a question: Shall I publish", "bridge answered: yes", "bridge got status #4: running"] {
+        assert!(stdout.contains(line), "`{line}` missing:\n{stdout}");
+    }
+    for event in ["ask_user_started", "agent_invocation_parked", "agent_invocation_woken", "ask_user_answered"] {
+        assert!(stdout.contains(event), "{event} missing from the table:\n{stdout}");
+    }
+    assert!(stdout.contains("agents:   announcer"), "{stdout}");
+}
