@@ -262,3 +262,18 @@ async fn the_demo_with_ask_answers_the_agents_question_and_completes() {
     }
     assert!(stdout.contains("agents:   announcer"), "{stdout}");
 }
+
+#[tokio::test]
+async fn time_spent_waiting_for_the_user_does_not_count_against_the_wall_clock() {
+    let env = TestEnv::new().await;
+    env.apply_profiles(&format!("[budgets.default]\nmax_wall_clock_secs = 2\n\n{}", asker(3600))).await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("ask-slow", "docs_agent", "en")).await;
+    let (question, _) = until_question(&mut replies).await.pop().unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    env.send_raw(&answer("s-1", "ask-slow", question["questionId"].as_str().unwrap(), "yes"), None).await;
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    assert_eq!(messages.last().unwrap()["status"], "completed", "{:?}", messages.last());
+}

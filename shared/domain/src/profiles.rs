@@ -59,7 +59,7 @@ pub struct Profile {
     #[serde(default)]
     pub delegation: DelegationPolicy,
     /// Seconds a question asked with `ask_user` waits for the user's answer
-    /// (default 24 hours: [`crate::conversation::question::DEFAULT_ASK_TIMEOUT_SECS`]).
+    /// (default 86400: 24 hours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ask_timeout: Option<u64>,
 }

@@ -25,7 +25,7 @@ use crate::config::Settings;
 
 /// What became of an answer: it was applied, or why it changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Applied {
+pub enum Handled {
     Applied,
     Ignored(&'static str),
     Duplicate,
@@ -41,8 +41,8 @@ pub async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shu
     let span = tracing::info_span!("answer", handoff = %answer.handoff_id, answer = %answer.id);
     let _entered = span.enter();
     match retry_transient("storing an answer", settings.transient_patience, shutdown, || apply(pool, &answer)).await {
-        Ok(applied) => {
-            tracing::info!(?applied, "answer handled");
+        Ok(handled) => {
+            tracing::info!(?handled, "answer handled");
             Ok(delivery.ack().await?)
         }
         Err(e) if super::is_transient(&e) => Err(e),
@@ -62,32 +62,32 @@ async fn dead_letter(publisher: &Publisher, settings: &Settings, delivery: &Deli
 }
 
 /// Stores and applies one answer in one transaction.
-pub async fn apply(pool: &Pool, answer: &BridgeAnswer) -> anyhow::Result<Applied> {
+pub async fn apply(pool: &Pool, answer: &BridgeAnswer) -> anyhow::Result<Handled> {
     let mut client = db(pool).await?;
     // Read before the transaction opens, like a request's.
     let policy = profiles::disclosure(&client).await?;
     let tx = begin(&mut client).await?;
-    let applied = decide(&tx, answer, &policy).await?;
-    let outcome = match &applied {
-        Applied::Applied => "applied",
-        Applied::Ignored(why) => why,
-        Applied::Duplicate => "duplicate",
+    let handled = decide(&tx, answer, &policy).await?;
+    let outcome = match &handled {
+        Handled::Applied => "applied",
+        Handled::Ignored(why) => why,
+        Handled::Duplicate => "duplicate",
     };
-    if applied != Applied::Duplicate {
+    if handled != Handled::Duplicate {
         questions::set_answer_outcome(&tx, &answer.id, outcome).await?;
     }
     commit(tx).await?;
-    Ok(applied)
+    Ok(handled)
 }
 
-async fn decide(c: &impl GenericClient, answer: &BridgeAnswer, policy: &DisclosureConfig) -> anyhow::Result<Applied> {
+async fn decide(c: &impl GenericClient, answer: &BridgeAnswer, policy: &DisclosureConfig) -> anyhow::Result<Handled> {
     if !questions::record_answer(c, &answer.id, &answer.handoff_id, &answer.question_id, "received").await? {
         note(c, answer, "answer_duplicate", "this answer was received before").await?;
-        return Ok(Applied::Duplicate);
+        return Ok(Handled::Duplicate);
     }
     if requests::get(c, &answer.handoff_id).await?.is_none() {
         tracing::warn!("an answer for an unknown handoff; recorded, nothing changed");
-        return Ok(Applied::Ignored("unknown handoff"));
+        return Ok(Handled::Ignored("unknown handoff"));
     }
     let id = Uuid::parse_str(&answer.question_id).ok();
     let Some(found) = (match id {
@@ -120,7 +120,7 @@ async fn decide(c: &impl GenericClient, answer: &BridgeAnswer, policy: &Disclosu
         let woken = Event::new(journal::INVOCATION_WOKEN, Some(question.invocation_id), json!({"by": "answer"}));
         baton_store::journal::append(c, question.run_id, &[woken]).await?;
     }
-    Ok(Applied::Applied)
+    Ok(Handled::Applied)
 }
 
 /// Why a question takes no answer any more, if it does not.
@@ -135,10 +135,10 @@ async fn closed(c: &impl GenericClient, question: &Question) -> anyhow::Result<O
     })
 }
 
-async fn ignore(c: &impl GenericClient, answer: &BridgeAnswer, why: &'static str) -> anyhow::Result<Applied> {
+async fn ignore(c: &impl GenericClient, answer: &BridgeAnswer, why: &'static str) -> anyhow::Result<Handled> {
     tracing::info!(why, "answer ignored");
     note(c, answer, "answer_ignored", why).await?;
-    Ok(Applied::Ignored(why))
+    Ok(Handled::Ignored(why))
 }
 
 /// A handoff event about an answer, when the handoff is known.
