@@ -277,3 +277,24 @@ async fn time_spent_waiting_for_the_user_does_not_count_against_the_wall_clock()
     fleet.stop().await;
     assert_eq!(messages.last().unwrap()["status"], "completed", "{:?}", messages.last());
 }
+
+#[tokio::test]
+async fn a_delegated_child_cannot_ask_the_user() {
+    let env = TestEnv::new().await;
+    let lead = profile(
+        "lead",
+        &["agent_delegate", "agent_await", "workspace_write", "workspace_commit", "workspace_finish"],
+        "can_delegate = true",
+        &[r#"{ tool = "agent_delegate", args = { agentId = "helper", task = { objective = "Help." } } }"#, r#"{ tool = "agent_await" }"#, WRITE, COMMIT, FINISH],
+    );
+    let helper = profile("helper", &["ask_user"], "allow_as_subagent = true", &[ASK, r#"{ tool = "task_return", args = { summary = "Done." } }"#]);
+    env.apply_profiles(&format!("[routes]\ndocs_agent = \"lead\"\n\n{lead}\n{helper}")).await;
+    let messages = env.run_request("ask-child").await;
+    assert_eq!(messages.last().unwrap()["status"], "completed");
+    assert!(messages.iter().all(|m| m["type"] != "question" && m["status"] != "blocked"), "{messages:?}");
+    let run = env.run_of("ask-child").await;
+    let helper = &env.invocations_of(run, "helper").await[0];
+    let denied = &env.tool_results(helper.id).await[0];
+    assert_eq!(denied["isError"], true);
+    assert_eq!(denied["structured"]["error"]["code"], "agent.ask_denied", "{denied}");
+}
