@@ -1,6 +1,8 @@
 //! The model-visible tools, executed inside the transaction that also
 //! stores their result: a tool's effect and the step that records it commit
-//! together, so a resumed invocation never applies a call twice.
+//! together, so a resumed invocation never applies a call twice. A tool that
+//! waits (`agent_await`, `ask_user`) parks its invocation and stores no
+//! result; woken, the same call runs again and finds what it waited for.
 
 mod agents;
 mod ask;
