@@ -102,7 +102,9 @@ async fn decide(c: &impl GenericClient, answer: &BridgeAnswer, policy: &Disclosu
     let Some(question) = questions::get(c, &answer.handoff_id, found.id, true).await? else {
         return ignore(c, answer, "unknown question").await;
     };
-    let request = requests::lock(c, &answer.handoff_id).await?.expect("read above");
+    let Some(request) = requests::lock(c, &answer.handoff_id).await? else {
+        return Ok(Handled::Ignored("unknown handoff"));
+    };
     if let Some(why) = closed(c, &question).await? {
         return ignore(c, answer, why).await;
     }
