@@ -86,7 +86,7 @@ async fn a_question_blocks_the_request_and_its_answer_completes_the_run() {
     assert_eq!(question["options"], json!(["yes", "no"]));
     assert_eq!(question["parts"], json!([question["text"]]));
     assert!(question["text"].as_str().unwrap().starts_with("Publish the post now?"));
-    assert!(question["expiresAt"].as_str().unwrap() > baton_store::bridge_out::timestamp().as_str());
+    assert!(question["expiresAt"].as_str().unwrap() > baton_store::bridge::timestamp().as_str());
     let waits = env.scalar_i64("SELECT extract(epoch FROM expires_at - now())::bigint FROM questions", &[]).await;
     assert!((3500..=3600).contains(&waits), "the profile's ask_timeout: {waits}");
     let parked = env.scalar_i64("SELECT count(*) FROM invocations WHERE status = 'parked' AND lease_owner IS NULL", &[]).await;

@@ -9,6 +9,7 @@ mod claims;
 mod cluster;
 mod contract;
 mod conversations_ask;
+mod conversations_chat;
 mod corrupt_rows;
 mod database;
 mod delegation;

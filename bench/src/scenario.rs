@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use baton_bus::Outgoing;
 use baton_domain::fleet::Queue;
-use baton_domain::request::sample_request_json;
+use baton_domain::request::{sample_request_json, HandoffStatus};
 use serde_json::Value;
 
 use super::{raw, Bench, SCENARIO_TIMEOUT};
@@ -87,7 +87,10 @@ async fn start(bench: &Bench, side: Side) -> anyhow::Result<String> {
 }
 
 pub async fn send_request(bench: &Bench, id: &str, target: &str) -> anyhow::Result<()> {
-    let body = serde_json::to_vec(&sample_request_json(id, target, "en"))?;
+    let mut request = sample_request_json(id, target, "en");
+    // Each chain is a chat of its own: one chat's requests take turns.
+    request["conversationKey"] = id.into();
+    let body = serde_json::to_vec(&request)?;
     let queue = bench.settings.queues().name(Queue::BridgeRequests);
     let out = Outgoing { queue: &queue, body: &body, message_id: Some(id), reply_to: Some(&bench.reply_queue), ..Default::default() };
     bench.publisher.publish(&out).await?;
@@ -105,7 +108,8 @@ fn is_finished(side: Side, data: &[u8], ids: &[String]) -> anyhow::Result<bool> 
     if message["type"] != "reply" || !ours {
         return Ok(false);
     }
-    anyhow::ensure!(message["status"] == "completed", "a bench run ended {}: {}", message["status"], message["text"]);
+    let status = message["status"].as_str().and_then(HandoffStatus::parse);
+    anyhow::ensure!(status == Some(HandoffStatus::Completed), "a bench run ended {}: {}", message["status"], message["text"]);
     Ok(true)
 }
 

@@ -2,8 +2,8 @@
 //!
 //! # Layout
 //! - [`config`]: `Settings` from the environment.
-//! - [`roles`]: intake (requests, and answers in `roles/answers.rs`), invocation, relay, collector, and their supervisor.
-//! - [`bridge`]: the reply for the bridge, via the outbox (status messages are `baton_store::bridge_out`'s).
+//! - [`roles`]: intake (requests; answers and cancels in `roles/answers.rs`, `roles/cancels.rs`), invocation, relay, collector, and their supervisor.
+//! - [`bridge`]: status and reply messages for the bridge, via the outbox.
 //! - [`fleet`]: start roles in this process and stop them on a signal.
 //! - [`startup`]: the schema check `baton up` makes before any role starts.
 //! - [`operator`]: operator actions such as cancelling a run.

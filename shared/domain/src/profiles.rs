@@ -27,6 +27,9 @@ pub struct ProfilesFile {
     /// Limits for whole runs, per route or by default.
     #[serde(default)]
     pub budgets: crate::budget::BudgetsConfig,
+    /// What a request does while its chat has a live run, per route.
+    #[serde(default)]
+    pub conversations: crate::conversation::strategy::ConversationsConfig,
 }
 
 /// A named instruction pack, included in the prompt of every profile that
@@ -283,6 +286,7 @@ impl ProfilesFile {
             }
         }
         problems.extend(self.budgets.problems(&self.routes));
+        problems.extend(self.conversations.problems(&self.routes));
         problems
     }
 }
@@ -354,6 +358,19 @@ base_url = "http://localhost:1/v1"
         assert_eq!(ProfilesFile::parse(SAMPLE).unwrap().budgets.for_target("docs_agent"), crate::budget::RunBudget::default());
         let err = ProfilesFile::parse(&format!("{SAMPLE}\n[budgets.routes.codex]\nmax_tokens = 0\n")).unwrap_err().to_string();
         assert!(err.contains("to 0") && err.contains("`routes.codex` names a target"), "{err}");
+    }
+
+    #[test]
+    fn conversation_strategies_are_read_per_route_and_checked() {
+        use crate::conversation::strategy::Strategy;
+        let text = format!("{SAMPLE}\n[conversations]\ndefault = \"interrupt\"\n[conversations.routes]\ndocs_agent = \"reject\"\n");
+        let file = ProfilesFile::parse(&text).unwrap();
+        assert_eq!((file.conversations.for_target("docs_agent"), file.conversations.for_target("codex")), (Strategy::Reject, Strategy::Interrupt));
+        assert_eq!(ProfilesFile::parse(SAMPLE).unwrap().conversations.for_target("docs_agent"), Strategy::Enqueue);
+        let err = ProfilesFile::parse(&text.replace("\"reject\"", "\"queue\"")).unwrap_err().to_string();
+        assert!(err.contains("queue"), "{err}");
+        let err = ProfilesFile::parse(&format!("{SAMPLE}\n[conversations.routes]\ncodex = \"reject\"\n")).unwrap_err().to_string();
+        assert!(err.contains("`routes.codex` names a target"), "{err}");
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //!
 //! # Layout
 //! - [`requests`]: bridge requests, their events and status messages.
-//! - [`bridge_out`]: status and question messages for a request's bridge, through the outbox.
-//! - [`questions`]: questions agents ask their users, and the answers received.
+//! - [`bridge`]: what the bridge hears (status changes, the final reply), through the outbox.
+//! - [`start`]: starting a request's run (intake on arrival, the lifecycle for a chat's next request).
+//! - [`conversations`]: a bridge's cancels, and one chat's requests taking turns under a row lock.
+//! - [`questions`]: questions agents ask their users (`ask_user`), and the answers received.
 //! - [`runs`]: runs and their terminal states.
 //! - [`budgets`]: run budgets and what each run has spent.
 //! - [`invocations`]: claims, leases, the fence, invocation transitions.
@@ -26,10 +28,11 @@
 //! - `error`: the store's error and which failures are transient.
 //! - `decode`: typed values out of rows; a value that does not read is `Error::Corrupt`.
 
-pub mod bridge_out;
+pub mod bridge;
 pub mod budgets;
 pub mod callbacks;
 pub mod connect;
+pub mod conversations;
 mod decode;
 mod error;
 pub mod invocations;
@@ -43,6 +46,7 @@ pub mod runs;
 pub mod schema;
 pub mod settings;
 pub mod spawn;
+pub mod start;
 pub mod steps;
 pub mod tasks;
 pub mod workspace;

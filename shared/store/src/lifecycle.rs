@@ -2,6 +2,8 @@
 //! each returning the journal events it caused, for the caller's
 //! transaction to append. Intake, the relay, operator commands, the
 //! invocation role and the agent's tools all move runs through these.
+//! A run that ends gives its conversation's turn to the next request there
+//! ([`start::after_run`]), in the same transaction.
 
 use baton_domain::delegation::{self, AwaitSpec, Awaited};
 use baton_domain::fleet::FleetMessage;
@@ -14,7 +16,7 @@ use uuid::Uuid;
 use crate::invocations::{self, Invocation};
 use crate::journal::Event;
 use crate::tasks::Task;
-use crate::{outbox, runs, tasks, Result};
+use crate::{outbox, runs, start, tasks, Result};
 
 /// The final owner finished: its unfinished children are cancelled, then its
 /// incoming task, itself and the run complete.
@@ -33,6 +35,7 @@ pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Ve
     if runs::finish(c, inv.run_id, RunStatus::Completed, None).await? {
         events.push(Event::new(journal::RUN_COMPLETED, None, json!({})));
         outbox::enqueue_fleet(c, &FleetMessage::finished(inv.run_id)).await?;
+        start::after_run(c, inv.run_id).await?;
     }
     Ok(events)
 }
@@ -65,7 +68,7 @@ pub async fn fail_run(c: &impl GenericClient, run_id: Uuid, error: &Value) -> Re
     end_run(c, run_id, RunStatus::Failed, error).await
 }
 
-/// An operator cancels a run: every live invocation stops at its next step
+/// An operator or a bridge cancels a run: every live invocation stops at its next step
 /// (its fence fails), and the bridge is told `cancelled`.
 pub async fn cancel_run(c: &impl GenericClient, run_id: Uuid, reason: &str) -> Result<Vec<Event>> {
     let error = json!({"code": "cancelled", "message": reason});
@@ -81,6 +84,7 @@ async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error:
     let mut events = cancel_tasks(c, run_id, None).await?;
     invocations::cancel_live(c, run_id).await?;
     outbox::enqueue_fleet(c, &FleetMessage::finished(run_id)).await?;
+    start::after_run(c, run_id).await?;
     let kind = if status == RunStatus::Cancelled { journal::RUN_CANCELLED } else { journal::RUN_FAILED };
     events.push(Event::new(kind, None, error.clone()));
     Ok(events)

@@ -15,7 +15,7 @@ use baton_domain::request::{bounded_reason, HandoffStatus};
 use baton_domain::state::{InvocationStatus, RunStatus};
 use baton_store::journal::Event;
 use baton_store::questions::{self, Question};
-use baton_store::{begin, bridge_out, client as db, commit, invocations, outbox, profiles, requests, runs, GenericClient, Pool};
+use baton_store::{begin, bridge, client as db, commit, invocations, outbox, profiles, requests, runs, GenericClient, Pool};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -116,7 +116,7 @@ async fn decide(c: &impl GenericClient, answer: &BridgeAnswer, policy: &Disclosu
         let note = format!("{} removal(s) from answer {}: {}", what.len(), answer.id, what.join("; "));
         requests::add_event(c, &request.id, "disclosure_filtered", None, Some(&note)).await?;
     }
-    bridge_out::status(c, &request, HandoffStatus::Running, Some("the user answered")).await?;
+    bridge::status(c, &request, HandoffStatus::Running, Some("the user answered")).await?;
     if parked.is_some_and(|inv| inv.status == InvocationStatus::Parked) && invocations::wake(c, question.invocation_id).await? {
         outbox::enqueue_fleet(c, &FleetMessage::wake(question.run_id, question.invocation_id)).await?;
         let woken = Event::new(journal::INVOCATION_WOKEN, Some(question.invocation_id), json!({"by": "answer"}));

@@ -2,26 +2,20 @@
 //! run with its root invocation, all in one transaction.
 
 use baton_bus::{Outgoing, Publisher};
-use baton_domain::brief::render_request_brief;
+use baton_domain::conversation::cancel::message_type;
+use baton_domain::conversation::strategy::{self, Turn};
 use baton_domain::disclosure;
 use baton_domain::bridge::{self as wire, ReplyInput};
-use baton_domain::conversation::message_type;
 use baton_domain::fleet::Queue;
-use baton_domain::journal;
 use baton_domain::reply::Outcome;
 use baton_domain::request::{bounded_reason, parse_request, HandoffRequest, HandoffStatus, RequestError, TargetAgent};
-use baton_domain::state::InvocationKind;
 use baton_domain::Language;
-use baton_store::invocations::NewInvocation;
-use baton_store::journal::Event;
 use baton_store::requests::{self, NewRequest};
-use baton_store::{budgets, outbox, profiles, runs, spawn, GenericClient, Pool};
+use baton_store::{conversations, lifecycle, outbox, profiles, GenericClient, Pool};
 use baton_store::{begin, client as db, commit};
 use baton_bus::consume::consume;
 use baton_bus::{DeadLetters, Delivery};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::{connect, retry_transient, Role};
 use crate::bridge;
@@ -71,15 +65,18 @@ fn dead_letter_note(settings: &Settings, delivery: &Delivery) -> Option<String> 
     Some(format!("the broker dead-lettered this request ({reason}); intake took it from {}", Queue::DeadRequests))
 }
 
-/// A control message (CONTRACT §6) by its `type`; a body without one is a request.
 async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
+    // Control messages are told apart by `type`; a body without one is a request.
     match message_type(delivery.body()).as_deref() {
-        Some("answer") => super::answers::handle(pool, publisher, settings, shutdown, delivery).await,
-        _ => handle_request(pool, publisher, settings, shutdown, delivery).await,
+        None => {}
+        Some("cancel") => return super::cancels::handle(pool, publisher, settings, shutdown, delivery).await,
+        Some("answer") => return super::answers::handle(pool, publisher, settings, shutdown, delivery).await,
+        Some(other) => {
+            let reason = format!("field `type` is {other:?}; a bridge sends a request (no type), an \"answer\" or a \"cancel\"");
+            let error = RequestError { reason, handoff_id: None, reply_to_chat_id: None, language: None };
+            return reject(pool, publisher, settings, &delivery, error).await;
+        }
     }
-}
-
-async fn handle_request(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
     let reply_to = delivery.reply_to();
     let parsed = parse_request(delivery.body()).and_then(|request| check_reply_to(settings, reply_to, request));
     match parsed {
@@ -126,7 +123,7 @@ fn check_reply_to(settings: &Settings, reply_to: Option<&str>, request: HandoffR
 /// request already stored it is a bad re-delivery: that request stands and
 /// its run goes on, so the body is acknowledged and recorded as a handoff
 /// event, and no `failed` reply contradicts what the outbox tells the bridge.
-async fn reject(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: &Delivery, mut error: RequestError) -> anyhow::Result<()> {
+pub(super) async fn reject(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: &Delivery, mut error: RequestError) -> anyhow::Result<()> {
     error.reason = bounded_reason(&disclosure::redact_strictly(&error.reason));
     if let Some(id) = &error.handoff_id {
         match record_invalid_redelivery(pool, id, &error.reason).await {
@@ -252,6 +249,8 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, 
     let policy = profiles::disclosure(&client).await?;
     let filtered = disclosure::apply(policy.for_target(original.target_agent.as_str()), original);
     let tx = begin(&mut client).await?;
+    // A cancel for this handoff waits, or sees the request, never neither.
+    conversations::lock_handoff(&tx, &original.id).await?;
     let request = &filtered.request;
     let body = serde_json::to_value(request)?;
     let new = NewRequest {
@@ -293,76 +292,43 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, 
     Ok(())
 }
 
-/// Routes the request to its root agent and starts the run, or says why not.
+/// Starts the request's run, unless a cancel came first or its conversation
+/// is busy: then it waits, is refused or interrupts the live run, under the
+/// route's strategy, decided under the conversation's row lock.
 async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Result<()> {
     let stored = requests::get(c, &request.id).await?.expect("inserted in this transaction");
-    if request.target_agent == TargetAgent::Manual {
-        bridge::status(c, &stored, HandoffStatus::Accepted, Some("waiting for an operator")).await?;
-        return Ok(());
+    if let Some((cancel, reason)) = conversations::pending_cancel(c, &request.id).await? {
+        tracing::info!("a cancel came before the request; it is cancelled instead of run");
+        conversations::mark_applied(c, &request.id).await?;
+        let note = format!("cancel {cancel}: it came before the request, which is cancelled instead of run");
+        requests::add_event(c, &request.id, "cancel_received", None, Some(&note)).await?;
+        return Ok(baton_store::start::cancel(c, &stored, reason.as_deref()).await?);
     }
-    let profile = match profiles::route(c, request.target_agent.as_str()).await? {
-        Some(id) => match profiles::get(c, &id).await {
-            Ok(profile) => profile,
-            // A profile this version cannot read cannot run here: say so.
-            Err(e @ baton_store::Error::Unreadable { .. }) => {
-                let message = format!("the agent for `{}` requests cannot run: {e}", request.target_agent.as_str());
-                return refuse(c, &stored, request, &message).await;
-            }
-            Err(e) => return Err(e.into()),
-        },
-        None => None,
+    let key = request.conversation_key().filter(|_| request.target_agent != TargetAgent::Manual);
+    let Some(key) = key else {
+        baton_store::start::request(c, &stored, request).await?;
+        return Ok(());
     };
-    let Some(profile) = profile.filter(|p| p.is_configured()) else {
-        let message = format!("no configured agent handles `{}` requests", request.target_agent.as_str());
-        return refuse(c, &stored, request, &message).await;
+    let live = conversations::lock(c, key).await?;
+    let strategy = conversations::config(c).await?.for_target(request.target_agent.as_str());
+    let turn = strategy::decide(strategy, live.is_some());
+    tracing::info!(strategy = %strategy, ?turn, "conversation turn");
+    if turn == Turn::Refuse {
+        let message = "this chat is still busy with an earlier request; send it again when that one has ended";
+        return Ok(baton_store::start::refuse(c, &stored, strategy::BUSY, message).await?);
+    }
+    let seq = conversations::enqueue(c, key, &request.id).await?;
+    let Some(run) = live.filter(|_| turn != Turn::Start) else {
+        return Ok(baton_store::start::next_in_conversation(c, key).await?);
     };
-    let run_id = Uuid::now_v7();
-    let root = Uuid::now_v7();
-    runs::insert(c, run_id, Some(&request.id), &profile.id).await?;
-    // Copied onto the run now: a later `profiles apply` does not change it.
-    let budget = budgets::config(c).await?.for_target(request.target_agent.as_str());
-    budgets::assign(c, run_id, &budget).await?;
-    requests::link_run(c, &request.id, run_id).await?;
-    let brief = render_request_brief(request);
-    let new = NewInvocation {
-        id: root,
-        run_id,
-        parent_invocation_id: None,
-        incoming_task_id: None,
-        profile_id: &profile.id,
-        kind: InvocationKind::Root,
-        brief: &brief,
-        budget: None,
-        deadline_at: None,
-    };
-    let created = spawn::invocation(c, &new, None).await?;
-    let mut events = vec![
-        Event::new(journal::RUN_CREATED, None, json!({"handoffId": request.id, "source": request.source.as_str(), "budget": budget})),
-        Event::new(journal::PROFILE_RESOLVED, Some(root), json!({"targetAgent": request.target_agent.as_str(), "profileId": profile.id})),
-        Event::new(journal::WORKSPACE_INITIALIZED, None, json!({})),
-    ];
-    events.extend(created);
-    baton_store::journal::append(c, run_id, &events).await?;
-    requests::add_event(c, &request.id, "sent", None, Some(&profile.id)).await?;
+    let note = format!("waiting for this chat's live run ({strategy}; arrival {} in the chat)", seq.unwrap_or_default());
+    requests::add_event(c, &request.id, "queued", None, Some(&note)).await?;
     requests::add_event(c, &request.id, "accepted", Some(HandoffStatus::Accepted), None).await?;
-    bridge::status(c, &stored, HandoffStatus::Accepted, None).await?;
-    Ok(())
-}
-
-async fn refuse(c: &impl GenericClient, stored: &requests::Request, request: &HandoffRequest, message: &str) -> anyhow::Result<()> {
-    requests::add_event(c, &request.id, "failed", Some(HandoffStatus::Failed), Some(message)).await?;
-    bridge::status(c, stored, HandoffStatus::Failed, Some(message)).await?;
-    let input = ReplyInput {
-        handoff_id: &request.id,
-        chat_id: request.reply_to_chat_id(),
-        source: request.source.as_str(),
-        language: request.language(),
-        outcome: Outcome::Failed { code: "no_agent".into(), message: message.to_string() },
-        run_id: None,
-        agents: vec![],
-        at: bridge::timestamp(),
-    };
-    bridge::reply(c, stored, &input).await?;
+    bridge::status(c, &stored, HandoffStatus::Accepted, Some("waiting for this chat's earlier request to end")).await?;
+    if turn == Turn::Interrupt {
+        let events = lifecycle::cancel_run(c, run, "the user sent a new request in this chat").await?;
+        baton_store::journal::append(c, run, &events).await?;
+    }
     Ok(())
 }
 

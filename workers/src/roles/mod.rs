@@ -3,6 +3,7 @@
 
 mod answers;
 pub mod callbacks;
+pub mod cancels;
 pub mod collector;
 pub mod intake;
 pub mod invocation;

@@ -12,7 +12,7 @@ use baton_domain::tool_args::AskUserArgs;
 use baton_store::journal::Event;
 use baton_store::questions::{self, NewQuestion, Question};
 use baton_store::requests::{self, Request};
-use baton_store::{bridge_out, invocations, runs, GenericClient};
+use baton_store::{bridge, invocations, runs, GenericClient};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -35,11 +35,11 @@ pub async fn ask_user(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         tool_call_id: &ctx.call.id,
         question: &args.question,
         options: &args.options,
-        timeout: question::timeout(ctx.profile),
+        timeout: question::timeout(ctx.profile.ask_timeout),
     };
     let asked = questions::insert(c, &new).await?;
     // The contract's order: the bridge hears `blocked`, then the question.
-    bridge_out::status(c, &request, HandoffStatus::Blocked, Some("waiting for the user's answer")).await?;
+    bridge::status(c, &request, HandoffStatus::Blocked, Some("waiting for the user's answer")).await?;
     let question_id = asked.id.to_string();
     let input = QuestionInput {
         handoff_id: &request.id,
@@ -50,9 +50,9 @@ pub async fn ask_user(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         question: &asked.question,
         options: &asked.options,
         expires_at: asked.expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        at: bridge_out::timestamp(),
+        at: bridge::timestamp(),
     };
-    bridge_out::question(c, &request, &input).await?;
+    bridge::question(c, &request, &input).await?;
     let started = tool_event(ctx, journal::ASK_USER_STARTED, json!({"questionId": question_id, "expiresAt": input.expires_at}));
     park(c, ctx, &asked, started).await
 }
@@ -71,7 +71,7 @@ async fn resume(c: &impl GenericClient, ctx: &ToolCtx<'_>, asked: Question) -> T
         QuestionState::Open if asked.expired => {
             questions::expire(c, asked.id).await?;
             if let Some(request) = requests::get(c, &asked.handoff_id).await? {
-                bridge_out::status(c, &request, HandoffStatus::Running, Some("the user did not answer in time")).await?;
+                bridge::status(c, &request, HandoffStatus::Running, Some("the user did not answer in time")).await?;
             }
             Ok(timed_out(ctx, id))
         }

@@ -5,7 +5,6 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::language::Language;
-use crate::profiles::Profile;
 use crate::reply::{split_parts, ChannelLimits};
 use crate::wire_enum;
 
@@ -21,9 +20,10 @@ wire_enum! {
     }
 }
 
-/// How long a question of this profile's agent waits for its answer.
-pub fn timeout(profile: &Profile) -> std::time::Duration {
-    std::time::Duration::from_secs(profile.ask_timeout.unwrap_or(DEFAULT_ASK_TIMEOUT_SECS))
+/// How long a question waits for its answer, given its profile's
+/// `ask_timeout` (seconds), if it sets one.
+pub fn timeout(ask_timeout: Option<u64>) -> std::time::Duration {
+    std::time::Duration::from_secs(ask_timeout.unwrap_or(DEFAULT_ASK_TIMEOUT_SECS))
 }
 
 /// `question:<handoffId>:<questionId>` (CONTRACT §6).

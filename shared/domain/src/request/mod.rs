@@ -141,6 +141,10 @@ pub struct HandoffRequest {
     pub constraints: Constraints,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<Callback>,
+    /// The conversation this request takes turns in, when the bridge names
+    /// one; otherwise its chat (`callback.replyToChatId`). See CONTRACT §6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_key: Option<String>,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -150,6 +154,13 @@ impl HandoffRequest {
     #[must_use]
     pub fn reply_to_chat_id(&self) -> Option<&str> {
         self.callback.as_ref()?.reply_to_chat_id.as_deref()
+    }
+
+    /// The conversation whose runs this request's run takes turns with:
+    /// `conversationKey` when the bridge sent one, else the chat.
+    #[must_use]
+    pub fn conversation_key(&self) -> Option<&str> {
+        self.conversation_key.as_deref().or_else(|| self.reply_to_chat_id())
     }
 
     /// The language every user-facing word about this handoff must use.

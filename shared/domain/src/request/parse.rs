@@ -165,6 +165,7 @@ fn missing_field(message: &str) -> Option<&str> {
 
 fn validate(request: &HandoffRequest) -> Result<(), String> {
     check_id(&request.id)?;
+    check_conversation_key(request.conversation_key.as_deref())?;
     check_intent(&request.user_intent)?;
     check_status(request.status)?;
     check_timestamp("createdAt", &request.created_at)?;
@@ -183,6 +184,16 @@ fn check_id(id: &str) -> Result<(), String> {
         "field `id` must be 1 to {MAX_ID_CHARS} characters long (it is {})",
         id.chars().count()
     ))
+}
+
+fn check_conversation_key(key: Option<&str>) -> Result<(), String> {
+    match key {
+        Some(key) if !id_length_ok(key) => Err(format!(
+            "field `conversationKey` must be 1 to {MAX_ID_CHARS} characters long (it is {})",
+            key.chars().count()
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn check_intent(intent: &str) -> Result<(), String> {

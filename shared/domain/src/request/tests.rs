@@ -79,6 +79,16 @@ fn the_public_sample_is_valid_in_both_languages() {
 }
 
 #[test]
+fn the_conversation_is_the_chat_unless_the_bridge_names_one() {
+    assert_eq!(parse_value(&sample_json()).unwrap().conversation_key(), Some("wxid_demo_chat"));
+    let mut value = sample_json();
+    value["conversationKey"] = json!("thread-7");
+    assert_eq!(parse_value(&value).unwrap().conversation_key(), Some("thread-7"));
+    value["conversationKey"] = json!("");
+    assert!(reason_for(&value).contains("field `conversationKey` must be 1 to 128"));
+}
+
+#[test]
 fn a_draft_is_accepted_but_not_runnable() {
     let mut value = sample_json();
     value["status"] = json!("draft");

@@ -1,0 +1,136 @@
+//! Starting a request's run: routing it to its root agent, the run with its
+//! budget, the root invocation, and what the bridge hears. Intake starts a
+//! request on arrival; the run lifecycle starts a conversation's next one
+//! when its live run ends, in the same transaction.
+
+use baton_domain::bridge::ReplyInput;
+use baton_domain::brief::render_request_brief;
+use baton_domain::journal;
+use baton_domain::reply::Outcome;
+use baton_domain::request::{HandoffRequest, HandoffStatus, TargetAgent};
+use baton_domain::state::InvocationKind;
+use deadpool_postgres::GenericClient;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::invocations::NewInvocation;
+use crate::journal::Event;
+use crate::requests::{self, Request};
+use crate::{bridge, budgets, conversations, profiles, runs, spawn, Error, Result};
+
+/// Routes the request to its root agent and starts its run, or tells the
+/// bridge why not (a `failed` reply). Returns the run it started. A request
+/// already `accepted` (it waited for its conversation's turn) is not
+/// announced again.
+pub async fn request(c: &impl GenericClient, stored: &Request, request: &HandoffRequest) -> Result<Option<Uuid>> {
+    if request.target_agent == TargetAgent::Manual {
+        bridge::status(c, stored, HandoffStatus::Accepted, Some("waiting for an operator")).await?;
+        return Ok(None);
+    }
+    let profile = match profiles::route(c, request.target_agent.as_str()).await? {
+        Some(id) => match profiles::get(c, &id).await {
+            Ok(profile) => profile,
+            // A profile this version cannot read cannot run here: say so.
+            Err(e @ Error::Unreadable { .. }) => {
+                let message = format!("the agent for `{}` requests cannot run: {e}", request.target_agent.as_str());
+                refuse(c, stored, "no_agent", &message).await?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        },
+        None => None,
+    };
+    let Some(profile) = profile.filter(|p| p.is_configured()) else {
+        let message = format!("no configured agent handles `{}` requests", request.target_agent.as_str());
+        refuse(c, stored, "no_agent", &message).await?;
+        return Ok(None);
+    };
+    let run_id = Uuid::now_v7();
+    let root = Uuid::now_v7();
+    runs::insert(c, run_id, Some(&request.id), &profile.id).await?;
+    // Copied onto the run now: a later `profiles apply` does not change it.
+    let budget = budgets::config(c).await?.for_target(request.target_agent.as_str());
+    budgets::assign(c, run_id, &budget).await?;
+    requests::link_run(c, &request.id, run_id).await?;
+    let brief = render_request_brief(request);
+    let new = NewInvocation {
+        id: root,
+        run_id,
+        parent_invocation_id: None,
+        incoming_task_id: None,
+        profile_id: &profile.id,
+        kind: InvocationKind::Root,
+        brief: &brief,
+        budget: None,
+        deadline_at: None,
+    };
+    let created = spawn::invocation(c, &new, None).await?;
+    let mut events = vec![
+        Event::new(journal::RUN_CREATED, None, json!({"handoffId": request.id, "source": request.source.as_str(), "budget": budget})),
+        Event::new(journal::PROFILE_RESOLVED, Some(root), json!({"targetAgent": request.target_agent.as_str(), "profileId": profile.id})),
+        Event::new(journal::WORKSPACE_INITIALIZED, None, json!({})),
+    ];
+    events.extend(created);
+    crate::journal::append(c, run_id, &events).await?;
+    requests::add_event(c, &request.id, "sent", None, Some(&profile.id)).await?;
+    if stored.status != HandoffStatus::Accepted {
+        requests::add_event(c, &request.id, "accepted", Some(HandoffStatus::Accepted), None).await?;
+        bridge::status(c, stored, HandoffStatus::Accepted, None).await?;
+    }
+    Ok(Some(run_id))
+}
+
+/// Ends a request that gets no run: a `failed` status and reply with `code`.
+pub async fn refuse(c: &impl GenericClient, stored: &Request, code: &str, message: &str) -> Result<()> {
+    requests::add_event(c, &stored.id, "failed", Some(HandoffStatus::Failed), Some(message)).await?;
+    bridge::status(c, stored, HandoffStatus::Failed, Some(message)).await?;
+    let outcome = Outcome::Failed { code: code.into(), message: message.to_string() };
+    bridge::reply(c, stored, &no_run_reply(stored, outcome)).await
+}
+
+/// Ends a request that has no run (it waited for its turn, or had not
+/// arrived when its cancel did): a `cancelled` status and reply.
+pub async fn cancel(c: &impl GenericClient, stored: &Request, reason: Option<&str>) -> Result<()> {
+    requests::add_event(c, &stored.id, "cancelled", Some(HandoffStatus::Cancelled), reason).await?;
+    bridge::status(c, stored, HandoffStatus::Cancelled, reason).await?;
+    let outcome = Outcome::Cancelled { reason: reason.map(str::to_string) };
+    bridge::reply(c, stored, &no_run_reply(stored, outcome)).await
+}
+
+fn no_run_reply(stored: &Request, outcome: Outcome) -> ReplyInput<'_> {
+    ReplyInput {
+        handoff_id: &stored.id,
+        chat_id: stored.reply_chat_id.as_deref(),
+        source: stored.source.as_str(),
+        language: stored.language,
+        outcome,
+        run_id: None,
+        agents: vec![],
+        at: bridge::timestamp(),
+    }
+}
+
+/// Gives a free conversation (locked by the caller) to its oldest waiting
+/// request that can start; requests that cannot are answered on the way.
+pub async fn next_in_conversation(c: &impl GenericClient, key: &str) -> Result<()> {
+    while let Some(handoff) = conversations::pop(c, key).await? {
+        let Some(stored) = requests::lock(c, &handoff).await? else { continue };
+        if stored.status.is_terminal() || stored.run_id.is_some() {
+            continue;
+        }
+        let parsed: HandoffRequest = serde_json::from_value(stored.body.clone())?;
+        if let Some(run) = request(c, &stored, &parsed).await? {
+            conversations::set_live(c, key, run).await?;
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// A run ended: the conversation it held starts its next request.
+pub async fn after_run(c: &impl GenericClient, run_id: Uuid) -> Result<()> {
+    match conversations::release(c, run_id).await? {
+        Some(key) => next_in_conversation(c, &key).await,
+        None => Ok(()),
+    }
+}
