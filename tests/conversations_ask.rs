@@ -298,3 +298,25 @@ async fn a_delegated_child_cannot_ask_the_user() {
     assert_eq!(denied["isError"], true);
     assert_eq!(denied["structured"]["error"]["code"], "agent.ask_denied", "{denied}");
 }
+
+#[tokio::test]
+async fn an_answer_after_a_cancel_is_recorded_and_changes_nothing() {
+    let env = TestEnv::new().await;
+    env.apply_profiles(&asker(3600)).await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("ask-cancel", "docs_agent", "en")).await;
+    let (question, _) = until_question(&mut replies).await.pop().unwrap();
+    let cancel = json!({"type": "cancel", "id": "c-1", "handoffId": "ask-cancel", "reason": "The user said stop.", "at": "2026-11-30T10:00:00Z"});
+    env.send_raw(&serde_json::to_vec(&cancel).unwrap(), None).await;
+    let messages = until_reply(&mut replies, WAIT).await;
+    assert_eq!(messages.last().unwrap()["status"], "cancelled");
+
+    env.send_raw(&answer("c-a1", "ask-cancel", question["questionId"].as_str().unwrap(), "yes"), None).await;
+    wait_for_outcome(&env, "c-a1").await;
+    assert_quiet(&mut replies).await;
+    fleet.stop().await;
+    assert_eq!(answer_outcome(&env, "c-a1").await, "the run has ended");
+    let (turns, results) = transcript(&env, "ask-cancel").await;
+    assert_eq!((turns, results.len()), (1, 0), "nothing ran after the cancel");
+}
