@@ -8,6 +8,7 @@ mod chain;
 mod claims;
 mod cluster;
 mod contract;
+mod conversations_ask;
 mod conversations_chat;
 mod corrupt_rows;
 mod database;

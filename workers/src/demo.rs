@@ -31,7 +31,14 @@ pub struct DemoArgs {
     /// The request's targetAgent (routed through the profiles file).
     #[arg(long, default_value = "docs_agent")]
     pub target: String,
+    /// Route the request to an agent that asks the user a question first
+    /// (profile `announcer`); the demo, playing the bridge, answers it.
+    #[arg(long)]
+    pub ask: bool,
 }
+
+/// The profile `--ask` routes the request to.
+const ASKING_PROFILE: &str = "announcer";
 
 /// Creates the database if needed and migrates it, with a clear error when
 /// PostgreSQL is not reachable.
@@ -66,7 +73,13 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
         Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
         None => EXAMPLE_PROFILES.to_string(),
     };
-    let profiles = ProfilesFile::parse(&text)?;
+    let mut profiles = ProfilesFile::parse(&text)?;
+    if args.ask {
+        if !profiles.profiles.iter().any(|p| p.id == ASKING_PROFILE) {
+            bail!("--ask needs a profile `{ASKING_PROFILE}` (an agent with ask_user) in the profiles file");
+        }
+        profiles.routes.insert(args.target.clone(), ASKING_PROFILE.to_string());
+    }
     let pool = baton_store::pool(&settings.database_url, 2)?;
     baton_store::profiles::apply_atomically(&mut pool.get().await?, &profiles).await?;
     step(&format!("applied {} profiles: {}", profiles.profiles.len(), names(&profiles)));
@@ -129,11 +142,31 @@ async fn send_and_wait(settings: &Settings, broker: &Connection, args: &DemoArgs
         let message: Value = serde_json::from_slice(delivery.body())?;
         if message["type"] == "status" {
             step(&format!("bridge got status #{}: {}", message["seq"], message["status"].as_str().unwrap_or("?")));
+        } else if message["type"] == "question" {
+            answer(&publisher, &queue, &message).await?;
         } else {
             step("bridge got the reply");
             return Ok((id, message));
         }
     }
+}
+
+/// Plays the user: shows the question and answers with its first option.
+async fn answer(publisher: &baton_bus::Publisher, queue: &str, question: &Value) -> anyhow::Result<()> {
+    step(&format!("bridge got a question: {}", question["text"].as_str().unwrap_or("?").replace('\n', " ")));
+    let text = question["options"][0].as_str().unwrap_or("yes");
+    let id = format!("answer-{}", uuid::Uuid::new_v4().simple());
+    let body = serde_json::json!({
+        "type": "answer", "id": id, "handoffId": question["handoffId"], "questionId": question["questionId"],
+        "text": text, "at": crate::bridge::timestamp(),
+    });
+    let body = serde_json::to_vec(&body)?;
+    let out = Outgoing { queue, body: &body, message_id: Some(&id), mandatory: true, ..Default::default() };
+    if let baton_bus::Published::Returned(why) = publisher.publish(&out).await? {
+        bail!("the answer was not delivered: {why}");
+    }
+    step(&format!("bridge answered: {text}"));
+    Ok(())
 }
 
 fn print_reply(reply: &Value) {

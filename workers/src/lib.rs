@@ -2,13 +2,13 @@
 //!
 //! # Layout
 //! - [`config`]: `Settings` from the environment.
-//! - [`roles`]: intake, invocation, relay, collector, and their supervisor.
+//! - [`roles`]: intake (requests; answers and cancels in `roles/answers.rs`, `roles/cancels.rs`), invocation, relay, collector, and their supervisor.
 //! - [`bridge`]: status and reply messages for the bridge, via the outbox.
 //! - [`fleet`]: start roles in this process and stop them on a signal.
 //! - [`startup`]: the schema check `baton up` makes before any role starts.
 //! - [`operator`]: operator actions such as cancelling a run.
 //! - [`timeline`]: a run's journal as a readable table.
-//! - [`demo`]: the end-to-end demo.
+//! - [`demo`]: the end-to-end demo (`--ask`: an agent asks, the demo answers).
 
 pub mod bridge;
 pub mod config;

@@ -80,7 +80,11 @@ fn render_constraints(out: &mut String, request: &HandoffRequest) {
         lines.push(format!("- Never: {}.", c.forbidden_actions.join(", ")));
     }
     if !c.require_confirmation_for.is_empty() {
-        lines.push(format!("- Ask the user before: {}.", c.require_confirmation_for.join(", ")));
+        lines.push(format!(
+            "- The user must confirm these first: {}. Before doing any of them, ask the user (ask_user) and wait for the answer; \
+             if the user says no or does not answer, do not do it.",
+            c.require_confirmation_for.join(", ")
+        ));
     }
     if let Some(expected) = c.expected_output.as_deref().filter(|e| !e.trim().is_empty()) {
         lines.push(format!("- Expected output: {}", expected.trim()));
@@ -195,5 +199,19 @@ mod tests {
         assert!(!text.contains("## Title"));
         assert!(!text.contains("## Must Preserve"));
         assert!(!text.contains("## Additional Instructions"));
+    }
+
+    #[test]
+    fn actions_that_need_confirmation_tell_the_agent_to_ask_first() {
+        let json = crate::request::sample_request_json("h1", "docs_agent", "en");
+        let mut request = crate::request::parse_request(&serde_json::to_vec(&json).unwrap()).unwrap();
+        request.constraints.require_confirmation_for = vec!["publishing".into(), "paying".into()];
+        let text = render_request_brief(&request);
+        assert!(
+            text.contains("- The user must confirm these first: publishing, paying. Before doing any of them, ask the user (ask_user) and wait for the answer;"),
+            "{text}"
+        );
+        request.constraints.require_confirmation_for.clear();
+        assert!(!render_request_brief(&request).contains("confirm"));
     }
 }

@@ -52,6 +52,7 @@ pub mod codes {
     pub const PATCH_NOT_UNIQUE: &str = "workspace.patch_not_unique";
     pub const REQUIRED_ARTIFACT_EMPTY: &str = "workspace.required_artifact_empty";
     pub const COMMIT_MODE_INVALID: &str = "workspace.commit_mode_invalid";
+    pub const ASK_DENIED: &str = "agent.ask_denied";
 }
 
 pub mod delegation_codes {

@@ -193,6 +193,7 @@ mod tests {
             skills: vec![],
             model: ModelBinding::Scripted { script: vec![ScriptedTurn { tool: None, args: json!({}), text: Some("hi".into()), delay_ms: None, calls: vec![] }] },
             delegation,
+            ask_timeout: None,
         }
     }
 

@@ -39,6 +39,9 @@ pub const TASK_CANCELLED: &str = "agent_task_cancelled";
 pub const DELEGATE_STARTED: &str = "agent_delegate_started";
 pub const AWAIT_STARTED: &str = "agent_await_started";
 pub const AWAIT_COMPLETED: &str = "agent_await_completed";
+pub const ASK_USER_STARTED: &str = "ask_user_started";
+pub const ASK_USER_ANSWERED: &str = "ask_user_answered";
+pub const ASK_USER_TIMED_OUT: &str = "ask_user_timed_out";
 pub const TASK_RETURN_RECORDED: &str = "task_return_recorded";
 pub const HOST_ERROR: &str = "host_error";
 /// A run reached one of its budget's limits; the payload carries the spend.

@@ -6,7 +6,7 @@
 //! - [`reply`]: humanized bridge replies and cutting them into chat-sized parts.
 //! - [`language`]: the reply languages.
 //! - [`bridge`]: the status and reply messages a bridge receives.
-//! - [`conversation`]: a bridge's cancel, and one chat's requests taking turns.
+//! - [`conversation`]: questions agents ask their users and the bridge's answers, a bridge's cancel, and one chat's requests taking turns (CONTRACT §6).
 //! - [`fleet`]: the fleet's queues and the id-only messages between its roles.
 //! - [`outgoing`]: the size bound of outgoing bodies, cutting them, retry backoff.
 //! - [`profiles`]: the agent profiles file and its validation.

@@ -61,6 +61,10 @@ pub struct Profile {
     pub model: ModelBinding,
     #[serde(default)]
     pub delegation: DelegationPolicy,
+    /// Seconds a question asked with `ask_user` waits for the user's answer
+    /// (default 86400: 24 hours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask_timeout: Option<u64>,
 }
 
 /// Which provider drives the agent.

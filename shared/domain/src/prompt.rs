@@ -39,6 +39,13 @@ fn closing_guidance(surface: &[ToolName]) -> String {
     if has(ToolName::AgentHandoff) {
         lines.push("After a successful handoff your part is complete: make no further tool calls.");
     }
+    if has(ToolName::AskUser) {
+        lines.push(
+            "You can ask the user a question with ask_user; the answer comes back as its result. Ask before any action the \
+             brief says the user must confirm, and when the request is too unclear to act on; otherwise do not interrupt \
+             the user. If the user does not answer in time, go on with a safe choice or finish and say what you need.",
+        );
+    }
     lines.join("\n")
 }
 
@@ -57,6 +64,7 @@ mod tests {
             skills: vec![],
             model: ModelBinding::Scripted { script: vec![] },
             delegation: DelegationPolicy::default(),
+            ask_timeout: None,
         }
     }
 
@@ -93,5 +101,13 @@ mod tests {
         let text = system_prompt(&profile(), &[ToolName::WorkspaceWrite, ToolName::AgentHandoff], &[]);
         assert!(text.contains("agent_handoff"));
         assert!(!text.contains("workspace_finish"));
+    }
+
+    #[test]
+    fn an_agent_that_can_ask_is_told_when_to_ask() {
+        let text = system_prompt(&profile(), &[ToolName::AskUser, ToolName::WorkspaceFinish], &[]);
+        assert!(text.contains("You can ask the user a question with ask_user"), "{text}");
+        assert!(text.contains("the user must confirm"), "{text}");
+        assert!(!system_prompt(&profile(), &[ToolName::WorkspaceFinish], &[]).contains("ask_user"));
     }
 }

@@ -137,3 +137,47 @@ pub struct FinishArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
+
+/// Ask the user a question and wait for the answer. Ask before any action the request says needs the user's
+/// confirmation, or when the request is too unclear to act on. Ask one short, clear question in the user's language.
+/// The user's answer comes back as this tool's result; if the user does not answer in time, the result says so and
+/// you decide how to go on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AskUserArgs {
+    /// The question, as the user will read it.
+    #[schemars(length(min = 1, max = 2000))]
+    pub question: String,
+    /// Up to six short answers the user can pick from (the user may still answer in their own words).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 6))]
+    pub options: Vec<String>,
+}
+
+/// The longest question, in characters.
+pub const MAX_QUESTION_CHARS: usize = 2000;
+/// The most answers a question may offer, and the longest of them in characters.
+pub const MAX_OPTIONS: usize = 6;
+pub const MAX_OPTION_CHARS: usize = 100;
+
+impl AskUserArgs {
+    /// Parses and checks a call's arguments: a question that is not empty
+    /// and not too long, at most six short options.
+    pub fn parse(args: &Value) -> Result<Self, ToolError> {
+        let mut call: Self = parse(args)?;
+        call.question = call.question.trim().to_string();
+        call.options = call.options.iter().map(|o| o.trim().to_string()).filter(|o| !o.is_empty()).collect();
+        if call.question.is_empty() {
+            return Err(ToolError::invalid_arguments("`question` must not be empty."));
+        }
+        if call.question.chars().count() > MAX_QUESTION_CHARS {
+            return Err(ToolError::invalid_arguments(format!("`question` is too long: keep it under {MAX_QUESTION_CHARS} characters.")));
+        }
+        if call.options.len() > MAX_OPTIONS {
+            return Err(ToolError::invalid_arguments(format!("`options` may list at most {MAX_OPTIONS} answers.")));
+        }
+        if call.options.iter().any(|o| o.chars().count() > MAX_OPTION_CHARS) {
+            return Err(ToolError::invalid_arguments(format!("Each of `options` must be short: at most {MAX_OPTION_CHARS} characters.")));
+        }
+        Ok(call)
+    }
+}

@@ -16,6 +16,7 @@ wire_enum! {
         WorkspacePatch => "workspace_patch",
         WorkspaceCommit => "workspace_commit",
         WorkspaceFinish => "workspace_finish",
+        AskUser => "ask_user",
     }
 }
 
@@ -35,6 +36,7 @@ impl ToolName {
                 | ToolName::AgentDelegate
                 | ToolName::AgentAwait
                 | ToolName::AgentList
+                | ToolName::AskUser
         )
     }
 }

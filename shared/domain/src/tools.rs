@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use crate::delegation::{AwaitCall, Capsule, DelegateCall};
 use crate::handoff::HandoffCall;
 use crate::state::InvocationKind;
-use crate::tool_args::{description_and_parameters, AgentListArgs, FinishArgs};
+use crate::tool_args::{description_and_parameters, AgentListArgs, AskUserArgs, FinishArgs};
 use crate::workspace::{CommitArgs, ListArgs, PatchArgs, ReadArgs, WriteArgs};
 pub use crate::tool_name::ToolName;
 
@@ -44,6 +44,7 @@ pub fn spec(tool: ToolName) -> Value {
         ToolName::WorkspacePatch => description_and_parameters::<PatchArgs>(),
         ToolName::WorkspaceCommit => description_and_parameters::<CommitArgs>(),
         ToolName::WorkspaceFinish => description_and_parameters::<FinishArgs>(),
+        ToolName::AskUser => description_and_parameters::<AskUserArgs>(),
     };
     json!({
         "type": "function",
@@ -137,6 +138,28 @@ mod tests {
         assert!(crate::delegation::parse_await(&example(ToolName::AgentAwait)).is_ok());
         assert!(crate::delegation::parse_return(&example(ToolName::TaskReturn)).is_ok());
         assert!(crate::workspace::CommitArgs::parse(&example(ToolName::WorkspaceCommit)).is_ok());
+        assert_eq!(AskUserArgs::parse(&example(ToolName::AskUser)).unwrap().options, ["yes", "no"]);
+    }
+
+    #[test]
+    fn ask_user_refuses_an_empty_question_and_too_many_options() {
+        let empty = AskUserArgs::parse(&json!({"question": "  "})).unwrap_err();
+        assert_eq!(empty.message, "`question` must not be empty.");
+        let options = AskUserArgs::parse(&json!({"question": "Which?", "options": ["a", "b", "c", "d", "e", "f", "g"]})).unwrap_err();
+        assert_eq!(options.code, crate::error::codes::INVALID_ARGUMENTS);
+        let long = AskUserArgs::parse(&json!({"question": "x".repeat(2001)})).unwrap_err();
+        assert!(long.message.contains("too long"), "{}", long.message);
+        let spec = spec(ToolName::AskUser)["function"]["parameters"].clone();
+        assert_eq!(spec["required"], json!(["question"]));
+        assert_eq!(spec["properties"]["options"]["maxItems"], 6);
+    }
+
+    #[test]
+    fn ask_user_belongs_to_owners_only() {
+        let all = ToolName::ALL.to_vec();
+        assert!(!surface(&all, InvocationKind::Child).contains(&ToolName::AskUser));
+        assert!(surface(&all, InvocationKind::Root).contains(&ToolName::AskUser));
+        assert!(surface(&all, InvocationKind::Handoff).contains(&ToolName::AskUser));
     }
 
     #[test]
@@ -185,6 +208,7 @@ mod tests {
             ToolName::WorkspacePatch => json!({"path": "output/a.md", "old_string": "a", "new_string": "b", "replace_all": true}),
             ToolName::WorkspaceCommit => json!({"path": "output/a.md", "mode": "append", "reason": "r"}),
             ToolName::WorkspaceFinish => json!({"reason": "r"}),
+            ToolName::AskUser => json!({"question": "Publish now?", "options": ["yes", "no"]}),
         };
         let back = parse_as(tool, &example).unwrap_or_else(|e| panic!("{}: {}", tool.as_str(), e.message));
         (example, back)
@@ -207,6 +231,7 @@ mod tests {
             ToolName::WorkspacePatch => back::<PatchArgs>(args),
             ToolName::WorkspaceCommit => back::<CommitArgs>(args),
             ToolName::WorkspaceFinish => back::<FinishArgs>(args),
+            ToolName::AskUser => back::<AskUserArgs>(args),
         }
     }
 

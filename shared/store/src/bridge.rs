@@ -1,7 +1,8 @@
-//! What the bridge hears: status changes and the final reply, always written
+//! What the bridge hears: status changes, questions and the final reply, always written
 //! to the outbox in the same transaction as the change they report.
 
 use baton_domain::bridge;
+use baton_domain::conversation::question::{self, QuestionInput};
 use baton_domain::fleet::Queue;
 use baton_domain::request::HandoffStatus;
 use deadpool_postgres::GenericClient;
@@ -55,4 +56,13 @@ pub async fn reply(c: &impl GenericClient, request: &Request, input: &bridge::Re
 
 pub fn timestamp() -> String {
     now()
+}
+
+/// Queues a `BridgeQuestion` (CONTRACT §6), routed like a status, and
+/// records it as asked.
+pub async fn question(c: &impl GenericClient, request: &Request, input: &QuestionInput<'_>) -> crate::Result<()> {
+    let body = question::message(input);
+    let id = question::message_id(&request.id, input.question_id);
+    outbox::enqueue(c, &route(request, id, body, true)).await?;
+    requests::add_event(c, &request.id, "question_sent", Some(HandoffStatus::Blocked), Some(input.question_id)).await
 }

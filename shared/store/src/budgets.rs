@@ -54,9 +54,13 @@ pub async fn assign(c: &impl GenericClient, run_id: Uuid, budget: &RunBudget) ->
 }
 
 /// The run's figures: its budget, the sums over its invocations, and how
-/// long it has run on the database's clock (to its end, once it ended).
+/// long it has run on the database's clock (to its end, once it ended),
+/// less the time it spent waiting for its user's answers: a question may
+/// wait a day, and the user's time is not the agents'.
 const FIGURES: &str = "r.budget, s.tokens, s.model_calls, s.tool_calls,
-     greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.created_at), 0)::float8";
+     greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.created_at)
+              - coalesce((SELECT sum(extract(epoch FROM least(coalesce(q.closed_at, now()), coalesce(r.finished_at, now())) - q.created_at))
+                            FROM questions q WHERE q.run_id = r.id), 0), 0)::float8";
 
 /// Adds a step's spending to its invocation (whose row the step's fence has
 /// locked) and returns the run's new totals.

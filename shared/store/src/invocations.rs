@@ -334,3 +334,17 @@ pub async fn release(c: &impl GenericClient, id: Uuid, epoch: i64) -> Result<boo
     .await?;
     Ok(n == 1)
 }
+
+/// Parks an owner until its user answers (the answer wakes it) or
+/// `wake_at`; it waits for no task, so it has no await spec.
+pub async fn park_for_answer(c: &impl GenericClient, id: Uuid, wake_at: chrono::DateTime<chrono::Utc>) -> Result<()> {
+    sql::execute(
+        c,
+        "UPDATE invocations SET status = $3, await_spec = NULL, wake_at = $2, woken = false,
+                lease_owner = NULL, lease_expires_at = NULL
+          WHERE id = $1 AND status = $4",
+        &[&id, &wake_at, &PARKED, &RUNNING],
+    )
+    .await?;
+    Ok(())
+}

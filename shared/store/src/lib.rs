@@ -9,6 +9,7 @@
 //! - [`bridge`]: what the bridge hears (status changes, the final reply), through the outbox.
 //! - [`start`]: starting a request's run (intake on arrival, the lifecycle for a chat's next request).
 //! - [`conversations`]: a bridge's cancels, and one chat's requests taking turns under a row lock.
+//! - [`questions`]: questions agents ask their users (`ask_user`), and the answers received.
 //! - [`runs`]: runs and their terminal states.
 //! - [`budgets`]: run budgets and what each run has spent.
 //! - [`invocations`]: claims, leases, the fence, invocation transitions.
@@ -42,6 +43,7 @@ pub mod lifecycle;
 pub mod outbox;
 pub mod overview;
 pub mod profiles;
+pub mod questions;
 pub mod requests;
 pub mod retry;
 pub mod runs;

@@ -70,8 +70,9 @@ async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdow
     match message_type(delivery.body()).as_deref() {
         None => {}
         Some("cancel") => return super::cancels::handle(pool, publisher, settings, shutdown, delivery).await,
+        Some("answer") => return super::answers::handle(pool, publisher, settings, shutdown, delivery).await,
         Some(other) => {
-            let reason = format!("field `type` is {other:?}; a bridge sends a request (no type) or a \"cancel\"");
+            let reason = format!("field `type` is {other:?}; a bridge sends a request (no type), an \"answer\" or a \"cancel\"");
             let error = RequestError { reason, handoff_id: None, reply_to_chat_id: None, language: None };
             return reject(pool, publisher, settings, &delivery, error).await;
         }

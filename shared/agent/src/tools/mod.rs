@@ -1,8 +1,11 @@
 //! The model-visible tools, executed inside the transaction that also
 //! stores their result: a tool's effect and the step that records it commit
-//! together, so a resumed invocation never applies a call twice.
+//! together, so a resumed invocation never applies a call twice. A tool that
+//! waits (`agent_await`, `ask_user`) parks its invocation and stores no
+//! result; woken, the same call runs again and finds what it waited for.
 
 mod agents;
+mod ask;
 mod delegation;
 mod workspace;
 
@@ -88,8 +91,9 @@ pub async fn dispatch(c: &impl GenericClient, ctx: &ToolCtx<'_>) -> Result<ToolO
     };
     if !ctx.surface.contains(&tool) {
         let names: Vec<&str> = ctx.surface.iter().map(|t| t.as_str()).collect();
+        let code = if tool == ToolName::AskUser { codes::ASK_DENIED } else { codes::TOOL_POLICY_DENIED };
         let error = ToolError::new(
-            codes::TOOL_POLICY_DENIED,
+            code,
             format!("You cannot use {} here. Your tools are: {}.", tool.as_str(), names.join(", ")),
         );
         return Ok(ToolOutcome::failed(ctx, error));
@@ -107,6 +111,7 @@ pub async fn dispatch(c: &impl GenericClient, ctx: &ToolCtx<'_>) -> Result<ToolO
         ToolName::AgentDelegate => delegation::delegate(c, ctx, args).await,
         ToolName::AgentAwait => delegation::await_tasks(c, ctx, args).await,
         ToolName::TaskReturn => delegation::task_return(c, ctx, args).await,
+        ToolName::AskUser => ask::ask_user(c, ctx, args).await,
     };
     match ran {
         Ok(outcome) => Ok(outcome),
