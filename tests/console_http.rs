@@ -188,3 +188,71 @@ async fn cancel_in_the_console_stops_the_run_and_the_bridge_hears_cancelled() {
     let (_, after) = get(&format!("{}/runs/{run}", console.base)).await;
     assert!(after.contains("data-type=\"status\"") && after.contains("s-cancelled"), "the page shows it");
 }
+
+#[tokio::test]
+async fn a_manual_handoff_is_answered_from_the_console_and_the_bridge_gets_the_reply() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("console-manual", "manual", "en")).await;
+    assert_eq!(baton_tests::next_json(&mut replies, WAIT).await["status"], "accepted");
+    let console = serve(&env, None).await;
+
+    let (_, waiting) = get(&format!("{}/waiting", console.base)).await;
+    assert!(waiting.contains("<tr data-handoff=\"console-manual\">"), "{waiting}");
+    let (status, page) = get(&format!("{}/handoffs/console-manual", console.base)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("id=\"copy-prompt\"") && page.contains("<pre id=\"prompt\">") && page.contains("How to answer"), "{page}");
+    let form = [("csrf", hidden(&page, "csrf")), ("result", "Done by hand: the notice is out.".into())];
+    let sent = client().post(format!("{}/handoffs/console-manual/result", console.base)).form(&form).send().await.unwrap();
+    assert_eq!(sent.status(), StatusCode::SEE_OTHER);
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    let reply = messages.last().unwrap();
+    assert_eq!(reply["status"], "completed");
+    assert!(reply["text"].as_str().unwrap().contains("Done by hand: the notice is out."), "{reply}");
+    let (_, waiting) = get(&format!("{}/waiting", console.base)).await;
+    assert!(!waiting.contains("data-handoff=\"console-manual\""), "no longer waiting");
+    let again = client().post(format!("{}/handoffs/console-manual/result", console.base)).form(&form).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::CONFLICT, "an ended handoff is refused");
+}
+
+#[tokio::test]
+async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
+    use baton_domain::fleet::Queue;
+    let env = TestEnv::new().await;
+    let fleet = env.start(&[baton::roles::Role::Intake]);
+    env.send_raw(b"{not json <script>x</script>", None).await;
+    env.send_raw(b"[1, 2, 3]", None).await;
+    let dead = env.queue(Queue::Dead);
+    eventually(WAIT, "both are dead-lettered", || async { (env.publisher.ready_count(&dead).await.unwrap() == 2).then_some(()) }).await;
+    fleet.stop().await;
+    let console = serve(&env, None).await;
+
+    let (status, page) = get(&format!("{}/dead", console.base)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(page.matches("<tr data-dead=").count(), 2, "{page}");
+    assert!(page.contains("data-queue=\"baton.bridge.requests\"") && page.contains("class=\"reason\""), "{page}");
+    assert!(page.contains("&lt;script&gt;x") && !page.contains("<script>x"), "bodies are escaped");
+    let id = |page: &str, body: &str| {
+        let row = page.split("<tr data-dead=\"").skip(1).find(|row| row.contains(body)).expect("a row");
+        row[..row.find('"').unwrap()].to_string()
+    };
+    let csrf = [("csrf", hidden(&page, "csrf"))];
+    let replayed = client().post(format!("{}/dead/{}/replay", console.base, id(&page, "not json"))).form(&csrf).send().await.unwrap();
+    assert_eq!(replayed.status(), StatusCode::SEE_OTHER);
+    let requests = env.queue(Queue::BridgeRequests);
+    assert_eq!(env.publisher.ready_count(&requests).await.unwrap(), 1, "back on its queue, waiting for intake");
+    let (_, fleet_page) = get(&format!("{}/fleet", console.base)).await;
+    let row = &fleet_page[fleet_page.find("<tr data-queue=\"baton.bridge.requests\">").unwrap()..];
+    assert!(row[..row.find("</tr>").unwrap()].contains("<td class=\"depth num\">1</td>"), "the fleet page shows the depth");
+
+    let (_, page) = get(&format!("{}/dead", console.base)).await;
+    assert_eq!(page.matches("<tr data-dead=").count(), 1);
+    let discarded = client().post(format!("{}/dead/discard-all", console.base)).form(&[("csrf", csrf[0].1.as_str()), ("queue", "")]).send().await.unwrap();
+    assert_eq!(discarded.status(), StatusCode::SEE_OTHER);
+    assert_eq!(env.publisher.ready_count(&dead).await.unwrap(), 0);
+    let (_, page) = get(&format!("{}/dead?done=Discarded%201%20message(s).", console.base)).await;
+    assert!(page.contains("Nothing is dead-lettered.") && page.contains("Discarded 1 message(s)."));
+}
