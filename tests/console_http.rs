@@ -130,7 +130,7 @@ async fn the_runs_list_shows_the_demo_chain_and_the_run_page_its_story() {
     let (status, page) = get(&format!("{}/runs/{run}", console.base)).await;
     assert_eq!(status, StatusCode::OK);
     for agent in ["writer", "editor", "checker", "finalizer"] {
-        assert!(page.contains(&format!("class=\"event c")) && page.contains(&format!("data-agent=\"{agent}\" data-kind=")), "{agent} has a lane");
+        assert!(page.contains("class=\"event c") && page.contains(&format!("data-agent=\"{agent}\" data-kind=")), "{agent} has a lane");
     }
     assert!(page.contains("<article class=\"brief\" data-agent=\"editor\">"), "briefs are shown");
     assert_eq!(page.matches("class=\"bridge-message\" data-type=\"status\"").count(), 3, "accepted, running, completed");
@@ -255,4 +255,31 @@ async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
     assert_eq!(env.publisher.ready_count(&dead).await.unwrap(), 0);
     let (_, page) = get(&format!("{}/dead?done=Discarded%201%20message(s).", console.base)).await;
     assert!(page.contains("Nothing is dead-lettered.") && page.contains("Discarded 1 message(s)."));
+}
+
+#[tokio::test]
+async fn retry_in_the_console_runs_a_failed_run_again() {
+    let env = TestEnv::new().await;
+    let write = r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "x" } }"#;
+    let writer = profile("writer", &["workspace_write", "workspace_commit", "workspace_finish"], "", &[write, write, write]);
+    env.apply_profiles(&format!("[routes]\ndocs_agent = \"writer\"\n\n[budgets.default]\nmax_model_calls = 1\n\n{writer}")).await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("console-retry", "docs_agent", "en")).await;
+    assert_eq!(until_reply(&mut replies, WAIT).await.last().unwrap()["status"], "failed");
+    let run = env.run_of("console-retry").await;
+    let console = serve(&env, None).await;
+    let (_, page) = get(&format!("{}/runs/{run}", console.base)).await;
+    assert!(page.contains("id=\"retry-button\" >"), "Retry is enabled for a failed run");
+    let form = [("csrf", hidden(&page, "csrf"))];
+    let retried = client().post(format!("{}/runs/{run}/retry", console.base)).form(&form).send().await.unwrap();
+    assert_eq!(retried.status(), StatusCode::SEE_OTHER);
+    let again = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    assert_eq!(again.first().unwrap()["status"], "running", "the bridge hears the run is running again");
+    assert!(env.journal(run).await.iter().any(|k| k == "run_retried"));
+    let (_, list) = get(&format!("{}/runs", console.base)).await;
+    assert!(list.contains("attempt 2"), "the list shows the attempt");
+    let refused = client().post(format!("{}/runs/{}/retry", console.base, uuid::Uuid::now_v7())).form(&form).send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::CONFLICT);
 }
