@@ -247,6 +247,9 @@ async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
     let (_, fleet_page) = get(&format!("{}/fleet", console.base)).await;
     let row = &fleet_page[fleet_page.find("<tr data-queue=\"baton.bridge.requests\">").unwrap()..];
     assert!(row[..row.find("</tr>").unwrap()].contains("<td class=\"depth num\">1</td>"), "the fleet page shows the depth");
+    for count in ["outbox-backlog", "invocations-running", "invocations-parked", "invocations-blocked", "takeovers-hour"] {
+        assert!(fleet_page.contains(&format!("id=\"{count}\">0<")), "{count} is counted: {fleet_page}");
+    }
 
     let (_, page) = get(&format!("{}/dead", console.base)).await;
     assert_eq!(page.matches("<tr data-dead=").count(), 1);
