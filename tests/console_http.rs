@@ -157,6 +157,9 @@ async fn a_script_in_the_intent_is_shown_as_text() {
     assert!(intent.contains("&lt;script&gt;alert(") && intent.contains("&amp; &lt;b&gt;more&lt;"), "escaped: {intent}");
     assert!(!page.contains("<script>alert"), "never as markup");
     assert!(!page.contains("<b>more</b>"));
+    let headers = client().get(format!("{}/runs/{run}", console.base)).send().await.unwrap().headers().clone();
+    let policy = headers["content-security-policy"].to_str().unwrap();
+    assert!(policy.contains("script-src 'self'") && !policy.contains("unsafe-inline"), "no inline script would run: {policy}");
 }
 
 #[tokio::test]

@@ -95,12 +95,27 @@ fn router(state: Arc<State>) -> Router {
         .route("/dead/replay-all", post(pages::dead::replay_all))
         .route("/dead/discard-all", post(pages::dead::discard_all))
         .route("/fleet", get(pages::fleet::show))
+        .route("/logout", post(auth::logout))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require));
     Router::new()
         .merge(pages)
         .route("/login", get(auth::login_page).post(auth::login))
-        .route("/logout", post(auth::logout))
         .route("/assets/console.css", get(views::stylesheet))
         .route("/assets/console.js", get(views::script))
+        .layer(axum::middleware::map_response(guard_headers))
         .with_state(state)
+}
+
+/// Every page may load only the console's own script and stylesheet (an
+/// injected `<script>` would not run even if escaping ever failed), and may
+/// not be framed by another site.
+async fn guard_headers(mut response: axum::response::Response) -> axum::response::Response {
+    use axum::http::{header, HeaderValue};
+    let headers = response.headers_mut();
+    let policy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(policy));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    response
 }
