@@ -22,6 +22,7 @@
 //! - [`outbox`]: messages waiting for the relay, fleet messages among them.
 //! - [`overview`]: what an operator looks at: runs listed and filtered, handoffs waiting, fleet counts.
 //! - [`retry`]: a failed run resumed from its last stored step.
+//! - [`sent`]: a copy of every message queued for a bridge, for operators.
 //! - [`profiles`]: agent profiles, skills and routes.
 //! - [`callbacks`]: HTTP status callbacks waiting for delivery.
 //! - [`settings`]: fleet-wide settings (the disclosure policy).
@@ -48,6 +49,7 @@ pub mod requests;
 pub mod retry;
 pub mod runs;
 pub mod schema;
+pub mod sent;
 pub mod settings;
 pub mod spawn;
 pub mod start;
