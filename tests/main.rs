@@ -7,6 +7,7 @@ mod budgets;
 mod chain;
 mod claims;
 mod cluster;
+mod console_browser;
 mod contract;
 mod corrupt_rows;
 mod database;
