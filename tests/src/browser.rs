@@ -80,7 +80,7 @@ impl Browser {
         let port = free_port();
         let driver = start_driver(&driver_path, port, test);
         let url = format!("http://127.0.0.1:{port}");
-        wait_until_listening(port, Duration::from_secs(20)).await;
+        wait_for_port(port, Duration::from_secs(20)).await;
         let client = ClientBuilder::new(HttpConnector::new())
             .capabilities(capabilities())
             .connect(&url)
@@ -128,6 +128,32 @@ impl Browser {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// Clicks the element matching `css`, waiting for it to be there and
+    /// enabled, and again when a self-refreshing page replaced it under the
+    /// click. Confirmation dialogs the click opens are accepted.
+    pub async fn click(&self, css: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let mut last = String::new();
+        while tokio::time::Instant::now() < deadline {
+            let _ = self.client.execute("window.confirm = function () { return true; };", vec![]).await;
+            if let Ok(element) = self.client.find(Locator::Css(css)).await {
+                if element.is_enabled().await.unwrap_or(false) {
+                    match element.click().await {
+                        Ok(()) => return,
+                        Err(e) => last = e.to_string(),
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.fail(&format!("could not click `{css}` within {WAIT:?} {last}")).await;
+    }
+
+    /// Runs a script in the page and returns what it returns.
+    pub async fn eval(&self, script: &str) -> Value {
+        self.client.execute(script, vec![]).await.unwrap_or_else(|e| panic!("[{}] script {script:?}: {e}", self.test))
     }
 
     /// Every element matching `css` now (no waiting).
@@ -186,9 +212,8 @@ impl Browser {
 
 /// `target/console-screenshots/`, under `CARGO_TARGET_DIR` when it is set.
 pub fn screenshot_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("target"));
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("target"));
     target.join("console-screenshots")
 }
 
@@ -207,10 +232,11 @@ fn start_driver(path: &Path, port: u16, test: &str) -> Driver {
     Driver { child }
 }
 
-async fn wait_until_listening(port: u16, within: Duration) {
+/// Waits until something listens on 127.0.0.1:`port`.
+pub async fn wait_for_port(port: u16, within: Duration) {
     let deadline = tokio::time::Instant::now() + within;
     while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(tokio::time::Instant::now() < deadline, "chromedriver did not listen on port {port} within {within:?}");
+        assert!(tokio::time::Instant::now() < deadline, "nothing listened on port {port} within {within:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
