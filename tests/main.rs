@@ -8,6 +8,7 @@ mod chain;
 mod claims;
 mod cluster;
 mod console_browser;
+mod console_http;
 mod contract;
 mod corrupt_rows;
 mod database;

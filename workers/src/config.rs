@@ -58,6 +58,30 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// Where each external agent gets its own working directory.
     pub agent_work_dir: std::path::PathBuf,
+    /// Where the `admin` role serves the operator's console.
+    pub admin_addr: std::net::SocketAddr,
+    /// The console's token (bearer or login cookie); required off loopback.
+    pub admin_token: Option<Secret>,
+}
+
+/// A value that never prints (`Debug` shows `***`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(MASK)
+    }
 }
 
 /// Every malformed or contradictory setting found, one per line, so an
@@ -120,6 +144,15 @@ impl Reader<'_> {
             self.problems.push(format!("{name}=0 must be above zero ({why})"));
         }
         value
+    }
+
+    /// `host:port`, an IP address (a host name would hide whether it is loopback).
+    fn socket_addr(&mut self, name: &str, default: &str) -> std::net::SocketAddr {
+        let value = self.text(name, default);
+        value.trim().parse().unwrap_or_else(|_| {
+            self.problems.push(format!("{name}={value} is not an IP address with a port (127.0.0.1:8080)"));
+            default.parse().expect("the default parses")
+        })
     }
 
     fn invocation_queues(&mut self) -> Vec<String> {
@@ -205,6 +238,8 @@ impl Settings {
             db_session: r.db_session(),
             shutdown_grace: r.millis("BATON_SHUTDOWN_GRACE_MS", Duration::from_millis(20_000)),
             agent_work_dir: r.raw("BATON_AGENT_WORK_DIR").map_or_else(|| std::env::temp_dir().join("baton-agents"), Into::into),
+            admin_addr: r.socket_addr("BATON_ADMIN_ADDR", "127.0.0.1:8080"),
+            admin_token: r.raw("BATON_ADMIN_TOKEN").map(|t| Secret::new(t.trim())),
         };
         match r.problems.is_empty() {
             true => Ok(settings),
@@ -287,6 +322,8 @@ impl fmt::Debug for Settings {
             .field("db_session", &self.db_session)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("agent_work_dir", &self.agent_work_dir)
+            .field("admin_addr", &self.admin_addr)
+            .field("admin_token", &self.admin_token)
             .finish()
     }
 }
@@ -519,6 +556,20 @@ mod parsing {
         assert!(off.warnings().is_empty(), "a timeout turned off is not compared");
         let below = parse(&[("BATON_LEASE_MS", "3000"), ("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "2999")]).unwrap();
         assert!(below.warnings().is_empty());
+    }
+
+    #[test]
+    fn the_console_address_is_an_ip_and_port_and_its_token_never_prints() {
+        let s = parse(&[]).unwrap();
+        assert_eq!(s.admin_addr, "127.0.0.1:8080".parse().unwrap());
+        assert!(s.admin_token.is_none());
+        let s = parse(&[("BATON_ADMIN_ADDR", "0.0.0.0:9000"), ("BATON_ADMIN_TOKEN", "hunter2")]).unwrap();
+        assert_eq!(s.admin_addr.port(), 9000);
+        assert!(!format!("{s:?}").contains("hunter2"));
+        for bad in ["localhost:8080", "8080", "127.0.0.1"] {
+            let found = problems(&[("BATON_ADMIN_ADDR", bad)]);
+            assert_eq!(found, [format!("BATON_ADMIN_ADDR={bad} is not an IP address with a port (127.0.0.1:8080)")]);
+        }
     }
 
     #[test]

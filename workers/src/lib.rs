@@ -8,10 +8,12 @@
 //! - [`startup`]: the schema check `baton up` makes before any role starts.
 //! - [`operator`]: operator actions such as cancelling a run.
 //! - [`timeline`]: a run's journal as a readable table.
+//! - [`console`]: the operator's web console (the `admin` role).
 //! - [`demo`]: the end-to-end demo.
 
 pub mod bridge;
 pub mod config;
+pub mod console;
 pub mod demo;
 pub mod fleet;
 pub mod operator;

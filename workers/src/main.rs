@@ -141,13 +141,16 @@ fn readiness(p: &baton_domain::profiles::Profile) -> String {
 /// Runs the roles once the database's schema is this binary's; a signal
 /// while it waits for the database ends it quietly.
 async fn up(settings: &Settings, role: Vec<Role>) -> anyhow::Result<()> {
+    if role.is_empty() || role.contains(&Role::Admin) {
+        baton::console::check_bind(settings)?;
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         checked = baton::startup::check_schema(settings) => checked?,
         _ = term.recv() => return Ok(()),
         _ = tokio::signal::ctrl_c() => return Ok(()),
     }
-    let roles = if role.is_empty() { Role::ALL.to_vec() } else { role };
+    let roles = if role.is_empty() { Role::UP.to_vec() } else { role };
     tracing::info!(roles = ?roles.iter().map(|r| r.name()).collect::<Vec<_>>(), "starting");
     Fleet::start(settings, &roles).run_until_signalled().await
 }

@@ -20,7 +20,7 @@ pub fn render(events: &[EventRow]) -> String {
 }
 
 /// The few payload fields worth a glance, on one short line.
-fn detail(payload: &serde_json::Value) -> String {
+pub fn detail(payload: &serde_json::Value) -> String {
     let keys = ["tool", "agentId", "path", "kind", "code", "limit", "message", "exit", "provider", "resumed"];
     let parts: Vec<String> = keys
         .iter()

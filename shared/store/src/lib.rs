@@ -16,6 +16,7 @@
 //! - [`journal`]: run events.
 //! - [`workspace`]: files, read marks and the commit ledger.
 //! - [`outbox`]: messages waiting for the relay, fleet messages among them.
+//! - [`sent`]: a copy of every message queued for a bridge, for operators.
 //! - [`profiles`]: agent profiles, skills and routes.
 //! - [`callbacks`]: HTTP status callbacks waiting for delivery.
 //! - [`settings`]: fleet-wide settings (the disclosure policy).
@@ -37,6 +38,7 @@ pub mod profiles;
 pub mod requests;
 pub mod runs;
 pub mod schema;
+pub mod sent;
 pub mod settings;
 pub mod spawn;
 pub mod steps;

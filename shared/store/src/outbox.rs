@@ -41,7 +41,11 @@ pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {
         &[&m.queue, &m.external, &m.message_id, &m.correlation_id, &m.body, &m.mandatory],
     )
     .await?;
-    Ok(())
+    // A bridge's message (it carries its handoff id) is also kept for operators.
+    match &m.correlation_id {
+        Some(handoff) => crate::sent::record(c, handoff, m.message_id.as_deref(), &m.queue, &m.body).await,
+        None => Ok(()),
+    }
 }
 
 /// A row taken for publishing, with how often the broker refused it so far.

@@ -24,10 +24,15 @@ pub enum Role {
     Invocation,
     Relay,
     Collector,
+    /// The operator's web console (`crate::console`).
+    Admin,
 }
 
 impl Role {
+    /// The roles that move work (the demo and the tests start these).
     pub const ALL: [Role; 4] = [Role::Intake, Role::Invocation, Role::Relay, Role::Collector];
+    /// What a plain `baton up` starts: the work and the console.
+    pub const UP: [Role; 5] = [Role::Intake, Role::Invocation, Role::Relay, Role::Collector, Role::Admin];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -35,6 +40,7 @@ impl Role {
             Role::Invocation => "invocation",
             Role::Relay => "relay",
             Role::Collector => "collector",
+            Role::Admin => "admin",
         }
     }
 }
@@ -55,6 +61,10 @@ async fn run_role(role: Role, settings: Settings, shutdown: CancellationToken) {
         Role::Invocation => match invocation::State::new(&settings, &shutdown) {
             Ok(side) => Some(side),
             Err(e) => return tracing::error!(error = %format!("{e:#}"), "invocation role cannot start"),
+        },
+        Role::Admin => match crate::console::check_bind(&settings) {
+            Ok(()) => None,
+            Err(e) => return tracing::error!(error = %format!("{e:#}"), "admin role cannot start"),
         },
         _ => None,
     };
@@ -80,6 +90,7 @@ async fn run_attempts(
             Role::Invocation => invocation::run(state.expect("built for this role"), settings, shutdown).await,
             Role::Relay => relay::run(settings, shutdown).await,
             Role::Collector => collector::run(settings, shutdown).await,
+            Role::Admin => crate::console::run(settings, shutdown).await,
         };
         match attempt {
             Ok(()) => return,

@@ -1,0 +1,39 @@
+//! What each bridge was sent: a copy of every bridge message the outbox
+//! queues, kept after the relay has published and deleted the row, so an
+//! operator can read statuses and replies exactly as they left.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use serde_json::Value;
+
+use crate::{sql, Result};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sent {
+    pub message_id: Option<String>,
+    pub queue: String,
+    pub body: Value,
+    pub at: DateTime<Utc>,
+}
+
+/// Keeps a copy of a message queued for `handoff_id`'s bridge.
+pub async fn record(c: &impl GenericClient, handoff_id: &str, message_id: Option<&str>, queue: &str, body: &Value) -> Result<()> {
+    sql::execute(
+        c,
+        "INSERT INTO bridge_messages (handoff_id, message_id, queue, body) VALUES ($1, $2, $3, $4)",
+        &[&handoff_id, &message_id, &queue, body],
+    )
+    .await?;
+    Ok(())
+}
+
+/// A handoff's messages in the order they were queued.
+pub async fn for_handoff(c: &impl GenericClient, handoff_id: &str) -> Result<Vec<Sent>> {
+    let rows = sql::query(
+        c,
+        "SELECT message_id, queue, body, created_at FROM bridge_messages WHERE handoff_id = $1 ORDER BY id",
+        &[&handoff_id],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| Sent { message_id: r.get(0), queue: r.get(1), body: r.get(2), at: r.get(3) }).collect())
+}

@@ -1,0 +1,190 @@
+//! The operator's console over plain HTTP: who may use it, that what users
+//! wrote is shown as text, that the runs list tells a run's chain, and that
+//! its Cancel button cancels (the browser tests drive the same pages).
+
+use std::time::Duration;
+
+use baton::config::Secret;
+use baton::console::Console;
+use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
+use reqwest::{redirect, Client, StatusCode};
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A console on a free loopback port of this test's database and queues.
+struct Served {
+    base: String,
+    stop: CancellationToken,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn serve(env: &TestEnv, token: Option<&str>) -> Served {
+    let mut settings = env.settings.clone();
+    settings.admin_addr = "127.0.0.1:0".parse().unwrap();
+    settings.admin_token = token.map(Secret::new);
+    let console = Console::bind(&settings).await.expect("the console binds");
+    let base = format!("http://{}", console.local_addr());
+    let stop = CancellationToken::new();
+    tokio::spawn(console.serve(stop.clone()));
+    Served { base, stop }
+}
+
+fn client() -> Client {
+    Client::builder().redirect(redirect::Policy::none()).build().unwrap()
+}
+
+/// The value of the hidden `name` input in a page.
+fn hidden(page: &str, name: &str) -> String {
+    let at = page.find(&format!("name=\"{name}\" value=\"")).unwrap_or_else(|| panic!("no {name} field in {page}"));
+    let rest = &page[at + name.len() + 15..];
+    rest[..rest.find('"').unwrap()].to_string()
+}
+
+async fn get(url: &str) -> (StatusCode, String) {
+    let response = client().get(url).send().await.unwrap();
+    (response.status(), response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_console_off_loopback_without_a_token_refuses_to_start_and_says_why() {
+    let env = TestEnv::new().await;
+    let mut settings = env.settings.clone();
+    settings.admin_addr = "0.0.0.0:0".parse().unwrap();
+    let refused = Console::bind(&settings).await.err().expect("refused").to_string();
+    assert!(refused.contains("BATON_ADMIN_TOKEN") && refused.contains("0.0.0.0"), "{refused}");
+
+    let mut process = env.spawn_baton_env("admin", "console-open", &[("BATON_ADMIN_ADDR", "0.0.0.0:0")]);
+    let code = process.exit_code(WAIT).await;
+    assert_ne!(code, Some(0), "baton up exits non-zero");
+    let log = std::fs::read_to_string(env.log_of("console-open")).unwrap();
+    assert!(log.contains("without BATON_ADMIN_TOKEN"), "{log}");
+
+    settings.admin_token = Some(Secret::new("s3cret"));
+    assert!(Console::bind(&settings).await.is_ok(), "with a token it may bind anywhere");
+}
+
+#[tokio::test]
+async fn a_wrong_token_is_401_and_a_post_without_the_csrf_token_is_403() {
+    let env = TestEnv::new().await;
+    let console = serve(&env, Some("s3cret")).await;
+    let runs = format!("{}/runs", console.base);
+    let (status, page) = get(&runs).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(page.contains("name=\"token\""), "the login form is shown: {page}");
+    let wrong = client().get(&runs).bearer_auth("nope").send().await.unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let right = client().get(&runs).bearer_auth("s3cret").send().await.unwrap();
+    assert_eq!(right.status(), StatusCode::OK);
+    let csrf = hidden(&right.text().await.unwrap(), "csrf");
+
+    let (_, login_page) = get(&format!("{}/login", console.base)).await;
+    let login_csrf = hidden(&login_page, "csrf");
+    let login = |token: &'static str| {
+        let form = [("token", token), ("csrf", login_csrf.as_str())];
+        client().post(format!("{}/login", console.base)).form(&form).send()
+    };
+    assert_eq!(login("nope").await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    let logged_in = login("s3cret").await.unwrap();
+    assert_eq!(logged_in.status(), StatusCode::SEE_OTHER);
+    let cookie = logged_in.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    assert!(!cookie.contains("s3cret"), "the cookie is not the token: {cookie}");
+    let with_cookie = client().get(&runs).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(with_cookie.status(), StatusCode::OK);
+    let forged = client().get(&runs).header("cookie", "baton_session=forged").send().await.unwrap();
+    assert_eq!(forged.status(), StatusCode::UNAUTHORIZED);
+
+    let cancel = format!("{}/runs/{}/cancel", console.base, uuid::Uuid::now_v7());
+    let post = |form: Vec<(&'static str, String)>| client().post(&cancel).header("cookie", &cookie).form(&form).send();
+    assert_eq!(post(vec![("reason", "x".into())]).await.unwrap().status(), StatusCode::FORBIDDEN);
+    assert_eq!(post(vec![("csrf", "0".repeat(64))]).await.unwrap().status(), StatusCode::FORBIDDEN);
+    let no_run = post(vec![("csrf", csrf)]).await.unwrap().status();
+    assert_eq!(no_run, StatusCode::NOT_FOUND, "with the CSRF token the action runs (and finds no such run)");
+    let unauthenticated = client().post(&cancel).form(&[("csrf", "x")]).send().await.unwrap();
+    assert_eq!(unauthenticated.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn the_runs_list_shows_the_demo_chain_and_the_run_page_its_story() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let messages = env.run_request("console-chain").await;
+    assert_eq!(messages.last().unwrap()["status"], "completed");
+    let run = env.run_of("console-chain").await;
+    let console = serve(&env, None).await;
+
+    let (status, list) = get(&format!("{}/runs?status=completed&target=docs_agent&since=1h", console.base)).await;
+    assert_eq!(status, StatusCode::OK);
+    let row = &list[list.find(&format!("data-run=\"{run}\"")).expect("the run is listed")..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(row.contains("data-status=\"completed\""), "{row}");
+    assert!(row.contains("<td class=\"chain\">writer → editor → finalizer</td>"), "{row}");
+    let (_, none) = get(&format!("{}/runs?status=failed", console.base)).await;
+    assert!(!none.contains(&run.to_string()), "a filter leaves it out");
+
+    let (status, page) = get(&format!("{}/runs/{run}", console.base)).await;
+    assert_eq!(status, StatusCode::OK);
+    for agent in ["writer", "editor", "checker", "finalizer"] {
+        assert!(page.contains(&format!("class=\"event c")) && page.contains(&format!("data-agent=\"{agent}\" data-kind=")), "{agent} has a lane");
+    }
+    assert!(page.contains("<article class=\"brief\" data-agent=\"editor\">"), "briefs are shown");
+    assert_eq!(page.matches("class=\"bridge-message\" data-type=\"status\"").count(), 3, "accepted, running, completed");
+    assert!(page.contains("class=\"bridge-message\" data-type=\"reply\"") && page.contains("<ol class=\"parts\"><li>"), "the reply with its parts");
+    assert!(page.contains("Ms. Li, Class 3B"), "the reply's text as sent");
+    let (_, missing) = get(&format!("{}/runs/{}", console.base, uuid::Uuid::now_v7())).await;
+    assert!(missing.contains("no run"), "{missing}");
+}
+
+#[tokio::test]
+async fn a_script_in_the_intent_is_shown_as_text() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let mut request = sample_request_json("console-xss", "docs_agent", "en");
+    request["userIntent"] = "Please write <script>alert('owned')</script> & <b>more</b>".into();
+    let messages = env.run(&request).await;
+    assert_eq!(messages.last().unwrap()["status"], "completed");
+    let run = env.run_of("console-xss").await;
+    let console = serve(&env, None).await;
+    let (status, page) = get(&format!("{}/runs/{run}", console.base)).await;
+    assert_eq!(status, StatusCode::OK);
+    let intent = &page[page.find("<pre class=\"intent\">").expect("the request section")..];
+    let intent = &intent[..intent.find("</pre>").unwrap()];
+    assert!(intent.contains("&lt;script&gt;alert(") && intent.contains("&amp; &lt;b&gt;more&lt;"), "escaped: {intent}");
+    assert!(!page.contains("<script>alert"), "never as markup");
+    assert!(!page.contains("<b>more</b>"));
+}
+
+#[tokio::test]
+async fn cancel_in_the_console_stops_the_run_and_the_bridge_hears_cancelled() {
+    let env = TestEnv::new().await;
+    let slow = r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "x" }, delay_ms = 1500 }"#;
+    let writer = profile("writer", &["workspace_write", "workspace_commit", "workspace_finish"], "", &[slow, slow, slow, slow]);
+    env.apply_profiles(&format!("[routes]\ndocs_agent = \"writer\"\n\n{writer}")).await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("console-cancel", "docs_agent", "en")).await;
+    let run = eventually(WAIT, "the writer is running", || async {
+        let row = env.db().await.query_opt("SELECT run_id FROM invocations WHERE status = 'running'", &[]).await.unwrap();
+        row.map(|r| r.get::<_, uuid::Uuid>(0))
+    })
+    .await;
+    let console = serve(&env, None).await;
+    let (_, page) = get(&format!("{}/runs/{run}", console.base)).await;
+    assert!(page.contains("id=\"cancel-button\" class=\"danger\" >"), "Cancel is enabled while the run is live");
+    let form = [("csrf", hidden(&page, "csrf")), ("reason", "stopped from the console".into())];
+    let done = client().post(format!("{}/runs/{run}/cancel", console.base)).form(&form).send().await.unwrap();
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    let reply = messages.last().unwrap();
+    assert_eq!(reply["status"], "cancelled");
+    assert!(reply["text"].as_str().unwrap().contains("stopped from the console"), "{reply}");
+    assert!(env.journal(run).await.iter().any(|k| k == "run_cancelled"));
+    let (_, after) = get(&format!("{}/runs/{run}", console.base)).await;
+    assert!(after.contains("data-type=\"status\"") && after.contains("s-cancelled"), "the page shows it");
+}

@@ -1,0 +1,68 @@
+//! One module per page. Handlers read what they show with the store's own
+//! queries, shape it into plain serializable views, and render a template.
+
+// TEMP pub mod dead;
+pub mod fleet;
+pub mod run;
+mod run_view;
+pub mod runs;
+pub mod waiting;
+
+use chrono::{DateTime, Utc};
+
+/// `2026-11-30 17:20:05`, in UTC.
+pub fn at(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+/// How long ago, at a glance: `42s`, `5m`, `3h`, `2d`.
+pub fn age(t: DateTime<Utc>) -> String {
+    span((Utc::now() - t).num_milliseconds().max(0))
+}
+
+/// A duration in milliseconds, readable: `850ms`, `4.2s`, `3m 10s`, `2h 5m`.
+pub fn span(ms: i64) -> String {
+    match ms {
+        ..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        60_000..3_600_000 => format!("{}m {}s", ms / 60_000, ms % 60_000 / 1000),
+        3_600_000..86_400_000 => format!("{}h {}m", ms / 3_600_000, ms % 3_600_000 / 60_000),
+        _ => format!("{}d {}h", ms / 86_400_000, ms % 86_400_000 / 3_600_000),
+    }
+}
+
+/// Pretty JSON for a `<pre>`.
+pub fn pretty(v: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+/// The first `max` characters of `text`, with an ellipsis when cut.
+pub fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_string(),
+    }
+}
+
+/// Parses a run id from the URL, or a 404.
+pub fn run_id(id: &str) -> Result<uuid::Uuid, super::views::PageError> {
+    id.parse().map_err(|_| super::views::PageError::not_found(format!("`{id}` is not a run id")))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn spans_read_at_a_glance() {
+        assert_eq!(super::span(850), "850ms");
+        assert_eq!(super::span(4_200), "4.2s");
+        assert_eq!(super::span(190_000), "3m 10s");
+        assert_eq!(super::span(7_500_000), "2h 5m");
+        assert_eq!(super::span(90_000_000), "1d 1h");
+    }
+
+    #[test]
+    fn clipping_counts_characters_not_bytes() {
+        assert_eq!(super::clip("你好世界", 2), "你好…");
+        assert_eq!(super::clip("short", 10), "short");
+    }
+}
