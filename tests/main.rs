@@ -15,6 +15,7 @@ mod database;
 mod delegation;
 mod errors;
 mod hardening_claims;
+mod operator_console_cli;
 mod outages;
 mod process;
 mod protocol;

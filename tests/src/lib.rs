@@ -54,8 +54,8 @@ impl TestEnv {
         let pool = baton_store::pool(&settings.database_url, 4).unwrap();
         baton_store::migrate(&pool).await.expect("migrate");
         let conn = baton_bus::connect(&settings.amqp_url, "baton-test").await.expect("connect to RabbitMQ");
+        settings.queues().declare(&conn).await.unwrap();
         let channel = conn.create_channel().await.unwrap();
-        settings.queues().declare(&channel).await.unwrap();
         let reply_queue = format!("{}bridge.test.replies", settings.queue_prefix);
         let durable = QueueDeclareOptions { durable: true, ..Default::default() };
         channel.queue_declare(reply_queue.as_str().into(), durable, FieldTable::default()).await.unwrap();

@@ -40,8 +40,14 @@ pub async fn status(c: &impl GenericClient, request: &Request, status: HandoffSt
 /// Queues the final `BridgeReply` (mandatory: if no queue takes it, it goes
 /// to the dead-letter queue rather than vanishing) and records it as sent.
 pub async fn reply(c: &impl GenericClient, request: &Request, input: &bridge::ReplyInput<'_>) -> baton_store::Result<()> {
+    reply_attempt(c, request, input, 1).await
+}
+
+/// [`reply`] for a run's `attempt`: a retried run's reply has its own message id.
+pub async fn reply_attempt(c: &impl GenericClient, request: &Request, input: &bridge::ReplyInput<'_>, attempt: i32) -> baton_store::Result<()> {
     let body = bridge::reply(input);
-    outbox::enqueue(c, &route(request, bridge::reply_message_id(&request.id), body, true)).await?;
+    let message_id = bridge::attempt_reply_message_id(&request.id, attempt);
+    outbox::enqueue(c, &route(request, message_id, body, true)).await?;
     requests::mark_reply_sent(c, &request.id).await?;
     requests::add_event(c, &request.id, "reply_sent", Some(input.outcome.status()), None).await
 }

@@ -44,6 +44,9 @@ pub struct Settings {
     /// `max_message_size` (128 MiB by default): a bridge message over it is
     /// cut (the full text stays in Postgres), anything else is dead-lettered.
     pub max_message_bytes: usize,
+    /// The most dead letters `baton.dead` holds, oldest dropped first (set
+    /// when the queue is created; an existing queue keeps its own).
+    pub dead_max_length: i64,
     /// The longest wait between two re-publishes of one stalled row by the
     /// relay's sweeps (their backoff doubles up to it), and the only pace
     /// while the row's queue still holds ready messages.
@@ -233,6 +236,10 @@ impl Settings {
                 let n = r.count("BATON_MAX_MESSAGE_BYTES", 4 * 1024 * 1024);
                 r.above_zero("BATON_MAX_MESSAGE_BYTES", n, "no message would fit")
             },
+            dead_max_length: {
+                let n = r.count("BATON_DEAD_MAX_LENGTH", 10_000u32);
+                i64::from(r.above_zero("BATON_DEAD_MAX_LENGTH", n, "every dead letter would be dropped"))
+            },
             republish_max: r.millis("BATON_REPUBLISH_MAX_MS", Duration::from_millis(600_000)),
             worker_id: r.text("BATON_WORKER_ID", &format!("{host}-{}", std::process::id())),
             db_session: r.db_session(),
@@ -284,7 +291,7 @@ impl Settings {
     }
 
     pub fn queues(&self) -> baton_bus::Queues {
-        baton_bus::Queues::new(self.queue_prefix.clone())
+        baton_bus::Queues::new(self.queue_prefix.clone()).with_dead_max_length(self.dead_max_length)
     }
 
     /// The database URL with any password hidden, for messages.
@@ -317,6 +324,7 @@ impl fmt::Debug for Settings {
             .field("relay_poll", &self.relay_poll)
             .field("transient_patience", &self.transient_patience)
             .field("max_message_bytes", &self.max_message_bytes)
+            .field("dead_max_length", &self.dead_max_length)
             .field("republish_max", &self.republish_max)
             .field("worker_id", &self.worker_id)
             .field("db_session", &self.db_session)

@@ -40,10 +40,47 @@ enum Command {
         #[command(subcommand)]
         command: HandoffCommand,
     },
+    /// What is in `baton.dead`: list it, replay it to its queue, discard it.
+    Dead {
+        #[command(subcommand)]
+        command: DeadCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DeadCommand {
+    /// The dead letters, oldest first, with their reason and source queue.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Republish a dead letter (or all, of one queue with --queue) to the queue it came from.
+    Replay(DeadSelect),
+    /// Drop a dead letter (or all, of one queue with --queue).
+    Discard(DeadSelect),
+}
+
+#[derive(clap::Args)]
+struct DeadSelect {
+    /// The dead letter's id, as `baton dead list` shows it.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    id: Option<String>,
+    #[arg(long)]
+    all: bool,
+    /// Only dead letters from this queue (e.g. baton.runs.finished).
+    #[arg(long)]
+    queue: Option<String>,
 }
 
 #[derive(Subcommand)]
 enum HandoffCommand {
+    /// Handoffs waiting for a person (`--waiting`): manual handoffs to answer.
+    List {
+        #[arg(long)]
+        waiting: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// The request after filtering, its status and its events.
     Show { id: String },
     /// A ready-to-copy prompt for an external agent.
@@ -68,8 +105,19 @@ enum ProfilesCommand {
 
 #[derive(Subcommand)]
 enum RunsCommand {
+    /// Runs, newest first.
+    List(RunsList),
     /// Print a run's timeline across agents.
-    Show { run: uuid::Uuid },
+    Show {
+        run: uuid::Uuid,
+        /// Also each agent's transcript: prompt, model turns, tool calls and results.
+        #[arg(long)]
+        transcript: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resume a failed run from its last stored step; the bridge gets a new reply.
+    Retry { run: uuid::Uuid },
     /// Delete finished runs older than N days with everything they own
     /// (the bridge requests and their events stay).
     Prune {
@@ -84,6 +132,29 @@ enum RunsCommand {
         #[arg(long, default_value = "cancelled by an operator")]
         reason: String,
     },
+}
+
+#[derive(clap::Args)]
+struct RunsList {
+    /// running, completed, failed or cancelled.
+    #[arg(long)]
+    status: Option<String>,
+    /// The request's targetAgent.
+    #[arg(long)]
+    target: Option<String>,
+    /// The request's replyToChatId.
+    #[arg(long)]
+    chat: Option<String>,
+    /// weixin, admin or system.
+    #[arg(long)]
+    source: Option<String>,
+    /// Only runs created this recently: 90s, 30m, 1h, 7d.
+    #[arg(long)]
+    since: Option<String>,
+    #[arg(long, default_value_t = 50)]
+    limit: i64,
+    #[arg(long)]
+    json: bool,
 }
 
 #[tokio::main]
@@ -102,6 +173,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Demo(args) => baton::demo::run(&settings, args).await?,
         Command::Runs { command } => runs(&settings, command).await?,
         Command::Handoff { command } => handoff(&settings, command).await?,
+        Command::Dead { command } => dead(&settings, command).await?,
     }
     Ok(())
 }
@@ -158,14 +230,11 @@ async fn up(settings: &Settings, role: Vec<Role>) -> anyhow::Result<()> {
 async fn runs(settings: &Settings, command: RunsCommand) -> anyhow::Result<()> {
     let pool = baton_store::pool(&settings.database_url, 1)?;
     match command {
-        RunsCommand::Show { run } => {
-            let c = pool.get().await?;
-            let events = baton_store::journal::timeline(&c, run).await?;
-            print!("{}", baton::timeline::render(&events));
-            println!("tokens used: {}", baton_store::runs::tokens_used(&c, run).await?);
-            if let Some(spend) = baton_store::budgets::get(&c, run).await? {
-                println!("{}", baton::timeline::render_spend(&spend));
-            }
+        RunsCommand::List(args) => runs_list(&pool, args).await?,
+        RunsCommand::Show { run, transcript, json } => runs_show(&pool, run, transcript, json).await?,
+        RunsCommand::Retry { run } => {
+            let attempt = baton::operator::retry_run(&pool, run).await?;
+            println!("run {run} resumes (attempt {attempt}); the bridge is told `running`, then gets the new reply");
         }
         RunsCommand::Prune { older_than_days, batch } => {
             anyhow::ensure!(older_than_days >= 0.0, "--older-than-days must not be negative");
@@ -184,10 +253,85 @@ async fn runs(settings: &Settings, command: RunsCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn runs_list(pool: &baton_store::Pool, args: RunsList) -> anyhow::Result<()> {
+    use baton::operator::listing;
+    let now = chrono::Utc::now();
+    let filter = baton_store::overview::RunFilter {
+        status: args.status.as_deref().map(str::parse).transpose().map_err(|e| anyhow::anyhow!("--status: {e}"))?,
+        target: args.target,
+        chat: args.chat,
+        source: args.source.as_deref().map(str::parse).transpose().map_err(|e| anyhow::anyhow!("--source: {e}"))?,
+        since: args.since.as_deref().map(listing::parse_age).transpose()?.map(|age| now - age),
+        before: None,
+        limit: args.limit.max(1),
+    };
+    let rows = listing::runs(pool, &filter).await?;
+    match args.json {
+        true => println!("{}", serde_json::to_string_pretty(&rows)?),
+        false => print!("{}", listing::runs_table(&rows, now)),
+    }
+    Ok(())
+}
+
+async fn runs_show(pool: &baton_store::Pool, run: uuid::Uuid, transcript: bool, json: bool) -> anyhow::Result<()> {
+    let c = pool.get().await?;
+    if json || transcript {
+        let shown = baton::operator::listing::run_json(&c, run, transcript).await?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&shown)?);
+            return Ok(());
+        }
+        print!("{}", baton::operator::listing::transcript_text(&shown));
+        println!();
+    }
+    let events = baton_store::journal::timeline(&c, run).await?;
+    print!("{}", baton::timeline::render(&events));
+    println!("tokens used: {}", baton_store::runs::tokens_used(&c, run).await?);
+    if let Some(spend) = baton_store::budgets::get(&c, run).await? {
+        println!("{}", baton::timeline::render_spend(&spend));
+    }
+    Ok(())
+}
+
+async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<()> {
+    use baton::operator::dead_letters::{self, Action};
+    let (action, select) = match command {
+        DeadCommand::List { json } => {
+            let letters = dead_letters::list(settings).await?;
+            match json {
+                true => println!("{}", serde_json::to_string_pretty(&letters)?),
+                false => print!("{}", dead_letters::table(&letters)),
+            }
+            return Ok(());
+        }
+        DeadCommand::Replay(select) => (Action::Replay, select),
+        DeadCommand::Discard(select) => (Action::Discard, select),
+    };
+    let acted = dead_letters::act(settings, action, select.id.as_deref(), select.queue.as_deref()).await?;
+    let verb = if action == Action::Replay { "replayed" } else { "discarded" };
+    println!("{verb} {}", acted.done.len());
+    for (id, why) in &acted.failed {
+        println!("  {id} stays in baton.dead: {why}");
+    }
+    anyhow::ensure!(acted.failed.is_empty(), "{} dead letter(s) could not be {verb}", acted.failed.len());
+    if let (Some(id), true) = (&select.id, acted.done.is_empty()) {
+        anyhow::bail!("no dead letter `{id}` (see `baton dead list`)");
+    }
+    Ok(())
+}
+
 async fn handoff(settings: &Settings, command: HandoffCommand) -> anyhow::Result<()> {
     use baton::operator::{self, Settle};
     let pool = baton_store::pool(&settings.database_url, 1)?;
     match command {
+        HandoffCommand::List { waiting, json } => {
+            anyhow::ensure!(waiting, "`baton handoff list` lists the handoffs waiting for a person: add --waiting");
+            let rows = baton_store::overview::waiting(&pool.get().await?).await?;
+            match json {
+                true => println!("{}", serde_json::to_string_pretty(&rows)?),
+                false => print!("{}", operator::listing::waiting_table(&rows, chrono::Utc::now())),
+            }
+        }
         HandoffCommand::Show { id } => print!("{}", operator::handoff_show(&pool, &id).await?),
         HandoffCommand::Prompt { id } => print!("{}", operator::handoff_prompt(&pool, &id).await?),
         HandoffCommand::PasteResult { id, file } => {

@@ -1,5 +1,16 @@
 //! What an operator can do from the command line: cancel a run, and work
 //! a handoff by hand (the manual flow of the bridge protocol).
+//!
+//! # Layout
+//! - [`listing`]: `runs list`, `runs show`, `handoff list --waiting`: tables and JSON.
+//! - [`retry`]: `runs retry`: a failed run resumes from its last stored step.
+//! - [`dead_letters`]: `dead list | replay | discard` on `baton.dead`.
+
+pub mod dead_letters;
+pub mod listing;
+mod retry;
+
+pub use retry::retry_run;
 
 use anyhow::{bail, Context};
 use baton_domain::brief::render_request_brief;

@@ -33,13 +33,10 @@ impl Connection {
         Publisher::open(&self.amqp).await
     }
 
-    /// Declares the fleet's exchange and queues on a channel of its own,
+    /// Declares the fleet's exchange and queues on channels of their own,
     /// closed afterwards (idempotent: safe at every start-up).
     pub async fn declare(&self, queues: &Queues) -> Result<()> {
-        let channel = self.amqp.create_channel().await?;
-        queues.declare(&channel).await?;
-        let _ = channel.close(200, "declared".into()).await;
-        Ok(())
+        queues.declare(&self.amqp).await
     }
 
     /// Deletes the fleet's queues and exchange (a bench cleaning up).

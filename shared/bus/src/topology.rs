@@ -14,16 +14,34 @@ use crate::Result;
 /// How many times a message may be delivered before it is dead-lettered.
 pub const DELIVERY_LIMIT: i64 = 5;
 
+/// How many messages `baton.dead` holds by default before it drops its oldest.
+pub const DEAD_MAX_LENGTH: i64 = 10_000;
+
 /// The fleet's queue names under one prefix (empty in production; one per
-/// test, so tests run side by side on one broker).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// test, so tests run side by side on one broker), and how long `baton.dead`
+/// may grow.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Queues {
     prefix: String,
+    dead_max_length: i64,
+}
+
+impl Default for Queues {
+    fn default() -> Self {
+        Self::new("")
+    }
 }
 
 impl Queues {
     pub fn new(prefix: impl Into<String>) -> Self {
-        Self { prefix: prefix.into() }
+        Self { prefix: prefix.into(), dead_max_length: DEAD_MAX_LENGTH }
+    }
+
+    /// The most messages `baton.dead` holds (`x-max-length`, oldest dropped
+    /// first). Set when the queue is created: see [`Queues::declare`].
+    pub fn with_dead_max_length(mut self, max: i64) -> Self {
+        self.dead_max_length = max;
+        self
     }
 
     pub fn prefix(&self) -> &str {
@@ -51,15 +69,32 @@ impl Queues {
     }
 
     /// Declares the exchange and queues (idempotent: safe at every start-up).
-    pub async fn declare(&self, channel: &Channel) -> Result<()> {
+    ///
+    /// `baton.dead` gets its length limit (`x-max-length`, `x-overflow:
+    /// drop-head`) only when this declaration creates it. A queue's
+    /// arguments cannot change once it exists (declaring it with others
+    /// fails with PRECONDITION_FAILED on every start), so an existing
+    /// `baton.dead` (a deployment from before the limit, or one created with
+    /// another limit) is left as it is, and checked for only by a passive
+    /// declare; a broker policy limits it instead (see the README).
+    pub async fn declare(&self, conn: &lapin::Connection) -> Result<()> {
+        let dead_exists = self.exists(conn, &self.name(Queue::Dead)).await?;
+        let channel = conn.create_channel().await?;
         let dlx = self.prefixed(DEAD_LETTER_EXCHANGE);
         let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
         channel.exchange_declare(dlx.as_str().into(), ExchangeKind::Fanout, durable, FieldTable::default()).await?;
         for queue in Queue::ALL {
             let name = self.name(queue);
-            // The dead-letter queues themselves have no limit and no
+            // The dead-letter queues themselves have no delivery limit and no
             // dead-letter exchange: what reaches them stays until read.
-            let args = quorum_args(if queue.is_dead_letter() { None } else { Some(&dlx) });
+            let mut args = quorum_args(if queue.is_dead_letter() { None } else { Some(&dlx) });
+            if queue == Queue::Dead {
+                if dead_exists {
+                    continue;
+                }
+                args.insert("x-max-length".into(), AMQPValue::LongLongInt(self.dead_max_length));
+                args.insert("x-overflow".into(), AMQPValue::LongString("drop-head".into()));
+            }
             let opts = QueueDeclareOptions { durable: true, ..Default::default() };
             channel.queue_declare(name.as_str().into(), opts, args).await?;
         }
@@ -68,7 +103,23 @@ impl Queues {
                 .queue_bind(dead.as_str().into(), dlx.as_str().into(), "".into(), QueueBindOptions::default(), FieldTable::default())
                 .await?;
         }
+        let _ = channel.close(200, "declared".into()).await;
         Ok(())
+    }
+
+    /// Whether a queue exists, by a passive declare on a channel of its own
+    /// (the broker closes that channel when the queue does not exist).
+    async fn exists(&self, conn: &lapin::Connection, name: &str) -> Result<bool> {
+        let probe = conn.create_channel().await?;
+        let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+        match probe.queue_declare(name.into(), passive, FieldTable::default()).await {
+            Ok(_) => {
+                let _ = probe.close(200, "checked".into()).await;
+                Ok(true)
+            }
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Deletes every queue and the exchange (tests clean up after themselves).
@@ -80,6 +131,11 @@ impl Queues {
         channel.exchange_delete(dlx.as_str().into(), Default::default()).await?;
         Ok(())
     }
+}
+
+fn is_not_found(e: &lapin::Error) -> bool {
+    use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
+    matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if matches!(p.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)))
 }
 
 fn quorum_args(dead_letter_exchange: Option<&str>) -> FieldTable {

@@ -32,6 +32,16 @@ pub fn reply_message_id(handoff_id: &str) -> String {
     format!("reply:{handoff_id}")
 }
 
+/// The reply of a run's `attempt`: `reply:<handoffId>` for the first, and
+/// `reply:<handoffId>:<attempt>` for a retried run (attempt >= 2), so a
+/// bridge that drops duplicate message ids still sees the new reply.
+pub fn attempt_reply_message_id(handoff_id: &str, attempt: i32) -> String {
+    match attempt {
+        ..=1 => reply_message_id(handoff_id),
+        n => format!("reply:{handoff_id}:{n}"),
+    }
+}
+
 pub fn status(handoff_id: &str, status: &str, seq: i32, chat_id: Option<&str>, at: String) -> Value {
     let message = BridgeStatus { kind: "status", handoff_id, status, seq, reply_to_chat_id: chat_id, at };
     serde_json::to_value(message).expect("a status message always serializes")
@@ -118,6 +128,8 @@ mod tests {
     #[test]
     fn status_messages_have_deterministic_ids() {
         assert_eq!(status_message_id("h1", 2), "status:h1:2");
+        assert_eq!(attempt_reply_message_id("h1", 1), "reply:h1");
+        assert_eq!(attempt_reply_message_id("h1", 2), "reply:h1:2");
         let s = status("h1", "running", 2, None, "t".into());
         assert_eq!(s["type"], "status");
         assert_eq!(s["seq"], 2);

@@ -5,6 +5,8 @@ pub const PROFILE_RESOLVED: &str = "profile_resolved";
 pub const RUN_COMPLETED: &str = "run_completed";
 pub const RUN_FAILED: &str = "run_failed";
 pub const RUN_CANCELLED: &str = "run_cancelled";
+/// An operator retried a failed run (`baton runs retry`); the payload has its attempt.
+pub const RUN_RETRIED: &str = "run_retried";
 pub const WORKSPACE_INITIALIZED: &str = "workspace_initialized";
 pub const CONTEXT_ASSEMBLED: &str = "context_assembled";
 pub const SKILL_SCOPES_RESOLVED: &str = "skill_scopes_resolved";

@@ -123,6 +123,7 @@ pub async fn claim(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duratio
         "UPDATE invocations i
             SET status = $4, claim_epoch = i.claim_epoch + 1, lease_owner = $2, woken = false, wake_at = NULL,
                 takeovers = i.takeovers + CASE WHEN i.status = $4 AND i.lease_owner IS NOT NULL THEN 1 ELSE 0 END,
+                taken_over_at = CASE WHEN i.status = $4 AND i.lease_owner IS NOT NULL THEN now() ELSE i.taken_over_at END,
                 lease_expires_at = now() + make_interval(secs => $3), started_at = coalesce(i.started_at, now())
            FROM (SELECT inv.id FROM invocations inv JOIN runs r ON r.id = inv.run_id
                   WHERE inv.id = $1 AND r.status = $7

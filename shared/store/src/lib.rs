@@ -16,6 +16,8 @@
 //! - [`journal`]: run events.
 //! - [`workspace`]: files, read marks and the commit ledger.
 //! - [`outbox`]: messages waiting for the relay, fleet messages among them.
+//! - [`overview`]: what an operator looks at: runs listed and filtered, handoffs waiting, fleet counts.
+//! - [`retry`]: a failed run resumed from its last stored step.
 //! - [`sent`]: a copy of every message queued for a bridge, for operators.
 //! - [`profiles`]: agent profiles, skills and routes.
 //! - [`callbacks`]: HTTP status callbacks waiting for delivery.
@@ -34,8 +36,10 @@ pub mod invocations;
 pub mod journal;
 pub mod lifecycle;
 pub mod outbox;
+pub mod overview;
 pub mod profiles;
 pub mod requests;
+pub mod retry;
 pub mod runs;
 pub mod schema;
 pub mod sent;

@@ -82,7 +82,7 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
         agents,
         at: bridge::timestamp(),
     };
-    bridge::reply(&tx, &request, &input).await?;
+    bridge::reply_attempt(&tx, &request, &input, baton_store::retry::attempt(&tx, run.id).await?).await?;
     commit(tx).await?;
     Ok(())
 }

@@ -1,0 +1,59 @@
+//! `baton dead list | replay | discard`: what is in `baton.dead`, on the
+//! command line (the bus's [`baton_bus::dead`] does the work).
+
+use std::fmt::Write;
+
+use baton_bus::dead::{self, Acted, DeadLetter, Select};
+
+use crate::config::Settings;
+
+/// How many dead letters `baton dead list` shows at most.
+pub const LIST_LIMIT: usize = 1000;
+
+/// A connection for one operator command, named so in the management UI.
+pub async fn connect(settings: &Settings) -> anyhow::Result<baton_bus::Connection> {
+    Ok(baton_bus::Connection::open(&settings.amqp_url, "baton-operator").await?)
+}
+
+pub async fn list(settings: &Settings) -> anyhow::Result<Vec<DeadLetter>> {
+    let conn = connect(settings).await?;
+    let letters = dead::list(&conn, &settings.queues(), LIST_LIMIT).await;
+    conn.close("listed").await;
+    Ok(letters?)
+}
+
+/// What an operator asks of dead letters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Replay,
+    Discard,
+}
+
+/// Replays or discards one dead letter (`id`) or all of them (`None`), of
+/// `queue` only when given.
+pub async fn act(settings: &Settings, action: Action, id: Option<&str>, queue: Option<&str>) -> anyhow::Result<Acted> {
+    let conn = connect(settings).await?;
+    let select = id.map_or(Select::All, Select::Id);
+    let acted = match action {
+        Action::Replay => dead::replay(&conn, &settings.queues(), select, queue).await,
+        Action::Discard => dead::discard(&conn, &settings.queues(), select, queue).await,
+    };
+    conn.close("done").await;
+    Ok(acted?)
+}
+
+/// The dead letters as a table: id, source queue, reason, a body excerpt.
+pub fn table(letters: &[DeadLetter]) -> String {
+    if letters.is_empty() {
+        return "(baton.dead is empty)\n".into();
+    }
+    let mut out = format!("{:<16}  {:<28}  {:<40}  {}\n", "id", "queue", "reason", "body");
+    for l in letters {
+        let queue = l.source_queue.as_deref().unwrap_or("-");
+        let body: String = l.body_preview.replace(['\n', '\r'], " ").chars().take(60).collect();
+        let reason: String = l.reason.chars().take(40).collect();
+        let _ = writeln!(out, "{:<16}  {:<28}  {:<40}  {}", l.id, queue, reason, body.escape_debug());
+    }
+    let _ = writeln!(out, "\n{} dead letter(s); `baton dead replay ID` sends one back to its queue.", letters.len());
+    out
+}

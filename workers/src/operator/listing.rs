@@ -1,0 +1,178 @@
+//! What `baton runs list`, `baton runs show` and `baton handoff list
+//! --waiting` print: readable tables for people, JSON for machines (the
+//! same fields the store reads).
+
+use std::fmt::Write;
+
+use anyhow::Context;
+use baton_store::overview::{self, RunFilter, RunRow, Waiting};
+use baton_store::{journal, GenericClient, Pool};
+use chrono::{DateTime, Duration, Utc};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+/// A duration such as `90s`, `15m`, `1h` or `7d`.
+pub fn parse_age(text: &str) -> anyhow::Result<Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (n, unit) = text.split_at(split);
+    let n: i64 = n.parse().with_context(|| format!("`{text}` is not a duration such as 30m, 1h or 7d"))?;
+    Ok(match unit {
+        "s" => Duration::seconds(n),
+        "m" => Duration::minutes(n),
+        "h" | "" => Duration::hours(n),
+        "d" => Duration::days(n),
+        _ => anyhow::bail!("`{text}`: the unit is s, m, h or d"),
+    })
+}
+
+/// `1h 5m`, `42s`: a short human duration.
+fn short(d: Duration) -> String {
+    let secs = d.num_seconds().max(0);
+    match secs {
+        0..=59 => format!("{secs}s"),
+        60..=3599 => format!("{}m {}s", secs / 60, secs % 60),
+        3600..=86_399 => format!("{}h {}m", secs / 3600, secs % 3600 / 60),
+        _ => format!("{}d {}h", secs / 86_400, secs % 86_400 / 3600),
+    }
+}
+
+/// The runs as a table: newest first.
+pub fn runs_table(rows: &[RunRow], now: DateTime<Utc>) -> String {
+    if rows.is_empty() {
+        return "(no runs)\n".into();
+    }
+    let mut out = format!(
+        "{:<36}  {:<9}  {:<7}  {:<12}  {:<12}  {:>8}  {:>8}  {:>8}  {}\n",
+        "run", "status", "attempt", "handoff", "chat", "tokens", "duration", "age", "agents"
+    );
+    for r in rows {
+        let duration = r.finished_at.map_or_else(|| "-".into(), |end| short(end - r.created_at));
+        let _ = writeln!(
+            out,
+            "{:<36}  {:<9}  {:>7}  {:<12}  {:<12}  {:>8}  {:>8}  {:>8}  {}",
+            r.run_id,
+            r.status,
+            r.attempt,
+            cut(r.handoff_id.as_deref().unwrap_or("-"), 12),
+            cut(r.chat.as_deref().unwrap_or("-"), 12),
+            r.tokens,
+            duration,
+            short(now - r.created_at),
+            r.agents.join(" → "),
+        );
+    }
+    out
+}
+
+/// At most `n` characters, `…` marking a cut.
+fn cut(text: &str, n: usize) -> String {
+    if text.chars().count() <= n {
+        return text.to_string();
+    }
+    text.chars().take(n - 1).chain(['…']).collect()
+}
+
+/// Runs matching `filter`.
+pub async fn runs(pool: &Pool, filter: &RunFilter) -> anyhow::Result<Vec<RunRow>> {
+    Ok(overview::runs(&pool.get().await?, filter).await?)
+}
+
+/// The waiting handoffs as a table.
+pub fn waiting_table(rows: &[Waiting], now: DateTime<Utc>) -> String {
+    if rows.is_empty() {
+        return "(nothing waits for a person)\n".into();
+    }
+    let mut out = format!("{:<40}  {:<8}  {:<8}  {:<16}  {:>8}\n", "handoff", "waits", "source", "chat", "age");
+    for w in rows {
+        let waits = serde_json::to_value(w.waiting_for).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        let chat = w.chat.as_deref().unwrap_or("-");
+        let _ = writeln!(out, "{:<40}  {:<8}  {:<8}  {:<16}  {:>8}", w.handoff_id, waits, w.source, cut(chat, 16), short(now - w.created_at));
+    }
+    out.push_str("\n`baton handoff prompt ID` prints its prompt; `baton handoff paste-result ID FILE` answers it.\n");
+    out
+}
+
+/// `baton runs show RUN --json`: the run, its journal, its invocations (with
+/// their transcripts when `transcript`).
+pub async fn run_json(c: &impl GenericClient, run_id: Uuid, transcript: bool) -> anyhow::Result<Value> {
+    let run = baton_store::runs::get(c, run_id).await?.with_context(|| format!("no run {run_id}"))?;
+    let attempt = baton_store::retry::attempt(c, run_id).await?;
+    let events: Vec<Value> = journal::timeline(c, run_id)
+        .await?
+        .into_iter()
+        .map(|e| json!({"seq": e.seq, "invocationId": e.invocation_id, "agent": e.profile_id, "kind": e.kind, "payload": e.payload, "at": e.at}))
+        .collect();
+    let mut invocations = vec![];
+    for inv in baton_store::invocations::for_run(c, run_id).await? {
+        let mut v = json!({
+            "id": inv.id, "parentInvocationId": inv.parent_invocation_id, "agent": inv.profile_id, "kind": inv.kind,
+            "status": inv.status, "epoch": inv.claim_epoch, "takeovers": inv.takeovers, "tokens": inv.tokens_used,
+        });
+        if transcript {
+            let steps = baton_store::steps::load(c, inv.id).await?;
+            v["steps"] = steps.into_iter().map(|s| json!({"seq": s.seq, "kind": s.kind, "payload": s.payload})).collect();
+        }
+        invocations.push(v);
+    }
+    let run_value = json!({
+        "id": run.id, "handoffId": run.handoff_id, "status": run.status, "rootProfileId": run.root_profile_id, "attempt": attempt,
+        "finalText": run.final_text, "error": run.error.map(|e| e.to_value()), "createdAt": run.created_at, "finishedAt": run.finished_at,
+        "tokens": baton_store::runs::tokens_used(c, run_id).await?,
+    });
+    Ok(json!({"run": run_value, "events": events, "invocations": invocations}))
+}
+
+/// Each invocation's transcript for people: the prompt, each model turn
+/// (its text and tool calls) and each tool result, one block per agent.
+pub fn transcript_text(shown: &Value) -> String {
+    let mut out = String::new();
+    for inv in shown["invocations"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "\n== {} ({}, {}) ==", text(&inv["agent"]), text(&inv["kind"]), text(&inv["status"]));
+        for step in inv["steps"].as_array().into_iter().flatten() {
+            let p = &step["payload"];
+            let line = match step["kind"].as_str().unwrap_or("") {
+                "prompt" => format!("prompt: {}", one_line(&p["messages"][1]["content"], 160)),
+                "model_turn" => {
+                    let calls: Vec<String> = p["toolCalls"].as_array().into_iter().flatten().map(|c| format!("{}({})", text(&c["name"]), one_line(&c["arguments"], 80))).collect();
+                    format!("model: {} {}", one_line(&p["content"], 120), calls.join(" "))
+                }
+                "tool_result" => format!("{} {}: {}", if p["isError"] == true { "tool error" } else { "tool" }, text(&p["name"]), one_line(&p["content"], 120)),
+                other => format!("{other}: {}", one_line(p, 120)),
+            };
+            let _ = writeln!(out, "{:>4}  {}", step["seq"], line.trim_end());
+        }
+    }
+    out
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+}
+
+fn one_line(v: &Value, n: usize) -> String {
+    if v.is_null() {
+        return String::new();
+    }
+    cut(&text(v).replace('\n', " "), n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_read_with_their_unit() {
+        assert_eq!(parse_age("90s").unwrap(), Duration::seconds(90));
+        assert_eq!(parse_age("1h").unwrap(), Duration::hours(1));
+        assert_eq!(parse_age("7d").unwrap(), Duration::days(7));
+        assert!(parse_age("soon").is_err() && parse_age("3w").is_err());
+    }
+
+    #[test]
+    fn durations_are_short() {
+        assert_eq!(short(Duration::seconds(42)), "42s");
+        assert_eq!(short(Duration::seconds(3725)), "1h 2m");
+        assert_eq!(cut("abcdef", 4), "abc…");
+    }
+}
