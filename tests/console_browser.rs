@@ -163,6 +163,9 @@ async fn the_cancel_button_stops_a_slow_run_and_the_bridge_is_told_cancelled() {
     })
     .await;
 
+    console.goto("/runs").await;
+    browser.wait_for(&format!("#runs tr[data-run=\"{run}\"][data-status=running]")).await;
+    browser.wait_for("[data-refresh]").await;
     console.goto(&format!("/runs/{run}")).await;
     browser.wait_for("#timeline li.event").await;
     browser.click("form#cancel #cancel-button").await;
