@@ -130,7 +130,7 @@ async fn the_runs_list_shows_the_demo_chain_and_the_run_page_its_story() {
     let (status, page) = get(&format!("{}/runs/{run}", console.base)).await;
     assert_eq!(status, StatusCode::OK);
     for agent in ["writer", "editor", "checker", "finalizer"] {
-        assert!(page.contains(&format!("class=\"event c")) && page.contains(&format!("data-agent=\"{agent}\" data-kind=")), "{agent} has a lane");
+        assert!(page.contains("class=\"event c") && page.contains(&format!("data-agent=\"{agent}\" data-kind=")), "{agent} has a lane");
     }
     assert!(page.contains("<article class=\"brief\" data-agent=\"editor\">"), "briefs are shown");
     assert_eq!(page.matches("class=\"bridge-message\" data-type=\"status\"").count(), 3, "accepted, running, completed");
@@ -187,4 +187,102 @@ async fn cancel_in_the_console_stops_the_run_and_the_bridge_hears_cancelled() {
     assert!(env.journal(run).await.iter().any(|k| k == "run_cancelled"));
     let (_, after) = get(&format!("{}/runs/{run}", console.base)).await;
     assert!(after.contains("data-type=\"status\"") && after.contains("s-cancelled"), "the page shows it");
+}
+
+#[tokio::test]
+async fn a_manual_handoff_is_answered_from_the_console_and_the_bridge_gets_the_reply() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("console-manual", "manual", "en")).await;
+    assert_eq!(baton_tests::next_json(&mut replies, WAIT).await["status"], "accepted");
+    let console = serve(&env, None).await;
+
+    let (_, waiting) = get(&format!("{}/waiting", console.base)).await;
+    assert!(waiting.contains("<tr data-handoff=\"console-manual\">"), "{waiting}");
+    let (status, page) = get(&format!("{}/handoffs/console-manual", console.base)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("id=\"copy-prompt\"") && page.contains("<pre id=\"prompt\">") && page.contains("How to answer"), "{page}");
+    let form = [("csrf", hidden(&page, "csrf")), ("result", "Done by hand: the notice is out.".into())];
+    let sent = client().post(format!("{}/handoffs/console-manual/result", console.base)).form(&form).send().await.unwrap();
+    assert_eq!(sent.status(), StatusCode::SEE_OTHER);
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    let reply = messages.last().unwrap();
+    assert_eq!(reply["status"], "completed");
+    assert!(reply["text"].as_str().unwrap().contains("Done by hand: the notice is out."), "{reply}");
+    let (_, waiting) = get(&format!("{}/waiting", console.base)).await;
+    assert!(!waiting.contains("data-handoff=\"console-manual\""), "no longer waiting");
+    let again = client().post(format!("{}/handoffs/console-manual/result", console.base)).form(&form).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::CONFLICT, "an ended handoff is refused");
+}
+
+#[tokio::test]
+async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
+    use baton_domain::fleet::Queue;
+    let env = TestEnv::new().await;
+    let fleet = env.start(&[baton::roles::Role::Intake]);
+    env.send_raw(b"{not json <script>x</script>", None).await;
+    env.send_raw(b"[1, 2, 3]", None).await;
+    let dead = env.queue(Queue::Dead);
+    eventually(WAIT, "both are dead-lettered", || async { (env.publisher.ready_count(&dead).await.unwrap() == 2).then_some(()) }).await;
+    fleet.stop().await;
+    let console = serve(&env, None).await;
+
+    let (status, page) = get(&format!("{}/dead", console.base)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(page.matches("<tr data-dead=").count(), 2, "{page}");
+    assert!(page.contains("data-queue=\"baton.bridge.requests\"") && page.contains("class=\"reason\""), "{page}");
+    assert!(page.contains("&lt;script&gt;x") && !page.contains("<script>x"), "bodies are escaped");
+    let id = |page: &str, body: &str| {
+        let row = page.split("<tr data-dead=\"").skip(1).find(|row| row.contains(body)).expect("a row");
+        row[..row.find('"').unwrap()].to_string()
+    };
+    let csrf = [("csrf", hidden(&page, "csrf"))];
+    let replayed = client().post(format!("{}/dead/{}/replay", console.base, id(&page, "not json"))).form(&csrf).send().await.unwrap();
+    assert_eq!(replayed.status(), StatusCode::SEE_OTHER);
+    let requests = env.queue(Queue::BridgeRequests);
+    assert_eq!(env.publisher.ready_count(&requests).await.unwrap(), 1, "back on its queue, waiting for intake");
+    let (_, fleet_page) = get(&format!("{}/fleet", console.base)).await;
+    let row = &fleet_page[fleet_page.find("<tr data-queue=\"baton.bridge.requests\">").unwrap()..];
+    assert!(row[..row.find("</tr>").unwrap()].contains("<td class=\"depth num\">1</td>"), "the fleet page shows the depth");
+    for count in ["outbox-backlog", "invocations-running", "invocations-parked", "invocations-blocked", "takeovers-hour"] {
+        assert!(fleet_page.contains(&format!("id=\"{count}\">0<")), "{count} is counted: {fleet_page}");
+    }
+
+    let (_, page) = get(&format!("{}/dead", console.base)).await;
+    assert_eq!(page.matches("<tr data-dead=").count(), 1);
+    let discarded = client().post(format!("{}/dead/discard-all", console.base)).form(&[("csrf", csrf[0].1.as_str()), ("queue", "")]).send().await.unwrap();
+    assert_eq!(discarded.status(), StatusCode::SEE_OTHER);
+    assert_eq!(env.publisher.ready_count(&dead).await.unwrap(), 0);
+    let (_, page) = get(&format!("{}/dead?done=Discarded%201%20message(s).", console.base)).await;
+    assert!(page.contains("Nothing is dead-lettered.") && page.contains("Discarded 1 message(s)."));
+}
+
+#[tokio::test]
+async fn retry_in_the_console_runs_a_failed_run_again() {
+    let env = TestEnv::new().await;
+    let write = r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "x" } }"#;
+    let writer = profile("writer", &["workspace_write", "workspace_commit", "workspace_finish"], "", &[write, write, write]);
+    env.apply_profiles(&format!("[routes]\ndocs_agent = \"writer\"\n\n[budgets.default]\nmax_model_calls = 1\n\n{writer}")).await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("console-retry", "docs_agent", "en")).await;
+    assert_eq!(until_reply(&mut replies, WAIT).await.last().unwrap()["status"], "failed");
+    let run = env.run_of("console-retry").await;
+    let console = serve(&env, None).await;
+    let (_, page) = get(&format!("{}/runs/{run}", console.base)).await;
+    assert!(page.contains("id=\"retry-button\" >"), "Retry is enabled for a failed run");
+    let form = [("csrf", hidden(&page, "csrf"))];
+    let retried = client().post(format!("{}/runs/{run}/retry", console.base)).form(&form).send().await.unwrap();
+    assert_eq!(retried.status(), StatusCode::SEE_OTHER);
+    let again = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    assert_eq!(again.first().unwrap()["status"], "running", "the bridge hears the run is running again");
+    assert!(env.journal(run).await.iter().any(|k| k == "run_retried"));
+    let (_, list) = get(&format!("{}/runs", console.base)).await;
+    assert!(list.contains("attempt 2"), "the list shows the attempt");
+    let refused = client().post(format!("{}/runs/{}/retry", console.base, uuid::Uuid::now_v7())).form(&form).send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::CONFLICT);
 }

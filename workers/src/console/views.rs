@@ -29,6 +29,8 @@ impl Views {
         let mut env = Environment::new();
         // `.html` templates escape every value unless it is marked safe.
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
+        // A misspelt field is an error (logged, a 500), not an empty cell; `if` may still test for one.
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::SemiStrict);
         for (name, source) in TEMPLATES {
             env.add_template(name, source)?;
         }

@@ -1,7 +1,7 @@
 //! One module per page. Handlers read what they show with the store's own
 //! queries, shape it into plain serializable views, and render a template.
 
-// TEMP pub mod dead;
+pub mod dead;
 pub mod fleet;
 pub mod run;
 mod run_view;

@@ -43,6 +43,6 @@ pub async fn cancel(Shared(state): Shared<Arc<State>>, Path(id): Path<String>, F
 /// `POST /runs/RUN/retry`: a failed run resumes from its last stored step.
 pub async fn retry(Shared(state): Shared<Arc<State>>, Path(id): Path<String>) -> PageResult {
     let id = run_id(&id)?;
-//TEMP    crate::operator::retry_run(&state.pool, id).await.map_err(|e| PageError::refused(format!("{e:#}")))?;
+    crate::operator::retry_run(&state.pool, id).await.map_err(|e| PageError::refused(format!("{e:#}")))?;
     Ok(Redirect::to(&format!("/runs/{id}")).into_response())
 }
