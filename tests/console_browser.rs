@@ -220,9 +220,10 @@ async fn a_dead_letter_is_shown_with_its_reason_and_replayed_to_its_queue() {
 
     console.goto("/dead").await;
     let row = browser.wait_for("tr[data-dead]").await;
-    assert_eq!(row.attr("data-queue").await.unwrap().as_deref(), Some(requests.as_str()));
+    let queue = row.attr("data-queue").await.unwrap().unwrap_or_default();
+    assert!(queue == "baton.bridge.requests" || queue == requests, "the original queue, by its logical or its full name: {queue}");
     let reason = browser.texts("tr[data-dead] .reason").await;
-    assert!(reason.len() == 1 && !reason[0].trim().is_empty(), "the reason is shown: {reason:?}");
+    assert!(reason.len() == 1 && reason[0].contains("not JSON"), "the reason is shown: {reason:?}");
     assert_eq!(browser.texts("tr[data-dead] pre.body").await, vec!["not json <b>at all</b>"], "the body, escaped");
     browser.screenshot("dead-letter").await;
     browser.click("tr[data-dead] form.replay button").await;
