@@ -2,10 +2,10 @@
 //! to the queue it came from, or discard it.
 //!
 //! Reading takes messages with `basic.get` on a channel of its own and
-//! holds them unacked; the ones it does not act on are handed back
-//! (`nack` with requeue, in the order they were read) before the channel
-//! closes, so they stay in the queue, in their order, ahead of anything
-//! not read. Replaying publishes a copy with a confirm (mandatory: a queue
+//! holds them unacked; closing that channel hands back the ones it did not
+//! act on, which the broker puts back in the order it delivered them, ahead
+//! of anything not read: nothing is lost or reordered (a test checks it).
+//! While a reading holds them, another reader does not see them. Replaying publishes a copy with a confirm (mandatory: a queue
 //! that no longer exists refuses it) and only then acks the dead copy;
 //! discarding acks it.
 //!
@@ -22,7 +22,7 @@
 //! name, or a bridge's own reply queue); the broker's (a delivery limit
 //! reached) in the first entry of `x-death`.
 
-use lapin::options::{BasicAckOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::{BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Confirmation};
 use sha2::{Digest, Sha256};
@@ -151,9 +151,13 @@ pub struct Acted {
 
 /// Up to `limit` dead letters, oldest first; none is taken out.
 pub async fn list(conn: &Connection, queues: &Queues, limit: usize) -> Result<Vec<DeadLetter>> {
-    let scan = Scan::open(conn, queues, limit).await?;
-    let letters = scan.held.iter().map(|(_, letter)| letter.clone()).collect();
-    scan.hand_back(&[]).await?;
+    let mut reader = Reader::open(conn, queues).await?;
+    let mut letters = vec![];
+    while letters.len() < limit {
+        let Some((_, letter)) = reader.next().await? else { break };
+        letters.push(letter);
+    }
+    reader.hand_back().await?;
     Ok(letters)
 }
 
@@ -162,40 +166,36 @@ pub async fn list(conn: &Connection, queues: &Queues, limit: usize) -> Result<Ve
 pub async fn replay(conn: &Connection, queues: &Queues, select: Select<'_>, queue: Option<&str>) -> Result<Acted> {
     let publisher = conn.amqp().create_channel().await?;
     publisher.confirm_select(ConfirmSelectOptions::default()).await?;
-    let scan = Scan::open(conn, queues, usize::MAX).await?;
+    let mut reader = Reader::open(conn, queues).await?;
     let mut acted = Acted::default();
-    let mut settled = vec![false; scan.held.len()];
-    for (i, (delivery, letter)) in scan.held.iter().enumerate() {
-        if !scan.selected(letter, select, queue) {
+    while let Some((delivery, letter)) = reader.next().await? {
+        if !reader.selected(&letter, select, queue) {
             continue;
         }
-        match republish(&publisher, delivery, letter).await {
+        match republish(&publisher, &delivery, &letter).await {
             Ok(()) => {
                 delivery.acker.ack(BasicAckOptions::default()).await?;
-                settled[i] = true;
-                acted.done.push(letter.id.clone());
+                acted.done.push(letter.id);
             }
-            Err(why) => acted.failed.push((letter.id.clone(), why)),
+            Err(why) => acted.failed.push((letter.id, why)),
         }
     }
-    scan.hand_back(&settled).await?;
+    reader.hand_back().await?;
     let _ = publisher.close(200, "replayed".into()).await;
     Ok(acted)
 }
 
 /// Discards the selected dead letters (of `queue` only, if given).
 pub async fn discard(conn: &Connection, queues: &Queues, select: Select<'_>, queue: Option<&str>) -> Result<Acted> {
-    let scan = Scan::open(conn, queues, usize::MAX).await?;
+    let mut reader = Reader::open(conn, queues).await?;
     let mut acted = Acted::default();
-    let mut settled = vec![false; scan.held.len()];
-    for (i, (delivery, letter)) in scan.held.iter().enumerate() {
-        if scan.selected(letter, select, queue) {
+    while let Some((delivery, letter)) = reader.next().await? {
+        if reader.selected(&letter, select, queue) {
             delivery.acker.ack(BasicAckOptions::default()).await?;
-            settled[i] = true;
-            acted.done.push(letter.id.clone());
+            acted.done.push(letter.id);
         }
     }
-    scan.hand_back(&settled).await?;
+    reader.hand_back().await?;
     Ok(acted)
 }
 
@@ -225,27 +225,28 @@ async fn republish(channel: &Channel, delivery: &lapin::message::Delivery, lette
     }
 }
 
-/// Dead letters taken with `basic.get` and held unacked on their own channel.
-struct Scan<'q> {
+/// Reads `baton.dead` with `basic.get` on a channel of its own; what it
+/// does not ack stays unacked (held by the broker, not in memory here)
+/// until [`Reader::hand_back`].
+struct Reader<'q> {
     channel: Channel,
     queues: &'q Queues,
-    held: Vec<(lapin::message::Delivery, DeadLetter)>,
+    name: String,
 }
 
-impl<'q> Scan<'q> {
-    /// Takes up to `limit` messages from the head of `baton.dead`.
-    async fn open(conn: &Connection, queues: &'q Queues, limit: usize) -> Result<Scan<'q>> {
+impl<'q> Reader<'q> {
+    async fn open(conn: &Connection, queues: &'q Queues) -> Result<Reader<'q>> {
         let channel = conn.amqp().create_channel().await?;
-        let name = queues.name(Queue::Dead);
-        let mut held = vec![];
-        while held.len() < limit {
-            let Some(got) = channel.basic_get(name.as_str().into(), BasicGetOptions { no_ack: false }).await? else {
-                break;
-            };
-            let letter = DeadLetter::read(queues, &got.delivery.properties, &got.delivery.data);
-            held.push((got.delivery, letter));
-        }
-        Ok(Scan { channel, queues, held })
+        Ok(Reader { channel, queues, name: queues.name(Queue::Dead) })
+    }
+
+    /// The next dead letter, or `None` once the queue has none left to give.
+    async fn next(&mut self) -> Result<Option<(lapin::message::Delivery, DeadLetter)>> {
+        let got = self.channel.basic_get(self.name.as_str().into(), BasicGetOptions { no_ack: false }).await?;
+        Ok(got.map(|got| {
+            let letter = DeadLetter::read(self.queues, &got.delivery.properties, &got.delivery.data);
+            (got.delivery, letter)
+        }))
     }
 
     fn selected(&self, letter: &DeadLetter, select: Select<'_>, queue: Option<&str>) -> bool {
@@ -253,15 +254,48 @@ impl<'q> Scan<'q> {
         of_queue && (select == Select::All || select == Select::Id(&letter.id))
     }
 
-    /// Hands back every held message but the `settled` ones (`settled[i]`
-    /// for `held[i]`), in the order they were read, then closes the channel.
-    async fn hand_back(self, settled: &[bool]) -> Result<()> {
-        for (i, (delivery, _)) in self.held.iter().enumerate() {
-            if !settled.get(i).copied().unwrap_or(false) {
-                delivery.acker.nack(BasicNackOptions { multiple: false, requeue: true }).await?;
-            }
-        }
-        let _ = self.channel.close(200, "read".into()).await;
+    /// Hands back every message read and not acked, by closing the channel:
+    /// the broker returns a closed channel's unacked messages in the order
+    /// it delivered them, ahead of the rest of the queue. (Closing rather
+    /// than `nack`ing keeps them from counting as failed deliveries.)
+    async fn hand_back(self) -> Result<()> {
+        self.channel.close(200, "read".into()).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(headers: &[(&str, &str)]) -> BasicProperties {
+        let mut table = FieldTable::default();
+        for (k, v) in headers {
+            table.insert((*k).into(), AMQPValue::LongString((*v).into()));
+        }
+        BasicProperties::default().with_message_id("m1".into()).with_headers(table)
+    }
+
+    #[test]
+    fn a_dead_letter_replays_to_its_queue_under_the_fleets_prefix() {
+        let q = Queues::new("t1.");
+        assert_eq!(physical(&q, "baton.runs.finished"), "t1.baton.runs.finished");
+        assert_eq!(physical(&q, "t1.baton.invocations.handoff"), "t1.baton.invocations.handoff");
+        assert_eq!(physical(&q, "wechat.replies"), "wechat.replies", "a bridge's own queue as it is");
+        assert_eq!(physical(&Queues::default(), "baton.runs.finished"), "baton.runs.finished");
+    }
+
+    #[test]
+    fn the_id_is_stable_while_the_letter_waits_and_differs_between_letters() {
+        let q = Queues::new("t1.");
+        let base = [("x-baton-error", "bad"), ("x-baton-source-queue", "baton.runs.finished")];
+        let a = DeadLetter::read(&q, &props(&base), b"body");
+        let again = DeadLetter::read(&q, &props(&[base[0], base[1], ("x-delivery-count", "3")]), b"body");
+        assert_eq!(a.id, again.id);
+        assert_eq!(a.id.len(), 16);
+        assert_ne!(a.id, DeadLetter::read(&q, &props(&base), b"other body").id);
+        assert_eq!(a.replay_queue.as_deref(), Some("t1.baton.runs.finished"));
+        assert!(a.came_from(&q, "baton.runs.finished") && a.came_from(&q, "t1.baton.runs.finished"));
+        assert!(!a.came_from(&q, "baton.invocations.handoff"));
     }
 }
