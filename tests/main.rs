@@ -7,6 +7,7 @@ mod budgets;
 mod chain;
 mod claims;
 mod cluster;
+mod console_browser;
 mod console_http;
 mod contract;
 mod conversations_ask;

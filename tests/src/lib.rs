@@ -19,6 +19,7 @@ use futures_lite::StreamExt;
 use serde_json::Value;
 use uuid::Uuid;
 
+pub mod browser;
 pub mod http;
 
 pub use baton_domain::request::sample_request_json;
