@@ -229,13 +229,7 @@ async fn a_worker_killed_while_the_question_is_open_changes_nothing() {
     let (turns, results) = transcript(&env, "ask-kill").await;
     assert_eq!(turns, 4);
     assert_eq!(results[0]["content"], "The user answered:\n> yes");
-    let workers: Vec<String> = baton_store::journal::timeline(&env.db().await, env.run_of("ask-kill").await)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|e| e.kind == "agent_invocation_started")
-        .map(|e| e.payload["worker"].as_str().unwrap_or("").to_string())
-        .collect();
+    let workers = env.workers_that_started("ask-kill").await;
     assert_eq!(workers, ["doomed", "survivor"]);
 }
 

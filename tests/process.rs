@@ -81,13 +81,7 @@ async fn a_worker_killed_mid_invocation_is_resumed_and_the_run_completes_once() 
     assert_eq!(messages.last().unwrap()["status"], "completed");
     assert_eq!(messages.last().unwrap()["text"], "Second draft.");
     assert_ran_once(&env, root, 6, 2).await;
-    let workers: Vec<String> = baton_store::journal::timeline(&env.db().await, env.run_of("kill-9").await)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|e| e.kind == "agent_invocation_started")
-        .map(|e| e.payload["worker"].as_str().unwrap_or("").to_string())
-        .collect();
+    let workers = env.workers_that_started("kill-9").await;
     assert_eq!(workers, vec!["doomed", "survivor"]);
 }
 

@@ -120,6 +120,13 @@ impl TestEnv {
         r.run_id.expect("run started")
     }
 
+    /// The workers that started the invocations of a handoff's run, in order.
+    pub async fn workers_that_started(&self, handoff_id: &str) -> Vec<String> {
+        let timeline = baton_store::journal::timeline(&self.db().await, self.run_of(handoff_id).await).await.unwrap();
+        let started = timeline.into_iter().filter(|e| e.kind == "agent_invocation_started");
+        started.map(|e| e.payload["worker"].as_str().unwrap_or("").to_string()).collect()
+    }
+
     /// Event types of a run's journal, in order.
     pub async fn journal(&self, run_id: Uuid) -> Vec<String> {
         let c = self.db().await;
