@@ -1,7 +1,7 @@
 //! The fleet's roles. Each runs until `shutdown` fires, reconnecting with
 //! backoff when the broker or the database goes away.
 
-pub mod answers;
+mod answers;
 pub mod callbacks;
 pub mod cancels;
 pub mod collector;
