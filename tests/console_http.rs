@@ -203,7 +203,7 @@ async fn a_manual_handoff_is_answered_from_the_console_and_the_bridge_gets_the_r
     let console = serve(&env, None).await;
 
     let (_, waiting) = get(&format!("{}/waiting", console.base)).await;
-    assert!(waiting.contains("<tr data-handoff=\"console-manual\">"), "{waiting}");
+    assert!(waiting.contains("<tr data-handoff=\"console-manual\" data-kind=\"manual\">"), "{waiting}");
     let (status, page) = get(&format!("{}/handoffs/console-manual", console.base)).await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains("id=\"copy-prompt\"") && page.contains("<pre id=\"prompt\">") && page.contains("How to answer"), "{page}");

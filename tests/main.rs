@@ -9,6 +9,7 @@ mod claims;
 mod cluster;
 mod console_browser;
 mod console_http;
+mod console_waiting;
 mod contract;
 mod conversations_ask;
 mod conversations_chat;

@@ -3,6 +3,7 @@
 //! # Layout
 //! - [`config`]: `Settings` from the environment.
 //! - [`roles`]: intake (requests; answers and cancels in `roles/answers.rs`, `roles/cancels.rs`), invocation, relay, collector, and their supervisor.
+//! - [`answering`]: an answer to an agent's question applied, from a bridge or an operator.
 //! - [`bridge`]: status and reply messages for the bridge, via the outbox.
 //! - [`fleet`]: start roles in this process and stop them on a signal.
 //! - [`startup`]: the schema check `baton up` makes before any role starts.
@@ -11,6 +12,7 @@
 //! - [`console`]: the operator's web console (the `admin` role).
 //! - [`demo`]: the end-to-end demo (`--ask`: an agent asks, the demo answers).
 
+pub mod answering;
 pub mod bridge;
 pub mod config;
 pub mod console;

@@ -5,11 +5,14 @@
 //! - [`listing`]: `runs list`, `runs show`, `handoff list --waiting`: tables and JSON.
 //! - [`retry`]: `runs retry`: a failed run resumes from its last stored step.
 //! - [`dead_letters`]: `dead list | replay | discard` on `baton.dead`.
+//! - [`answer`]: an operator answers an agent's open question (the console).
 
+pub mod answer;
 pub mod dead_letters;
 pub mod listing;
 mod retry;
 
+pub use answer::answer_question;
 pub use retry::retry_run;
 
 use anyhow::{bail, Context};

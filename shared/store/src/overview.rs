@@ -1,8 +1,9 @@
 //! What an operator looks at: the runs (filtered, newest first, paged by
-//! key), the handoffs waiting for a person, and the fleet's counts. Read
-//! only; the CLI (`baton runs list`, `baton handoff list --waiting`) and the
-//! web console both read these.
+//! key), what waits for a person (`manual` handoffs, runs blocked on a
+//! question), and the fleet's counts. Read only; the CLI (`baton runs
+//! list`, `baton handoff list --waiting`) and the web console both read these.
 
+use baton_domain::conversation::question::QuestionState;
 use baton_domain::request::{HandoffStatus, Source, TargetAgent};
 use baton_domain::state::{InvocationKind, InvocationStatus, RunStatus};
 use chrono::{DateTime, Utc};
@@ -127,6 +128,8 @@ fn run_row(r: &tokio_postgres::Row) -> Result<RunRow> {
 pub enum WaitingFor {
     /// A `manual` handoff: an operator pastes the result.
     Manual,
+    /// A run `blocked` on an agent's `ask_user` question: an operator may answer it.
+    Question,
 }
 
 /// A handoff waiting for a person.
@@ -138,12 +141,46 @@ pub struct Waiting {
     pub source: Source,
     pub chat: Option<String>,
     pub status: HandoffStatus,
+    /// When the handoff arrived.
     pub created_at: DateTime<Utc>,
+    /// What the agent asked, when it waits for an answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub question: Option<OpenQuestion>,
 }
 
-/// Handoffs waiting for a person, oldest first: `manual` handoffs no run
-/// has taken and no reply has ended (once their chat's turn has come).
+impl Waiting {
+    /// Since when it has waited for a person: the question's time, or the handoff's.
+    pub fn since(&self) -> DateTime<Utc> {
+        self.question.as_ref().map_or(self.created_at, |q| q.asked_at)
+    }
+}
+
+/// An open `ask_user` question a run is blocked on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenQuestion {
+    pub question_id: Uuid,
+    pub run_id: Uuid,
+    /// The profile of the agent that asked.
+    pub agent: String,
+    pub text: String,
+    pub options: Vec<String>,
+    pub asked_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Everything waiting for a person, oldest wait first: `manual` handoffs
+/// and runs blocked on a question.
 pub async fn waiting(c: &impl GenericClient) -> Result<Vec<Waiting>> {
+    let mut all = manual(c).await?;
+    all.extend(questions(c, None).await?);
+    all.sort_by(|a, b| a.since().cmp(&b.since()).then_with(|| a.handoff_id.cmp(&b.handoff_id)));
+    Ok(all)
+}
+
+/// `manual` handoffs no run has taken and no reply has ended (once their
+/// chat's turn has come), oldest first.
+async fn manual(c: &impl GenericClient) -> Result<Vec<Waiting>> {
     let rows = sql::query(
         c,
         "SELECT id, source, reply_chat_id, status, created_at FROM handoff_requests
@@ -164,10 +201,54 @@ pub async fn waiting(c: &impl GenericClient) -> Result<Vec<Waiting>> {
                 chat: r.get(2),
                 status: at.wire(r, 3)?,
                 created_at: r.get(4),
+                question: None,
                 handoff_id: id,
             })
         })
         .collect()
+}
+
+const QUESTIONS: &str = "
+SELECT h.id, h.source, h.reply_chat_id, h.status, h.created_at,
+       q.id, q.run_id, i.profile_id, q.question, q.options, q.created_at, q.expires_at
+  FROM questions q
+  JOIN handoff_requests h ON h.id = q.handoff_id
+  JOIN runs r ON r.id = q.run_id
+  JOIN invocations i ON i.id = q.invocation_id
+ WHERE q.state = $1 AND q.expires_at > now() AND r.status = $2 AND h.reply_sent_at IS NULL
+   AND ($3::text IS NULL OR h.id = $3)
+ ORDER BY q.created_at, q.id";
+
+/// Runs blocked on an open question that has not expired (one handoff's,
+/// with `handoff_id`), oldest question first.
+pub async fn questions(c: &impl GenericClient, handoff_id: Option<&str>) -> Result<Vec<Waiting>> {
+    let open = QuestionState::Open.as_str();
+    let rows = sql::query(c, QUESTIONS, &[&open, &RunStatus::Running.as_str(), &handoff_id]).await?;
+    rows.iter().map(question_row).collect()
+}
+
+fn question_row(r: &tokio_postgres::Row) -> Result<Waiting> {
+    let id: String = r.get(0);
+    let question_id: Uuid = r.get(5);
+    let at = RowOf { table: "handoff_requests", id: &id };
+    let asked = RowOf { table: "questions", id: &question_id };
+    Ok(Waiting {
+        waiting_for: WaitingFor::Question,
+        source: at.wire(r, 1)?,
+        chat: r.get(2),
+        status: at.wire(r, 3)?,
+        created_at: r.get(4),
+        question: Some(OpenQuestion {
+            question_id,
+            run_id: r.get(6),
+            agent: r.get(7),
+            text: r.get(8),
+            options: asked.json_opt(r, 9)?.unwrap_or_default(),
+            asked_at: r.get(10),
+            expires_at: r.get(11),
+        }),
+        handoff_id: id,
+    })
 }
 
 /// The fleet at a glance, from Postgres (queue depths are the broker's).

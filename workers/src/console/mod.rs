@@ -88,6 +88,7 @@ fn router(state: Arc<State>) -> Router {
         .route("/waiting", get(pages::waiting::list))
         .route("/handoffs/{id}", get(pages::waiting::show))
         .route("/handoffs/{id}/result", post(pages::waiting::paste_result))
+        .route("/handoffs/{id}/answer", post(pages::waiting::answer))
         .route("/handoffs/{id}/cancel", post(pages::waiting::cancel))
         .route("/dead", get(pages::dead::list))
         .route("/dead/{id}/replay", post(pages::dead::replay_one))

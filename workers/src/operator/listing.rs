@@ -87,9 +87,14 @@ pub fn waiting_table(rows: &[Waiting], now: DateTime<Utc>) -> String {
     for w in rows {
         let waits = serde_json::to_value(w.waiting_for).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
         let chat = w.chat.as_deref().unwrap_or("-");
-        let _ = writeln!(out, "{:<40}  {:<8}  {:<8}  {:<16}  {:>8}", w.handoff_id, waits, w.source, cut(chat, 16), short(now - w.created_at));
+        let _ = writeln!(out, "{:<40}  {:<8}  {:<8}  {:<16}  {:>8}", w.handoff_id, waits, w.source, cut(chat, 16), short(now - w.since()));
+        if let Some(q) = &w.question {
+            let options = if q.options.is_empty() { String::new() } else { format!(" [{}]", q.options.join(" | ")) };
+            let _ = writeln!(out, "    {} asks: {}{options} (expires {})", q.agent, cut(&q.text.replace('\n', " "), 100), q.expires_at.format("%Y-%m-%d %H:%M:%S"));
+        }
     }
-    out.push_str("\n`baton handoff prompt ID` prints its prompt; `baton handoff paste-result ID FILE` answers it.\n");
+    out.push_str("\n`baton handoff prompt ID` prints its prompt; `baton handoff paste-result ID FILE` answers a manual one;\n");
+    out.push_str("a question is answered by the bridge, or in the console (`/handoffs/ID`).\n");
     out
 }
 

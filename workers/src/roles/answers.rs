@@ -1,35 +1,19 @@
-//! Intake's side of `ask_user`: a bridge's `BridgeAnswer` (CONTRACT §6).
-//! It is stored once by its id and, in the same transaction, becomes the
-//! question's answer, moves the request back to `running` and wakes the
-//! parked invocation under its row lock; any worker resumes it. An answer
-//! that is a duplicate, late, or about an unknown handoff, a closed question
-//! or an ended run is acknowledged, recorded, and changes nothing.
+//! Intake's side of `ask_user`: a bridge's `BridgeAnswer` (CONTRACT §6),
+//! parsed at the edge and applied by [`crate::answering`]; it is
+//! acknowledged whatever became of it, and a body that is not a valid
+//! answer is dead-lettered with the reason.
 
 use baton_bus::{DeadLetters, Delivery, Publisher};
-use baton_domain::conversation::answer::{self, BridgeAnswer};
-use baton_domain::conversation::question::QuestionState;
-use baton_domain::disclosure::{self, DisclosureConfig};
-use baton_domain::fleet::{FleetMessage, Queue};
-use baton_domain::journal;
-use baton_domain::request::{bounded_reason, HandoffStatus};
-use baton_domain::state::{InvocationStatus, RunStatus};
-use baton_store::journal::Event;
-use baton_store::questions::{self, Question};
-use baton_store::{begin, bridge, client as db, commit, invocations, outbox, profiles, requests, runs, GenericClient, Pool};
-use serde_json::json;
+use baton_domain::conversation::answer;
+use baton_domain::disclosure;
+use baton_domain::fleet::Queue;
+use baton_domain::request::bounded_reason;
+use baton_store::Pool;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::retry_transient;
+use crate::answering::{apply, Answerer};
 use crate::config::Settings;
-
-/// What became of an answer: it was applied, or why it changed nothing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Handled {
-    Applied,
-    Ignored(&'static str),
-    Duplicate,
-}
 
 /// Handles one `BridgeAnswer` delivery: applied or recorded, then
 /// acknowledged; a body that is not a valid answer is dead-lettered with the reason.
@@ -40,7 +24,7 @@ pub async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shu
     };
     let span = tracing::info_span!("answer", handoff = %answer.handoff_id, answer = %answer.id);
     let _entered = span.enter();
-    match retry_transient("storing an answer", settings.transient_patience, shutdown, || apply(pool, &answer)).await {
+    match retry_transient("storing an answer", settings.transient_patience, shutdown, || apply(pool, &answer, Answerer::Bridge)).await {
         Ok(handled) => {
             tracing::info!(?handled, "answer handled");
             Ok(delivery.ack().await?)
@@ -59,95 +43,4 @@ async fn dead_letter(publisher: &Publisher, settings: &Settings, delivery: &Deli
     let kept = disclosure::redact_refused_body(delivery.body(), disclosure::REFUSED_BODY_KEPT_BYTES);
     let dead = DeadLetters::new(publisher, &settings.queues());
     Ok(delivery.dead_letter_as(&dead, Queue::BridgeRequests.as_str(), &reason, &kept).await?)
-}
-
-/// Stores and applies one answer in one transaction.
-pub async fn apply(pool: &Pool, answer: &BridgeAnswer) -> anyhow::Result<Handled> {
-    let mut client = db(pool).await?;
-    // Read before the transaction opens, like a request's.
-    let policy = profiles::disclosure(&client).await?;
-    let tx = begin(&mut client).await?;
-    let handled = decide(&tx, answer, &policy).await?;
-    let outcome = match &handled {
-        Handled::Applied => "applied",
-        Handled::Ignored(why) => why,
-        Handled::Duplicate => "duplicate",
-    };
-    if handled != Handled::Duplicate {
-        questions::set_answer_outcome(&tx, &answer.id, outcome).await?;
-    }
-    commit(tx).await?;
-    Ok(handled)
-}
-
-async fn decide(c: &impl GenericClient, answer: &BridgeAnswer, policy: &DisclosureConfig) -> anyhow::Result<Handled> {
-    if !questions::record_answer(c, &answer.id, &answer.handoff_id, &answer.question_id, "received").await? {
-        note(c, answer, "answer_duplicate", "this answer was received before").await?;
-        return Ok(Handled::Duplicate);
-    }
-    if requests::get(c, &answer.handoff_id).await?.is_none() {
-        tracing::warn!("an answer for an unknown handoff; recorded, nothing changed");
-        return Ok(Handled::Ignored("unknown handoff"));
-    }
-    let id = Uuid::parse_str(&answer.question_id).ok();
-    let Some(found) = (match id {
-        Some(id) => questions::get(c, &answer.handoff_id, id, false).await?,
-        None => None,
-    }) else {
-        return ignore(c, answer, "unknown question").await;
-    };
-    // The locks in the order the asking tool takes them: the invocation
-    // (its step's fence), the question, the request.
-    let parked = invocations::lock(c, found.invocation_id).await?;
-    let Some(question) = questions::get(c, &answer.handoff_id, found.id, true).await? else {
-        return ignore(c, answer, "unknown question").await;
-    };
-    let Some(request) = requests::lock(c, &answer.handoff_id).await? else {
-        return Ok(Handled::Ignored("unknown handoff"));
-    };
-    if let Some(why) = closed(c, &question).await? {
-        return ignore(c, answer, why).await;
-    }
-    let (text, found) = disclosure::redact_text(&answer.text, policy.for_target(request.target_agent.as_str()));
-    questions::answer(c, question.id, &text).await?;
-    requests::add_event(c, &request.id, "answer_received", None, Some(&format!("answer {} to question {}", answer.id, question.id))).await?;
-    if !found.is_empty() {
-        let what: Vec<&str> = found.iter().map(|f| f.reason()).collect();
-        let note = format!("{} removal(s) from answer {}: {}", what.len(), answer.id, what.join("; "));
-        requests::add_event(c, &request.id, "disclosure_filtered", None, Some(&note)).await?;
-    }
-    bridge::status(c, &request, HandoffStatus::Running, Some("the user answered")).await?;
-    if parked.is_some_and(|inv| inv.status == InvocationStatus::Parked) && invocations::wake(c, question.invocation_id).await? {
-        outbox::enqueue_fleet(c, &FleetMessage::wake(question.run_id, question.invocation_id)).await?;
-        let woken = Event::new(journal::INVOCATION_WOKEN, Some(question.invocation_id), json!({"by": "answer"}));
-        baton_store::journal::append(c, question.run_id, &[woken]).await?;
-    }
-    Ok(Handled::Applied)
-}
-
-/// Why a question takes no answer any more, if it does not.
-async fn closed(c: &impl GenericClient, question: &Question) -> anyhow::Result<Option<&'static str>> {
-    let run = runs::get(c, question.run_id).await?;
-    Ok(match question.state {
-        _ if run.is_none_or(|r| r.status != RunStatus::Running) => Some("the run has ended"),
-        QuestionState::Answered => Some("the question was already answered"),
-        QuestionState::Expired => Some("the question expired"),
-        QuestionState::Open if question.expired => Some("the question expired"),
-        QuestionState::Open => None,
-    })
-}
-
-async fn ignore(c: &impl GenericClient, answer: &BridgeAnswer, why: &'static str) -> anyhow::Result<Handled> {
-    tracing::info!(why, "answer ignored");
-    note(c, answer, "answer_ignored", why).await?;
-    Ok(Handled::Ignored(why))
-}
-
-/// A handoff event about an answer, when the handoff is known.
-async fn note(c: &impl GenericClient, answer: &BridgeAnswer, kind: &str, why: &str) -> anyhow::Result<()> {
-    if requests::get(c, &answer.handoff_id).await?.is_some() {
-        let message = format!("answer {} to question {}: {why}", answer.id, answer.question_id);
-        requests::add_event(c, &answer.handoff_id, kind, None, Some(&message)).await?;
-    }
-    Ok(())
 }

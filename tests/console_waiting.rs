@@ -1,0 +1,149 @@
+//! Runs blocked on an agent's question wait for a person too: the store's
+//! waiting list, `baton handoff list --waiting` and the console's `/waiting`
+//! show them, and an operator answers (or cancels) from the handoff page.
+
+use std::time::Duration;
+
+use baton::console::Console;
+use baton_store::overview::{self, WaitingFor};
+use baton_tests::{next_json, profile, sample_request_json, until_reply, TestEnv};
+use reqwest::{redirect, Client, StatusCode};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(30);
+const ASK: &str = r#"{ tool = "ask_user", args = { question = "Publish the post now?", options = ["yes", "no"] } }"#;
+const WRITE: &str = r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "Published." } }"#;
+
+/// An agent that asks its user first, then writes, commits and finishes.
+fn asker() -> String {
+    let tools = ["ask_user", "workspace_write", "workspace_commit", "workspace_finish"];
+    let script = [ASK, WRITE, r#"{ tool = "workspace_commit" }"#, r#"{ tool = "workspace_finish" }"#];
+    format!("[routes]\ndocs_agent = \"asker\"\n\n{}", profile("asker", &tools, "", &script))
+}
+
+/// Starts the fleet and sends a request whose agent asks; returns once the
+/// bridge has the question.
+async fn blocked(env: &TestEnv, handoff: &str) -> (baton::fleet::Fleet, baton_bus::lapin::Consumer) {
+    env.apply_profiles(&asker()).await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json(handoff, "docs_agent", "en")).await;
+    while next_json(&mut replies, WAIT).await["type"] != "question" {}
+    (fleet, replies)
+}
+
+/// A console on a free loopback port; stopped when dropped.
+struct Served {
+    base: String,
+    stop: CancellationToken,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn serve(env: &TestEnv) -> Served {
+    let mut settings = env.settings.clone();
+    settings.admin_addr = "127.0.0.1:0".parse().unwrap();
+    let console = Console::bind(&settings).await.expect("the console binds");
+    let (base, stop) = (format!("http://{}", console.local_addr()), CancellationToken::new());
+    tokio::spawn(console.serve(stop.clone()));
+    Served { base, stop }
+}
+
+fn client() -> Client {
+    Client::builder().redirect(redirect::Policy::none()).build().unwrap()
+}
+
+async fn get(url: &str) -> String {
+    let response = client().get(url).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "{url}");
+    response.text().await.unwrap()
+}
+
+/// The value of the hidden `name` input in a page.
+fn hidden(page: &str, name: &str) -> String {
+    let at = page.find(&format!("name=\"{name}\" value=\"")).unwrap_or_else(|| panic!("no {name} field in {page}"));
+    let rest = &page[at + name.len() + 15..];
+    rest[..rest.find('"').unwrap()].to_string()
+}
+
+/// `baton handoff list --waiting --json` against this test's database.
+async fn listed_by_the_cli(env: &TestEnv) -> Value {
+    let out = tokio::process::Command::new(baton_tests::baton_binary())
+        .args(["handoff", "list", "--waiting", "--json"])
+        .env("DATABASE_URL", &env.settings.database_url)
+        .env("AMQP_URL", &env.settings.amqp_url)
+        .env("BATON_QUEUE_PREFIX", &env.settings.queue_prefix)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .expect("run baton");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn a_question_waits_for_a_person_and_the_operators_answer_completes_the_run() {
+    let env = TestEnv::new().await;
+    let (fleet, mut replies) = blocked(&env, "wait-q").await;
+
+    let waiting = overview::waiting(&env.db().await).await.unwrap();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    let asked = waiting[0].question.clone().expect("the question is shown");
+    assert_eq!((waiting[0].handoff_id.as_str(), waiting[0].waiting_for), ("wait-q", WaitingFor::Question));
+    assert_eq!((asked.agent.as_str(), asked.options.clone()), ("asker", vec!["yes".to_string(), "no".to_string()]));
+    assert!(asked.text.contains("Publish the post now?") && asked.expires_at > asked.asked_at, "{asked:?}");
+    let cli = listed_by_the_cli(&env).await;
+    assert_eq!(cli, serde_json::to_value(&waiting).unwrap(), "the CLI prints what the store holds");
+    assert_eq!((cli[0]["waitingFor"].clone(), cli[0]["question"]["options"].clone()), (json!("question"), json!(["yes", "no"])));
+
+    let console = serve(&env).await;
+    let list = get(&format!("{}/waiting", console.base)).await;
+    assert!(list.contains("<tr data-handoff=\"wait-q\" data-kind=\"question\">") && list.contains("Publish the post now?"), "{list}");
+    let page = get(&format!("{}/handoffs/wait-q", console.base)).await;
+    assert!(page.contains("<form id=\"answer-question\"") && page.contains("action=\"/handoffs/wait-q/answer\""), "{page}");
+    assert!(page.contains("name=\"choice\" value=\"yes\"") && page.contains(&asked.expires_at.format("%Y-%m-%d %H:%M:%S").to_string()));
+    assert!(page.contains("<form id=\"cancel-handoff\""), "{page}");
+    assert_eq!(hidden(&page, "question"), asked.question_id.to_string());
+
+    let form = [("csrf", hidden(&page, "csrf")), ("question", hidden(&page, "question")), ("text", "Yes, publish it today.".into())];
+    let url = format!("{}/handoffs/wait-q/answer", console.base);
+    let sent = client().post(&url).form(&form).send().await.unwrap();
+    assert_eq!(sent.status(), StatusCode::SEE_OTHER);
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    assert_eq!(messages.first().unwrap()["status"], "running", "back to running once answered");
+    assert_eq!(messages.last().unwrap()["status"], "completed");
+
+    let run = env.run_of("wait-q").await;
+    let inv = &env.invocations_of(run, "asker").await[0];
+    let result = env.tool_results(inv.id).await[0]["content"].as_str().unwrap().to_string();
+    assert!(result.starts_with("The user answered:\n> Yes, publish it today."), "{result}");
+    let events = env.handoff_events("wait-q").await;
+    assert!(events.iter().any(|e| e == "answer_received") && events.iter().any(|e| e == "operator_answered"), "{events:?}");
+    let outcome = "SELECT count(*) FROM bridge_answers WHERE id LIKE 'console:%' AND outcome = 'applied'";
+    assert_eq!(env.scalar_i64(outcome, &[]).await, 1);
+    assert!(!get(&format!("{}/waiting", console.base)).await.contains("data-handoff=\"wait-q\""), "no longer waiting");
+    let again = client().post(&url).form(&form).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::CONFLICT, "an answer to a closed question changes nothing");
+}
+
+#[tokio::test]
+async fn cancelling_a_blocked_run_from_its_handoff_page_tells_the_bridge_cancelled() {
+    let env = TestEnv::new().await;
+    let (fleet, mut replies) = blocked(&env, "wait-cancel").await;
+    let console = serve(&env).await;
+    let page = get(&format!("{}/handoffs/wait-cancel", console.base)).await;
+    let form = [("csrf", hidden(&page, "csrf")), ("reason", "the operator stopped it".into())];
+    let done = client().post(format!("{}/handoffs/wait-cancel/cancel", console.base)).form(&form).send().await.unwrap();
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    let reply = messages.last().unwrap();
+    assert_eq!(reply["status"], "cancelled", "{messages:?}");
+    assert!(overview::waiting(&env.db().await).await.unwrap().is_empty(), "nothing waits any more");
+}
