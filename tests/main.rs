@@ -17,6 +17,7 @@ mod database;
 mod delegation;
 mod errors;
 mod hardening_claims;
+mod metrics;
 mod operator_console_cli;
 mod outages;
 mod process;

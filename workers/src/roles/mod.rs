@@ -94,6 +94,7 @@ async fn run_attempts(
             Role::Collector => collector::run(settings, shutdown).await,
             Role::Admin => crate::console::run(settings, shutdown).await,
         };
+        crate::health::consumer(role, false);
         match attempt {
             Ok(()) => return,
             Err(e) if shutdown.is_cancelled() => {
@@ -141,6 +142,7 @@ pub(crate) async fn connect_with(settings: &Settings, role: Role, pool: &Pool) -
         .with_context(|| format!("connecting to RabbitMQ at {}", settings.amqp_url_redacted()))?;
     conn.declare(&settings.queues()).await?;
     drop(baton_store::client(pool).await.with_context(|| format!("connecting to PostgreSQL at {}", settings.database_url_redacted()))?);
+    crate::health::consumer(role, true);
     Ok(conn)
 }
 
