@@ -17,7 +17,6 @@ impl Fleet {
         let shutdown = CancellationToken::new();
         let mut tasks = JoinSet::new();
         for role in roles {
-            crate::health::expect(*role);
             tasks.spawn(roles::run(*role, settings.clone(), shutdown.clone()));
         }
         Self { shutdown, tasks }

@@ -7,7 +7,6 @@
 //! Readiness is probed in the background every [`PROBE_EVERY`], so a
 //! request never waits on a service that went away.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,27 +24,6 @@ use crate::roles::Role;
 
 const PROBE_EVERY: Duration = Duration::from_secs(2);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// Which consuming roles of this process are connected, by name.
-static CONSUMERS: Mutex<BTreeMap<&'static str, bool>> = Mutex::new(BTreeMap::new());
-
-/// Counts a role in: the process is not ready until it is connected.
-pub fn expect(role: Role) {
-    if role != Role::Admin {
-        CONSUMERS.lock().expect("not poisoned").entry(role.name()).or_insert(false);
-    }
-}
-
-/// The role connected to both services (`up`), or lost them (`!up`).
-pub fn consumer(role: Role, up: bool) {
-    if role != Role::Admin {
-        CONSUMERS.lock().expect("not poisoned").insert(role.name(), up);
-    }
-}
-
-fn consumers_down() -> Vec<&'static str> {
-    CONSUMERS.lock().expect("not poisoned").iter().filter(|(_, up)| !**up).map(|(name, _)| *name).collect()
-}
 
 /// What the last probe found: `None` is fine, `Some(why)` is not.
 #[derive(Clone)]
@@ -68,7 +46,7 @@ struct Listener {
 pub async fn start(settings: &Settings, roles: &[Role], shutdown: CancellationToken) -> anyhow::Result<SocketAddr> {
     use anyhow::Context;
     crate::metrics::handle();
-    roles.iter().for_each(|role| expect(*role));
+    roles.iter().for_each(|role| crate::roles::expect(*role));
     let socket = tokio::net::TcpListener::bind(settings.metrics_addr)
         .await
         .with_context(|| format!("cannot serve metrics on BATON_METRICS_ADDR={}", settings.metrics_addr))?;
@@ -125,7 +103,7 @@ async fn readyz(State(state): State<Listener>) -> impl IntoResponse {
     if let Some(why) = probed.rabbitmq {
         missing.push(format!("rabbitmq: {why}"));
     }
-    let down = consumers_down();
+    let down = crate::roles::not_connected();
     if !down.is_empty() {
         missing.push(format!("consumers not up: {}", down.join(", ")));
     }

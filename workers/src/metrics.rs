@@ -1,7 +1,7 @@
 //! Every metric the fleet exports, named once: the names the roles record
 //! here, the agent loop's ([`baton_agent::metrics`]) and the bus's
 //! ([`baton_bus::metrics`]). The `metrics` facade records; the Prometheus
-//! exporter renders them for `/metrics` (see [`crate::health`]).
+//! exporter renders them for `/metrics` (served by the `health` module).
 //!
 //! Names follow Prometheus conventions (`baton_` prefix, `_total` for
 //! counters, `_seconds` for durations) and labels are bounded: no ids and no

@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use baton_domain::tool_name::ToolName;
 
-use crate::providers::Usage;
-
 pub const MODEL_REQUEST_SECONDS: &str = "baton_model_request_duration_seconds";
 pub const MODEL_REQUEST_ERRORS: &str = "baton_model_request_errors_total";
 pub const MODEL_TOKENS: &str = "baton_model_tokens_total";
@@ -26,9 +24,9 @@ pub fn model_error(profile: &str, status: &str) {
     ::metrics::counter!(MODEL_REQUEST_ERRORS, "profile" => profile.to_owned(), "status" => status.to_owned()).increment(1);
 }
 
-/// The tokens a turn used, by kind (`prompt`, `completion`).
-pub fn model_tokens(profile: &str, usage: &Usage) {
-    for (kind, n) in [("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens)] {
+/// The tokens a turn used, by kind, as its provider reported them.
+pub fn model_tokens(profile: &str, prompt: Option<i64>, completion: Option<i64>) {
+    for (kind, n) in [("prompt", prompt), ("completion", completion)] {
         if let Some(n) = n.and_then(|n| u64::try_from(n).ok()) {
             ::metrics::counter!(MODEL_TOKENS, "profile" => profile.to_owned(), "kind" => kind).increment(n);
         }

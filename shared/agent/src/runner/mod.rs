@@ -404,7 +404,7 @@ async fn timed(
     let result = call.await;
     crate::metrics::model_request(profile, started.elapsed(), result.is_ok());
     if let Some(usage) = result.as_ref().ok().and_then(|turn| turn.usage.as_ref()) {
-        crate::metrics::model_tokens(profile, usage);
+        crate::metrics::model_tokens(profile, usage.prompt_tokens, usage.completion_tokens);
     }
     result
 }
