@@ -80,6 +80,7 @@ async fn the_demo_chain_moves_requests_hops_claims_and_run_duration() {
     assert!(delta("baton_claims_total", &[]) >= invocations as f64, "every invocation was claimed: {after}");
     assert_eq!(delta("baton_takeovers_total", &[]), 0.0);
     assert!(delta("baton_tool_calls_total", &[("tool", "agent_handoff"), ("outcome", "ok")]) >= 2.0);
+    assert!(delta("baton_model_request_duration_seconds_count", &[("profile", "writer"), ("outcome", "ok")]) >= 1.0, "by profile id");
     assert_eq!(delta("baton_bridge_replies_total", &[("status", "completed")]), 1.0);
     assert!(delta("baton_relay_publish_duration_seconds_count", &[]) >= 1.0);
     assert!(after.contains("baton_outbox_backlog "), "the relay's process reports the outbox: {after}");

@@ -1,5 +1,5 @@
 //! The metrics the agent loop records, through the `metrics` facade (the
-//! binary installs the exporter). Labels are bounded: profile names come
+//! binary installs the exporter). Labels are bounded: profile ids come
 //! from the operator's profiles file, tool names from [`ToolName`] (a name a
 //! model made up counts as `unknown`), status codes from HTTP.
 

@@ -107,7 +107,7 @@ impl Provider for OpenAi {
         for attempt in 1..=e.attempts {
             let outcome = self.attempt(&e, &body, &request.session_id).await;
             if let Attempt::Retry(.., status) | Attempt::Fatal(.., status) = &outcome {
-                crate::metrics::model_error(&request.profile.name, status);
+                crate::metrics::model_error(&request.profile.id, status);
             }
             match outcome {
                 Attempt::Done(response) => {

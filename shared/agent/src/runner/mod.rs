@@ -235,13 +235,13 @@ impl Runner {
         let mut turn = if let Some(on_interrupt) = on_interrupt {
             tokio::select! {
                 biased;
-                turn = timed(&c.profile.name, provider.complete(&request)) => turn?,
+                turn = timed(&c.profile.id, provider.complete(&request)) => turn?,
                 _ = kill.cancelled() => return self.external_interrupted(c, on_interrupt).await.map(Some),
             }
         } else {
             tokio::select! {
                 biased;
-                turn = timed(&c.profile.name, provider.complete(&request)) => turn?,
+                turn = timed(&c.profile.id, provider.complete(&request)) => turn?,
                 _ = stop.cancelled() => return Ok(Some(Exit::Stopped)),
                 _ = tokio::time::sleep(c.budget.time_left()) => {
                     return over_budget::stop_run(&self.pool, c.inv, c.epoch, c.budget.out_of_time()).await.map(Some);
