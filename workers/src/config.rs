@@ -65,6 +65,8 @@ pub struct Settings {
     pub admin_addr: std::net::SocketAddr,
     /// The console's token (bearer or login cookie); required off loopback.
     pub admin_token: Option<Secret>,
+    /// Where this process serves `/metrics`, `/healthz` and `/readyz`.
+    pub metrics_addr: std::net::SocketAddr,
 }
 
 /// A value that never prints (`Debug` shows `***`).
@@ -247,6 +249,7 @@ impl Settings {
             agent_work_dir: r.raw("BATON_AGENT_WORK_DIR").map_or_else(|| std::env::temp_dir().join("baton-agents"), Into::into),
             admin_addr: r.socket_addr("BATON_ADMIN_ADDR", "127.0.0.1:8080"),
             admin_token: r.raw("BATON_ADMIN_TOKEN").map(|t| Secret::new(t.trim())),
+            metrics_addr: r.socket_addr("BATON_METRICS_ADDR", "127.0.0.1:9464"),
         };
         match r.problems.is_empty() {
             true => Ok(settings),
@@ -332,6 +335,7 @@ impl fmt::Debug for Settings {
             .field("agent_work_dir", &self.agent_work_dir)
             .field("admin_addr", &self.admin_addr)
             .field("admin_token", &self.admin_token)
+            .field("metrics_addr", &self.metrics_addr)
             .finish()
     }
 }
@@ -513,6 +517,13 @@ mod parsing {
             problems(&[("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "2.5")]),
             ["BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS=2.5 is not a whole number of milliseconds"]
         );
+    }
+
+    #[test]
+    fn the_metrics_address_is_an_ip_and_port() {
+        assert_eq!(parse(&[]).unwrap().metrics_addr, "127.0.0.1:9464".parse().unwrap());
+        assert_eq!(parse(&[("BATON_METRICS_ADDR", "0.0.0.0:9100")]).unwrap().metrics_addr, "0.0.0.0:9100".parse().unwrap());
+        assert_eq!(problems(&[("BATON_METRICS_ADDR", "localhost")]), ["BATON_METRICS_ADDR=localhost is not an IP address with a port (127.0.0.1:8080)"]);
     }
 
     #[test]

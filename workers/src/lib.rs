@@ -6,6 +6,8 @@
 //! - [`answering`]: an answer to an agent's question applied, from a bridge or an operator.
 //! - [`bridge`]: status and reply messages for the bridge, via the outbox.
 //! - [`fleet`]: start roles in this process and stop them on a signal.
+//! - [`metrics`]: every metric name the fleet exports, and the exporter.
+//! - [`health`]: the metrics listener (`/metrics`, `/healthz`, `/readyz`) and `baton health`.
 //! - [`startup`]: the schema check `baton up` makes before any role starts.
 //! - [`operator`]: operator actions such as cancelling a run.
 //! - [`timeline`]: a run's journal as a readable table.
@@ -18,6 +20,8 @@ pub mod config;
 pub mod console;
 pub mod demo;
 pub mod fleet;
+pub mod health;
+pub mod metrics;
 pub mod operator;
 pub mod roles;
 pub mod startup;

@@ -28,6 +28,12 @@ enum Command {
         #[arg(long, value_enum)]
         role: Vec<Role>,
     },
+    /// Ask a running process's /readyz (for container health checks): exit 0 when ready, 1 when not.
+    Health {
+        /// host:port of its metrics listener (default: BATON_METRICS_ADDR).
+        #[arg(long)]
+        addr: Option<std::net::SocketAddr>,
+    },
     /// Run a real handoff chain end to end and print its timeline and reply.
     Demo(baton::demo::DemoArgs),
     /// Inspect runs.
@@ -170,6 +176,14 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Profiles { command } => profiles(&settings, command).await?,
         Command::Up { role } => up(&settings, role).await?,
+        Command::Health { addr } => match baton::health::check(addr.unwrap_or(settings.metrics_addr)).await {
+            Ok(true) => {}
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("not ready: {e:#}");
+                std::process::exit(1);
+            }
+        },
         Command::Demo(args) => baton::demo::run(&settings, args).await?,
         Command::Runs { command } => runs(&settings, command).await?,
         Command::Handoff { command } => handoff(&settings, command).await?,
@@ -216,13 +230,19 @@ async fn up(settings: &Settings, role: Vec<Role>) -> anyhow::Result<()> {
     if role.is_empty() || role.contains(&Role::Admin) {
         baton::console::check_bind(settings)?;
     }
+    let roles = if role.is_empty() { Role::UP.to_vec() } else { role };
+    // Served from the start: alive (and not ready) while the schema check waits.
+    let listener = tokio_util::sync::CancellationToken::new();
+    if let Err(e) = baton::health::start(settings, &roles, listener.clone()).await {
+        tracing::warn!(error = %format!("{e:#}"), "running without /metrics, /healthz and /readyz");
+    }
+    let _stop_listener = listener.drop_guard();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         checked = baton::startup::check_schema(settings) => checked?,
         _ = term.recv() => return Ok(()),
         _ = tokio::signal::ctrl_c() => return Ok(()),
     }
-    let roles = if role.is_empty() { Role::UP.to_vec() } else { role };
     tracing::info!(roles = ?roles.iter().map(|r| r.name()).collect::<Vec<_>>(), "starting");
     Fleet::start(settings, &roles).run_until_signalled().await
 }

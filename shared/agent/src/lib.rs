@@ -6,6 +6,7 @@
 //! - [`runner`]: the loop, one persisted step at a time.
 //! - [`first_step`]: an invocation's system prompt and brief, written with its claim.
 //! - [`http`]: HTTP response bodies read up to a cap.
+//! - [`metrics`]: the metric names the loop records (model calls, tokens, tool calls).
 //! - `step`: the step transaction (`StepTx`: begin, fence, write, commit, retried whole),
 //!   what it wrote, how a loop ended ([`Exit`]), safe-to-store model output.
 //! - [`tools`]: the model-visible tools, run inside the step's transaction.
@@ -16,6 +17,7 @@
 mod budget;
 pub mod first_step;
 pub mod http;
+pub mod metrics;
 pub mod providers;
 pub mod runner;
 mod step;

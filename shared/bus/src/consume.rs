@@ -69,6 +69,7 @@ impl Delivery {
             ..Default::default()
         };
         to.publisher.publish(&out).await?;
+        crate::metrics::dead_lettered(source_queue, crate::metrics::reason_code(source_queue, reason));
         tracing::warn!(queue = source_queue, reason, "message dead-lettered");
         self.ack().await
     }

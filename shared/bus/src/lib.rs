@@ -9,12 +9,14 @@
 //! - [`topology`]: the fleet's queues under a per-deployment prefix, and their declaration.
 //! - [`publish`]: persistent publishes that wait for the broker's confirm.
 //! - [`consume`]: the consume loop, deliveries, ack and dead-lettering.
+//! - [`metrics`]: the dead-letter counter and its bounded labels.
 //! - [`dead`]: what is in `baton.dead`: list, replay to the source queue, discard.
 //! - `connection`: a role's connection: topology, publishers, consumers.
 
 mod connection;
 pub mod consume;
 pub mod dead;
+pub mod metrics;
 pub mod publish;
 pub mod topology;
 

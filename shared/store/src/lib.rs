@@ -20,6 +20,7 @@
 //! - [`journal`]: run events.
 //! - [`workspace`]: files, read marks and the commit ledger.
 //! - [`outbox`]: messages waiting for the relay, fleet messages among them.
+//! - [`gauges`]: fleet-wide figures for the metrics gauges (live invocations, outbox backlog, hop waits).
 //! - [`overview`]: what an operator looks at: runs listed and filtered, handoffs waiting, fleet counts.
 //! - [`retry`]: a failed run resumed from its last stored step.
 //! - [`sent`]: a copy of every message queued for a bridge, for operators.
@@ -38,6 +39,7 @@ pub mod connect;
 pub mod conversations;
 mod decode;
 mod error;
+pub mod gauges;
 pub mod invocations;
 pub mod journal;
 pub mod lifecycle;

@@ -46,6 +46,7 @@ async fn deliver_due(pool: &Pool, client: &reqwest::Client) -> anyhow::Result<()
     };
     for cb in due {
         let outcome = post(client, &cb.url, &cb.body).await;
+        crate::metrics::callback(outcome.is_ok());
         let db = pool.get().await?;
         match outcome {
             Ok(()) => callbacks::delete(&db, cb.id).await?,

@@ -70,7 +70,8 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
         let error = run.error.as_ref().map(|e| e.to_value().to_string());
         requests::add_event(&tx, &handoff, "failed", Some(HandoffStatus::Failed), error.as_deref()).await?;
     }
-    bridge::status(&tx, &request, outcome.status(), None).await?;
+    let status = outcome.status();
+    bridge::status(&tx, &request, status, None).await?;
     let agents = agents(&tx, &run).await?;
     let input = ReplyInput {
         handoff_id: &handoff,
@@ -84,6 +85,8 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     };
     bridge::reply(&tx, &request, &input).await?;
     commit(tx).await?;
+    let took = run.finished_at.and_then(|end| (end - run.created_at).to_std().ok());
+    crate::metrics::request_answered(request.source.as_str(), &run.root_profile_id, status.as_str(), took);
     Ok(())
 }
 

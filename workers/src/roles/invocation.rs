@@ -217,7 +217,12 @@ impl Worker {
         }
         let evs = started_events(&tx, &inv, &self.settings.worker_id).await?;
         baton_store::journal::append(&tx, inv.run_id, &evs).await?;
+        let facts = baton_store::gauges::claim_facts(&tx, inv.id).await?;
         commit(tx).await?;
+        crate::metrics::claimed(inv.kind.as_str(), facts.takeover);
+        if inv.kind == InvocationKind::Handoff && inv.claim_epoch == 1 {
+            crate::metrics::hop(facts.waited_seconds);
+        }
         Ok(Some(inv))
     }
 

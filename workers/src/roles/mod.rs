@@ -9,7 +9,9 @@ pub mod intake;
 pub mod invocation;
 pub mod relay;
 
+use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use backon::BackoffBuilder;
@@ -58,7 +60,30 @@ pub async fn run(role: Role, settings: Settings, shutdown: CancellationToken) {
     run_role(role, settings, shutdown).instrument(span).await
 }
 
+/// Which consuming roles of this process are connected, by name (`/readyz`).
+static CONNECTED: Mutex<BTreeMap<&'static str, bool>> = Mutex::new(BTreeMap::new());
+
+/// Counts a role in: the process is not ready until it has connected.
+pub fn expect(role: Role) {
+    if role != Role::Admin {
+        CONNECTED.lock().expect("not poisoned").entry(role.name()).or_insert(false);
+    }
+}
+
+/// The role connected to both services, or lost them (its attempt ended).
+fn connected(role: Role, up: bool) {
+    if role != Role::Admin {
+        CONNECTED.lock().expect("not poisoned").insert(role.name(), up);
+    }
+}
+
+/// The consuming roles of this process that are not connected now.
+pub fn not_connected() -> Vec<&'static str> {
+    CONNECTED.lock().expect("not poisoned").iter().filter(|(_, up)| !**up).map(|(name, _)| *name).collect()
+}
+
 async fn run_role(role: Role, settings: Settings, shutdown: CancellationToken) {
+    expect(role);
     let state = match role {
         Role::Invocation => match invocation::State::new(&settings, &shutdown) {
             Ok(side) => Some(side),
@@ -94,6 +119,7 @@ async fn run_attempts(
             Role::Collector => collector::run(settings, shutdown).await,
             Role::Admin => crate::console::run(settings, shutdown).await,
         };
+        connected(role, false);
         match attempt {
             Ok(()) => return,
             Err(e) if shutdown.is_cancelled() => {
@@ -141,6 +167,7 @@ pub(crate) async fn connect_with(settings: &Settings, role: Role, pool: &Pool) -
         .with_context(|| format!("connecting to RabbitMQ at {}", settings.amqp_url_redacted()))?;
     conn.declare(&settings.queues()).await?;
     drop(baton_store::client(pool).await.with_context(|| format!("connecting to PostgreSQL at {}", settings.database_url_redacted()))?);
+    connected(role, true);
     Ok(conn)
 }
 

@@ -146,7 +146,9 @@ impl Relay {
             return Ok(0);
         }
         let prepared = rows.iter().map(|r| self.prepare(&r.message)).collect::<anyhow::Result<Vec<_>>>()?;
+        let started = std::time::Instant::now();
         let mut fates = self.publish_together(&rows, &prepared).await?;
+        crate::metrics::relay_published(started.elapsed());
         if fates.iter().any(|f| matches!(f, Fate::Unsure(_))) {
             tracing::warn!("the channel broke during a batch; trying its unconfirmed rows one by one");
             self.reopen().await?;
@@ -251,6 +253,7 @@ impl Relay {
         let m = &row.message;
         match fate {
             Fate::Sent => {
+                crate::metrics::bridge_message_sent(&m.body);
                 if let (Some(size), Some(handoff)) = (p.cut_from, &m.correlation_id) {
                     let what = m.body["type"].as_str().unwrap_or("message");
                     let note = format!(
@@ -284,6 +287,7 @@ impl Relay {
     /// Moves a row aside to `baton.dead`, its body cut to the bound if need be.
     async fn dead_letter(&mut self, m: &Message, p: &Prepared, reason: &str) -> anyhow::Result<()> {
         tracing::warn!(queue = %p.queue, reason, "message cannot be published; dead-lettering it");
+        baton_bus::metrics::dead_lettered(&p.queue, "unpublishable");
         let dead = self.settings.queues().name(Queue::Dead);
         // A dead letter is for an operator to read: a reason and enough of
         // the body to recognise it (the rest is in Postgres). Kept well under
@@ -395,7 +399,10 @@ fn settled(settled: Settled) -> Fate {
     match settled {
         Settled::Confirmed => Fate::Sent,
         Settled::Returned(reason) => Fate::Dead(reason),
-        Settled::Nacked => Fate::Retry("the broker refused the message for now (nack)".into()),
+        Settled::Nacked => {
+            crate::metrics::relay_nacked();
+            Fate::Retry("the broker refused the message for now (nack)".into())
+        }
     }
 }
 

@@ -83,12 +83,13 @@ fn body(e: &Endpoint<'_>, request: &ModelRequest<'_>) -> Value {
     body
 }
 
-/// What one attempt came to.
+/// What one attempt came to. A failure carries its metrics label: the
+/// HTTP status code, or `timeout`, `unreachable`, `invalid`.
 enum Attempt {
     Done(Value),
     /// Worth another try, after at least this long.
-    Retry(String, Option<Duration>),
-    Fatal(String),
+    Retry(String, Option<Duration>, String),
+    Fatal(String, String),
 }
 
 #[async_trait]
@@ -104,14 +105,18 @@ impl Provider for OpenAi {
             .build();
         let mut last = String::new();
         for attempt in 1..=e.attempts {
-            match self.attempt(&e, &body, &request.session_id).await {
+            let outcome = self.attempt(&e, &body, &request.session_id).await;
+            if let Attempt::Retry(.., status) | Attempt::Fatal(.., status) = &outcome {
+                crate::metrics::model_error(&request.profile.id, status);
+            }
+            match outcome {
                 Attempt::Done(response) => {
                     let mut turn = parse_response(&response)?;
                     turn.attempts = Some(attempt);
                     return Ok(turn);
                 }
-                Attempt::Fatal(why) => return Err(ProviderError::Failed(why)),
-                Attempt::Retry(why, after) => {
+                Attempt::Fatal(why, _) => return Err(ProviderError::Failed(why)),
+                Attempt::Retry(why, after, _) => {
                     let wait = delays.next().unwrap_or(MAX_RETRY_AFTER).max(after.unwrap_or_default());
                     tracing::warn!(attempt, why = %why, ?wait, "model call failed; retrying");
                     last = why;
@@ -133,30 +138,31 @@ impl OpenAi {
         }
         let response = match call.send().await {
             Ok(r) => r,
-            Err(err) if err.is_timeout() => return Attempt::Retry(format!("no answer within {:?}", e.timeout), None),
-            Err(err) if err.is_connect() || err.is_request() => return Attempt::Retry(format!("could not reach {}: {err}", e.url), None),
-            Err(err) => return Attempt::Fatal(err.to_string()),
+            Err(err) if err.is_timeout() => return Attempt::Retry(format!("no answer within {:?}", e.timeout), None, "timeout".into()),
+            Err(err) if err.is_connect() || err.is_request() => return Attempt::Retry(format!("could not reach {}: {err}", e.url), None, "unreachable".into()),
+            Err(err) => return Attempt::Fatal(err.to_string(), "unreachable".into()),
         };
         let status = response.status();
+        let code = status.as_u16().to_string();
         let retry_after = retry_after(response.headers());
         // Read up to the cap: an oversized answer is an error like a broken
         // connection (tried again while attempts remain), never held whole.
         let text = match crate::http::read_capped(response, self.max_response_bytes).await {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Err(err) if err.is_timeout() => return Attempt::Retry(format!("no answer within {:?}", e.timeout), None),
-            Err(err) => return Attempt::Retry(format!("HTTP {status}: {err}"), None),
+            Err(err) if err.is_timeout() => return Attempt::Retry(format!("no answer within {:?}", e.timeout), None, "timeout".into()),
+            Err(err) => return Attempt::Retry(format!("HTTP {status}: {err}"), None, code),
         };
         let snippet: String = text.chars().take(300).collect();
         if status.as_u16() == 429 || status.is_server_error() {
             return match retry_after {
-                Some(after) if after > MAX_RETRY_AFTER => Attempt::Fatal(format!("HTTP {status}; the server asks to wait {after:?}")),
-                after => Attempt::Retry(format!("HTTP {status}: {snippet}"), after),
+                Some(after) if after > MAX_RETRY_AFTER => Attempt::Fatal(format!("HTTP {status}; the server asks to wait {after:?}"), code),
+                after => Attempt::Retry(format!("HTTP {status}: {snippet}"), after, code),
             };
         }
         if !status.is_success() {
-            return Attempt::Fatal(format!("HTTP {status}: {snippet}"));
+            return Attempt::Fatal(format!("HTTP {status}: {snippet}"), code);
         }
-        serde_json::from_str(&text).map(Attempt::Done).unwrap_or_else(|err| Attempt::Fatal(format!("the response is not JSON ({err}): {snippet}")))
+        serde_json::from_str(&text).map(Attempt::Done).unwrap_or_else(|err| Attempt::Fatal(format!("the response is not JSON ({err}): {snippet}"), "invalid".into()))
     }
 }
 

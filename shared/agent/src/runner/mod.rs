@@ -235,13 +235,13 @@ impl Runner {
         let mut turn = if let Some(on_interrupt) = on_interrupt {
             tokio::select! {
                 biased;
-                turn = provider.complete(&request) => turn?,
+                turn = timed(&c.profile.id, provider.complete(&request)) => turn?,
                 _ = kill.cancelled() => return self.external_interrupted(c, on_interrupt).await.map(Some),
             }
         } else {
             tokio::select! {
                 biased;
-                turn = provider.complete(&request) => turn?,
+                turn = timed(&c.profile.id, provider.complete(&request)) => turn?,
                 _ = stop.cancelled() => return Ok(Some(Exit::Stopped)),
                 _ = tokio::time::sleep(c.budget.time_left()) => {
                     return over_budget::stop_run(&self.pool, c.inv, c.epoch, c.budget.out_of_time()).await.map(Some);
@@ -395,3 +395,16 @@ fn is_closing(name: &str) -> bool {
     ToolName::parse(name).is_some_and(ToolName::is_closing)
 }
 
+/// A model call, its duration, outcome and tokens recorded.
+async fn timed(
+    profile: &str,
+    call: impl std::future::Future<Output = Result<ModelTurn, ProviderError>>,
+) -> Result<ModelTurn, ProviderError> {
+    let started = std::time::Instant::now();
+    let result = call.await;
+    crate::metrics::model_request(profile, started.elapsed(), result.is_ok());
+    if let Some(usage) = result.as_ref().ok().and_then(|turn| turn.usage.as_ref()) {
+        crate::metrics::model_tokens(profile, usage.prompt_tokens, usage.completion_tokens);
+    }
+    result
+}

@@ -56,6 +56,7 @@ impl Runner {
             events::append(tx, c.inv.run_id, &outcome.events).await?;
             return Ok(outcome.effect);
         }
+        crate::metrics::tool_call(&call.name, outcome.is_error);
         let payload = transcript::tool_result_payload(call, &outcome.content, outcome.is_error, &outcome.structured);
         let (appended, logged) = tokio::join!(
             w.append(tx, c.inv.id, transcript::TOOL_RESULT, payload),

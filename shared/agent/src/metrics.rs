@@ -1,0 +1,41 @@
+//! The metrics the agent loop records, through the `metrics` facade (the
+//! binary installs the exporter). Labels are bounded: profile ids come
+//! from the operator's profiles file, tool names from [`ToolName`] (a name a
+//! model made up counts as `unknown`), status codes from HTTP.
+
+use std::time::Duration;
+
+use baton_domain::tool_name::ToolName;
+
+pub const MODEL_REQUEST_SECONDS: &str = "baton_model_request_duration_seconds";
+pub const MODEL_REQUEST_ERRORS: &str = "baton_model_request_errors_total";
+pub const MODEL_TOKENS: &str = "baton_model_tokens_total";
+pub const TOOL_CALLS: &str = "baton_tool_calls_total";
+
+/// One model call (retries included) and how it ended: `ok` or `error`.
+pub fn model_request(profile: &str, took: Duration, ok: bool) {
+    let outcome = if ok { "ok" } else { "error" };
+    ::metrics::histogram!(MODEL_REQUEST_SECONDS, "profile" => profile.to_owned(), "outcome" => outcome).record(took.as_secs_f64());
+}
+
+/// One failed attempt at a model call: an HTTP status code, or `timeout`,
+/// `unreachable`, `invalid` when no usable status came back.
+pub fn model_error(profile: &str, status: &str) {
+    ::metrics::counter!(MODEL_REQUEST_ERRORS, "profile" => profile.to_owned(), "status" => status.to_owned()).increment(1);
+}
+
+/// The tokens a turn used, by kind, as its provider reported them.
+pub fn model_tokens(profile: &str, prompt: Option<i64>, completion: Option<i64>) {
+    for (kind, n) in [("prompt", prompt), ("completion", completion)] {
+        if let Some(n) = n.and_then(|n| u64::try_from(n).ok()) {
+            ::metrics::counter!(MODEL_TOKENS, "profile" => profile.to_owned(), "kind" => kind).increment(n);
+        }
+    }
+}
+
+/// One tool call: `ok`, or `error` (a recoverable error the model reads).
+pub fn tool_call(name: &str, is_error: bool) {
+    let tool = ToolName::parse(name).map_or("unknown", ToolName::as_str);
+    let outcome = if is_error { "error" } else { "ok" };
+    ::metrics::counter!(TOOL_CALLS, "tool" => tool, "outcome" => outcome).increment(1);
+}

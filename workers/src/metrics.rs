@@ -1,0 +1,138 @@
+//! Every metric the fleet exports, named once: the names the roles record
+//! here, the agent loop's ([`baton_agent::metrics`]) and the bus's
+//! ([`baton_bus::metrics`]). The `metrics` facade records; the Prometheus
+//! exporter renders them for `/metrics` (served by the `health` module).
+//!
+//! Names follow Prometheus conventions (`baton_` prefix, `_total` for
+//! counters, `_seconds` for durations) and labels are bounded: no ids and no
+//! user text, only enums, profile names, tool names and queue names.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use ::metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+pub const REQUESTS: &str = "baton_requests_total";
+pub const RUN_SECONDS: &str = "baton_run_duration_seconds";
+pub const HOP_LATENCY: &str = "baton_hop_latency_seconds";
+pub const INVOCATIONS: &str = "baton_invocations";
+pub const CLAIMS: &str = "baton_claims_total";
+pub const TAKEOVERS: &str = "baton_takeovers_total";
+pub const OUTBOX_BACKLOG: &str = "baton_outbox_backlog";
+pub const OUTBOX_OLDEST_AGE: &str = "baton_outbox_oldest_age_seconds";
+pub const RELAY_PUBLISH_SECONDS: &str = "baton_relay_publish_duration_seconds";
+pub const RELAY_NACKS: &str = "baton_relay_nacks_total";
+pub const CALLBACKS: &str = "baton_callbacks_total";
+pub const BRIDGE_REPLIES: &str = "baton_bridge_replies_total";
+
+/// Every metric the fleet exports (the dashboard's queries are checked against it).
+pub const NAMES: [&str; 17] = [
+    REQUESTS,
+    RUN_SECONDS,
+    HOP_LATENCY,
+    INVOCATIONS,
+    CLAIMS,
+    TAKEOVERS,
+    OUTBOX_BACKLOG,
+    OUTBOX_OLDEST_AGE,
+    RELAY_PUBLISH_SECONDS,
+    RELAY_NACKS,
+    CALLBACKS,
+    BRIDGE_REPLIES,
+    baton_agent::metrics::MODEL_REQUEST_SECONDS,
+    baton_agent::metrics::MODEL_REQUEST_ERRORS,
+    baton_agent::metrics::MODEL_TOKENS,
+    baton_agent::metrics::TOOL_CALLS,
+    baton_bus::metrics::DEAD_LETTERS,
+];
+
+/// Histogram buckets in seconds: from a fast claim to a long run.
+const BUCKETS: [f64; 16] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0];
+
+/// The process's exporter, installed on first use (one per process).
+pub fn handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let handle = PrometheusBuilder::new()
+            .set_buckets(&BUCKETS)
+            .expect("the buckets are not empty")
+            .install_recorder()
+            .expect("no other metrics recorder is installed in this process");
+        describe();
+        handle
+    })
+}
+
+fn describe() {
+    describe_counter!(REQUESTS, "Bridge requests answered, by source, root agent and outcome.");
+    describe_histogram!(RUN_SECONDS, Unit::Seconds, "From a run's start to its end, by outcome.");
+    describe_histogram!(HOP_LATENCY, Unit::Seconds, "From a handoff committed to its successor claimed.");
+    describe_gauge!(INVOCATIONS, "Invocations running and parked, and requests blocked on a question.");
+    describe_counter!(CLAIMS, "Invocations claimed, by kind (root, handoff, child).");
+    describe_counter!(TAKEOVERS, "Claims taken from a worker that neither finished nor handed back.");
+    describe_gauge!(OUTBOX_BACKLOG, "Rows waiting in the outbox.");
+    describe_gauge!(OUTBOX_OLDEST_AGE, Unit::Seconds, "Age of the oldest row in the outbox.");
+    describe_histogram!(RELAY_PUBLISH_SECONDS, Unit::Seconds, "The relay's publish of one batch, until the broker confirmed it.");
+    describe_counter!(RELAY_NACKS, "Messages the broker refused for now (nack); kept and tried again.");
+    describe_counter!(CALLBACKS, "HTTP status callbacks, by outcome (sent, failed).");
+    describe_counter!(BRIDGE_REPLIES, "Replies published to bridges, by status.");
+    describe_histogram!(baton_agent::metrics::MODEL_REQUEST_SECONDS, Unit::Seconds, "Model calls (retries included), by profile and outcome.");
+    describe_counter!(baton_agent::metrics::MODEL_REQUEST_ERRORS, "Failed model call attempts, by profile and status code.");
+    describe_counter!(baton_agent::metrics::MODEL_TOKENS, "Tokens the models reported, by profile and kind.");
+    describe_counter!(baton_agent::metrics::TOOL_CALLS, "Tool calls, by tool and outcome (ok, or a recoverable error).");
+    describe_counter!(baton_bus::metrics::DEAD_LETTERS, "Messages moved to baton.dead, by source queue and reason code.");
+}
+
+/// A request answered: its source, the root agent, the outcome.
+pub fn request_answered(source: &'static str, target: &str, outcome: &'static str, run_took: Option<Duration>) {
+    ::metrics::counter!(REQUESTS, "source" => source, "target" => target.to_owned(), "outcome" => outcome).increment(1);
+    if let Some(took) = run_took {
+        ::metrics::histogram!(RUN_SECONDS, "outcome" => outcome).record(took.as_secs_f64());
+    }
+}
+
+/// A claim of an invocation of this kind; a takeover when its holder was lost.
+pub fn claimed(kind: &'static str, takeover: bool) {
+    ::metrics::counter!(CLAIMS, "kind" => kind).increment(1);
+    if takeover {
+        ::metrics::counter!(TAKEOVERS).increment(1);
+    }
+}
+
+pub fn hop(waited_seconds: f64) {
+    ::metrics::histogram!(HOP_LATENCY).record(waited_seconds);
+}
+
+pub fn live(live: &baton_store::gauges::Live, outbox: (i64, f64)) {
+    for (state, n) in [("running", live.running), ("parked", live.parked), ("blocked", live.blocked)] {
+        ::metrics::gauge!(INVOCATIONS, "state" => state).set(n as f64);
+    }
+    ::metrics::gauge!(OUTBOX_BACKLOG).set(outbox.0 as f64);
+    ::metrics::gauge!(OUTBOX_OLDEST_AGE).set(outbox.1);
+}
+
+pub fn relay_published(took: Duration) {
+    ::metrics::histogram!(RELAY_PUBLISH_SECONDS).record(took.as_secs_f64());
+}
+
+pub fn relay_nacked() {
+    ::metrics::counter!(RELAY_NACKS).increment(1);
+}
+
+pub fn callback(sent: bool) {
+    ::metrics::counter!(CALLBACKS, "outcome" => if sent { "sent" } else { "failed" }).increment(1);
+}
+
+/// A message published to a bridge: counted when it is a reply, by its
+/// status (one of the contract's four, anything else as `other`).
+pub fn bridge_message_sent(body: &serde_json::Value) {
+    if body["type"] != "reply" {
+        return;
+    }
+    let status = match body["status"].as_str() {
+        Some(s @ ("completed" | "failed" | "blocked" | "cancelled")) => s.to_owned(),
+        _ => "other".to_owned(),
+    };
+    ::metrics::counter!(BRIDGE_REPLIES, "status" => status).increment(1);
+}
