@@ -25,3 +25,4 @@ mod providers;
 mod relay;
 mod sandbox;
 mod shape;
+mod traces;

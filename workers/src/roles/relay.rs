@@ -99,6 +99,27 @@ struct Prepared {
     cut_from: Option<usize>,
     /// Why the row can never be published, decided before the broker sees it.
     refused: Option<String>,
+    /// The `publish` span (a child of the span that wrote the row) and the
+    /// `traceparent`/`tracestate` headers naming it; none for an untraced row.
+    trace: Option<(tracing::Span, Vec<(&'static str, String)>)>,
+}
+
+impl Prepared {
+    /// Opens the row's `publish` span in the row's trace, if it has one.
+    fn traced(mut self, row: &Row) -> Self {
+        let Some((parent, state)) = row.trace.clone() else { return self };
+        let m = &row.message;
+        let handoff = m.correlation_id.as_deref().unwrap_or_default();
+        let span = tracing::info_span!("publish", queue = %m.queue, handoff_id = %handoff, outbox_row = row.id);
+        crate::telemetry::continue_trace(&span, Some(parent), state);
+        let headers = span.in_scope(crate::telemetry::current_trace).map(|(parent, state)| {
+            let mut headers = vec![("traceparent", parent)];
+            headers.extend(state.map(|s| ("tracestate", s)));
+            headers
+        });
+        self.trace = Some((span, headers.unwrap_or_default()));
+        self
+    }
 }
 
 /// What became of one row this round.
@@ -145,7 +166,7 @@ impl Relay {
         if rows.is_empty() {
             return Ok(0);
         }
-        let prepared = rows.iter().map(|r| self.prepare(&r.message)).collect::<anyhow::Result<Vec<_>>>()?;
+        let prepared = rows.iter().map(|r| self.prepare(&r.message).map(|p| p.traced(r))).collect::<anyhow::Result<Vec<_>>>()?;
         let mut fates = self.publish_together(&rows, &prepared).await?;
         if fates.iter().any(|f| matches!(f, Fate::Unsure(_))) {
             tracing::warn!("the channel broke during a batch; trying its unconfirmed rows one by one");
@@ -173,7 +194,7 @@ impl Relay {
         let max = self.settings.max_message_bytes;
         let body = serde_json::to_vec(&m.body)?;
         let size = body.len();
-        let mut prepared = Prepared { queue, body, cut_from: None, refused: None };
+        let mut prepared = Prepared { queue, body, cut_from: None, refused: None, trace: None };
         match bound::verdict(size, max, bound::is_bridge_message(&m.body)) {
             Verdict::Send => {}
             Verdict::Cut => {
@@ -194,7 +215,7 @@ impl Relay {
         for (row, p) in rows.iter().zip(prepared) {
             sent.push(match &p.refused {
                 Some(reason) => Err(Fate::Dead(reason.clone())),
-                None => self.publisher.send(&outgoing(&row.message, &p.queue, &p.body)).await.map_err(|e| Fate::Unsure(e.to_string())),
+                None => self.publisher.send(&outgoing(&row.message, p)).await.map_err(|e| Fate::Unsure(e.to_string())),
             });
         }
         let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
@@ -214,7 +235,7 @@ impl Relay {
 
     /// Publishes one row on its own: a channel error now is about this row.
     async fn publish_alone(&mut self, m: &Message, p: &Prepared) -> anyhow::Result<Fate> {
-        let pending = match self.publisher.send(&outgoing(m, &p.queue, &p.body)).await {
+        let pending = match self.publisher.send(&outgoing(m, p)).await {
             Ok(pending) => pending,
             Err(e) => return self.failed_alone(e).await,
         };
@@ -399,10 +420,11 @@ fn settled(settled: Settled) -> Fate {
     }
 }
 
-fn outgoing<'a>(m: &'a Message, queue: &'a str, body: &'a [u8]) -> Outgoing<'a> {
+fn outgoing<'a>(m: &'a Message, p: &'a Prepared) -> Outgoing<'a> {
     Outgoing {
-        queue,
-        body,
+        queue: &p.queue,
+        body: &p.body,
+        headers: p.trace.as_ref().map(|(_, headers)| headers.clone()).unwrap_or_default(),
         message_id: m.message_id.as_deref(),
         correlation_id: m.correlation_id.as_deref(),
         mandatory: m.mandatory,
