@@ -106,6 +106,19 @@ pub fn continue_trace(span: &tracing::Span, traceparent: Option<String>, tracest
     span.set_parent(context);
 }
 
+/// [`continue_trace`] of a stored request's run (a bridge's answer or cancel
+/// joins the trace of the request it is about), else of the delivery's headers.
+pub async fn continue_request(span: &tracing::Span, pool: &baton_store::Pool, handoff_id: &str, delivery: &baton_bus::Delivery) {
+    let stored = match pool.get().await {
+        Ok(client) => baton_store::requests::trace(&client, handoff_id).await.ok().flatten(),
+        Err(_) => None,
+    };
+    match stored {
+        Some((parent, state)) => continue_trace(span, Some(parent), state),
+        None => continue_from(span, delivery),
+    }
+}
+
 /// [`continue_trace`] from a delivery's headers.
 pub fn continue_from(span: &tracing::Span, delivery: &baton_bus::Delivery) {
     continue_trace(span, delivery.header("traceparent"), delivery.header("tracestate"));

@@ -98,6 +98,12 @@ fn from_row(r: &tokio_postgres::Row) -> Result<Request> {
     })
 }
 
+/// The trace context the request was stored with (see V19), if any.
+pub async fn trace(c: &impl GenericClient, id: &str) -> Result<Option<crate::outbox::Trace>> {
+    let row = sql::query_opt(c, "SELECT traceparent, tracestate FROM handoff_requests WHERE id = $1", &[&id]).await?;
+    Ok(row.and_then(|r| r.get::<_, Option<String>>(0).map(|p| (p, r.get(1)))))
+}
+
 pub async fn get(c: &impl GenericClient, id: &str) -> Result<Option<Request>> {
     let sql = format!("SELECT {COLUMNS} FROM handoff_requests WHERE id = $1");
     sql::query_opt(c, &sql, &[&id]).await?.as_ref().map(from_row).transpose()
