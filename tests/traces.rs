@@ -165,6 +165,12 @@ async fn one_trace_runs_from_the_bridge_traceparent_through_every_agent_to_the_r
     let chain = ancestry(collector, &by_id);
     assert!(chain.iter().any(|s| s.name == "invocation" && agent_of(s) == "finalizer"), "the collector follows the finalizer");
     assert!(ancestry(publish, &by_id).iter().any(|s| s.id == collector.id), "the reply was written by the collector");
+    // Every agent's work names the bridge's handoff (the claim span above it).
+    for invocation in &invocations {
+        let claim = by_id[invocation.parent.as_str()];
+        assert_eq!(claim.attributes.get("handoff_id").map(String::as_str), Some("traced-1"), "{claim:?}");
+    }
+    assert_eq!(collector.attributes.get("handoff_id").map(String::as_str), Some("traced-1"));
     // Model and tool calls are children of their invocation, tokens as attributes.
     let model = named("model").next().expect("model spans");
     assert_eq!(by_id[model.parent.as_str()].name, "invocation");

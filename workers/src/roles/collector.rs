@@ -46,7 +46,7 @@ async fn handle(pool: &Pool, dead: &DeadLetters, settings: &Settings, shutdown: 
 }
 
 /// Writes the final status and reply of a run's request to the outbox.
-#[tracing::instrument(name = "run", skip_all, fields(run = %message.run_id, run_id = %message.run_id))]
+#[tracing::instrument(name = "run", skip_all, fields(run = %message.run_id, run_id = %message.run_id, handoff_id = tracing::field::Empty))]
 pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     let mut client = db(pool).await?;
     let tx = begin(&mut client).await?;
@@ -56,6 +56,7 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     let Some(handoff) = run.handoff_id.clone() else {
         return Ok(());
     };
+    tracing::Span::current().record("handoff_id", handoff.as_str());
     let Some(request) = requests::lock(&tx, &handoff).await? else {
         return Ok(());
     };

@@ -134,7 +134,7 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                 let (worker, dead, stop, deadline) = (worker.clone(), dead.clone(), shutdown.clone(), deadline.clone());
                 let (queue, broken) = (queue_ref.clone(), broken_ref.clone());
                 // The hop continues the trace of the span that queued it.
-                let hop = tracing::info_span!("claim", queue = %queue_ref);
+                let hop = tracing::info_span!("claim", queue = %queue_ref, handoff_id = tracing::field::Empty);
                 crate::telemetry::continue_from(&hop, &d);
                 loops.spawn(async move {
                     let _permit = permit;
@@ -216,6 +216,10 @@ impl Worker {
             fail_claimed(&tx, &inv, "host.too_many_takeovers", text, &format!("taken over {} times", inv.takeovers)).await?;
             commit(tx).await?;
             return Ok(None);
+        }
+        // Log lines and spans of the claimed work name the bridge's handoff.
+        if let Some(handoff) = runs::get(&tx, inv.run_id).await?.and_then(|run| run.handoff_id) {
+            tracing::Span::current().record("handoff_id", handoff.as_str());
         }
         let evs = started_events(&tx, &inv, &self.settings.worker_id).await?;
         baton_store::journal::append(&tx, inv.run_id, &evs).await?;
