@@ -91,12 +91,9 @@ fn agent_of(span: &Span) -> &str {
     span.attributes.get("agent").map(String::as_str).unwrap_or_default()
 }
 
-#[tokio::test]
-async fn one_trace_runs_from_the_bridge_traceparent_through_every_agent_to_the_reply() {
-    let env = TestEnv::new().await;
-    env.apply_example_profiles().await;
-    let (endpoint, received) = receiver().await;
-    let mut baton = tokio::process::Command::new(baton_binary())
+/// `baton up` (every role) on the test's database and queues.
+fn spawn(env: &TestEnv, extra: &[(&str, &str)]) -> tokio::process::Child {
+    tokio::process::Command::new(baton_binary())
         .arg("up")
         .env("DATABASE_URL", &env.settings.database_url)
         .env("AMQP_URL", &env.settings.amqp_url)
@@ -105,25 +102,42 @@ async fn one_trace_runs_from_the_bridge_traceparent_through_every_agent_to_the_r
         .env("BATON_WORKER_ID", "traced")
         .env("BATON_DB_POOL_SIZE", "3")
         .env("BATON_METRICS_ADDR", "127.0.0.1:0")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
-        .env("OTEL_BSP_SCHEDULE_DELAY", "200")
         .env("RUST_LOG", "warn")
+        .envs(extra.iter().copied())
         .kill_on_drop(true)
         .spawn()
-        .expect("spawn baton");
+        .expect("spawn baton")
+}
 
-    let mut replies = env.replies().await;
-    let body = serde_json::to_vec(&sample_request_json("traced-1", "docs_agent", "en")).unwrap();
+/// Sends a request as a bridge would, with its own `traceparent`.
+async fn send_traced(env: &TestEnv, request: &Value, traceparent: String) {
+    let body = serde_json::to_vec(request).unwrap();
     let queue = env.queue(Queue::BridgeRequests);
-    let headers = vec![("traceparent", format!("00-{TRACE}-{BRIDGE_SPAN}-01")), ("tracestate", "bridge=wechat".to_string())];
+    let headers = vec![("traceparent", traceparent), ("tracestate", "bridge=wechat".to_string())];
     let out = Outgoing { queue: &queue, body: &body, reply_to: Some(&env.reply_queue), headers, ..Default::default() };
     env.publisher.publish(&out).await.unwrap();
+}
+
+/// The next bridge message and its `traceparent` (every one has it).
+async fn next_traced(replies: &mut lapin::Consumer) -> (Value, String) {
+    let delivery = tokio::time::timeout(WAIT, replies.next()).await.expect("a message in time").unwrap().unwrap();
+    delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
+    let message: Value = serde_json::from_slice(&delivery.data).unwrap();
+    let traceparent = baton_bus::publish::header(&delivery.properties, "traceparent");
+    (message.clone(), traceparent.unwrap_or_else(|| panic!("every bridge message has a traceparent: {message}")))
+}
+
+#[tokio::test]
+async fn one_trace_runs_from_the_bridge_traceparent_through_every_agent_to_the_reply() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let (endpoint, received) = receiver().await;
+    let mut baton = spawn(&env, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "200")]);
+
+    let mut replies = env.replies().await;
+    send_traced(&env, &sample_request_json("traced-1", "docs_agent", "en"), format!("00-{TRACE}-{BRIDGE_SPAN}-01")).await;
     let reply_traceparent = loop {
-        let delivery = tokio::time::timeout(WAIT, replies.next()).await.expect("a reply in time").unwrap().unwrap();
-        delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
-        let message: Value = serde_json::from_slice(&delivery.data).unwrap();
-        let traceparent = baton_bus::publish::header(&delivery.properties, "traceparent");
-        let traceparent = traceparent.unwrap_or_else(|| panic!("every bridge message has a traceparent: {message}"));
+        let (message, traceparent) = next_traced(&mut replies).await;
         if message["type"] == "reply" {
             assert_eq!(message["status"], "completed", "{message}");
             break traceparent;
@@ -177,4 +191,30 @@ async fn one_trace_runs_from_the_bridge_traceparent_through_every_agent_to_the_r
     assert!(model.attributes.contains_key("tokens"), "{model:?}");
     let tool = named("tool").find(|s| s.attributes.get("tool").is_some_and(|t| t == "agent_delegate")).expect("the delegate call's span");
     assert_eq!(agent_of(by_id[tool.parent.as_str()]), "editor");
+}
+
+/// A request queued behind its chat's live run starts when that run ends, in
+/// its own trace, not the ending run's. No exporter: the context still travels.
+#[tokio::test]
+async fn a_request_queued_behind_its_chat_keeps_its_own_trace() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let _baton = spawn(&env, &[]);
+    let mut replies = env.replies().await;
+    let traces = [("chat-1", "0af7651916cd43dd8448eb211c80319c"), ("chat-2", "5b8efff798038103d269b633813fc60c")];
+    for (id, trace) in traces {
+        send_traced(&env, &sample_request_json(id, "docs_agent", "en"), format!("00-{trace}-{BRIDGE_SPAN}-01")).await;
+    }
+    let mut seen = HashMap::new();
+    while seen.len() < 2 {
+        let (message, traceparent) = next_traced(&mut replies).await;
+        let id = message["handoffId"].as_str().unwrap().to_string();
+        let (_, trace) = traces.iter().find(|(h, _)| *h == id).unwrap();
+        assert_eq!(traceparent.split('-').nth(1), Some(*trace), "{id}'s message {message} is in its own trace");
+        if message["type"] == "reply" {
+            seen.insert(id, traceparent);
+        }
+    }
+    let queued = env.handoff_events("chat-2").await;
+    assert!(queued.iter().any(|e| e.contains("queued")), "chat-2 waited for chat-1: {queued:?}");
 }

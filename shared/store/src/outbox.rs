@@ -45,9 +45,23 @@ pub fn set_trace_source(source: fn() -> Option<Trace>) {
     let _ = TRACE_SOURCE.set(source);
 }
 
-/// The current span's trace context, as rows written now carry it.
+tokio::task_local! {
+    static TRACE_OF: Trace;
+}
+
+/// Runs `work` with rows written in it carrying `trace` rather than the
+/// current span's: a queued request that starts when another run ends
+/// continues its own trace, not the ending run's.
+pub async fn with_trace<F: std::future::Future>(trace: Option<Trace>, work: F) -> F::Output {
+    match trace {
+        Some(trace) => TRACE_OF.scope(trace, work).await,
+        None => work.await,
+    }
+}
+
+/// The trace context rows written now carry: [`with_trace`]'s, else the current span's.
 pub fn current_trace() -> Option<Trace> {
-    TRACE_SOURCE.get().and_then(|source| source())
+    TRACE_OF.try_with(Clone::clone).ok().or_else(|| TRACE_SOURCE.get().and_then(|source| source()))
 }
 
 pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {
