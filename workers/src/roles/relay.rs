@@ -382,17 +382,17 @@ impl Relay {
         let tx = begin(&mut client).await?;
         for (id, run_id, kind) in invocations::take_stalled(&tx, &pace).await? {
             tracing::info!(invocation = %id, "re-publishing stalled invocation");
-            outbox::enqueue_fleet(&tx, &FleetMessage::run(run_id, id, kind)).await?;
+            requeue(&tx, run_id, &FleetMessage::run(run_id, id, kind)).await?;
         }
         // Parked parents whose wait timed out: wake them to read what is done.
         for (id, run_id) in invocations::wake_timed_out(&tx).await? {
-            outbox::enqueue_fleet(&tx, &FleetMessage::wake(run_id, id)).await?;
+            requeue(&tx, run_id, &FleetMessage::wake(run_id, id)).await?;
         }
         // Ended runs whose reply was never written: tell the collector again.
         let unreplied = baton_store::runs::unreplied(&tx, self.settings.unclaimed_grace, self.settings.republish_max, finished_backlog);
         for run_id in unreplied.await? {
             tracing::info!(run = %run_id, "re-publishing an unreplied finished run");
-            outbox::enqueue_fleet(&tx, &FleetMessage::finished(run_id)).await?;
+            requeue(&tx, run_id, &FleetMessage::finished(run_id)).await?;
         }
         commit(tx).await?;
         Ok(())
@@ -418,6 +418,13 @@ fn settled(settled: Settled) -> Fate {
         Settled::Returned(reason) => Fate::Dead(reason),
         Settled::Nacked => Fate::Retry("the broker refused the message for now (nack)".into()),
     }
+}
+
+/// Re-publishes a run's message (through the outbox) in the trace of the
+/// request the run serves, not the relay's own.
+async fn requeue(c: &impl GenericClient, run_id: uuid::Uuid, m: &FleetMessage) -> anyhow::Result<()> {
+    let trace = baton_store::requests::trace_of_run(c, run_id).await?;
+    Ok(outbox::with_trace(trace, outbox::enqueue_fleet(c, m)).await?)
 }
 
 fn outgoing<'a>(m: &'a Message, p: &'a Prepared) -> Outgoing<'a> {
