@@ -27,3 +27,4 @@ mod providers;
 mod relay;
 mod sandbox;
 mod shape;
+mod traces;

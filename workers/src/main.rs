@@ -168,6 +168,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let quiet = matches!(cli.command, Command::Demo(_));
     baton::telemetry::init(if quiet { "warn" } else { "info" });
+    let _flush = baton::telemetry::FlushOnExit;
     let settings = Settings::from_env()?;
     match cli.command {
         Command::Migrate => {

@@ -34,11 +34,43 @@ pub async fn enqueue_fleet(c: &impl GenericClient, m: &FleetMessage) -> Result<(
     enqueue(c, &Message::fleet(m)).await
 }
 
+/// A W3C trace context: `traceparent` and, if any, `tracestate`.
+pub type Trace = (String, Option<String>);
+
+static TRACE_SOURCE: std::sync::OnceLock<fn() -> Option<Trace>> = std::sync::OnceLock::new();
+
+/// Where [`enqueue`] reads the trace context of the span writing a row (the
+/// process's telemetry sets it once); without one, rows carry none.
+pub fn set_trace_source(source: fn() -> Option<Trace>) {
+    let _ = TRACE_SOURCE.set(source);
+}
+
+tokio::task_local! {
+    static TRACE_OF: Trace;
+}
+
+/// Runs `work` with rows written in it carrying `trace` rather than the
+/// current span's: a queued request that starts when another run ends
+/// continues its own trace, not the ending run's.
+pub async fn with_trace<F: std::future::Future>(trace: Option<Trace>, work: F) -> F::Output {
+    match trace {
+        Some(trace) => TRACE_OF.scope(trace, work).await,
+        None => work.await,
+    }
+}
+
+/// The trace context rows written now carry: [`with_trace`]'s, else the current span's.
+pub fn current_trace() -> Option<Trace> {
+    TRACE_OF.try_with(Clone::clone).ok().or_else(|| TRACE_SOURCE.get().and_then(|source| source()))
+}
+
 pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {
+    let (traceparent, tracestate) = current_trace().map_or((None, None), |(p, s)| (Some(p), s));
     sql::execute(
         c,
-        "INSERT INTO outbox (queue, external, message_id, correlation_id, body, mandatory) VALUES ($1, $2, $3, $4, $5, $6)",
-        &[&m.queue, &m.external, &m.message_id, &m.correlation_id, &m.body, &m.mandatory],
+        "INSERT INTO outbox (queue, external, message_id, correlation_id, body, mandatory, traceparent, tracestate)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        &[&m.queue, &m.external, &m.message_id, &m.correlation_id, &m.body, &m.mandatory, &traceparent, &tracestate],
     )
     .await?;
     // A bridge's message (it carries its handoff id) is also kept for operators.
@@ -54,6 +86,8 @@ pub struct Row {
     pub id: i64,
     pub attempts: i32,
     pub message: Message,
+    /// The trace context of the span that wrote the row.
+    pub trace: Option<Trace>,
 }
 
 /// Takes the oldest rows that are due, locked for this transaction (the
@@ -68,7 +102,7 @@ pub struct Row {
 pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> {
     let rows = sql::query(
         c,
-        "SELECT id, queue, external, message_id, correlation_id, body, mandatory, attempts FROM outbox o
+        "SELECT id, queue, external, message_id, correlation_id, body, mandatory, attempts, traceparent, tracestate FROM outbox o
           WHERE next_attempt_at <= now()
             AND NOT EXISTS (SELECT 1 FROM outbox w WHERE w.correlation_id = o.correlation_id AND w.id < o.id)
           ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
@@ -88,6 +122,7 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
                 mandatory: r.get(6),
             },
             attempts: r.get(7),
+            trace: r.get::<_, Option<String>>(8).map(|p| (p, r.get(9))),
         })
         .collect())
 }

@@ -49,10 +49,14 @@ pub struct HandoffEvent {
 /// Inserts the request, or counts one more delivery of a request already
 /// stored. Returns whether this delivery was the first.
 pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Result<bool> {
+    // The request keeps the trace context of the span storing it (intake's,
+    // a child of the bridge's `traceparent`).
+    let (traceparent, tracestate) = crate::outbox::current_trace().map_or((None, None), |(p, s)| (Some(p), s));
     let row = sql::query_one(
         c,
-        "INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id, status_url)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+        "INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id, status_url,
+                                       traceparent, tracestate)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          ON CONFLICT (id) DO UPDATE SET deliveries = handoff_requests.deliveries + 1, updated_at = now()
          RETURNING deliveries = 1",
         &[
@@ -64,6 +68,8 @@ pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Resu
             &r.language.as_str(),
             &r.reply_to, &r.reply_chat_id,
             &r.status_url,
+            &traceparent,
+            &tracestate,
         ],
     )
     .await?;
@@ -90,6 +96,19 @@ fn from_row(r: &tokio_postgres::Row) -> Result<Request> {
         status_url: r.get(11),
         id,
     })
+}
+
+/// The trace context the request was stored with (see V19), if any.
+pub async fn trace(c: &impl GenericClient, id: &str) -> Result<Option<crate::outbox::Trace>> {
+    let row = sql::query_opt(c, "SELECT traceparent, tracestate FROM handoff_requests WHERE id = $1", &[&id]).await?;
+    Ok(row.and_then(|r| r.get::<_, Option<String>>(0).map(|p| (p, r.get(1)))))
+}
+
+/// The trace context of the request a run serves, if any.
+pub async fn trace_of_run(c: &impl GenericClient, run_id: uuid::Uuid) -> Result<Option<crate::outbox::Trace>> {
+    let sql = "SELECT r.traceparent, r.tracestate FROM handoff_requests r JOIN runs ON runs.handoff_id = r.id WHERE runs.id = $1";
+    let row = sql::query_opt(c, sql, &[&run_id]).await?;
+    Ok(row.and_then(|r| r.get::<_, Option<String>>(0).map(|p| (p, r.get(1)))))
 }
 
 pub async fn get(c: &impl GenericClient, id: &str) -> Result<Option<Request>> {

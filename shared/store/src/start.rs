@@ -119,7 +119,8 @@ pub async fn next_in_conversation(c: &impl GenericClient, key: &str) -> Result<(
             continue;
         }
         let parsed: HandoffRequest = serde_json::from_value(stored.body.clone())?;
-        if let Some(run) = request(c, &stored, &parsed).await? {
+        let trace = requests::trace(c, &handoff).await?;
+        if let Some(run) = crate::outbox::with_trace(trace, request(c, &stored, &parsed)).await? {
             conversations::set_live(c, key, run).await?;
             return Ok(());
         }

@@ -23,8 +23,11 @@ pub async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shu
         Err(reason) => return dead_letter(publisher, settings, &delivery, &format!("not a valid answer: {reason}")).await,
     };
     let span = tracing::info_span!("answer", handoff = %answer.handoff_id, answer = %answer.id);
+    crate::telemetry::continue_request(&span, pool, &answer.handoff_id, &delivery).await;
+    let stored = retry_transient("storing an answer", settings.transient_patience, shutdown, || apply(pool, &answer, Answerer::Bridge));
+    let stored = tracing::Instrument::instrument(stored, span.clone()).await;
     let _entered = span.enter();
-    match retry_transient("storing an answer", settings.transient_patience, shutdown, || apply(pool, &answer, Answerer::Bridge)).await {
+    match stored {
         Ok(handled) => {
             tracing::info!(?handled, "answer handled");
             Ok(delivery.ack().await?)

@@ -35,7 +35,10 @@ pub(super) async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settin
         Ok(cancel) => cancel,
         Err(error) => return super::intake::reject(pool, publisher, settings, &delivery, error).await,
     };
-    match retry_transient("applying a cancel", settings.transient_patience, shutdown, || apply(pool, &cancel)).await {
+    let span = tracing::info_span!("cancel", handoff_id = %cancel.handoff_id);
+    crate::telemetry::continue_request(&span, pool, &cancel.handoff_id, &delivery).await;
+    let applied = retry_transient("applying a cancel", settings.transient_patience, shutdown, || apply(pool, &cancel));
+    match tracing::Instrument::instrument(applied, span).await {
         Ok(applied) => {
             tracing::info!(handoff = %cancel.handoff_id, cancel = %cancel.id, ?applied, "cancel handled");
             Ok(delivery.ack().await?)

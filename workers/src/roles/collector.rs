@@ -4,6 +4,7 @@
 
 use baton_bus::consume::consume;
 use baton_bus::{DeadLetters, Delivery};
+use tracing::Instrument;
 use baton_domain::bridge::ReplyInput;
 use baton_domain::budget::{Exhausted, BUDGET_EXHAUSTED};
 use baton_domain::fleet::{Queue, RunFinished};
@@ -32,8 +33,10 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
 }
 
 async fn handle(pool: &Pool, dead: &DeadLetters, settings: &Settings, shutdown: &CancellationToken, d: Delivery) -> anyhow::Result<()> {
+    let hop = tracing::info_span!("collector");
+    crate::telemetry::continue_from(&hop, &d);
     match serde_json::from_slice::<RunFinished>(d.body()) {
-        Ok(message) => match retry_transient("collecting a run", settings.transient_patience, shutdown, || collect(pool, message)).await {
+        Ok(message) => match retry_transient("collecting a run", settings.transient_patience, shutdown, || collect(pool, message)).instrument(hop).await {
             Ok(()) => Ok(d.ack().await?),
             Err(e) if super::is_transient(&e) => Err(e),
             Err(e) => Ok(d.dead_letter(dead, Queue::RunsFinished.as_str(), &format!("could not collect the run: {e:#}")).await?),
@@ -43,7 +46,7 @@ async fn handle(pool: &Pool, dead: &DeadLetters, settings: &Settings, shutdown: 
 }
 
 /// Writes the final status and reply of a run's request to the outbox.
-#[tracing::instrument(skip_all, fields(run = %message.run_id))]
+#[tracing::instrument(name = "run", skip_all, fields(run = %message.run_id, run_id = %message.run_id, handoff_id = tracing::field::Empty))]
 pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     let mut client = db(pool).await?;
     let tx = begin(&mut client).await?;
@@ -53,6 +56,7 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     let Some(handoff) = run.handoff_id.clone() else {
         return Ok(());
     };
+    tracing::Span::current().record("handoff_id", handoff.as_str());
     let Some(request) = requests::lock(&tx, &handoff).await? else {
         return Ok(());
     };

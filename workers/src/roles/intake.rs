@@ -83,7 +83,10 @@ async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdow
         Ok(request) => {
             let note = dead_letter_note(settings, &delivery);
             let stored = retry_transient("storing a request", settings.transient_patience, shutdown, || accept(pool, &request, reply_to, note.as_deref()));
-            match stored.await {
+            // The run's trace: the bridge's `traceparent`, or a new one.
+            let span = tracing::info_span!("intake", handoff_id = %request.id, agent = request.target_agent.as_str());
+            crate::telemetry::continue_from(&span, &delivery);
+            match tracing::Instrument::instrument(stored, span).await {
                 Ok(()) => Ok(delivery.ack().await?),
                 Err(e) if super::is_transient(&e) => Err(e),
                 // A request the store cannot take will never be taken: tell
@@ -239,7 +242,7 @@ fn reply_queue(settings: &Settings, delivery: &Delivery) -> String {
     }
 }
 
-#[tracing::instrument(skip_all, fields(handoff = %original.id))]
+#[tracing::instrument(name = "handoff", skip_all, fields(handoff = %original.id, handoff_id = %original.id))]
 async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, dead_lettered: Option<&str>) -> anyhow::Result<()> {
     let mut client = db(pool).await?;
     // The disclosure policy runs before anything is stored or shown: no

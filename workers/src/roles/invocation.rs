@@ -133,7 +133,9 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                 // does not hold up the deliveries behind it.
                 let (worker, dead, stop, deadline) = (worker.clone(), dead.clone(), shutdown.clone(), deadline.clone());
                 let (queue, broken) = (queue_ref.clone(), broken_ref.clone());
-                let in_role = tracing::Span::current();
+                // The hop continues the trace of the span that queued it.
+                let hop = tracing::info_span!("claim", queue = %queue_ref, handoff_id = tracing::field::Empty);
+                crate::telemetry::continue_from(&hop, &d);
                 loops.spawn(async move {
                     let _permit = permit;
                     if stop.is_cancelled() {
@@ -144,7 +146,7 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                         Ok(None) => {}
                         Err(e) => broken.fail(format!("{e:#}")),
                     }
-                }.instrument(in_role));
+                }.instrument(hop));
                 Ok(())
             })
             .await
@@ -215,6 +217,10 @@ impl Worker {
             commit(tx).await?;
             return Ok(None);
         }
+        // Log lines and spans of the claimed work name the bridge's handoff.
+        if let Some(handoff) = runs::get(&tx, inv.run_id).await?.and_then(|run| run.handoff_id) {
+            tracing::Span::current().record("handoff_id", handoff.as_str());
+        }
         let evs = started_events(&tx, &inv, &self.settings.worker_id).await?;
         baton_store::journal::append(&tx, inv.run_id, &evs).await?;
         let facts = baton_store::gauges::claim_facts(&tx, inv.id).await?;
@@ -247,7 +253,10 @@ impl Worker {
     /// `shutdown` it stops at its next persisted step (an external agent
     /// already running goes on); at `deadline` an external agent is killed,
     /// and a moment later whatever still runs is dropped and handed back.
-    #[tracing::instrument(name = "invocation", skip_all, fields(run = %inv.run_id, invocation = %inv.id, epoch = inv.claim_epoch, profile = %inv.profile_id))]
+    #[tracing::instrument(name = "invocation", skip_all, fields(
+        run = %inv.run_id, invocation = %inv.id, epoch = inv.claim_epoch, profile = %inv.profile_id,
+        run_id = %inv.run_id, invocation_id = %inv.id, agent = %inv.profile_id, kind = ?inv.kind,
+    ))]
     pub async fn execute(&self, inv: Invocation, shutdown: CancellationToken, deadline: CancellationToken) {
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();

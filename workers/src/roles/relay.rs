@@ -99,6 +99,27 @@ struct Prepared {
     cut_from: Option<usize>,
     /// Why the row can never be published, decided before the broker sees it.
     refused: Option<String>,
+    /// The `publish` span (a child of the span that wrote the row) and the
+    /// `traceparent`/`tracestate` headers naming it; none for an untraced row.
+    trace: Option<(tracing::Span, Vec<(&'static str, String)>)>,
+}
+
+impl Prepared {
+    /// Opens the row's `publish` span in the row's trace, if it has one.
+    fn traced(mut self, row: &Row) -> Self {
+        let Some((parent, state)) = row.trace.clone() else { return self };
+        let m = &row.message;
+        let handoff = m.correlation_id.as_deref().unwrap_or_default();
+        let span = tracing::info_span!("publish", queue = %m.queue, handoff_id = %handoff, outbox_row = row.id);
+        crate::telemetry::continue_trace(&span, Some(parent), state);
+        let headers = span.in_scope(crate::telemetry::current_trace).map(|(parent, state)| {
+            let mut headers = vec![("traceparent", parent)];
+            headers.extend(state.map(|s| ("tracestate", s)));
+            headers
+        });
+        self.trace = Some((span, headers.unwrap_or_default()));
+        self
+    }
 }
 
 /// What became of one row this round.
@@ -145,7 +166,7 @@ impl Relay {
         if rows.is_empty() {
             return Ok(0);
         }
-        let prepared = rows.iter().map(|r| self.prepare(&r.message)).collect::<anyhow::Result<Vec<_>>>()?;
+        let prepared = rows.iter().map(|r| self.prepare(&r.message).map(|p| p.traced(r))).collect::<anyhow::Result<Vec<_>>>()?;
         let started = std::time::Instant::now();
         let mut fates = self.publish_together(&rows, &prepared).await?;
         crate::metrics::relay_published(started.elapsed());
@@ -175,7 +196,7 @@ impl Relay {
         let max = self.settings.max_message_bytes;
         let body = serde_json::to_vec(&m.body)?;
         let size = body.len();
-        let mut prepared = Prepared { queue, body, cut_from: None, refused: None };
+        let mut prepared = Prepared { queue, body, cut_from: None, refused: None, trace: None };
         match bound::verdict(size, max, bound::is_bridge_message(&m.body)) {
             Verdict::Send => {}
             Verdict::Cut => {
@@ -196,7 +217,7 @@ impl Relay {
         for (row, p) in rows.iter().zip(prepared) {
             sent.push(match &p.refused {
                 Some(reason) => Err(Fate::Dead(reason.clone())),
-                None => self.publisher.send(&outgoing(&row.message, &p.queue, &p.body)).await.map_err(|e| Fate::Unsure(e.to_string())),
+                None => self.publisher.send(&outgoing(&row.message, p)).await.map_err(|e| Fate::Unsure(e.to_string())),
             });
         }
         let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
@@ -216,7 +237,7 @@ impl Relay {
 
     /// Publishes one row on its own: a channel error now is about this row.
     async fn publish_alone(&mut self, m: &Message, p: &Prepared) -> anyhow::Result<Fate> {
-        let pending = match self.publisher.send(&outgoing(m, &p.queue, &p.body)).await {
+        let pending = match self.publisher.send(&outgoing(m, p)).await {
             Ok(pending) => pending,
             Err(e) => return self.failed_alone(e).await,
         };
@@ -365,17 +386,17 @@ impl Relay {
         let tx = begin(&mut client).await?;
         for (id, run_id, kind) in invocations::take_stalled(&tx, &pace).await? {
             tracing::info!(invocation = %id, "re-publishing stalled invocation");
-            outbox::enqueue_fleet(&tx, &FleetMessage::run(run_id, id, kind)).await?;
+            requeue(&tx, run_id, &FleetMessage::run(run_id, id, kind)).await?;
         }
         // Parked parents whose wait timed out: wake them to read what is done.
         for (id, run_id) in invocations::wake_timed_out(&tx).await? {
-            outbox::enqueue_fleet(&tx, &FleetMessage::wake(run_id, id)).await?;
+            requeue(&tx, run_id, &FleetMessage::wake(run_id, id)).await?;
         }
         // Ended runs whose reply was never written: tell the collector again.
         let unreplied = baton_store::runs::unreplied(&tx, self.settings.unclaimed_grace, self.settings.republish_max, finished_backlog);
         for run_id in unreplied.await? {
             tracing::info!(run = %run_id, "re-publishing an unreplied finished run");
-            outbox::enqueue_fleet(&tx, &FleetMessage::finished(run_id)).await?;
+            requeue(&tx, run_id, &FleetMessage::finished(run_id)).await?;
         }
         commit(tx).await?;
         Ok(())
@@ -406,10 +427,18 @@ fn settled(settled: Settled) -> Fate {
     }
 }
 
-fn outgoing<'a>(m: &'a Message, queue: &'a str, body: &'a [u8]) -> Outgoing<'a> {
+/// Re-publishes a run's message (through the outbox) in the trace of the
+/// request the run serves, not the relay's own.
+async fn requeue(c: &impl GenericClient, run_id: uuid::Uuid, m: &FleetMessage) -> anyhow::Result<()> {
+    let trace = baton_store::requests::trace_of_run(c, run_id).await?;
+    Ok(outbox::with_trace(trace, outbox::enqueue_fleet(c, m)).await?)
+}
+
+fn outgoing<'a>(m: &'a Message, p: &'a Prepared) -> Outgoing<'a> {
     Outgoing {
-        queue,
-        body,
+        queue: &p.queue,
+        body: &p.body,
+        headers: p.trace.as_ref().map(|(_, headers)| headers.clone()).unwrap_or_default(),
         message_id: m.message_id.as_deref(),
         correlation_id: m.correlation_id.as_deref(),
         mandatory: m.mandatory,

@@ -23,6 +23,8 @@ use baton_store::steps::{self, Step};
 use baton_store::{budgets, lifecycle, profiles, Pool};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
+use tracing::field::Empty;
+use tracing::Instrument;
 
 use crate::providers::{ModelRequest, ModelTurn, ProviderError, Providers, ToolCall};
 use crate::transcript::{self, Position};
@@ -232,22 +234,24 @@ impl Runner {
         // has its own `timeout_secs`, and cutting it would waste work whose
         // side effects may be done): a run over its time stops at the step
         // after the agent's result.
+        let model_span = tracing::info_span!("model", agent = %c.profile.id, turn = turns, input_tokens = Empty, output_tokens = Empty, tokens = Empty);
         let mut turn = if let Some(on_interrupt) = on_interrupt {
             tokio::select! {
                 biased;
-                turn = timed(&c.profile.id, provider.complete(&request)) => turn?,
+                turn = timed(&c.profile.id, provider.complete(&request)).instrument(model_span.clone()) => turn?,
                 _ = kill.cancelled() => return self.external_interrupted(c, on_interrupt).await.map(Some),
             }
         } else {
             tokio::select! {
                 biased;
-                turn = timed(&c.profile.id, provider.complete(&request)) => turn?,
+                turn = timed(&c.profile.id, provider.complete(&request)).instrument(model_span.clone()) => turn?,
                 _ = stop.cancelled() => return Ok(Some(Exit::Stopped)),
                 _ = tokio::time::sleep(c.budget.time_left()) => {
                     return over_budget::stop_run(&self.pool, c.inv, c.epoch, c.budget.out_of_time()).await.map(Some);
                 }
             }
         };
+        record_usage(&model_span, &turn);
         name_calls(&mut turn, turns);
         // The turn and the tool calls it asks for commit together: one
         // transaction instead of one per step. If a call breaks the host, the
@@ -407,4 +411,13 @@ async fn timed(
         crate::metrics::model_tokens(profile, usage.prompt_tokens, usage.completion_tokens);
     }
     result
+}
+
+/// A model call's token counts, as attributes of its span.
+fn record_usage(span: &tracing::Span, turn: &ModelTurn) {
+    if let Some(usage) = &turn.usage {
+        span.record("input_tokens", usage.prompt_tokens);
+        span.record("output_tokens", usage.completion_tokens);
+    }
+    span.record("tokens", tokens_of(turn));
 }

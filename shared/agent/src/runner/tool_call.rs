@@ -50,7 +50,10 @@ impl Runner {
             );
             ToolOutcome::failed(&ctx, error)
         } else {
-            dispatch(tx, &ctx).await?
+            let span = tracing::info_span!("tool", tool = %call.name, is_error = tracing::field::Empty);
+            let outcome = tracing::Instrument::instrument(dispatch(tx, &ctx), span.clone()).await?;
+            span.record("is_error", outcome.is_error);
+            outcome
         };
         if outcome.effect == Effect::Parked {
             events::append(tx, c.inv.run_id, &outcome.events).await?;
