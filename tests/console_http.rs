@@ -8,32 +8,8 @@ use baton::config::Secret;
 use baton::console::Console;
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use reqwest::{redirect, Client, StatusCode};
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// A console on a free loopback port of this test's database and queues.
-struct Served {
-    base: String,
-    stop: CancellationToken,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-async fn serve(env: &TestEnv, token: Option<&str>) -> Served {
-    let mut settings = env.settings.clone();
-    settings.admin_addr = "127.0.0.1:0".parse().unwrap();
-    settings.admin_token = token.map(Secret::new);
-    let console = Console::bind(&settings).await.expect("the console binds");
-    let base = format!("http://{}", console.local_addr());
-    let stop = CancellationToken::new();
-    tokio::spawn(console.serve(stop.clone()));
-    Served { base, stop }
-}
 
 fn client() -> Client {
     Client::builder().redirect(redirect::Policy::none()).build().unwrap()
@@ -72,7 +48,7 @@ async fn a_console_off_loopback_without_a_token_refuses_to_start_and_says_why() 
 #[tokio::test]
 async fn a_wrong_token_is_401_and_a_post_without_the_csrf_token_is_403() {
     let env = TestEnv::new().await;
-    let console = serve(&env, Some("s3cret")).await;
+    let console = env.serve_console(Some("s3cret")).await;
     let runs = format!("{}/runs", console.base);
     let (status, page) = get(&runs).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -116,7 +92,7 @@ async fn the_runs_list_shows_the_demo_chain_and_the_run_page_its_story() {
     let messages = env.run_request("console-chain").await;
     assert_eq!(messages.last().unwrap()["status"], "completed");
     let run = env.run_of("console-chain").await;
-    let console = serve(&env, None).await;
+    let console = env.serve_console(None).await;
 
     let (status, list) = get(&format!("{}/runs?status=completed&target=docs_agent&since=1h", console.base)).await;
     assert_eq!(status, StatusCode::OK);
@@ -149,7 +125,7 @@ async fn a_script_in_the_intent_is_shown_as_text() {
     let messages = env.run(&request).await;
     assert_eq!(messages.last().unwrap()["status"], "completed");
     let run = env.run_of("console-xss").await;
-    let console = serve(&env, None).await;
+    let console = env.serve_console(None).await;
     let (status, page) = get(&format!("{}/runs/{run}", console.base)).await;
     assert_eq!(status, StatusCode::OK);
     let intent = &page[page.find("<pre class=\"intent\">").expect("the request section")..];
@@ -176,7 +152,7 @@ async fn cancel_in_the_console_stops_the_run_and_the_bridge_hears_cancelled() {
         row.map(|r| r.get::<_, uuid::Uuid>(0))
     })
     .await;
-    let console = serve(&env, None).await;
+    let console = env.serve_console(None).await;
     let (_, page) = get(&format!("{}/runs/{run}", console.base)).await;
     assert!(page.contains("id=\"cancel-button\" class=\"danger\" >"), "Cancel is enabled while the run is live");
     let form = [("csrf", hidden(&page, "csrf")), ("reason", "stopped from the console".into())];
@@ -200,7 +176,7 @@ async fn a_manual_handoff_is_answered_from_the_console_and_the_bridge_gets_the_r
     let mut replies = env.replies().await;
     env.send_request(&sample_request_json("console-manual", "manual", "en")).await;
     assert_eq!(baton_tests::next_json(&mut replies, WAIT).await["status"], "accepted");
-    let console = serve(&env, None).await;
+    let console = env.serve_console(None).await;
 
     let (_, waiting) = get(&format!("{}/waiting", console.base)).await;
     assert!(waiting.contains("<tr data-handoff=\"console-manual\" data-kind=\"manual\">"), "{waiting}");
@@ -231,7 +207,7 @@ async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
     let dead = env.queue(Queue::Dead);
     eventually(WAIT, "both are dead-lettered", || async { (env.publisher.ready_count(&dead).await.unwrap() == 2).then_some(()) }).await;
     fleet.stop().await;
-    let console = serve(&env, None).await;
+    let console = env.serve_console(None).await;
 
     let (status, page) = get(&format!("{}/dead", console.base)).await;
     assert_eq!(status, StatusCode::OK);
@@ -274,7 +250,7 @@ async fn retry_in_the_console_runs_a_failed_run_again() {
     env.send_request(&sample_request_json("console-retry", "docs_agent", "en")).await;
     assert_eq!(until_reply(&mut replies, WAIT).await.last().unwrap()["status"], "failed");
     let run = env.run_of("console-retry").await;
-    let console = serve(&env, None).await;
+    let console = env.serve_console(None).await;
     let (_, page) = get(&format!("{}/runs/{run}", console.base)).await;
     assert!(page.contains("id=\"retry-button\" >"), "Retry is enabled for a failed run");
     let form = [("csrf", hidden(&page, "csrf"))];

@@ -4,12 +4,10 @@
 
 use std::time::Duration;
 
-use baton::console::Console;
 use baton_store::overview::{self, WaitingFor};
 use baton_tests::{next_json, profile, sample_request_json, until_reply, TestEnv};
 use reqwest::{redirect, Client, StatusCode};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(30);
 const ASK: &str = r#"{ tool = "ask_user", args = { question = "Publish the post now?", options = ["yes", "no"] } }"#;
@@ -33,27 +31,6 @@ async fn blocked(env: &TestEnv, handoff: &str) -> (baton::fleet::Fleet, baton_bu
     (fleet, replies)
 }
 
-/// A console on a free loopback port; stopped when dropped.
-struct Served {
-    base: String,
-    stop: CancellationToken,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-async fn serve(env: &TestEnv) -> Served {
-    let mut settings = env.settings.clone();
-    settings.admin_addr = "127.0.0.1:0".parse().unwrap();
-    let console = Console::bind(&settings).await.expect("the console binds");
-    let (base, stop) = (format!("http://{}", console.local_addr()), CancellationToken::new());
-    tokio::spawn(console.serve(stop.clone()));
-    Served { base, stop }
-}
-
 fn client() -> Client {
     Client::builder().redirect(redirect::Policy::none()).build().unwrap()
 }
@@ -73,17 +50,7 @@ fn hidden(page: &str, name: &str) -> String {
 
 /// `baton handoff list --waiting --json` against this test's database.
 async fn listed_by_the_cli(env: &TestEnv) -> Value {
-    let out = tokio::process::Command::new(baton_tests::baton_binary())
-        .args(["handoff", "list", "--waiting", "--json"])
-        .env("DATABASE_URL", &env.settings.database_url)
-        .env("AMQP_URL", &env.settings.amqp_url)
-        .env("BATON_QUEUE_PREFIX", &env.settings.queue_prefix)
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .expect("run baton");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
+    serde_json::from_str(&env.baton_cli(&["handoff", "list", "--waiting", "--json"]).await).unwrap()
 }
 
 #[tokio::test]
@@ -101,7 +68,7 @@ async fn a_question_waits_for_a_person_and_the_operators_answer_completes_the_ru
     assert_eq!(cli, serde_json::to_value(&waiting).unwrap(), "the CLI prints what the store holds");
     assert_eq!((cli[0]["waitingFor"].clone(), cli[0]["question"]["options"].clone()), (json!("question"), json!(["yes", "no"])));
 
-    let console = serve(&env).await;
+    let console = env.serve_console(None).await;
     let list = get(&format!("{}/waiting", console.base)).await;
     assert!(list.contains("<tr data-handoff=\"wait-q\" data-kind=\"question\">") && list.contains("Publish the post now?"), "{list}");
     let page = get(&format!("{}/handoffs/wait-q", console.base)).await;
@@ -136,7 +103,7 @@ async fn a_question_waits_for_a_person_and_the_operators_answer_completes_the_ru
 async fn cancelling_a_blocked_run_from_its_handoff_page_tells_the_bridge_cancelled() {
     let env = TestEnv::new().await;
     let (fleet, mut replies) = blocked(&env, "wait-cancel").await;
-    let console = serve(&env).await;
+    let console = env.serve_console(None).await;
     let page = get(&format!("{}/handoffs/wait-cancel", console.base)).await;
     let form = [("csrf", hidden(&page, "csrf")), ("reason", "the operator stopped it".into())];
     let done = client().post(format!("{}/handoffs/wait-cancel/cancel", console.base)).form(&form).send().await.unwrap();

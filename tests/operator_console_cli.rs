@@ -18,18 +18,7 @@ use serde_json::Value;
 
 /// Runs `baton ARGS` against this test's database and queues; its stdout.
 async fn baton(env: &TestEnv, args: &[&str]) -> String {
-    let out = tokio::process::Command::new(baton_tests::baton_binary())
-        .args(args)
-        .env("DATABASE_URL", &env.settings.database_url)
-        .env("AMQP_URL", &env.settings.amqp_url)
-        .env("BATON_QUEUE_PREFIX", &env.settings.queue_prefix)
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .expect("run baton");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "baton {args:?} failed: {stderr}");
-    String::from_utf8(out.stdout).unwrap()
+    env.baton_cli(args).await
 }
 
 async fn json_of(env: &TestEnv, args: &[&str]) -> Value {

@@ -349,3 +349,47 @@ impl TestEnv {
             .unwrap();
     }
 }
+
+/// The operator's console of a test's database and queues, on a free
+/// loopback port; stopped when dropped.
+pub struct ServedConsole {
+    pub base: String,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for ServedConsole {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl TestEnv {
+    /// Serves the console in-process (with `token`, if given).
+    pub async fn serve_console(&self, token: Option<&str>) -> ServedConsole {
+        let mut settings = self.settings.clone();
+        settings.admin_addr = "127.0.0.1:0".parse().unwrap();
+        settings.admin_token = token.map(baton::config::Secret::new);
+        let console = baton::console::Console::bind(&settings).await.expect("the console binds");
+        let base = format!("http://{}", console.local_addr());
+        let stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(console.serve(stop.clone()));
+        ServedConsole { base, stop }
+    }
+
+    /// Runs the `baton` binary with `args` on this test's database and
+    /// queues, asserts it succeeded and returns what it printed.
+    pub async fn baton_cli(&self, args: &[&str]) -> String {
+        let out = tokio::process::Command::new(baton_binary())
+            .args(args)
+            .env("DATABASE_URL", &self.settings.database_url)
+            .env("AMQP_URL", &self.settings.amqp_url)
+            .env("BATON_QUEUE_PREFIX", &self.settings.queue_prefix)
+            .env("RUST_LOG", "warn")
+            .output()
+            .await
+            .expect("run baton");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "baton {args:?} failed: {stderr}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
