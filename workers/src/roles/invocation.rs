@@ -217,14 +217,19 @@ impl Worker {
             commit(tx).await?;
             return Ok(None);
         }
+        let evs = started_events(&tx, &inv, &self.settings.worker_id).await?;
+        // Pipelined: one round trip for the journal, the run's handoff and
+        // the claim's figures, on the hot path of every hop.
+        let (run, facts, ()) = tokio::try_join!(
+            runs::get(&tx, inv.run_id),
+            baton_store::gauges::claim_facts(&tx, inv.id),
+            baton_store::journal::append(&tx, inv.run_id, &evs),
+        )?;
+        commit(tx).await?;
         // Log lines and spans of the claimed work name the bridge's handoff.
-        if let Some(handoff) = runs::get(&tx, inv.run_id).await?.and_then(|run| run.handoff_id) {
+        if let Some(handoff) = run.and_then(|run| run.handoff_id) {
             tracing::Span::current().record("handoff_id", handoff.as_str());
         }
-        let evs = started_events(&tx, &inv, &self.settings.worker_id).await?;
-        baton_store::journal::append(&tx, inv.run_id, &evs).await?;
-        let facts = baton_store::gauges::claim_facts(&tx, inv.id).await?;
-        commit(tx).await?;
         crate::metrics::claimed(inv.kind.as_str(), facts.takeover);
         if inv.kind == InvocationKind::Handoff && inv.claim_epoch == 1 {
             crate::metrics::hop(facts.waited_seconds);
