@@ -66,18 +66,24 @@ pub fn current_trace() -> Option<Trace> {
 
 pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {
     let (traceparent, tracestate) = current_trace().map_or((None, None), |(p, s)| (Some(p), s));
-    sql::execute(
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
+        [&m.queue, &m.external, &m.message_id, &m.correlation_id, &m.body, &m.mandatory, &traceparent, &tracestate];
+    let queued = sql::execute(
         c,
         "INSERT INTO outbox (queue, external, message_id, correlation_id, body, mandatory, traceparent, tracestate)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        &[&m.queue, &m.external, &m.message_id, &m.correlation_id, &m.body, &m.mandatory, &traceparent, &tracestate],
-    )
-    .await?;
-    // A bridge's message (it carries its handoff id) is also kept for operators.
-    match &m.correlation_id {
-        Some(handoff) => crate::sent::record(c, handoff, m.message_id.as_deref(), &m.queue, &m.body).await,
-        None => Ok(()),
-    }
+        &params,
+    );
+    // A bridge's message (it carries its handoff id) is also kept for
+    // operators, pipelined beside the outbox row.
+    let kept = async {
+        match &m.correlation_id {
+            Some(handoff) => crate::sent::record(c, handoff, m.message_id.as_deref(), &m.queue, &m.body).await,
+            None => Ok(()),
+        }
+    };
+    tokio::try_join!(queued, kept)?;
+    Ok(())
 }
 
 /// A row taken for publishing, with how often the broker refused it so far.
