@@ -52,6 +52,7 @@ export class Bridge {
   private readonly order = new StatusOrder();
   private readonly returned = new Map<string, string>();
   private handling: Promise<void> = Promise.resolve();
+  private closing = false;
 
   private constructor(
     private readonly connection: ChannelModel,
@@ -133,6 +134,7 @@ export class Bridge {
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     await this.handling;
     await this.connection.close();
   }
@@ -148,7 +150,8 @@ export class Bridge {
     await this.consumer.assertQueue(this.options.replyQueue, durable);
     await this.consumer.prefetch(32);
     await this.consumer.consume(this.options.replyQueue, (m) => {
-      if (m !== null) this.handling = this.handling.then(() => this.handle(m));
+      if (m === null) return; // the broker cancelled the consumer (queue deleted)
+      this.handling = this.handling.then(() => this.handle(m)).catch((e: unknown) => this.log(`a delivery could not be handled: ${String(e)}`));
     });
   }
 
@@ -184,7 +187,13 @@ export class Bridge {
     });
   }
 
-  /** One delivery, in arrival order: parse, drop repeats and strays, record, hand on, ack. */
+  /**
+   * One delivery, in arrival order: parse, drop repeats, strays and stale
+   * statuses, hand it on, and only then remember it and ack. A handler that
+   * throws (the chat is down) is retried in place with backoff rather than
+   * nacked: a requeued message could come back after a later one of its
+   * handoff, which would then be shown first.
+   */
   private async handle(delivery: ConsumeMessage): Promise<void> {
     const verdict = this.judge(delivery);
     if (verdict.kind === 'drop') {
@@ -194,20 +203,24 @@ export class Bridge {
       return;
     }
     const { handoff, messageId, message } = verdict;
-    try {
-      if (message.type === 'status' && !this.order.accept(message)) {
-        this.dropped.stale += 1;
-        this.log(`dropped stale status ${message.seq} of ${handoff.id} (latest ${this.order.latestSeq(handoff.id)})`);
-      } else {
-        handoff.record(message);
+    if (!(await this.handOn(handoff, messageId, message))) return; // closing: unacked, it comes again
+    if (message.type === 'status') this.order.accept(message);
+    handoff.record(message);
+    this.seen.remember(messageId);
+    this.consumer.ack(delivery);
+  }
+
+  /** Calls `onMessage` until it succeeds (true) or the bridge closes (false). */
+  private async handOn(handoff: Handoff, messageId: string, message: FleetMessage): Promise<boolean> {
+    for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
+      try {
         await this.options.onMessage?.(handoff, message);
+        return true;
+      } catch (e) {
+        this.log(`handling ${messageId} failed, trying again in ${delay} ms: ${(e as Error).message}`);
       }
-      this.seen.remember(messageId);
-      this.consumer.ack(delivery);
-    } catch (e) {
-      // Not remembered as seen: the redelivery is handled again.
-      this.log(`handling ${messageId} failed, it will come back: ${(e as Error).message}`);
-      this.consumer.nack(delivery, false, true);
+      if (this.closing) return false;
+      await new Promise((r) => setTimeout(r, delay));
     }
   }
 
@@ -223,6 +236,9 @@ export class Bridge {
     if (this.seen.has(messageId)) return { kind: 'drop', reason: 'duplicate', detail: messageId };
     const handoff = this.handoffs.get(correlationId);
     if (handoff === undefined) return { kind: 'drop', reason: 'uncorrelated', detail: `${messageId} is about a handoff this bridge does not follow` };
+    if (message.type === 'status' && !this.order.isNewer(message)) {
+      return { kind: 'drop', reason: 'stale', detail: `status ${message.seq} of ${handoff.id} after ${this.order.latestSeq(handoff.id)}` };
+    }
     return { kind: 'take', handoff, messageId, message };
   }
 

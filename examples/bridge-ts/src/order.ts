@@ -11,10 +11,14 @@ import type { BridgeStatus } from './contract.js';
 export class StatusOrder {
   private readonly latest = new Map<string, number>();
 
-  /** True when `status` is newer than every status of its handoff seen so far. */
+  /** Whether `status` is newer than every status of its handoff accepted so far. */
+  isNewer(status: Pick<BridgeStatus, 'handoffId' | 'seq'>): boolean {
+    return status.seq > this.latestSeq(status.handoffId);
+  }
+
+  /** Accepts `status` if it is newer; true when it was. */
   accept(status: Pick<BridgeStatus, 'handoffId' | 'seq'>): boolean {
-    const last = this.latest.get(status.handoffId) ?? 0;
-    if (status.seq <= last) return false;
+    if (!this.isNewer(status)) return false;
     this.latest.set(status.handoffId, status.seq);
     return true;
   }

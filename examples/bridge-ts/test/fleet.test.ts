@@ -64,6 +64,30 @@ describe('a bridge on a live fleet', () => {
     assert.equal(handoff.replies.length, 1, 'the copy never reached the chat');
   });
 
+  it('tries a message again when forwarding it to the chat failed, keeping the order', async () => {
+    let failures = 0;
+    const forwarded: string[] = [];
+    const flaky = await Bridge.connect({
+      url: fleet.url,
+      prefix: fleet.prefix,
+      replyQueue: `${fleet.prefix}bridge-ts.flaky-replies`,
+      log: (line) => logged.push(line),
+      onMessage: (_handoff, message) => {
+        if (message.type === 'status' && message.status === 'running' && failures++ === 0) throw new Error('the chat is down');
+        forwarded.push(message.type === 'status' ? `status ${message.seq}` : message.type);
+      },
+    });
+    try {
+      const handoff = await flaky.send(request(newId('flaky'), 'docs_agent'));
+      await handoff.reply(REPLY_WITHIN_MS);
+      assert.equal(failures, 2, 'the failed status was handed on once more');
+      assert.deepEqual(forwarded, ['status 1', 'status 2', 'status 3', 'reply']);
+      assert.deepEqual(seqs(handoff.statuses), [1, 2, 3]);
+    } finally {
+      await flaky.close();
+    }
+  });
+
   it('types the failed reply to a malformed request as a failure with its error', async () => {
     const id = newId('malformed');
     const { userIntent: _dropped, ...body } = request(id, 'docs_agent');
