@@ -3,8 +3,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
+import { Webhook } from 'standardwebhooks';
+
 import { Bridge } from '../src/bridge.js';
-import type { BridgeStatus, FleetMessage } from '../src/contract.js';
+import { startCallbackReceiver } from '../src/callbacks.js';
+import type { BridgeStatus, FleetMessage, StatusCallback } from '../src/contract.js';
 import { isFailed } from '../src/replies.js';
 import { fleetUnderTest, newId, request, until } from './fleet.js';
 
@@ -121,5 +124,38 @@ describe('a bridge on a live fleet', () => {
     assert.equal(reply.status, 'cancelled', reply.text);
     assert.equal(handoff.status, 'cancelled');
     assert.match(reply.text, /changed their mind/);
+  });
+
+  it('verifies the fleet\'s signed status callbacks and refuses a forged one', async () => {
+    const heard: StatusCallback[] = [];
+    const receiver = await startCallbackReceiver({ secret: fleet.callbackSecret, port: fleet.callbackPort, onStatus: (s) => heard.push(s) });
+    try {
+      const handoff = await bridge.send(request(newId('callback'), 'docs_agent', { statusUrl: receiver.url }));
+      await handoff.reply(REPLY_WITHIN_MS);
+      await until('every status is POSTed', () => heard.length >= handoff.statuses.length);
+      const said = (s: { seq: number; status: string }) => `${s.seq} ${s.status}`;
+      assert.deepEqual(heard.map(said), handoff.statuses.map(said), 'the callbacks say what the queue said, in order');
+      assert.equal(receiver.rejected, 0);
+
+      // Someone who knows the URL but not the secret.
+      const body = JSON.stringify({ ...heard[0], status: 'completed' });
+      const other = `whsec_${Buffer.from('not the secret the fleet was given').toString('base64')}`;
+      const now = new Date();
+      const forged = await fetch(receiver.url, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'webhook-id': 'msg_forged',
+          'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+          'webhook-signature': new Webhook(other).sign('msg_forged', now, body),
+        },
+        body,
+      });
+      assert.equal(forged.status, 401);
+      assert.equal(receiver.rejected, 1);
+      assert.equal(heard.length, handoff.statuses.length, 'the forgery was not handed on');
+    } finally {
+      await receiver.close();
+    }
   });
 });

@@ -9,16 +9,22 @@ export interface Fleet {
   prefix: string;
   /** The callback secret the test's profiles file gives source `weixin`. */
   callbackSecret: string;
+  /** The port of the callback origin the test's profiles file allows. */
+  callbackPort: number;
 }
 
 /** The fleet under test; refuses to run against a default (production) prefix. */
 export function fleetUnderTest(): Fleet {
   const prefix = process.env['BATON_QUEUE_PREFIX'];
   const callbackSecret = process.env['BRIDGE_TS_CALLBACK_SECRET'];
-  if (!prefix || !callbackSecret) {
-    throw new Error('these tests run against a live fleet: start them with scripts/bridge-ts-test (it sets BATON_QUEUE_PREFIX and BRIDGE_TS_CALLBACK_SECRET)');
+  const callbackPort = Number(process.env['BRIDGE_TS_CALLBACK_PORT']);
+  if (!prefix || !callbackSecret || !callbackPort) {
+    throw new Error(
+      'these tests run against a live fleet: start them with scripts/bridge-ts-test ' +
+        '(it sets BATON_QUEUE_PREFIX, BRIDGE_TS_CALLBACK_SECRET and BRIDGE_TS_CALLBACK_PORT)',
+    );
   }
-  return { url: process.env['AMQP_URL'] || 'amqp://guest:guest@127.0.0.1:5672/%2f', prefix, callbackSecret };
+  return { url: process.env['AMQP_URL'] || 'amqp://guest:guest@127.0.0.1:5672/%2f', prefix, callbackSecret, callbackPort };
 }
 
 /** A fresh request id. */
