@@ -62,7 +62,7 @@ export class Bridge {
   ) {}
 
   static async connect(options: BridgeOptions): Promise<Bridge> {
-    if (options.replyQueue.startsWith(`${options.prefix ?? ''}baton.`)) {
+    if (options.replyQueue.startsWith('baton.') || options.replyQueue.startsWith(`${options.prefix ?? ''}baton.`)) {
       throw new RangeError('the reply queue must not be named like one of the fleet\'s queues (baton.*): the fleet refuses it');
     }
     const connection = await amqp.connect(options.url, { clientProperties: { connection_name: 'baton-bridge-ts' } });
@@ -140,6 +140,10 @@ export class Bridge {
   }
 
   private async start(): Promise<void> {
+    // A channel the broker closes (an error on it) fails what waits on it;
+    // without a listener the error would end the process.
+    this.publisher.on('error', (e: Error) => this.log(`publishing channel: ${e.message}`));
+    this.consumer.on('error', (e: Error) => this.log(`consuming channel: ${e.message}`));
     this.publisher.on('return', (m: Message) => {
       const id = messageIdOf(m);
       // A basic.return's fields carry its reason; amqplib's types leave them out.

@@ -9,6 +9,7 @@ import { Handoff } from '../src/handoff.js';
 import { MalformedMessage, parseIncoming } from '../src/incoming.js';
 import { StatusOrder } from '../src/order.js';
 import { isFailed } from '../src/replies.js';
+import { Bridge } from '../src/bridge.js';
 import { startCallbackReceiver, verifyStatusCallback, WebhookVerificationError } from '../src/callbacks.js';
 
 const status = (handoffId: string, seq: number, s: BridgeStatus['status'] = 'running'): BridgeStatus => ({
@@ -61,6 +62,14 @@ describe('parsing what the fleet sends', () => {
     assert.throws(() => parseIncoming(Buffer.from('{'), { messageId: 'm' }), MalformedMessage);
     assert.throws(() => parseIncoming(body({ type: 'gossip', handoffId: 'h' }), { messageId: 'm' }), MalformedMessage);
     assert.throws(() => parseIncoming(body(status('h1', 1)), {}), /no message_id/);
+  });
+});
+
+describe('a bridge\'s reply queue', () => {
+  it('may not be named like a fleet queue, which the fleet would refuse as reply_to', async () => {
+    for (const replyQueue of ['baton.replies', 't1.baton.replies']) {
+      await assert.rejects(Bridge.connect({ url: 'amqp://127.0.0.1:1', prefix: 't1.', replyQueue }), RangeError);
+    }
   });
 });
 
