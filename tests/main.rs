@@ -11,6 +11,7 @@ mod console_browser;
 mod console_http;
 mod console_waiting;
 mod contract;
+mod contract_files;
 mod conversations_ask;
 mod conversations_chat;
 mod corrupt_rows;

@@ -12,12 +12,14 @@
 //! - [`operator`]: operator actions such as cancelling a run.
 //! - [`timeline`]: a run's journal as a readable table.
 //! - [`console`]: the operator's web console (the `admin` role).
+//! - [`contract`]: `baton contract`, the bridge's JSON Schemas and TypeScript types generated from the domain's.
 //! - [`demo`]: the end-to-end demo (`--ask`: an agent asks, the demo answers).
 
 pub mod answering;
 pub mod bridge;
 pub mod config;
 pub mod console;
+pub mod contract;
 pub mod demo;
 pub mod fleet;
 pub mod health;

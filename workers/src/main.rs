@@ -51,6 +51,15 @@ enum Command {
         #[command(subcommand)]
         command: DeadCommand,
     },
+    /// Write the bridge contract (JSON Schemas, TypeScript types) generated from Baton's types.
+    Contract {
+        /// The repository's `contract/` folder.
+        #[arg(long, default_value = "contract")]
+        dir: std::path::PathBuf,
+        /// Write nothing; exit 1 naming the files that differ from what the code generates.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -166,6 +175,9 @@ struct RunsList {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Command::Contract { dir, check } = &cli.command {
+        return contract(dir, *check);
+    }
     let quiet = matches!(cli.command, Command::Demo(_));
     baton::telemetry::init(if quiet { "warn" } else { "info" });
     let _flush = baton::telemetry::FlushOnExit;
@@ -189,7 +201,27 @@ async fn main() -> anyhow::Result<()> {
         Command::Runs { command } => runs(&settings, command).await?,
         Command::Handoff { command } => handoff(&settings, command).await?,
         Command::Dead { command } => dead(&settings, command).await?,
+        Command::Contract { .. } => unreachable!("handled before the settings are read"),
     }
+    Ok(())
+}
+
+/// `baton contract [--check]`: needs no database, broker or settings.
+fn contract(dir: &std::path::Path, check: bool) -> anyhow::Result<()> {
+    let files = baton::contract::generate()?;
+    if check {
+        let differ = baton::contract::differences(dir, &files)?;
+        if differ.is_empty() {
+            println!("{}: up to date ({} files)", dir.display(), files.len());
+            return Ok(());
+        }
+        eprintln!("{}: these files differ from what the code generates (run `baton contract`):", dir.display());
+        differ.iter().for_each(|path| eprintln!("  {path}"));
+        std::process::exit(1);
+    }
+    let changed = baton::contract::write(dir, &files)?;
+    changed.iter().for_each(|path| println!("wrote {}", dir.join(path).display()));
+    println!("{}: {} files, {} changed", dir.display(), files.len(), changed.len());
     Ok(())
 }
 

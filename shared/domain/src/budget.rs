@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use crate::Language;
 
 /// The error code a run stopped by its budget fails with.
-pub const BUDGET_EXHAUSTED: &str = "budget_exhausted";
+pub const BUDGET_EXHAUSTED: &str = crate::contract::ErrorCode::BudgetExhausted.as_str();
 
 /// The limits of one run. Every field has a safe default, so a confused
 /// model looping on a tool stops even when the profiles file sets nothing.

@@ -20,10 +20,12 @@ pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 1024 * 1024;
 /// Error codes of an external agent that was stopped; they reach the bridge
 /// in `BridgeReply.error.code`.
 pub mod codes {
-    pub const TIMEOUT: &str = "agent_timeout";
-    pub const OUTPUT_LIMIT: &str = "agent_output_limit";
-    pub const INTERRUPTED: &str = "agent_interrupted";
-    pub const EXITED: &str = "agent_failed";
+    use crate::contract::ErrorCode;
+
+    pub const TIMEOUT: &str = ErrorCode::AgentTimeout.as_str();
+    pub const OUTPUT_LIMIT: &str = ErrorCode::AgentOutputLimit.as_str();
+    pub const INTERRUPTED: &str = ErrorCode::AgentInterrupted.as_str();
+    pub const EXITED: &str = ErrorCode::AgentFailed.as_str();
 }
 
 /// What happens to an external agent that a worker shutdown (a deploy)

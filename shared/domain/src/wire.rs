@@ -14,8 +14,9 @@ pub struct Unknown {
 
 /// Declares an enum whose values are written as fixed strings: it derives
 /// serde with those strings and generates `ALL` (every value, in declaration
-/// order), `as_str`, `parse`, `Display` and `FromStr`. Extra derives and
-/// attributes (`#[derive(Default)]`, `#[default]`) pass through.
+/// order), `as_str`, `parse`, `Display` and `FromStr`, and its JSON Schema
+/// (`schemars`) and TypeScript type (`ts-rs`): a union of the strings. Extra
+/// derives and attributes (`#[derive(Default)]`, `#[default]`) pass through.
 #[macro_export]
 macro_rules! wire_enum {
     (
@@ -23,7 +24,9 @@ macro_rules! wire_enum {
         pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident => $wire:literal),+ $(,)? }
     ) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize)]
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize, ::schemars::JsonSchema, ::ts_rs::TS,
+        )]
         pub enum $name {
             $($(#[$vmeta])* #[serde(rename = $wire)] $variant),+
         }

@@ -32,7 +32,7 @@ fn route(request: &Request, message_id: String, body: Value, mandatory: bool) ->
 pub async fn status(c: &impl GenericClient, request: &Request, status: HandoffStatus, note: Option<&str>) -> crate::Result<()> {
     let seq = requests::set_status(c, &request.id, status).await?;
     requests::add_event(c, &request.id, "status_changed", Some(status), note).await?;
-    let body = bridge::status(&request.id, status.as_str(), seq, request.reply_chat_id.as_deref(), now());
+    let body = bridge::status(&request.id, status, seq, request.reply_chat_id.as_deref(), now());
     if let Some(url) = &request.status_url {
         crate::callbacks::enqueue(c, &request.id, url, &body).await?;
     }

@@ -4,6 +4,7 @@
 //! when its live run ends, in the same transaction.
 
 use baton_domain::bridge::ReplyInput;
+use baton_domain::contract::ErrorCode;
 use baton_domain::brief::render_request_brief;
 use baton_domain::journal;
 use baton_domain::reply::Outcome;
@@ -33,7 +34,7 @@ pub async fn request(c: &impl GenericClient, stored: &Request, request: &Handoff
             // A profile this version cannot read cannot run here: say so.
             Err(e @ Error::Unreadable { .. }) => {
                 let message = format!("the agent for `{}` requests cannot run: {e}", request.target_agent.as_str());
-                refuse(c, stored, "no_agent", &message).await?;
+                refuse(c, stored, ErrorCode::NoAgent, &message).await?;
                 return Ok(None);
             }
             Err(e) => return Err(e),
@@ -42,7 +43,7 @@ pub async fn request(c: &impl GenericClient, stored: &Request, request: &Handoff
     };
     let Some(profile) = profile.filter(|p| p.is_configured()) else {
         let message = format!("no configured agent handles `{}` requests", request.target_agent.as_str());
-        refuse(c, stored, "no_agent", &message).await?;
+        refuse(c, stored, ErrorCode::NoAgent, &message).await?;
         return Ok(None);
     };
     let run_id = Uuid::now_v7();
@@ -81,10 +82,10 @@ pub async fn request(c: &impl GenericClient, stored: &Request, request: &Handoff
 }
 
 /// Ends a request that gets no run: a `failed` status and reply with `code`.
-pub async fn refuse(c: &impl GenericClient, stored: &Request, code: &str, message: &str) -> Result<()> {
+pub async fn refuse(c: &impl GenericClient, stored: &Request, code: ErrorCode, message: &str) -> Result<()> {
     requests::add_event(c, &stored.id, "failed", Some(HandoffStatus::Failed), Some(message)).await?;
     bridge::status(c, stored, HandoffStatus::Failed, Some(message)).await?;
-    let outcome = Outcome::Failed { code: code.into(), message: message.to_string() };
+    let outcome = Outcome::Failed { code, message: message.to_string() };
     bridge::reply(c, stored, &no_run_reply(stored, outcome)).await
 }
 

@@ -4,6 +4,7 @@
 //! policy), under an id of its own (`console:<uuid>`), and in the same
 //! transaction a handoff event records that an operator gave it.
 
+use baton_domain::contract::AnswerType;
 use baton_domain::conversation::answer::BridgeAnswer;
 use baton_store::Pool;
 use uuid::Uuid;
@@ -15,11 +16,12 @@ pub use crate::answering::{Handled, OPERATOR_ANSWERED};
 /// what became of it (an answer to a closed question changes nothing).
 pub async fn answer_question(pool: &Pool, handoff_id: &str, question_id: &str, text: &str) -> anyhow::Result<Handled> {
     let answer = BridgeAnswer {
+        kind: AnswerType::Answer,
         id: format!("console:{}", Uuid::now_v7()),
         handoff_id: handoff_id.to_string(),
         question_id: question_id.to_string(),
         text: text.to_string(),
-        at: chrono::Utc::now().fixed_offset(),
+        at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
     };
     apply(pool, &answer, Answerer::Operator).await
 }

@@ -6,7 +6,8 @@ use baton_bus::consume::consume;
 use baton_bus::{DeadLetters, Delivery};
 use tracing::Instrument;
 use baton_domain::bridge::ReplyInput;
-use baton_domain::budget::{Exhausted, BUDGET_EXHAUSTED};
+use baton_domain::budget::Exhausted;
+use baton_domain::contract::ErrorCode;
 use baton_domain::fleet::{Queue, RunFinished};
 use baton_domain::reply::Outcome;
 use baton_domain::request::HandoffStatus;
@@ -99,16 +100,26 @@ fn outcome(run: &Run, language: Language) -> Option<Outcome> {
     let exhausted = run.error.as_ref().and_then(|e| Exhausted::from_error(&e.to_value()));
     if let Some(exhausted) = exhausted.filter(|_| run.status == RunStatus::Failed) {
         let message = exhausted.message(language);
-        return Some(Outcome::Failed { code: BUDGET_EXHAUSTED.into(), message });
+        return Some(Outcome::Failed { code: ErrorCode::BudgetExhausted, message });
     }
     Some(match run.status {
         RunStatus::Running => return None,
         RunStatus::Completed => Outcome::Completed { final_text: run.final_text.clone().unwrap_or_default() },
         RunStatus::Failed => match &run.error {
-            Some(e) => Outcome::Failed { code: e.code.clone(), message: e.message.clone() },
-            None => Outcome::Failed { code: "failed".into(), message: "the agents could not finish".into() },
+            Some(e) => Outcome::Failed { code: reply_code(&e.code), message: e.message.clone() },
+            None => Outcome::Failed { code: ErrorCode::Failed, message: "the agents could not finish".into() },
         },
         RunStatus::Cancelled => Outcome::Cancelled { reason: run.error.as_ref().map(|e| e.message.clone()) },
+    })
+}
+
+/// The bridge's code for a stored run error. A code that is not part of the
+/// contract (a bug: every code a run can fail with is an [`ErrorCode`]) is
+/// logged and sent as `failed`, so a bridge only sees codes it compiled against.
+fn reply_code(stored: &str) -> ErrorCode {
+    ErrorCode::parse(stored).unwrap_or_else(|| {
+        tracing::warn!(code = stored, "a run failed with a code outside the contract; the bridge is told `failed`");
+        ErrorCode::Failed
     })
 }
 

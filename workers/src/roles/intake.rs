@@ -7,6 +7,7 @@ use baton_domain::conversation::strategy::{self, Turn};
 use baton_domain::disclosure;
 use baton_domain::bridge::{self as wire, ReplyInput};
 use baton_domain::fleet::Queue;
+use baton_domain::contract::ErrorCode;
 use baton_domain::reply::Outcome;
 use baton_domain::request::{bounded_reason, parse_request, HandoffRequest, HandoffStatus, RequestError, TargetAgent};
 use baton_domain::Language;
@@ -176,7 +177,7 @@ async fn answer_and_dead_letter(pool: &Pool, publisher: &Publisher, settings: &S
             chat_id: error.reply_to_chat_id.as_deref(),
             source: "other",
             language,
-            outcome: Outcome::Failed { code: "invalid_request".into(), message: reason.clone() },
+            outcome: Outcome::Failed { code: ErrorCode::InvalidRequest, message: reason.clone() },
             run_id: None,
             agents: vec![],
             at: bridge::timestamp(),
@@ -261,7 +262,7 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, 
         body: &body,
         source: request.source,
         target_agent: request.target_agent,
-        status: request.status,
+        status: request.status.into(),
         language: request.language(),
         reply_to,
         reply_chat_id: request.reply_to_chat_id(),
@@ -285,7 +286,7 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, 
         commit(tx).await?;
         return Ok(());
     }
-    requests::add_event(&tx, &request.id, "created", Some(request.status), None).await?;
+    requests::add_event(&tx, &request.id, "created", Some(request.status.into()), None).await?;
     record_disclosure(&tx, &request.id, &filtered.removed).await?;
     requests::add_event(&tx, &request.id, "context_packaged", None, None).await?;
     if request.is_runnable() {
@@ -318,7 +319,7 @@ async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Resu
     tracing::info!(strategy = %strategy, ?turn, "conversation turn");
     if turn == Turn::Refuse {
         let message = "this chat is still busy with an earlier request; send it again when that one has ended";
-        return Ok(baton_store::start::refuse(c, &stored, strategy::BUSY, message).await?);
+        return Ok(baton_store::start::refuse(c, &stored, ErrorCode::Busy, message).await?);
     }
     let seq = conversations::enqueue(c, key, &request.id).await?;
     let Some(run) = live.filter(|_| turn != Turn::Start) else {

@@ -1,36 +1,37 @@
 //! `BridgeAnswer` (CONTRACT §6): what a user said to an open question,
 //! parsed strictly at the edge.
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use ts_rs::TS;
 
+use crate::contract::AnswerType;
 use crate::request::MAX_BODY_BYTES;
 
 /// The longest id (the answer's own, the handoff's, the question's).
 pub const MAX_ID_CHARS: usize = 128;
 
-/// A bridge's answer to a question, as parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BridgeAnswer {
-    /// The idempotency key of this answer.
-    pub id: String,
-    pub handoff_id: String,
-    pub question_id: String,
-    /// What the user said, before the disclosure policy.
-    pub text: String,
-    pub at: chrono::DateTime<chrono::FixedOffset>,
-}
-
-#[derive(Deserialize)]
+/// What a user said to an open question (CONTRACT §6), bridge to fleet, on
+/// `baton.bridge.requests`. Applied at most once per `id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, TS)]
 #[serde(rename_all = "camelCase")]
-struct Wire {
+pub struct BridgeAnswer {
     #[serde(rename = "type")]
-    kind: String,
-    id: String,
-    handoff_id: String,
-    question_id: String,
-    text: String,
-    at: String,
+    pub kind: AnswerType,
+    /// The idempotency key of this answer.
+    #[schemars(length(min = 1, max = 128))]
+    pub id: String,
+    #[schemars(length(min = 1, max = 128))]
+    pub handoff_id: String,
+    /// The `questionId` of the `BridgeQuestion` it answers.
+    #[schemars(length(min = 1, max = 128))]
+    pub question_id: String,
+    /// What the user said (the disclosure policy applies).
+    pub text: String,
+    /// When the user answered (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub at: String,
 }
 
 /// Parses a `BridgeAnswer` body; the error says what is wrong in words an
@@ -43,24 +44,21 @@ pub fn parse(body: &[u8]) -> Result<BridgeAnswer, String> {
     if !value.is_object() {
         return Err("an answer must be a JSON object".into());
     }
-    let wire: Wire = serde_path_to_error::deserialize(&value).map_err(|e| {
+    let answer: BridgeAnswer = serde_path_to_error::deserialize(&value).map_err(|e| {
         let path = e.path().to_string();
         if path == "." { e.into_inner().to_string() } else { format!("`{path}`: {}", e.into_inner()) }
     })?;
-    if wire.kind != "answer" {
-        return Err(format!("`type` is `{}`, not `answer`", wire.kind));
-    }
-    for (name, id) in [("id", &wire.id), ("handoffId", &wire.handoff_id), ("questionId", &wire.question_id)] {
+    for (name, id) in [("id", &answer.id), ("handoffId", &answer.handoff_id), ("questionId", &answer.question_id)] {
         let chars = id.chars().count();
         if chars == 0 || chars > MAX_ID_CHARS {
             return Err(format!("`{name}` must be 1..{MAX_ID_CHARS} characters"));
         }
     }
-    if [&wire.id, &wire.handoff_id, &wire.question_id, &wire.text].iter().any(|s| s.contains('\0')) {
+    if [&answer.id, &answer.handoff_id, &answer.question_id, &answer.text].iter().any(|s| s.contains('\0')) {
         return Err("a string contains a NUL character (\\u0000)".into());
     }
-    let at = chrono::DateTime::parse_from_rfc3339(&wire.at).map_err(|e| format!("`at` is not an RFC 3339 time: {e}"))?;
-    Ok(BridgeAnswer { id: wire.id, handoff_id: wire.handoff_id, question_id: wire.question_id, text: wire.text, at })
+    chrono::DateTime::parse_from_rfc3339(&answer.at).map_err(|e| format!("`at` is not an RFC 3339 time: {e}"))?;
+    Ok(answer)
 }
 
 #[cfg(test)]

@@ -3,9 +3,12 @@
 //! key of the cancel itself, `handoffId` the request it is about.
 
 use chrono::DateTime;
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use ts_rs::TS;
 
+use crate::contract::CancelType;
 use crate::request::{bounded_reason, RequestError};
 
 /// Largest cancel body looked at: a cancel is a few short fields.
@@ -14,26 +17,28 @@ pub const MAX_CANCEL_BYTES: usize = 64 * 1024;
 /// Longest accepted `id` and `handoffId`, as for a request's id.
 const MAX_ID_CHARS: usize = 128;
 
-/// One cancel, as the bridge sent it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BridgeCancel {
-    pub id: String,
-    pub handoff_id: String,
-    /// The user's or bridge's words, bounded; shown in the `cancelled` reply.
-    pub reason: Option<String>,
-    pub at: String,
-}
-
-#[derive(Deserialize)]
+/// A bridge asks the fleet to stop a handoff (CONTRACT §6), on
+/// `baton.bridge.requests`. Kept once per `id`; a cancel that arrives
+/// before its request is kept and applied on arrival.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, TS)]
 #[serde(rename_all = "camelCase")]
-struct Wire {
+pub struct BridgeCancel {
     #[serde(rename = "type")]
-    kind: String,
-    id: String,
-    handoff_id: String,
-    #[serde(default)]
-    reason: Option<String>,
-    at: String,
+    pub kind: CancelType,
+    /// The idempotency key of this cancel.
+    #[schemars(length(min = 1, max = 128))]
+    pub id: String,
+    /// The handoff to stop.
+    #[schemars(length(min = 1, max = 128))]
+    pub handoff_id: String,
+    /// The user's or bridge's words, shown in the `cancelled` reply (bounded
+    /// to 1024 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub reason: Option<String>,
+    /// When the user cancelled (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub at: String,
 }
 
 /// The `type` of a message on the requests queue: `None` for a body that
@@ -67,10 +72,7 @@ fn read(body: &[u8]) -> Result<BridgeCancel, String> {
     if body.len() > MAX_CANCEL_BYTES {
         return Err(format!("a cancel is {} bytes; the limit is {MAX_CANCEL_BYTES}", body.len()));
     }
-    let wire: Wire = serde_json::from_slice(body).map_err(|e| format!("not a cancel: {e}"))?;
-    if wire.kind != "cancel" {
-        return Err(format!("field `type` is {:?}, not \"cancel\"", wire.kind));
-    }
+    let wire: BridgeCancel = serde_json::from_slice(body).map_err(|e| format!("not a cancel: {e}"))?;
     check_id("id", &wire.id)?;
     check_id("handoffId", &wire.handoff_id)?;
     DateTime::parse_from_rfc3339(&wire.at).map_err(|e| format!("field `at` must be an RFC 3339 timestamp ({e})"))?;
@@ -78,7 +80,7 @@ fn read(body: &[u8]) -> Result<BridgeCancel, String> {
     if [&wire.id, &wire.handoff_id].iter().any(|s| s.contains('\0')) || reason.as_deref().is_some_and(|r| r.contains('\0')) {
         return Err("a string contains a NUL character (\\u0000)".into());
     }
-    Ok(BridgeCancel { id: wire.id, handoff_id: wire.handoff_id, reason, at: wire.at })
+    Ok(BridgeCancel { reason, ..wire })
 }
 
 fn check_id(field: &str, id: &str) -> Result<(), String> {
@@ -100,7 +102,7 @@ mod tests {
     fn a_cancel_parses_with_and_without_a_reason() {
         let body = format!(r#"{{"type":"cancel","id":"c-1","handoffId":"h-1","reason":"  stop  ","at":"{AT}"}}"#);
         let cancel = parse_cancel(body.as_bytes()).unwrap();
-        assert_eq!(cancel, BridgeCancel { id: "c-1".into(), handoff_id: "h-1".into(), reason: Some("stop".into()), at: AT.into() });
+        assert_eq!(cancel, BridgeCancel { kind: CancelType::Cancel, id: "c-1".into(), handoff_id: "h-1".into(), reason: Some("stop".into()), at: AT.into() });
         let bare = format!(r#"{{"type":"cancel","id":"c-1","handoffId":"h-1","at":"{AT}","extra":1}}"#);
         assert_eq!(parse_cancel(bare.as_bytes()).unwrap().reason, None);
     }
@@ -111,7 +113,7 @@ mod tests {
             (format!(r#"{{"type":"cancel","id":"","handoffId":"h","at":"{AT}"}}"#), "field `id`"),
             (format!(r#"{{"type":"cancel","id":"c","at":"{AT}"}}"#), "handoffId"),
             (r#"{"type":"cancel","id":"c","handoffId":"h","at":"yesterday"}"#.to_string(), "field `at`"),
-            (format!(r#"{{"type":"answer","id":"c","handoffId":"h","at":"{AT}"}}"#), "not \"cancel\""),
+            (format!(r#"{{"type":"answer","id":"c","handoffId":"h","at":"{AT}"}}"#), "unknown variant `answer`, expected `cancel`"),
         ] {
             let err = parse_cancel(body.as_bytes()).unwrap_err();
             assert!(err.reason.contains(expected), "{body}: {}", err.reason);

@@ -1,9 +1,12 @@
 //! A question an agent asks its user (`ask_user`): its states, the
 //! `BridgeQuestion` a bridge receives, and what the agent reads back.
 
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use ts_rs::TS;
 
+use crate::contract::QuestionType;
 use crate::language::Language;
 use crate::reply::{split_parts, ChannelLimits};
 use crate::wire_enum;
@@ -45,22 +48,34 @@ pub struct QuestionInput<'a> {
     pub at: String,
 }
 
-#[derive(Serialize)]
+/// A question an agent asks its user (CONTRACT §6), fleet to bridge.
+/// `message_id`: `question:<handoffId>:<questionId>`; `correlation_id`: the
+/// handoff's id. The handoff's `blocked` status comes first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, TS)]
 #[serde(rename_all = "camelCase")]
-struct BridgeQuestion<'a> {
+pub struct BridgeQuestion {
     #[serde(rename = "type")]
-    kind: &'static str,
-    handoff_id: &'a str,
-    question_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reply_to_chat_id: Option<&'a str>,
-    language: &'static str,
-    text: String,
-    parts: Vec<String>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    options: &'a [String],
-    expires_at: &'a str,
-    at: &'a str,
+    pub kind: QuestionType,
+    pub handoff_id: String,
+    /// Opaque, unique within the handoff; a `BridgeAnswer` names it.
+    pub question_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub reply_to_chat_id: Option<String>,
+    pub language: Language,
+    /// The question humanized for the chat (its options listed after it).
+    pub text: String,
+    /// `text` cut for the channel like a reply's parts.
+    pub parts: Vec<String>,
+    /// Short answers the bridge may offer as choices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[ts(as = "Option<Vec<String>>", optional)]
+    pub options: Vec<String>,
+    /// After this the agent goes on without an answer (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub expires_at: String,
+    #[schemars(extend("format" = "date-time"))]
+    pub at: String,
 }
 
 /// The `BridgeQuestion` body: the question humanized for the chat (its
@@ -69,16 +84,16 @@ pub fn message(input: &QuestionInput<'_>) -> Value {
     let text = humanize(input.question, input.options, input.language);
     let parts = split_parts(&text, ChannelLimits::for_source(input.source), input.language);
     let message = BridgeQuestion {
-        kind: "question",
-        handoff_id: input.handoff_id,
-        question_id: input.question_id,
-        reply_to_chat_id: input.chat_id,
-        language: input.language.as_str(),
+        kind: QuestionType::Question,
+        handoff_id: input.handoff_id.to_string(),
+        question_id: input.question_id.to_string(),
+        reply_to_chat_id: input.chat_id.map(str::to_string),
+        language: input.language,
         text,
         parts,
-        options: input.options,
-        expires_at: &input.expires_at,
-        at: &input.at,
+        options: input.options.to_vec(),
+        expires_at: input.expires_at.clone(),
+        at: input.at.clone(),
     };
     serde_json::to_value(message).expect("a question always serializes")
 }

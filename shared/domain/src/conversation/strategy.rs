@@ -30,7 +30,7 @@ wire_enum! {
 }
 
 /// The error code of a request refused because its chat is busy.
-pub const BUSY: &str = "busy";
+pub const BUSY: &str = crate::contract::ErrorCode::Busy.as_str();
 
 /// The `[conversations]` section of the profiles file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,8 +15,10 @@
 //!
 //! This file holds the humanizing; cutting into parts lives in `parts.rs`.
 
+use crate::contract::ErrorCode;
 use crate::language::Language;
 use crate::request::HandoffStatus;
+use crate::wire_enum;
 
 mod parts;
 #[cfg(test)]
@@ -29,7 +31,7 @@ pub use parts::{split_parts, truncation_note, ChannelLimits};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     Completed { final_text: String },
-    Failed { code: String, message: String },
+    Failed { code: ErrorCode, message: String },
     Blocked { message: String },
     Cancelled { reason: Option<String> },
 }
@@ -37,14 +39,41 @@ pub enum Outcome {
 impl Outcome {
     /// The `status` field of the bridge reply.
     pub fn status(&self) -> HandoffStatus {
+        self.reply_status().into()
+    }
+
+    /// The `status` field of the bridge reply, as its own type.
+    pub fn reply_status(&self) -> ReplyStatus {
         match self {
-            Outcome::Completed { .. } => HandoffStatus::Completed,
-            Outcome::Failed { .. } => HandoffStatus::Failed,
-            Outcome::Blocked { .. } => HandoffStatus::Blocked,
-            Outcome::Cancelled { .. } => HandoffStatus::Cancelled,
+            Outcome::Completed { .. } => ReplyStatus::Completed,
+            Outcome::Failed { .. } => ReplyStatus::Failed,
+            Outcome::Blocked { .. } => ReplyStatus::Blocked,
+            Outcome::Cancelled { .. } => ReplyStatus::Cancelled,
         }
     }
 }
+
+wire_enum! {
+    /// How a handoff ended, as its reply says.
+    pub enum ReplyStatus {
+        Completed => "completed",
+        Failed => "failed",
+        Blocked => "blocked",
+        Cancelled => "cancelled",
+    }
+}
+
+impl From<ReplyStatus> for HandoffStatus {
+    fn from(status: ReplyStatus) -> Self {
+        match status {
+            ReplyStatus::Completed => HandoffStatus::Completed,
+            ReplyStatus::Failed => HandoffStatus::Failed,
+            ReplyStatus::Blocked => HandoffStatus::Blocked,
+            ReplyStatus::Cancelled => HandoffStatus::Cancelled,
+        }
+    }
+}
+
 
 /// A humanized chat message for the outcome, in the requested language.
 ///

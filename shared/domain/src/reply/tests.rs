@@ -71,7 +71,7 @@ fn status_names_match_the_contract() {
         ),
         (
             Outcome::Failed {
-                code: "c".into(),
+                code: crate::contract::ErrorCode::Failed,
                 message: "m".into(),
             },
             "failed",
@@ -122,14 +122,14 @@ fn a_spent_budget_is_explained_in_both_languages() {
     assert_eq!(zh(ex(Limit::ToolCalls, 5)), "智能体已达到本次请求的工具调用次数上限（5 次）");
     assert_eq!(zh(ex(Limit::Tokens, 120)), "智能体已用完本次请求的模型用量上限（120 个 token）");
     assert_eq!(zh(ex(Limit::WallClock, 2)), "智能体已达到本次请求的运行时间上限（2 秒）");
-    let failed = Outcome::Failed { code: "budget_exhausted".into(), message: zh(ex(Limit::WallClock, 7200)) };
+    let failed = Outcome::Failed { code: crate::contract::ErrorCode::BudgetExhausted, message: zh(ex(Limit::WallClock, 7200)) };
     assert_eq!(humanize(&failed, Language::ZhCn), "抱歉，这次请求没有完成：智能体已达到本次请求的运行时间上限（2 小时）");
 }
 
 #[test]
 fn humanized_failure_apologizes_with_the_message() {
     let outcome = Outcome::Failed {
-        code: "agent_timeout".into(),
+        code: crate::contract::ErrorCode::AgentTimeout,
         message: "the research agent took too long".into(),
     };
     assert_eq!(
@@ -159,11 +159,11 @@ fn humanized_outcomes_show_no_internal_ids_in_either_language() {
             final_text: "Your trip is booked.".into(),
         },
         Outcome::Failed {
-            code: "invocation_failed".into(),
+            code: crate::contract::ErrorCode::HostError,
             message: "the booking site is down".into(),
         },
         Outcome::Failed {
-            code: "task_timeout".into(),
+            code: crate::contract::ErrorCode::Failed,
             message: String::new(),
         },
         Outcome::Blocked {

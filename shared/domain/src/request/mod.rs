@@ -18,8 +18,10 @@
 //! checks live in `parse.rs`, the strict reader in `strict.rs`, the sample
 //! request in `sample.rs`.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use ts_rs::TS;
 
 use crate::language::Language;
 use crate::wire_enum;
@@ -79,6 +81,25 @@ wire_enum! {
     }
 }
 
+wire_enum! {
+    /// The statuses a bridge may send: it only ever creates handoffs, so any
+    /// later status would mean driving Baton's state machine from outside.
+    pub enum RequestStatus {
+        Requested => "requested",
+        /// Stored for review, never run.
+        Draft => "draft",
+    }
+}
+
+impl From<RequestStatus> for HandoffStatus {
+    fn from(status: RequestStatus) -> Self {
+        match status {
+            RequestStatus::Requested => HandoffStatus::Requested,
+            RequestStatus::Draft => HandoffStatus::Draft,
+        }
+    }
+}
+
 impl HandoffStatus {
     /// True once nothing more will happen to the handoff.
     #[must_use]
@@ -124,28 +145,42 @@ wire_enum! {
     pub enum Sensitivity { Low => "low", Medium => "medium", High => "high" }
 }
 
-/// One handoff as the bridge sent it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// One handoff as the bridge sent it (CONTRACT §2), on
+/// `baton.bridge.requests`, with `message_id` = its `id`. Unknown fields are
+/// ignored, and `null` stands for an absent optional field.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, JsonSchema, TS)]
 #[serde(rename_all = "camelCase")]
 pub struct HandoffRequest {
+    /// The idempotency key: at most one run per id.
+    #[schemars(length(min = 1, max = 128))]
     pub id: String,
     pub source: Source,
     pub target_agent: TargetAgent,
-    pub status: HandoffStatus,
+    pub status: RequestStatus,
+    /// What the user asked for; not blank.
+    #[schemars(regex(pattern = r"\S"))]
     pub user_intent: String,
     pub task_type: TaskType,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
     pub project_id: Option<String>,
     pub priority: Priority,
     pub context: ContextPackage,
     pub constraints: Constraints,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
     pub callback: Option<Callback>,
     /// The conversation this request takes turns in, when the bridge names
     /// one; otherwise its chat (`callback.replyToChatId`). See CONTRACT §6.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
+    #[schemars(length(min = 1, max = 128))]
     pub conversation_key: Option<String>,
+    /// RFC 3339.
+    #[schemars(extend("format" = "date-time"))]
     pub created_at: String,
+    /// RFC 3339.
+    #[schemars(extend("format" = "date-time"))]
     pub updated_at: String,
 }
 
@@ -172,17 +207,18 @@ impl HandoffRequest {
     /// Whether a worker should start a run. Drafts are stored but not run.
     #[must_use]
     pub fn is_runnable(&self) -> bool {
-        self.status == HandoffStatus::Requested
+        self.status == RequestStatus::Requested
     }
 }
 
 /// The context the bridge gathered (already filtered on its side).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, JsonSchema, TS)]
 #[serde(rename_all = "camelCase")]
 pub struct ContextPackage {
     pub id: String,
     pub user_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
     pub project_id: Option<String>,
     // The lists are required (CONTRACT §2): a bridge with nothing to say
     // sends `[]`, and a missing list means a bridge that does not follow it.
@@ -190,14 +226,16 @@ pub struct ContextPackage {
     pub user_memories: Vec<ContextMemoryRef>,
     pub project_memories: Vec<ContextMemoryRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
     pub session_summary: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
     pub agent_runtime_summary: Option<String>,
     pub redactions: Vec<Redaction>,
 }
 
 /// One message of the recent chat.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, JsonSchema, TS)]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationTurn {
     pub role: Role,
@@ -206,7 +244,7 @@ pub struct ConversationTurn {
 }
 
 /// A memory the bridge chose to share, with its sensitivity label.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, JsonSchema, TS)]
 #[serde(rename_all = "camelCase")]
 pub struct ContextMemoryRef {
     pub id: String,
@@ -216,11 +254,12 @@ pub struct ContextMemoryRef {
     pub content: String,
     pub sensitivity: Sensitivity,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
     pub source: Option<String>,
 }
 
 /// A record that something was removed from the context, and why.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, JsonSchema, TS)]
 #[serde(rename_all = "camelCase")]
 pub struct Redaction {
     pub field: String,
@@ -228,7 +267,7 @@ pub struct Redaction {
 }
 
 /// What the agent may and may not do, and how to answer.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, JsonSchema, TS)]
 #[serde(rename_all = "camelCase")]
 pub struct Constraints {
     pub language: Language,
@@ -236,16 +275,19 @@ pub struct Constraints {
     pub forbidden_actions: Vec<String>,
     pub require_confirmation_for: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
     pub expected_output: Option<String>,
 }
 
 /// Where progress and the final reply should go.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, JsonSchema, TS)]
 #[serde(rename_all = "camelCase")]
 pub struct Callback {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
     pub status_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional = nullable)]
     pub reply_to_chat_id: Option<String>,
 }
 

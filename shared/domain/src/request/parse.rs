@@ -167,7 +167,6 @@ fn validate(request: &HandoffRequest) -> Result<(), String> {
     check_id(&request.id)?;
     check_conversation_key(request.conversation_key.as_deref())?;
     check_intent(&request.user_intent)?;
-    check_status(request.status)?;
     check_timestamp("createdAt", &request.created_at)?;
     check_timestamp("updatedAt", &request.updated_at)
 }
@@ -201,17 +200,6 @@ fn check_intent(intent: &str) -> Result<(), String> {
         return Err("field `userIntent` must not be empty".to_owned());
     }
     Ok(())
-}
-
-/// A bridge only ever creates handoffs; any later status would mean it is
-/// trying to drive Baton's state machine from outside.
-fn check_status(status: HandoffStatus) -> Result<(), String> {
-    match status {
-        HandoffStatus::Requested | HandoffStatus::Draft => Ok(()),
-        other => Err(format!(
-            "field `status` is \"{other}\"; a bridge may only send requested or draft"
-        )),
-    }
 }
 
 fn check_timestamp(field: &str, raw: &str) -> Result<(), String> {

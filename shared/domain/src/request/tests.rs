@@ -48,7 +48,7 @@ fn a_full_valid_sample_parses_into_every_field() {
     assert_eq!(request.id, "handoff_0001");
     assert_eq!(request.source, Source::Weixin);
     assert_eq!(request.target_agent, TargetAgent::DocsAgent);
-    assert_eq!(request.status, HandoffStatus::Requested);
+    assert_eq!(request.status, RequestStatus::Requested);
     assert_eq!(request.task_type, TaskType::DocsTask);
     assert_eq!(request.priority, Priority::Normal);
     assert_eq!(request.project_id.as_deref(), Some("proj_site"));
@@ -93,7 +93,7 @@ fn a_draft_is_accepted_but_not_runnable() {
     let mut value = sample_json();
     value["status"] = json!("draft");
     let request = parse_value(&value).unwrap();
-    assert_eq!(request.status, HandoffStatus::Draft);
+    assert_eq!(request.status, RequestStatus::Draft);
     assert!(!request.is_runnable());
 }
 
@@ -275,7 +275,7 @@ fn a_status_past_requested_is_refused() {
     value["status"] = json!("running");
     assert_eq!(
         reason_for(&value),
-        "field `status` is \"running\"; a bridge may only send requested or draft"
+        "field `status` is invalid: unknown variant `running`, expected `requested` or `draft`"
     );
 }
 

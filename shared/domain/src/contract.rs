@@ -1,0 +1,125 @@
+//! The public surface as types: the pieces of the bridge protocol that are
+//! not a request, a status or a reply of their own (CONTRACT §2, §3, §6).
+//!
+//! Every message a bridge sends or receives is one Rust type with serde, and
+//! Baton serializes and parses exactly that type. `baton contract` derives
+//! the committed JSON Schemas (`schemars`) and TypeScript types (`ts-rs`) in
+//! `contract/` from the same types, so what a bridge compiles against cannot
+//! drift from what Baton does.
+//!
+//! # Layout
+//! - the `type` tag of each message, one single-word enum per message, so a
+//!   schema says `"const": "status"` and TypeScript `type: "status"`;
+//! - [`ErrorCode`]: every `error.code` a `failed` reply can carry.
+//!
+//! The messages themselves live beside the code that builds or reads them:
+//! [`crate::request::HandoffRequest`], [`crate::bridge::BridgeStatus`],
+//! [`crate::bridge::BridgeReply`], [`crate::bridge::StatusCallback`],
+//! [`crate::conversation::question::BridgeQuestion`],
+//! [`crate::conversation::answer::BridgeAnswer`], [`crate::conversation::cancel::BridgeCancel`].
+
+use crate::wire_enum;
+
+wire_enum! {
+    /// The `type` of a `BridgeStatus`.
+    #[derive(Default)]
+    pub enum StatusType { #[default] Status => "status" }
+}
+
+wire_enum! {
+    /// The `type` of a `BridgeReply`.
+    #[derive(Default)]
+    pub enum ReplyType { #[default] Reply => "reply" }
+}
+
+wire_enum! {
+    /// The `type` of a `BridgeQuestion`.
+    #[derive(Default)]
+    pub enum QuestionType { #[default] Question => "question" }
+}
+
+wire_enum! {
+    /// The `type` of a `BridgeAnswer`.
+    #[derive(Default)]
+    pub enum AnswerType { #[default] Answer => "answer" }
+}
+
+wire_enum! {
+    /// The `type` of a `BridgeCancel`.
+    #[derive(Default)]
+    pub enum CancelType { #[default] Cancel => "cancel" }
+}
+
+wire_enum! {
+    /// Why a request failed: the `error.code` of a `failed` `BridgeReply`.
+    /// The reply's `text` says it to the user in words; the code is for the
+    /// bridge's own logic.
+    pub enum ErrorCode {
+        /// The request was refused at the door: its `message` names the field
+        /// by its full path (`context.userMemories[3].sensitivity`).
+        InvalidRequest => "invalid_request",
+        /// No runnable agent profile is configured for the `targetAgent`.
+        NoAgent => "no_agent",
+        /// Its chat already has a live run and the route's strategy is `reject`.
+        Busy => "busy",
+        /// The run spent its budget (tokens, model calls, tool calls or wall clock).
+        BudgetExhausted => "budget_exhausted",
+        /// An agent used up its model rounds.
+        RoundBudgetExhausted => "agent.round_budget_exhausted",
+        /// An agent called a tool after it had finished the work.
+        ToolAfterFinish => "agent.tool_after_finish",
+        /// An agent stopped without finishing or handing off.
+        NoClosingTool => "agent.no_closing_tool",
+        /// An external agent ran past its time limit.
+        AgentTimeout => "agent_timeout",
+        /// An external agent wrote more output than it may.
+        AgentOutputLimit => "agent_output_limit",
+        /// An external agent exited with an error.
+        AgentFailed => "agent_failed",
+        /// An external agent was interrupted (its worker stopped) and its profile does not rerun it.
+        AgentInterrupted => "agent_interrupted",
+        /// Baton itself failed (database, broker, serialization); the journal has the detail.
+        HostError => "host_error",
+        /// An agent's profile could not be read (it changed to something this build cannot run).
+        ProfileUnreadable => "host.profile_unreadable",
+        /// An agent could not be started.
+        ClaimFailed => "host.claim_failed",
+        /// The agent's worker died too many times while running it.
+        TooManyTakeovers => "host.too_many_takeovers",
+        /// The run failed for a reason Baton did not name.
+        Failed => "failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_message_tag_is_one_word() {
+        assert_eq!(
+            serde_json::to_value(StatusType::default()).unwrap(),
+            "status"
+        );
+        assert_eq!(
+            ReplyType::ALL.len()
+                + QuestionType::ALL.len()
+                + AnswerType::ALL.len()
+                + CancelType::ALL.len(),
+            4
+        );
+        assert!(serde_json::from_value::<StatusType>(serde_json::json!("reply")).is_err());
+    }
+
+    #[test]
+    fn the_codes_named_elsewhere_are_error_codes() {
+        for code in [
+            crate::budget::BUDGET_EXHAUSTED,
+            crate::conversation::strategy::BUSY,
+            crate::sandbox::codes::TIMEOUT,
+        ] {
+            assert!(ErrorCode::parse(code).is_some(), "{code}");
+        }
+        assert_eq!(ErrorCode::parse("something.new"), None);
+    }
+}
