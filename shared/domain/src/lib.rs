@@ -6,6 +6,7 @@
 //! - [`reply`]: humanized bridge replies and cutting them into chat-sized parts.
 //! - [`language`]: the reply languages.
 //! - [`bridge`]: the status and reply messages a bridge receives.
+//! - [`callback`]: status callbacks: the origin allow-list, Standard Webhooks signing, URLs safe to log.
 //! - [`conversation`]: questions agents ask their users and the bridge's answers, a bridge's cancel, and one chat's requests taking turns (CONTRACT §6).
 //! - [`fleet`]: the fleet's queues and the id-only messages between its roles.
 //! - [`outgoing`]: the size bound of outgoing bodies, cutting them, retry backoff.
@@ -32,6 +33,7 @@ pub mod budget;
 pub mod delegation;
 pub mod disclosure;
 pub mod bridge;
+pub mod callback;
 pub mod conversation;
 pub mod error;
 pub mod fleet;
