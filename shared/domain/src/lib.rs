@@ -7,6 +7,7 @@
 //! - [`language`]: the reply languages.
 //! - [`bridge`]: the status and reply messages a bridge receives.
 //! - [`contract`]: the public surface's own words: each message's `type`, the error codes.
+//! - [`callback`]: status callbacks: the origin allow-list, Standard Webhooks signing, URLs safe to log.
 //! - [`conversation`]: questions agents ask their users and the bridge's answers, a bridge's cancel, and one chat's requests taking turns (CONTRACT §6).
 //! - [`fleet`]: the fleet's queues and the id-only messages between its roles.
 //! - [`outgoing`]: the size bound of outgoing bodies, cutting them, retry backoff.
@@ -34,6 +35,7 @@ pub mod delegation;
 pub mod disclosure;
 pub mod bridge;
 pub mod contract;
+pub mod callback;
 pub mod conversation;
 pub mod error;
 pub mod fleet;

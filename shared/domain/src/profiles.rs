@@ -30,6 +30,9 @@ pub struct ProfilesFile {
     /// What a request does while its chat has a live run, per route.
     #[serde(default)]
     pub conversations: crate::conversation::strategy::ConversationsConfig,
+    /// Where status callbacks may go and how they are signed, per source.
+    #[serde(default)]
+    pub callbacks: crate::callback::CallbacksConfig,
 }
 
 /// A named instruction pack, included in the prompt of every profile that
@@ -287,6 +290,7 @@ impl ProfilesFile {
         }
         problems.extend(self.budgets.problems(&self.routes));
         problems.extend(self.conversations.problems(&self.routes));
+        problems.extend(self.callbacks.problems());
         problems
     }
 }
