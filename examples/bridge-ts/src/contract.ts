@@ -8,6 +8,7 @@ export type {
   BridgeQuestion,
   BridgeReply,
   BridgeStatus,
+  ErrorCode,
   HandoffRequest,
   HandoffStatus,
   StatusCallback,

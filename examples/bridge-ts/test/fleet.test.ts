@@ -7,7 +7,7 @@ import { Webhook } from 'standardwebhooks';
 
 import { Bridge } from '../src/bridge.js';
 import { startCallbackReceiver } from '../src/callbacks.js';
-import type { BridgeStatus, FleetMessage, StatusCallback } from '../src/contract.js';
+import type { BridgeStatus, ErrorCode, FleetMessage, StatusCallback } from '../src/contract.js';
 import { isFailed } from '../src/replies.js';
 import { fleetUnderTest, newId, request, until } from './fleet.js';
 
@@ -100,8 +100,10 @@ describe('a bridge on a live fleet', () => {
     });
     const reply = await handoff.reply(REPLY_WITHIN_MS);
     assert.ok(isFailed(reply), `expected a failed reply, got ${reply.status}`);
-    // `reply.error` is not optional here: the guard narrowed the type.
-    assert.equal(reply.error.code, 'invalid_request');
+    // `reply.error` is not optional here: the guard narrowed the type, and
+    // the code is one of the contract's closed set.
+    const code: ErrorCode = reply.error.code;
+    assert.equal(code, 'invalid_request');
     assert.match(reply.error.message, /userIntent/);
   });
 
