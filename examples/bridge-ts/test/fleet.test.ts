@@ -5,7 +5,7 @@ import { after, before, describe, it } from 'node:test';
 
 import { Webhook } from 'standardwebhooks';
 
-import { Bridge } from '../src/bridge.js';
+import { Bridge, NotDelivered } from '../src/bridge.js';
 import { startCallbackReceiver } from '../src/callbacks.js';
 import type { BridgeStatus, ErrorCode, FleetMessage, StatusCallback } from '../src/contract.js';
 import { isFailed } from '../src/replies.js';
@@ -89,6 +89,15 @@ describe('a bridge on a live fleet', () => {
     } finally {
       await flaky.close();
     }
+  });
+
+  it('says so when a message reaches no queue, instead of losing it', async () => {
+    const nowhere = `${fleet.prefix}bridge-ts.no-such-queue`;
+    await assert.rejects(bridge.publishRaw(nowhere, newId('lost'), Buffer.from('{}')), (e: unknown) => {
+      assert.ok(e instanceof NotDelivered);
+      assert.match(e.message, /NO_ROUTE/);
+      return true;
+    });
   });
 
   it('types the failed reply to a malformed request as a failure with its error', async () => {
