@@ -12,6 +12,7 @@ mod console_http;
 mod console_waiting;
 mod contract;
 mod contract_files;
+mod contract_live;
 mod conversations_ask;
 mod conversations_chat;
 mod corrupt_rows;

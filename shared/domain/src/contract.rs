@@ -13,10 +13,9 @@
 //! - [`ErrorCode`]: every `error.code` a `failed` reply can carry.
 //!
 //! The messages themselves live beside the code that builds or reads them:
-//! [`crate::request::HandoffRequest`], [`crate::bridge::BridgeStatus`],
-//! [`crate::bridge::BridgeReply`], [`crate::bridge::StatusCallback`],
-//! [`crate::conversation::question::BridgeQuestion`],
-//! [`crate::conversation::answer::BridgeAnswer`], [`crate::conversation::cancel::BridgeCancel`].
+//! `request::HandoffRequest`, `bridge::{BridgeStatus, BridgeReply,
+//! StatusCallback}`, `conversation::question::BridgeQuestion`,
+//! `conversation::answer::BridgeAnswer`, `conversation::cancel::BridgeCancel`.
 
 use crate::wire_enum;
 
