@@ -135,7 +135,7 @@ async fn a_model_server_answering_100_mib_fails_the_call_cleanly_without_holding
 async fn a_callback_endpoint_answering_an_endless_error_body_is_retried_with_a_short_reason() {
     let server = baton_tests::http::HugeBodyServer::start(500, 100 * 1024 * 1024).await;
     let env = TestEnv::new().await;
-    env.apply_example_profiles().await;
+    env.apply_example_profiles_with_callbacks(&[server.base_url.trim_end_matches("/v1")]).await;
     let mut request = sample_request_json("cb-huge-1", "docs_agent", "en");
     request["callback"]["statusUrl"] = format!("{}/status", server.base_url).into();
     let fleet = env.start_all();

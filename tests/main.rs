@@ -4,6 +4,7 @@
 mod bridge;
 mod bridge_edges;
 mod budgets;
+mod callbacks;
 mod chain;
 mod claims;
 mod cluster;

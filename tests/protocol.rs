@@ -53,7 +53,7 @@ async fn a_manual_handoff_waits_for_an_operator_who_pastes_the_result() {
 async fn status_updates_reach_the_callback_url_in_order_despite_failures() {
     let callback = CallbackServer::start(2).await;
     let env = TestEnv::new().await;
-    env.apply_example_profiles().await;
+    env.apply_example_profiles_with_callbacks(&[callback.url.trim_end_matches("/status")]).await;
     let fleet = env.start_all();
     let mut replies = env.replies().await;
     let mut request = sample_request_json("callback-1", "docs_agent", "en");
@@ -74,7 +74,7 @@ async fn status_updates_reach_the_callback_url_in_order_despite_failures() {
 #[tokio::test]
 async fn a_callback_that_never_answers_does_not_hold_up_the_run() {
     let env = TestEnv::new().await;
-    env.apply_example_profiles().await;
+    env.apply_example_profiles_with_callbacks(&["http://127.0.0.1:9"]).await;
     let fleet = env.start_all();
     let mut replies = env.replies().await;
     let mut request = sample_request_json("callback-dead", "docs_agent", "en");

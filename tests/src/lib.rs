@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 pub mod browser;
 pub mod http;
+pub mod webhook;
 
 pub use baton_domain::request::sample_request_json;
 
@@ -70,6 +71,14 @@ impl TestEnv {
 
     pub async fn apply_example_profiles(&self) {
         self.apply_profiles(include_str!("../../examples/profiles.toml")).await;
+    }
+
+    /// The example profiles with status callbacks allowed to `origins` and
+    /// signed with [`CALLBACK_SECRET`] (see [`callbacks_allowed`]).
+    pub async fn apply_example_profiles_with_callbacks(&self, origins: &[&str]) {
+        let mut file = ProfilesFile::parse(include_str!("../../examples/profiles.toml")).expect("valid profiles");
+        file.callbacks = callbacks_allowed(origins);
+        baton_store::profiles::apply(&self.pool.get().await.unwrap(), &file).await.unwrap();
     }
 
     pub fn start(&self, roles: &[Role]) -> Fleet {
@@ -241,6 +250,34 @@ impl TestEnv {
         fleet.stop().await;
         messages
     }
+}
+
+/// The signing secret of the tests' status callbacks (32 bytes).
+pub const CALLBACK_SECRET: &str = "whsec_YmF0b24gdGVzdCBzaWduaW5nIHNlY3JldCwgMzIgQiE=";
+/// The variable that holds [`CALLBACK_SECRET`].
+pub const CALLBACK_SECRET_ENV: &str = "BATON_TEST_CALLBACK_SECRET";
+
+/// A `[callbacks]` section allowing `origins`, every source signed with
+/// [`CALLBACK_SECRET`], which it puts in this test process's environment
+/// (each test runs in its own process) for the in-process relay to read.
+pub fn callbacks_allowed(origins: &[&str]) -> baton_domain::callback::CallbacksConfig {
+    std::env::set_var(CALLBACK_SECRET_ENV, CALLBACK_SECRET);
+    let signing = baton_domain::callback::SourceSigning { secret_env: CALLBACK_SECRET_ENV.to_string() };
+    baton_domain::callback::CallbacksConfig {
+        allowed_origins: origins.iter().map(|o| o.to_string()).collect(),
+        sources: baton_domain::request::Source::ALL.iter().map(|s| (s.as_str().to_string(), signing.clone())).collect(),
+    }
+}
+
+/// The same section as the profiles file's TOML.
+pub fn callbacks_toml(origins: &[&str]) -> String {
+    let config = callbacks_allowed(origins);
+    let origins: Vec<String> = config.allowed_origins.iter().map(|o| format!("\"{o}\"")).collect();
+    let mut text = format!("[callbacks]\nallowed_origins = [{}]\n", origins.join(", "));
+    for (source, signing) in &config.sources {
+        text.push_str(&format!("[callbacks.sources.{source}]\nsecret_env = \"{}\"\n", signing.secret_env));
+    }
+    text
 }
 
 /// A profile in the profiles file's TOML, for tests that script agents.

@@ -234,8 +234,12 @@ async fn profiles(settings: &Settings, command: ProfilesCommand) -> anyhow::Resu
             println!("applied {} profile(s) and {} route(s)", parsed.profiles.len(), parsed.routes.len());
         }
         ProfilesCommand::Check { file } => {
-            for p in read_profiles(&file)?.profiles {
-                println!("{:<16} {:<9} {}", p.id, p.model.provider_name(), readiness(&p));
+            let parsed = read_profiles(&file)?;
+            for p in &parsed.profiles {
+                println!("{:<16} {:<9} {}", p.id, p.model.provider_name(), readiness(p));
+            }
+            for line in callback_readiness(&parsed.callbacks) {
+                println!("{line}");
             }
         }
     }
@@ -255,6 +259,26 @@ fn readiness(p: &baton_domain::profiles::Profile) -> String {
         (true, Some(why)) => format!("not runnable: {why}"),
         (true, None) => "ready".to_string(),
     }
+}
+
+/// What `profiles check` says of status callbacks: where they may go, and
+/// whether each source's secret is set (and usable) in this environment.
+fn callback_readiness(config: &baton_domain::callback::CallbacksConfig) -> Vec<String> {
+    let mut lines = vec![if config.allowed_origins.is_empty() {
+        format!("{:<26} refused: no allowed_origins", "callbacks")
+    } else {
+        format!("{:<26} allowed to {}", "callbacks", config.allowed_origins.join(", "))
+    }];
+    for (source, signing) in &config.sources {
+        let var = &signing.secret_env;
+        let state = match std::env::var(var).map(|v| baton_domain::callback::sign::Secret::parse(&v)) {
+            Ok(Ok(_)) => "ready".to_string(),
+            Ok(Err(e)) => format!("requires configuration: environment variable {var} ({e})"),
+            Err(_) => format!("requires configuration: environment variable {var}"),
+        };
+        lines.push(format!("{:<26} {state}", format!("callbacks.sources.{source}")));
+    }
+    lines
 }
 
 /// Runs the roles once the database's schema is this binary's; a signal

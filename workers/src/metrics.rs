@@ -75,7 +75,7 @@ fn describe() {
     describe_gauge!(OUTBOX_OLDEST_AGE, Unit::Seconds, "Age of the oldest row in the outbox.");
     describe_histogram!(RELAY_PUBLISH_SECONDS, Unit::Seconds, "The relay's publish of one batch, until the broker confirmed it.");
     describe_counter!(RELAY_NACKS, "Messages the broker refused for now (nack); kept and tried again.");
-    describe_counter!(CALLBACKS, "HTTP status callbacks, by outcome (sent, failed).");
+    describe_counter!(CALLBACKS, "HTTP status callbacks, by outcome (sent, failed, refused).");
     describe_counter!(BRIDGE_REPLIES, "Replies published to bridges, by status.");
     describe_histogram!(baton_agent::metrics::MODEL_REQUEST_SECONDS, Unit::Seconds, "Model calls (retries included), by profile and outcome.");
     describe_counter!(baton_agent::metrics::MODEL_REQUEST_ERRORS, "Failed model call attempts, by profile and status code.");
@@ -120,8 +120,9 @@ pub fn relay_nacked() {
     ::metrics::counter!(RELAY_NACKS).increment(1);
 }
 
-pub fn callback(sent: bool) {
-    ::metrics::counter!(CALLBACKS, "outcome" => if sent { "sent" } else { "failed" }).increment(1);
+/// `outcome`: `sent`, `failed` (given up) or `refused` (off the allow-list, no secret).
+pub fn callback(outcome: &'static str) {
+    ::metrics::counter!(CALLBACKS, "outcome" => outcome).increment(1);
 }
 
 /// A message published to a bridge: counted when it is a reply, by its

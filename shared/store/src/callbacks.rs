@@ -1,15 +1,23 @@
 //! Status callbacks: HTTP POSTs to a bridge's `callback.statusUrl`, queued
 //! in the same transaction as the status change, delivered with retries.
 
+use std::time::Duration;
+
+use baton_domain::callback::CallbacksConfig;
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
-use crate::{sql, Result};
+use crate::{requests, settings, sql, Result};
+
+/// The handoff event that says a callback will not be delivered, and why.
+pub const FAILED: &str = "callback_failed";
 
 #[derive(Debug, Clone)]
 pub struct Callback {
     pub id: i64,
     pub handoff_id: String,
+    /// The request's source (`weixin` …), which picks the signing secret.
+    pub source: String,
     pub url: String,
     pub body: Value,
     pub attempts: i32,
@@ -20,22 +28,32 @@ pub async fn enqueue(c: &impl GenericClient, handoff_id: &str, url: &str, body: 
     Ok(())
 }
 
-/// Due callbacks, each the oldest of its handoff (so one handoff's updates
-/// arrive in order), locked for this transaction.
-pub async fn take_due(c: &impl GenericClient, limit: i64) -> Result<Vec<Callback>> {
+/// Takes up to `limit` due callbacks, each the oldest of its handoff (so one
+/// handoff's updates go one at a time, in order), and leases them for
+/// `lease` so no one takes them again while they are being delivered. One
+/// statement: nothing stays locked after it.
+pub async fn take_due(c: &impl GenericClient, limit: i64, lease: Duration) -> Result<Vec<Callback>> {
+    let secs = lease.as_secs_f64();
     let rows = sql::query(
         c,
-        "SELECT cb.id, cb.handoff_id, cb.url, cb.body, cb.attempts FROM callbacks cb
-          WHERE cb.next_attempt_at <= now()
-            AND NOT EXISTS (SELECT 1 FROM callbacks e WHERE e.handoff_id = cb.handoff_id AND e.id < cb.id)
-          ORDER BY cb.id LIMIT $1 FOR UPDATE SKIP LOCKED",
-        &[&limit],
+        "WITH due AS (
+             SELECT cb.id FROM callbacks cb
+              WHERE cb.next_attempt_at <= now()
+                AND NOT EXISTS (SELECT 1 FROM callbacks e WHERE e.handoff_id = cb.handoff_id AND e.id < cb.id)
+              ORDER BY cb.id LIMIT $1 FOR UPDATE SKIP LOCKED)
+         UPDATE callbacks cb SET next_attempt_at = now() + make_interval(secs => $2)
+           FROM due, handoff_requests r
+          WHERE cb.id = due.id AND r.id = cb.handoff_id
+         RETURNING cb.id, cb.handoff_id, r.source, cb.url, cb.body, cb.attempts",
+        &[&limit, &secs],
     )
     .await?;
-    Ok(rows
+    let mut due: Vec<Callback> = rows
         .iter()
-        .map(|r| Callback { id: r.get(0), handoff_id: r.get(1), url: r.get(2), body: r.get(3), attempts: r.get(4) })
-        .collect())
+        .map(|r| Callback { id: r.get(0), handoff_id: r.get(1), source: r.get(2), url: r.get(3), body: r.get(4), attempts: r.get(5) })
+        .collect();
+    due.sort_by_key(|cb| cb.id);
+    Ok(due)
 }
 
 pub async fn delete(c: &impl GenericClient, id: i64) -> Result<()> {
@@ -44,7 +62,7 @@ pub async fn delete(c: &impl GenericClient, id: i64) -> Result<()> {
 }
 
 /// Schedules the next attempt after `delay`.
-pub async fn retry_later(c: &impl GenericClient, id: i64, delay: std::time::Duration, error: &str) -> Result<()> {
+pub async fn retry_later(c: &impl GenericClient, id: i64, delay: Duration, error: &str) -> Result<()> {
     let secs = delay.as_secs_f64();
     sql::execute(
         c,
@@ -56,9 +74,33 @@ pub async fn retry_later(c: &impl GenericClient, id: i64, delay: std::time::Dura
     Ok(())
 }
 
-/// Keeps a callback from being taken again while it is being delivered.
-pub async fn lease(c: &impl GenericClient, id: i64, for_how_long: std::time::Duration) -> Result<()> {
-    let secs = for_how_long.as_secs_f64();
-    sql::execute(c, "UPDATE callbacks SET next_attempt_at = now() + make_interval(secs => $2) WHERE id = $1", &[&id, &secs]).await?;
+/// Gives one callback up: a `callback_failed` event saying why, and the
+/// callback removed (the handoff's next one goes on).
+pub async fn give_up(c: &impl GenericClient, cb: &Callback, why: &str) -> Result<()> {
+    requests::add_event(c, &cb.handoff_id, FAILED, None, Some(why)).await?;
+    delete(c, cb.id).await
+}
+
+/// Refuses every callback of a handoff: a `callback_failed` event saying
+/// why, its queued callbacks removed, and no more queued for it.
+pub async fn refuse(c: &impl GenericClient, handoff_id: &str, why: &str) -> Result<()> {
+    requests::add_event(c, handoff_id, FAILED, None, Some(why)).await?;
+    sql::execute(c, "DELETE FROM callbacks WHERE handoff_id = $1", &[&handoff_id]).await?;
+    sql::execute(c, "UPDATE handoff_requests SET status_url = NULL WHERE id = $1", &[&handoff_id]).await?;
     Ok(())
+}
+
+const CALLBACKS: &str = "callbacks";
+
+/// The `[callbacks]` section loaded with the profiles file (none: no
+/// origin is allowed, so every callback is refused).
+pub async fn config(c: &impl GenericClient) -> Result<CallbacksConfig> {
+    match settings::get(c, CALLBACKS).await? {
+        Some(value) => Ok(serde_json::from_value(value)?),
+        None => Ok(Default::default()),
+    }
+}
+
+pub async fn put_config(c: &impl GenericClient, config: &CallbacksConfig) -> Result<()> {
+    settings::put(c, CALLBACKS, &serde_json::to_value(config)?).await
 }

@@ -45,6 +45,7 @@ pub async fn apply(c: &impl GenericClient, file: &ProfilesFile) -> Result<()> {
     crate::settings::put(c, DISCLOSURE, &serde_json::to_value(&file.disclosure)?).await?;
     crate::budgets::put_config(c, &file.budgets).await?;
     crate::conversations::put_config(c, &file.conversations).await?;
+    crate::callbacks::put_config(c, &file.callbacks).await?;
     sql::execute(c, "DELETE FROM routes", &[]).await?;
     for (target, profile) in &file.routes {
         sql::execute(c, "INSERT INTO routes (target_agent, profile_id) VALUES ($1, $2)", &[target, profile]).await?;
