@@ -183,7 +183,7 @@ fn every_message_baton_builds_for_a_bridge_is_valid_against_its_schema() {
             bridge::reply(&reply_input(outcome, None, None)),
         ));
     }
-    let options = vec!["yes".to_string(), "no".to_string()];
+    let options = ["yes".to_string(), "no".to_string()];
     for options in [&options[..], &[]] {
         let input = question::QuestionInput {
             handoff_id: "h-1",
@@ -212,12 +212,14 @@ fn every_message_baton_builds_for_a_bridge_is_valid_against_its_schema() {
 fn answers_and_cancels_get_the_same_verdict_from_the_parser_and_the_schema() {
     let an_answer = json!({"type": "answer", "id": "a-1", "handoffId": "h-1", "questionId": "q-1", "text": "yes", "at": "2026-11-30T10:00:00Z"});
     let a_cancel = json!({"type": "cancel", "id": "c-1", "handoffId": "h-1", "reason": "changed my mind", "at": "2026-11-30T10:00:00Z"});
-    let edits: [(&str, Value); 6] = [
+    let edits: [(&str, Value); 8] = [
         ("type", json!("request")),
         ("id", json!("")),
         ("handoffId", json!(7)),
         ("at", json!("yesterday")),
         ("at", Value::Null),
+        ("at", json!("2026-11-30T10:00:00+0100")),
+        ("at", json!("2026-11-30 10:00:00.5+01:00")),
         ("extra", json!([1])),
     ];
     let (answers, cancels) = (validator("BridgeAnswer"), validator("BridgeCancel"));
@@ -244,4 +246,25 @@ fn answers_and_cancels_get_the_same_verdict_from_the_parser_and_the_schema() {
         }
     }
     assert!(disagree.is_empty(), "\n{}", disagree.join("\n"));
+}
+
+#[test]
+fn baton_contract_check_names_the_files_that_differ_and_writing_mends_them() {
+    let dir = std::env::temp_dir().join(format!("baton-contract-{}", uuid::Uuid::new_v4().simple()));
+    let files = baton::contract::generate().unwrap();
+    baton::contract::write(&dir, &files).unwrap();
+    std::fs::write(dir.join("ts/BridgeReply.ts"), "export type BridgeReply = unknown;\n").unwrap();
+    std::fs::write(dir.join("schema/Gone.schema.json"), "{}\n").unwrap();
+    let baton = |args: &[&str]| std::process::Command::new(baton_tests::baton_binary()).arg("contract").args(args).arg("--dir").arg(&dir).output().unwrap();
+
+    let check = baton(&["--check"]);
+    let said = String::from_utf8_lossy(&check.stderr).into_owned();
+    assert_eq!(check.status.code(), Some(1), "{said}");
+    assert!(said.contains("ts/BridgeReply.ts") && said.contains("schema/Gone.schema.json"), "{said}");
+    assert!(!said.contains("HandoffRequest"), "only the files that differ: {said}");
+
+    assert!(baton(&[]).status.success());
+    assert!(!dir.join("schema/Gone.schema.json").exists());
+    assert_eq!(baton(&["--check"]).status.code(), Some(0));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -10,14 +10,43 @@
 //! # Layout
 //! - the `type` tag of each message, one single-word enum per message, so a
 //!   schema says `"const": "status"` and TypeScript `type: "status"`;
-//! - [`ErrorCode`]: every `error.code` a `failed` reply can carry.
+//! - [`ErrorCode`]: every `error.code` a `failed` reply can carry;
+//! - [`TIMESTAMP_PATTERN`] and [`parse_timestamp`]: the one reading of an
+//!   RFC 3339 time that the parser and the schemas share.
 //!
 //! The messages themselves live beside the code that builds or reads them:
 //! `request::HandoffRequest`, `bridge::{BridgeStatus, BridgeReply,
 //! StatusCallback}`, `conversation::question::BridgeQuestion`,
 //! `conversation::answer::BridgeAnswer`, `conversation::cancel::BridgeCancel`.
 
+use std::sync::LazyLock;
+
+use chrono::{DateTime, FixedOffset};
+use regex::Regex;
+
 use crate::wire_enum;
+
+/// RFC 3339's `date-time` (section 5.6) as a pattern, with its note's
+/// lower-case letters and space separator: a numeric offset has its colon,
+/// its minutes and an ASCII sign. Written on every time a bridge sends (the
+/// schemas say `"format": "date-time"` and this `pattern`), so a JSON Schema
+/// validator's date-time (ajv's takes `+0800` and `+08`) and Baton's agree.
+pub const TIMESTAMP_PATTERN: &str = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$";
+
+static TIMESTAMP: LazyLock<Regex> = LazyLock::new(|| Regex::new(TIMESTAMP_PATTERN).expect("a valid pattern"));
+
+/// Reads an RFC 3339 time a bridge sent: [`TIMESTAMP_PATTERN`]'s shape, and
+/// a real date and time (chrono).
+///
+/// # Errors
+///
+/// Why it is not one, in words.
+pub fn parse_timestamp(raw: &str) -> Result<DateTime<FixedOffset>, String> {
+    if !TIMESTAMP.is_match(raw) {
+        return Err("not of the form 2025-06-06T09:30:00+08:00 (or Z)".to_string());
+    }
+    DateTime::parse_from_rfc3339(raw).map_err(|e| e.to_string())
+}
 
 wire_enum! {
     /// The `type` of a `BridgeStatus`.
@@ -120,5 +149,15 @@ mod tests {
             assert!(ErrorCode::parse(code).is_some(), "{code}");
         }
         assert_eq!(ErrorCode::parse("something.new"), None);
+    }
+
+    #[test]
+    fn a_timestamp_is_rfc_3339_with_a_full_offset() {
+        for good in ["2025-06-06T09:30:00+08:00", "2025-06-06t01:30:00.123z", "2025-06-06 01:30:00Z", "2024-02-29T00:00:00-05:30"] {
+            assert!(parse_timestamp(good).is_ok(), "{good}");
+        }
+        for bad in ["2025-06-06T09:30:00+0800", "2025-06-06T09:30:00+08", "2025-06-06T09:30:00\u{2212}08:00", "2025-06-06", "2025-02-30T00:00:00Z", "２０２５-06-06T09:30:00Z"] {
+            assert!(parse_timestamp(bad).is_err(), "{bad}");
+        }
     }
 }

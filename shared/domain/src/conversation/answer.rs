@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use ts_rs::TS;
 
-use crate::contract::AnswerType;
+use crate::contract::{parse_timestamp, AnswerType, TIMESTAMP_PATTERN};
 use crate::request::MAX_BODY_BYTES;
 
 /// The longest id (the answer's own, the handoff's, the question's).
@@ -30,7 +30,7 @@ pub struct BridgeAnswer {
     /// What the user said (the disclosure policy applies).
     pub text: String,
     /// When the user answered (RFC 3339).
-    #[schemars(extend("format" = "date-time"))]
+    #[schemars(extend("format" = "date-time"), regex(pattern = TIMESTAMP_PATTERN))]
     pub at: String,
 }
 
@@ -57,7 +57,7 @@ pub fn parse(body: &[u8]) -> Result<BridgeAnswer, String> {
     if [&answer.id, &answer.handoff_id, &answer.question_id, &answer.text].iter().any(|s| s.contains('\0')) {
         return Err("a string contains a NUL character (\\u0000)".into());
     }
-    chrono::DateTime::parse_from_rfc3339(&answer.at).map_err(|e| format!("`at` is not an RFC 3339 time: {e}"))?;
+    parse_timestamp(&answer.at).map_err(|e| format!("`at` is not an RFC 3339 time: {e}"))?;
     Ok(answer)
 }
 

@@ -2,13 +2,12 @@
 //! the requests queue with `"type": "cancel"`; its `id` is the idempotency
 //! key of the cancel itself, `handoffId` the request it is about.
 
-use chrono::DateTime;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use ts_rs::TS;
 
-use crate::contract::CancelType;
+use crate::contract::{parse_timestamp, CancelType, TIMESTAMP_PATTERN};
 use crate::request::{bounded_reason, RequestError};
 
 /// Largest cancel body looked at: a cancel is a few short fields.
@@ -37,7 +36,7 @@ pub struct BridgeCancel {
     #[ts(optional)]
     pub reason: Option<String>,
     /// When the user cancelled (RFC 3339).
-    #[schemars(extend("format" = "date-time"))]
+    #[schemars(extend("format" = "date-time"), regex(pattern = TIMESTAMP_PATTERN))]
     pub at: String,
 }
 
@@ -75,7 +74,7 @@ fn read(body: &[u8]) -> Result<BridgeCancel, String> {
     let wire: BridgeCancel = serde_json::from_slice(body).map_err(|e| format!("not a cancel: {e}"))?;
     check_id("id", &wire.id)?;
     check_id("handoffId", &wire.handoff_id)?;
-    DateTime::parse_from_rfc3339(&wire.at).map_err(|e| format!("field `at` must be an RFC 3339 timestamp ({e})"))?;
+    parse_timestamp(&wire.at).map_err(|e| format!("field `at` must be an RFC 3339 timestamp ({e})"))?;
     let reason = wire.reason.map(|r| bounded_reason(r.trim())).filter(|r| !r.is_empty());
     if [&wire.id, &wire.handoff_id].iter().any(|s| s.contains('\0')) || reason.as_deref().is_some_and(|r| r.contains('\0')) {
         return Err("a string contains a NUL character (\\u0000)".into());

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use ts_rs::TS;
 
+use crate::contract::TIMESTAMP_PATTERN;
 use crate::language::Language;
 use crate::wire_enum;
 
@@ -177,10 +178,10 @@ pub struct HandoffRequest {
     #[schemars(length(min = 1, max = 128))]
     pub conversation_key: Option<String>,
     /// RFC 3339.
-    #[schemars(extend("format" = "date-time"))]
+    #[schemars(extend("format" = "date-time"), regex(pattern = TIMESTAMP_PATTERN))]
     pub created_at: String,
     /// RFC 3339.
-    #[schemars(extend("format" = "date-time"))]
+    #[schemars(extend("format" = "date-time"), regex(pattern = TIMESTAMP_PATTERN))]
     pub updated_at: String,
 }
 

@@ -1,7 +1,6 @@
 //! Parsing one bridge body: the envelope checks (size, UTF-8, nesting), the shape read through
 //! [`super::strict`], the field values, and salvaging who to tell when the body is refused.
 
-use chrono::DateTime;
 use serde_json::Value;
 
 use super::*;
@@ -203,7 +202,7 @@ fn check_intent(intent: &str) -> Result<(), String> {
 }
 
 fn check_timestamp(field: &str, raw: &str) -> Result<(), String> {
-    DateTime::parse_from_rfc3339(raw)
+    crate::contract::parse_timestamp(raw)
         .map(drop)
         .map_err(|e| format!("field `{field}` must be an RFC 3339 timestamp, got {raw:?} ({e})"))
 }
