@@ -167,9 +167,11 @@ async fn a_slow_endpoint_holds_up_only_its_own_handoff_whose_updates_still_arriv
     })
     .await;
     let held = receiver.arrivals_at("slow");
-    // One POST, still open: B's went by it (sent one at a time, B's would
-    // wait for it to time out and be tried again), and A's later statuses
-    // wait behind it.
+    // B's went by A's open POST: sent one at a time, they would wait for it
+    // to time out (after 10 s). A's later statuses wait behind it.
+    let b_after_a = fast[2].at.duration_since(held[0].at);
+    eprintln!("B's three callbacks arrived {b_after_a:?} after A's endpoint began holding its first");
+    assert!(b_after_a < Duration::from_secs(8), "B's callbacks waited for A's endpoint: {b_after_a:?}");
     assert_eq!(held.len(), 1, "A's first POST is still being held: {:?}", seqs(&held));
     assert_eq!(seqs(&fast), [1, 2, 3]);
 

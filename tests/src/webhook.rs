@@ -25,6 +25,8 @@ pub struct Arrival {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// When it arrived.
+    pub at: std::time::Instant,
 }
 
 impl Arrival {
@@ -103,7 +105,7 @@ impl Drop for Receiver {
 }
 
 async fn hook(State(state): State<Arc<ReceiverState>>, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
-    state.arrivals.lock().unwrap().push(Arrival { path: name.clone(), headers, body });
+    state.arrivals.lock().unwrap().push(Arrival { path: name.clone(), headers, body, at: std::time::Instant::now() });
     match name.as_str() {
         "slow" => {
             let mut gate = state.gate.clone();
@@ -123,6 +125,6 @@ async fn hook(State(state): State<Arc<ReceiverState>>, Path(name): Path<String>,
 }
 
 async fn moved(State(state): State<Arc<ReceiverState>>, headers: HeaderMap, body: Bytes) -> Response {
-    state.arrivals.lock().unwrap().push(Arrival { path: "moved".into(), headers, body });
+    state.arrivals.lock().unwrap().push(Arrival { path: "moved".into(), headers, body, at: std::time::Instant::now() });
     (StatusCode::FOUND, [(header::LOCATION, "/hook/ok?followed=1")]).into_response()
 }

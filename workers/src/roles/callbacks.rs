@@ -127,20 +127,27 @@ const ERROR_SNIPPET_BYTES: usize = 512;
 /// (the Standard Webhooks advice); anything else is tried again.
 async fn judge(response: reqwest::Response) -> Outcome {
     let status = response.status();
-    if status.is_success() {
+    if let Some(outcome) = settled_by(status) {
         // The status is the answer; the body is not read (dropping it unread
         // costs nothing, whatever its size).
-        return Outcome::Sent;
-    }
-    if status.is_redirection() {
-        return Outcome::GiveUp(format!("HTTP {status}: a redirect, which is not followed"));
-    }
-    if status == reqwest::StatusCode::GONE {
-        return Outcome::GiveUp(format!("HTTP {status}: the endpoint wants no more callbacks"));
+        return outcome;
     }
     let said = baton_agent::http::snippet(response, ERROR_SNIPPET_BYTES).await;
     let said: String = said.chars().filter(|c| !c.is_control()).take(200).collect();
     Outcome::Retry(if said.trim().is_empty() { format!("HTTP {status}") } else { format!("HTTP {status}: {}", said.trim()) })
+}
+
+/// What an answer's status alone settles: sent, or given up for good.
+fn settled_by(status: reqwest::StatusCode) -> Option<Outcome> {
+    if status.is_success() {
+        Some(Outcome::Sent)
+    } else if status.is_redirection() {
+        Some(Outcome::GiveUp(format!("HTTP {status}: a redirect, which is not followed")))
+    } else if status == reqwest::StatusCode::GONE {
+        Some(Outcome::GiveUp(format!("HTTP {status}: the endpoint wants no more callbacks")))
+    } else {
+        None
+    }
 }
 
 /// A transport error and its causes, without the URL reqwest would print.
@@ -198,6 +205,22 @@ fn backoff(attempts: i32) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    use super::{settled_by, Outcome};
+    use reqwest::StatusCode;
+
+    #[test]
+    fn a_2xx_is_sent_a_redirect_or_gone_is_given_up_and_anything_else_is_tried_again() {
+        assert_eq!(settled_by(StatusCode::OK), Some(Outcome::Sent));
+        assert_eq!(settled_by(StatusCode::NO_CONTENT), Some(Outcome::Sent));
+        for status in [StatusCode::MOVED_PERMANENTLY, StatusCode::FOUND, StatusCode::TEMPORARY_REDIRECT, StatusCode::PERMANENT_REDIRECT] {
+            assert!(matches!(settled_by(status), Some(Outcome::GiveUp(why)) if why.contains("not followed")), "{status}");
+        }
+        assert!(matches!(settled_by(StatusCode::GONE), Some(Outcome::GiveUp(_))));
+        for status in [StatusCode::NOT_FOUND, StatusCode::TOO_MANY_REQUESTS, StatusCode::INTERNAL_SERVER_ERROR, StatusCode::BAD_GATEWAY] {
+            assert_eq!(settled_by(status), None, "{status} is tried again");
+        }
+    }
+
     #[test]
     fn backoff_doubles_and_is_capped() {
         assert_eq!(super::backoff(0).as_millis(), 250);
