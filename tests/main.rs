@@ -21,6 +21,7 @@ mod database;
 mod delegation;
 mod errors;
 mod hardening_claims;
+mod hop_costs;
 mod metrics;
 mod operator_console_cli;
 mod outages;

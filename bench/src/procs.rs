@@ -1,13 +1,14 @@
 //! The processes a bench run starts: the support roles once, worker
 //! processes per measurement; and reading their memory.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use tokio::process::{Child, Command};
 
-use super::scenario::Side;
+use super::driver::Side;
+use super::profiles::MODEL_KEY_ENV;
 use baton::config::Settings;
 use baton_domain::fleet::Queue;
 
@@ -31,19 +32,18 @@ pub fn baton_binary() -> anyhow::Result<PathBuf> {
 
 pub struct Procs {
     baton: PathBuf,
+    raw: Option<PathBuf>,
     support: Vec<Child>,
-    workers: Vec<Child>,
+    workers: Vec<(Side, Child)>,
 }
 
-/// The program a side's workers run: `baton`, or this binary for the raw baseline.
-fn program(baton: &Path, side: Side) -> anyhow::Result<PathBuf> {
-    match side {
-        Side::Baton => Ok(baton.to_path_buf()),
-        Side::Raw => Ok(std::env::current_exe()?),
-    }
-}
-
-fn command(program: PathBuf, settings: &Settings, args: &[&str], name: &str, env: &[(&str, &str)]) -> Command {
+fn command(
+    program: PathBuf,
+    settings: &Settings,
+    args: &[&str],
+    name: &str,
+    env: &[(&str, &str)],
+) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("DATABASE_URL", &settings.database_url)
@@ -51,6 +51,9 @@ fn command(program: PathBuf, settings: &Settings, args: &[&str], name: &str, env
         .env("BATON_QUEUE_PREFIX", &settings.queue_prefix)
         .env("BATON_WORKER_ID", name)
         .env("RUST_LOG", "warn")
+        // Every process serves its metrics on a port of its own.
+        .env("BATON_METRICS_ADDR", "127.0.0.1:0")
+        .env(MODEL_KEY_ENV, "bench")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .kill_on_drop(true);
@@ -61,34 +64,72 @@ fn command(program: PathBuf, settings: &Settings, args: &[&str], name: &str, env
 }
 
 impl Procs {
-    pub fn new(baton: PathBuf) -> Self {
-        Self { baton, support: vec![], workers: vec![] }
+    /// `raw`: the program whose `raw-worker` command runs the raw baseline.
+    pub fn new(baton: PathBuf, raw: Option<PathBuf>) -> Self {
+        Self {
+            baton,
+            raw,
+            support: vec![],
+            workers: vec![],
+        }
+    }
+
+    /// The pids of the Baton processes (support roles and workers), and of the raw workers.
+    pub fn pids(&self) -> (Vec<u32>, Vec<u32>) {
+        let mut baton: Vec<u32> = self.support.iter().filter_map(Child::id).collect();
+        let mut raw = vec![];
+        for (side, child) in &self.workers {
+            let list = if side.is_raw() { &mut raw } else { &mut baton };
+            list.extend(child.id());
+        }
+        (baton, raw)
     }
 
     /// A `baton` process that lives for the whole bench.
-    pub fn spawn(&mut self, settings: &Settings, args: &[&str], name: &str, env: &[(&str, &str)]) -> anyhow::Result<u32> {
-        let child = command(self.baton.clone(), settings, args, name, env).spawn().context("starting a baton process")?;
+    pub fn spawn(
+        &mut self,
+        settings: &Settings,
+        args: &[&str],
+        name: &str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<u32> {
+        let child = command(self.baton.clone(), settings, args, name, env)
+            .spawn()
+            .context("starting a baton process")?;
         let pid = child.id().context("the process has a pid")?;
         self.support.push(child);
         Ok(pid)
     }
 
     /// A worker process of one side, stopped after each measurement.
-    pub fn spawn_worker(&mut self, settings: &Settings, side: Side, args: &[&str], name: &str, env: &[(&str, &str)]) -> anyhow::Result<u32> {
-        let program = program(&self.baton, side)?;
-        let child = command(program, settings, args, name, env).spawn().context("starting a worker process")?;
+    pub fn spawn_worker(
+        &mut self,
+        settings: &Settings,
+        side: Side,
+        args: &[&str],
+        name: &str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<u32> {
+        let program = match side {
+            Side::Baton => self.baton.clone(),
+            _ => self.raw.clone().context("no raw worker program")?,
+        };
+        let child = command(program, settings, args, name, env)
+            .spawn()
+            .context("starting a worker process")?;
         let pid = child.id().context("the process has a pid")?;
-        self.workers.push(child);
+        self.workers.push((side, child));
         Ok(pid)
     }
 
     /// SIGTERM, then wait: workers shut down gracefully between measurements.
     pub async fn stop_workers(&mut self) {
-        stop(&mut self.workers).await;
+        let mut workers = self.workers.drain(..).map(|(_, c)| c).collect();
+        stop(&mut workers).await;
     }
 
     pub async fn stop_all(&mut self) {
-        stop(&mut self.workers).await;
+        self.stop_workers().await;
         stop(&mut self.support).await;
     }
 }
@@ -96,11 +137,16 @@ impl Procs {
 async fn stop(children: &mut Vec<Child>) {
     for child in children.iter() {
         if let Some(pid) = child.id() {
-            let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
         }
     }
     for mut child in children.drain(..) {
-        if tokio::time::timeout(Duration::from_secs(15), child.wait()).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(15), child.wait())
+            .await
+            .is_err()
+        {
             let _ = child.kill().await;
         }
     }
@@ -142,9 +188,13 @@ impl RssSampler {
 }
 
 /// Waits until `count` workers consume the side's first queue.
-pub async fn wait_for_consumers(settings: &Settings, side: Side, count: usize) -> anyhow::Result<()> {
+pub async fn wait_for_consumers(
+    settings: &Settings,
+    side: Side,
+    count: usize,
+) -> anyhow::Result<()> {
     let queue = match side {
-        Side::Raw => super::raw::hop_queue(settings),
+        Side::Raw | Side::RawOutbox => super::raw::hop_queue(settings),
         Side::Baton => settings.queues().name(Queue::InvocationsHandoff),
     };
     let conn = baton_bus::Connection::open(&settings.amqp_url, "baton-bench-probe").await?;
@@ -155,7 +205,10 @@ pub async fn wait_for_consumers(settings: &Settings, side: Side, count: usize) -
             conn.close("ok").await;
             return Ok(());
         }
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "workers did not start consuming {queue}");
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "workers did not start consuming {queue}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

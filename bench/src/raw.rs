@@ -3,8 +3,14 @@
 //! worker consumes a message, claims the row under `FOR UPDATE SKIP LOCKED`,
 //! inserts the next stage's row and an event in the same transaction,
 //! publishes the next message with a publisher confirm, and acks.
+//!
+//! With `outbox` set on a chain, the hop also writes an outbox row in its
+//! transaction and deletes it once the broker confirmed the publish: the
+//! price of the outbox guarantee on its own, with no Baton logic around it.
 
-use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
+use baton_bus::lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions,
+};
 use baton_bus::lapin::types::{AMQPValue, FieldTable};
 use baton_bus::{Outgoing, Publisher};
 use baton_store::Pool;
@@ -15,21 +21,26 @@ use uuid::Uuid;
 
 use baton::config::Settings;
 
-pub const STAGES: i32 = 3;
-
 pub const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS raw_items (
     id uuid PRIMARY KEY, chain uuid NOT NULL, stage int NOT NULL, status text NOT NULL,
     claimed_by text, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE INDEX IF NOT EXISTS raw_items_chain ON raw_items (chain, stage);
 CREATE TABLE IF NOT EXISTS raw_events (
     id bigserial PRIMARY KEY, item uuid NOT NULL, kind text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
-CREATE INDEX IF NOT EXISTS raw_events_item ON raw_events (item, kind);";
+CREATE INDEX IF NOT EXISTS raw_events_item ON raw_events (item, kind);
+CREATE TABLE IF NOT EXISTS raw_outbox (
+    id uuid PRIMARY KEY, queue text NOT NULL, body bytea NOT NULL, created_at timestamptz NOT NULL DEFAULT now());";
 
+/// One raw hop's message: the row to claim, and where its chain stands.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct RawHop {
     pub id: Uuid,
     pub chain: Uuid,
     pub stage: i32,
+    pub stages: i32,
+    #[serde(default)]
+    pub outbox: bool,
 }
 
 pub fn hop_queue(settings: &Settings) -> String {
@@ -41,25 +52,69 @@ pub fn done_queue(settings: &Settings) -> String {
 }
 
 /// Declares the baseline's two queues like the fleet's (durable quorum).
-pub async fn declare(channel: &baton_bus::lapin::Channel, settings: &Settings) -> anyhow::Result<()> {
+pub async fn declare(
+    channel: &baton_bus::lapin::Channel,
+    settings: &Settings,
+) -> anyhow::Result<()> {
     for name in [hop_queue(settings), done_queue(settings)] {
         let mut args = FieldTable::default();
-        args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
-        let opts = QueueDeclareOptions { durable: true, ..Default::default() };
-        channel.queue_declare(name.as_str().into(), opts, args).await?;
+        args.insert(
+            "x-queue-type".into(),
+            AMQPValue::LongString("quorum".into()),
+        );
+        let opts = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        channel
+            .queue_declare(name.as_str().into(), opts, args)
+            .await?;
     }
     Ok(())
 }
 
-/// Inserts a chain's first row and publishes its message.
-pub async fn start_chain(pool: &Pool, publisher: &Publisher, settings: &Settings) -> anyhow::Result<Uuid> {
-    let hop = RawHop { id: Uuid::now_v7(), chain: Uuid::now_v7(), stage: 1 };
-    let c = pool.get().await?;
-    c.execute("INSERT INTO raw_items (id, chain, stage, status) VALUES ($1, $2, 1, 'created')", &[&hop.id, &hop.chain]).await?;
-    let body = serde_json::to_vec(&hop)?;
+/// Inserts `count` chains' first rows in one statement, so starting a chain
+/// during a measurement is one publish.
+pub async fn prepare_heads(
+    pool: &Pool,
+    count: usize,
+    stages: i32,
+    outbox: bool,
+) -> anyhow::Result<Vec<RawHop>> {
+    let heads: Vec<RawHop> = (0..count)
+        .map(|_| RawHop {
+            id: Uuid::now_v7(),
+            chain: Uuid::now_v7(),
+            stage: 1,
+            stages,
+            outbox,
+        })
+        .collect();
+    let ids: Vec<Uuid> = heads.iter().map(|h| h.id).collect();
+    let chains: Vec<Uuid> = heads.iter().map(|h| h.chain).collect();
+    pool.get()
+        .await?
+        .execute("INSERT INTO raw_items (id, chain, stage, status) SELECT i, c, 1, 'created' FROM unnest($1::uuid[], $2::uuid[]) AS t(i, c)", &[&ids, &chains])
+        .await?;
+    Ok(heads)
+}
+
+/// Publishes a prepared chain head.
+pub async fn start_chain(
+    publisher: &Publisher,
+    settings: &Settings,
+    head: &RawHop,
+) -> anyhow::Result<()> {
+    let body = serde_json::to_vec(head)?;
     let queue = hop_queue(settings);
-    publisher.publish(&Outgoing { queue: &queue, body: &body, ..Default::default() }).await?;
-    Ok(hop.chain)
+    publisher
+        .publish(&Outgoing {
+            queue: &queue,
+            body: &body,
+            ..Default::default()
+        })
+        .await?;
+    Ok(())
 }
 
 /// One baseline worker process: runs hops until shutdown.
@@ -68,10 +123,21 @@ pub async fn work(settings: &Settings, shutdown: CancellationToken) -> anyhow::R
     let pool = baton_store::pool(&settings.database_url, settings.pool_size)?;
     let publisher = Publisher::open(&conn).await?;
     let channel = conn.create_channel().await?;
-    channel.basic_qos(settings.invocation_prefetch, BasicQosOptions::default()).await?;
+    channel
+        .basic_qos(settings.invocation_prefetch, BasicQosOptions::default())
+        .await?;
     let queue = hop_queue(settings);
-    let mut consumer = channel.basic_consume(queue.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(settings.max_concurrent_invocations));
+    let mut consumer = channel
+        .basic_consume(
+            queue.as_str().into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(
+        settings.max_concurrent_invocations,
+    ));
     loop {
         let delivery = tokio::select! {
             biased;
@@ -92,7 +158,12 @@ pub async fn work(settings: &Settings, shutdown: CancellationToken) -> anyhow::R
     Ok(())
 }
 
-async fn hop(pool: &Pool, publisher: &Publisher, settings: &Settings, data: &[u8]) -> anyhow::Result<()> {
+async fn hop(
+    pool: &Pool,
+    publisher: &Publisher,
+    settings: &Settings,
+    data: &[u8],
+) -> anyhow::Result<()> {
     let msg: RawHop = serde_json::from_slice(data)?;
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
@@ -101,31 +172,63 @@ async fn hop(pool: &Pool, publisher: &Publisher, settings: &Settings, data: &[u8
           WHERE id = (SELECT id FROM raw_items WHERE id = $1 AND status = 'created' FOR UPDATE SKIP LOCKED) RETURNING stage",
     );
     let event = tx.prepare_cached("INSERT INTO raw_events (item, kind) VALUES ($1, $2)");
-    let next_row = tx.prepare_cached("INSERT INTO raw_items (id, chain, stage, status) VALUES ($1, $2, $3, 'created')");
+    let next_row = tx.prepare_cached(
+        "INSERT INTO raw_items (id, chain, stage, status) VALUES ($1, $2, $3, 'created')",
+    );
     let (claim, event, next_row) = (claim.await?, event.await?, next_row.await?);
-    if tx.query_opt(&claim, &[&msg.id, &settings.worker_id]).await?.is_none() {
+    if tx
+        .query_opt(&claim, &[&msg.id, &settings.worker_id])
+        .await?
+        .is_none()
+    {
         return Ok(()); // a duplicate: nothing to do
     }
     tx.execute(&event, &[&msg.id, &"started"]).await?;
-    let next = (msg.stage < STAGES).then(|| RawHop { id: Uuid::now_v7(), chain: msg.chain, stage: msg.stage + 1 });
+    let next = (msg.stage < msg.stages).then(|| RawHop {
+        id: Uuid::now_v7(),
+        stage: msg.stage + 1,
+        ..msg
+    });
     if let Some(next) = &next {
-        tx.execute(&next_row, &[&next.id, &next.chain, &next.stage]).await?;
+        tx.execute(&next_row, &[&next.id, &next.chain, &next.stage])
+            .await?;
         tx.execute(&event, &[&msg.id, &"accepted"]).await?;
     }
-    tx.commit().await?;
     let (queue, body) = match next {
         Some(next) => (hop_queue(settings), serde_json::to_vec(&next)?),
         None => (done_queue(settings), serde_json::to_vec(&msg)?),
     };
-    publisher.publish(&Outgoing { queue: &queue, body: &body, ..Default::default() }).await?;
+    if msg.outbox {
+        let insert = tx
+            .prepare_cached("INSERT INTO raw_outbox (id, queue, body) VALUES ($1, $2, $3)")
+            .await?;
+        tx.execute(&insert, &[&msg.id, &queue, &body]).await?;
+    }
+    tx.commit().await?;
+    publisher
+        .publish(&Outgoing {
+            queue: &queue,
+            body: &body,
+            ..Default::default()
+        })
+        .await?;
+    if msg.outbox {
+        let delete = client
+            .prepare_cached("DELETE FROM raw_outbox WHERE id = $1")
+            .await?;
+        client.execute(&delete, &[&msg.id]).await?;
+    }
     Ok(())
 }
 
-/// Hop latencies (predecessor's commit → successor's claim), in ms.
-pub const LATENCY_SQL: &str = "
-SELECT extract(epoch FROM (s.at - a.at)) * 1000, a.at, s.at
-  FROM raw_events a
-  JOIN raw_items p ON p.id = a.item
-  JOIN raw_items n ON n.chain = p.chain AND n.stage = p.stage + 1
+/// Every hop of the given chains: claim → successor's claim, commit →
+/// successor's claim (both ms), and when the successor was claimed. "Commit"
+/// is the handoff's last journal row, written in the committing transaction.
+pub const HOPS_SQL: &str = "
+SELECT extract(epoch FROM (s.at - ps.at))::float8 * 1000, extract(epoch FROM (s.at - a.at))::float8 * 1000, s.at
+  FROM raw_items n
+  JOIN raw_items p ON p.chain = n.chain AND p.stage = n.stage - 1
   JOIN raw_events s ON s.item = n.id AND s.kind = 'started'
- WHERE a.kind = 'accepted' AND p.chain = ANY($1)";
+  JOIN raw_events ps ON ps.item = p.id AND ps.kind = 'started'
+  JOIN raw_events a ON a.item = p.id AND a.kind = 'accepted'
+ WHERE n.chain = ANY($1)";
