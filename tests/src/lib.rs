@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 pub mod browser;
 pub mod http;
+pub mod paced;
 
 pub use baton_domain::request::sample_request_json;
 
