@@ -62,15 +62,12 @@ async fn scrape(addr: &str) -> String {
 #[tokio::test]
 async fn three_workers_under_a_limit_just_below_the_providers_hear_no_429_and_every_run_completes()
 {
-    // The provider takes 10 requests a second; the fleet's limit is 9 (540 a
-    // minute, held over every one-second window).
-    let server = PacedModelServer::start(Paced {
-        per_second: Some(10),
-        ..Default::default()
-    })
-    .await;
+    // The provider takes 3 requests a second; the fleet's limit is 2 (120 a
+    // minute, held over every one-second window), below what the fleet would
+    // send on its own, so calls do wait.
+    let server = PacedModelServer::start(Paced { per_second: Some(3), ..Default::default() }).await;
     let env = TestEnv::new().await;
-    let limit = "[[limits]]\nname = \"paced\"\nbase_url = \"BASE\"\nrequests_per_minute = 540\nwindow_secs = 1\n";
+    let limit = "[[limits]]\nname = \"paced\"\nbase_url = \"BASE\"\nrequests_per_minute = 120\nwindow_secs = 1\n";
     env.apply_profiles(&profiles(&server, &limit.replace("BASE", &server.base_url)))
         .await;
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
@@ -85,7 +82,7 @@ async fn three_workers_under_a_limit_just_below_the_providers_hear_no_429_and_ev
     );
     assert_eq!(server.refused(), 0, "the provider never answered 429");
     let (busiest, _) = server.busiest(Duration::from_secs(1));
-    assert!(busiest <= 10, "{busiest} requests in one second");
+    assert!(busiest <= 3, "{busiest} requests in one second");
 
     // Waiting is visible: the journal, and a metric labelled by the limit's name.
     let waited = env
@@ -94,7 +91,7 @@ async fn three_workers_under_a_limit_just_below_the_providers_hear_no_429_and_ev
             &[],
         )
         .await;
-    assert!(waited > 0, "100 calls at 9 a second wait their turn");
+    assert!(waited > 0, "100 calls at 2 a second wait their turn");
     let reasons = env.scalar_i64("SELECT count(*) FROM events WHERE type = 'model_call_waiting' AND payload->>'reason' <> 'requests_per_minute'", &[]).await;
     assert_eq!(reasons, 0, "only the request rate made calls wait");
     let mut scraped = String::new();
@@ -152,8 +149,8 @@ async fn a_limit_of_two_concurrent_calls_holds_across_three_workers() {
 
 #[tokio::test]
 async fn a_token_limit_holds_against_the_usage_the_provider_reports() {
-    // 50 tokens a call; 18,000 a minute held over each second is 300 a
-    // second: six calls. Until a call reports its usage, a call is assumed
+    // 50 tokens a call; 6,000 a minute held over each second is 100 a
+    // second: two calls. Until a call reports its usage, a call is assumed
     // to take the whole quota, so the first ones go one at a time.
     let server = PacedModelServer::start(Paced {
         tokens: 50,
@@ -161,7 +158,7 @@ async fn a_token_limit_holds_against_the_usage_the_provider_reports() {
     })
     .await;
     let env = TestEnv::new().await;
-    let limit = format!("[[limits]]\nname = \"tokens\"\nbase_url = \"{}\"\ntokens_per_minute = 18000\nwindow_secs = 1\n", server.base_url);
+    let limit = format!("[[limits]]\nname = \"tokens\"\nbase_url = \"{}\"\ntokens_per_minute = 6000\nwindow_secs = 1\n", server.base_url);
     env.apply_profiles(&profiles(&server, &limit)).await;
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
     let workers = three_workers(&env);
@@ -172,10 +169,10 @@ async fn a_token_limit_holds_against_the_usage_the_provider_reports() {
     let (_, tokens) = server.busiest(Duration::from_secs(1));
     // The server stamps arrivals, the fleet admissions: one call in transit
     // can fall in the server's next second.
-    assert!(tokens <= 300 + 50, "{tokens} tokens reported in one second");
+    assert!(tokens <= 100 + 50, "{tokens} tokens reported in one second");
     assert!(
-        started.elapsed() >= Duration::from_secs(4),
-        "30 calls at six a second take five seconds"
+        started.elapsed() >= Duration::from_secs(12),
+        "30 calls at two a second take fifteen seconds"
     );
     let reasons = env.scalar_i64("SELECT count(*) FROM events WHERE type = 'model_call_waiting' AND payload->>'reason' = 'tokens_per_minute'", &[]).await;
     assert!(reasons > 0);
