@@ -11,7 +11,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::profiles::ModelBinding;
+/// Where a model call goes: its endpoint and the variable holding its key
+/// (a profile's `openai` binding says, `ModelBinding::limit_target`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target<'a> {
+    pub base_url: &'a str,
+    pub api_key_env: Option<&'a str>,
+}
 
 /// Tokens a call is assumed to use before any call under its limit has
 /// reported its usage.
@@ -69,18 +75,10 @@ crate::wire_enum! {
 }
 
 impl ModelLimit {
-    /// Whether calls through `binding` count against this limit.
-    pub fn matches(&self, binding: &ModelBinding) -> bool {
-        let ModelBinding::Openai {
-            base_url: Some(url),
-            api_key_env,
-            ..
-        } = binding
-        else {
-            return false;
-        };
-        let same_key = self.api_key_env.is_none() || self.api_key_env == *api_key_env;
-        same_key && trimmed(url) == trimmed(&self.base_url)
+    /// Whether calls to `target` count against this limit.
+    pub fn matches(&self, target: &Target<'_>) -> bool {
+        let same_key = self.api_key_env.is_none() || self.api_key_env.as_deref() == target.api_key_env;
+        same_key && trimmed(target.base_url) == trimmed(&self.base_url)
     }
 
     pub fn quota(&self) -> Quota {
@@ -147,10 +145,10 @@ fn trimmed(url: &str) -> &str {
     url.trim().trim_end_matches('/')
 }
 
-/// The limit calls through `binding` are under: one naming its key before
-/// one for the whole endpoint; `None` when no limit matches.
-pub fn limit_for<'a>(limits: &'a [ModelLimit], binding: &ModelBinding) -> Option<&'a ModelLimit> {
-    let matching = || limits.iter().filter(|l| l.matches(binding));
+/// The limit calls to `target` are under: one naming its key before one
+/// for the whole endpoint; `None` when no limit matches.
+pub fn limit_for<'a>(limits: &'a [ModelLimit], target: &Target<'_>) -> Option<&'a ModelLimit> {
+    let matching = || limits.iter().filter(|l| l.matches(target));
     matching()
         .find(|l| l.api_key_env.is_some())
         .or_else(|| matching().next())
@@ -179,16 +177,8 @@ pub fn problems(limits: &[ModelLimit]) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn openai(url: &str, key: Option<&str>) -> ModelBinding {
-        ModelBinding::Openai {
-            base_url: Some(url.into()),
-            model: Some("m".into()),
-            api_key_env: key.map(str::to_string),
-            temperature: None,
-            max_tokens: None,
-            timeout_secs: None,
-            max_attempts: None,
-        }
+    fn openai<'a>(base_url: &'a str, api_key_env: Option<&'a str>) -> Target<'a> {
+        Target { base_url, api_key_env }
     }
 
     fn limit(name: &str, url: &str, key: Option<&str>) -> ModelLimit {
@@ -229,7 +219,6 @@ mod tests {
             "all"
         );
         assert!(limit_for(&limits, &openai("https://api.y/v1", Some("TEAM_KEY"))).is_none());
-        assert!(limit_for(&limits, &ModelBinding::Scripted { script: vec![] }).is_none());
         assert!(limit_for(&[], &openai("https://api.x/v1", None)).is_none());
     }
 

@@ -206,6 +206,17 @@ impl ModelBinding {
         (!RUNNABLE_PROVIDERS.contains(&name)).then(|| format!("provider `{name}` is not available in this build yet"))
     }
 
+    /// Where its model calls go, for matching `[[limits]]`: only an
+    /// `openai` binding with an endpoint calls a provider's API.
+    pub fn limit_target(&self) -> Option<crate::limits::Target<'_>> {
+        match self {
+            ModelBinding::Openai { base_url: Some(base_url), api_key_env, .. } => {
+                Some(crate::limits::Target { base_url, api_key_env: api_key_env.as_deref() })
+            }
+            _ => None,
+        }
+    }
+
     pub fn provider_name(&self) -> &'static str {
         match self {
             ModelBinding::Scripted { .. } => "scripted",
@@ -301,7 +312,7 @@ impl ProfilesFile {
 
     /// The limit a profile's model calls are under, if any matches.
     pub fn limit_for(&self, profile: &Profile) -> Option<&crate::limits::ModelLimit> {
-        crate::limits::limit_for(&self.limits, &profile.model)
+        crate::limits::limit_for(&self.limits, &profile.model.limit_target()?)
     }
 }
 
