@@ -22,7 +22,10 @@ use baton_store::Pool;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::providers::ProviderError;
+/// A call the database could not admit (it stayed away past the patience).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotAdmitted(String);
 
 /// The shortest and longest pause between two polls of a limit that waits
 /// for a call in flight to end.
@@ -73,7 +76,7 @@ impl Limiter {
         limit: &ModelLimit,
         caller: Caller,
         hold: Duration,
-    ) -> Result<Pass, ProviderError> {
+    ) -> Result<Pass, NotAdmitted> {
         let turn = self.turn(&limit.name);
         let _turn = turn.lock().await;
         let started = Instant::now();
@@ -100,7 +103,7 @@ impl Limiter {
                 Err(e) => {
                     let since = *db_since.get_or_insert_with(Instant::now);
                     if !e.is_transient() || since.elapsed() > DB_PATIENCE {
-                        return Err(ProviderError::Failed(format!(
+                        return Err(NotAdmitted(format!(
                             "the model call could not be admitted under limit `{}`: {e}",
                             limit.name
                         )));

@@ -119,7 +119,10 @@ impl Provider for OpenAi {
         let caller = Caller { run_id: request.run_id, invocation_id: request.invocation_id };
         for attempt in 1..=e.attempts {
             let pass = match limited {
-                Some((limit, limiter)) => Some(limiter.admit(limit, caller, e.timeout + HOLD_MARGIN).await?),
+                Some((limit, limiter)) => {
+                    let admitted = limiter.admit(limit, caller, e.timeout + HOLD_MARGIN).await;
+                    Some(admitted.map_err(|why| ProviderError::Failed(why.to_string()))?)
+                }
                 None => None,
             };
             let outcome = self.attempt(&e, &body, &request.session_id).await;
