@@ -22,6 +22,7 @@ use uuid::Uuid;
 pub mod browser;
 pub mod http;
 pub mod webhook;
+pub mod paced;
 
 pub use baton_domain::request::sample_request_json;
 

@@ -363,6 +363,9 @@ async fn runs_show(pool: &baton_store::Pool, run: uuid::Uuid, transcript: bool, 
     }
     let events = baton_store::journal::timeline(&c, run).await?;
     print!("{}", baton::timeline::render(&events));
+    if let Some(throttled) = baton::timeline::render_throttled(&events) {
+        println!("{throttled}");
+    }
     println!("tokens used: {}", baton_store::runs::tokens_used(&c, run).await?);
     if let Some(spend) = baton_store::budgets::get(&c, run).await? {
         println!("{}", baton::timeline::render_spend(&spend));

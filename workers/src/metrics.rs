@@ -27,7 +27,7 @@ pub const CALLBACKS: &str = "baton_callbacks_total";
 pub const BRIDGE_REPLIES: &str = "baton_bridge_replies_total";
 
 /// Every metric the fleet exports (the dashboard's queries are checked against it).
-pub const NAMES: [&str; 17] = [
+pub const NAMES: [&str; 19] = [
     REQUESTS,
     RUN_SECONDS,
     HOP_LATENCY,
@@ -44,6 +44,8 @@ pub const NAMES: [&str; 17] = [
     baton_agent::metrics::MODEL_REQUEST_ERRORS,
     baton_agent::metrics::MODEL_TOKENS,
     baton_agent::metrics::TOOL_CALLS,
+    baton_agent::metrics::MODEL_THROTTLED,
+    baton_agent::metrics::MODEL_THROTTLE_WAIT_SECONDS,
     baton_bus::metrics::DEAD_LETTERS,
 ];
 
@@ -81,6 +83,8 @@ fn describe() {
     describe_counter!(baton_agent::metrics::MODEL_REQUEST_ERRORS, "Failed model call attempts, by profile and status code.");
     describe_counter!(baton_agent::metrics::MODEL_TOKENS, "Tokens the models reported, by profile and kind.");
     describe_counter!(baton_agent::metrics::TOOL_CALLS, "Tool calls, by tool and outcome (ok, or a recoverable error).");
+    describe_counter!(baton_agent::metrics::MODEL_THROTTLED, "Model calls that waited under a fleet-wide limit, by the limit's name and why.");
+    describe_histogram!(baton_agent::metrics::MODEL_THROTTLE_WAIT_SECONDS, Unit::Seconds, "How long throttled model calls waited, by limit.");
     describe_counter!(baton_bus::metrics::DEAD_LETTERS, "Messages moved to baton.dead, by source queue and reason code.");
 }
 

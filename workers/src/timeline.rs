@@ -21,7 +21,7 @@ pub fn render(events: &[EventRow]) -> String {
 
 /// The few payload fields worth a glance, on one short line.
 pub fn detail(payload: &serde_json::Value) -> String {
-    let keys = ["tool", "agentId", "path", "kind", "code", "limit", "message", "exit", "provider", "resumed"];
+    let keys = ["tool", "agentId", "path", "kind", "code", "limit", "reason", "waitedMs", "message", "exit", "provider", "resumed"];
     let parts: Vec<String> = keys
         .iter()
         .filter_map(|k| payload.get(*k).filter(|v| !v.is_null()).map(|v| format!("{k}={}", v.as_str().map(str::to_string).unwrap_or(v.to_string()))))
@@ -44,6 +44,43 @@ pub fn render_spend(spend: &baton_store::budgets::RunSpend) -> String {
     )
 }
 
+/// What a run's model calls waited under fleet-wide limits, on one line:
+/// how many waited, how long in all, under which limits, and whether one
+/// waits right now. `None` when none waited.
+pub fn render_throttled(events: &[EventRow]) -> Option<String> {
+    use baton_domain::journal::{MODEL_CALL_THROTTLED, MODEL_CALL_WAITING};
+    let (mut waited, mut total_ms, mut waiting_now, mut limits) = (0, 0u64, 0i64, std::collections::BTreeSet::new());
+    for e in events {
+        let limit = e.payload["limit"].as_str().unwrap_or("?").to_string();
+        match e.kind.as_str() {
+            MODEL_CALL_WAITING => {
+                waiting_now += 1;
+                limits.insert(limit);
+            }
+            MODEL_CALL_THROTTLED => {
+                waiting_now -= 1;
+                waited += 1;
+                total_ms += e.payload["waitedMs"].as_u64().unwrap_or(0);
+            }
+            _ => {}
+        }
+    }
+    if limits.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = limits.into_iter().map(|l| format!("`{l}`")).collect();
+    let mut line = format!(
+        "throttled: {waited} model call{} waited {:.1}s in all under limit {}",
+        if waited == 1 { "" } else { "s" },
+        total_ms as f64 / 1000.0,
+        names.join(", ")
+    );
+    if waiting_now > 0 {
+        line.push_str("; a model call is waiting for its turn now");
+    }
+    Some(line)
+}
+
 #[cfg(test)]
 mod tests {
     use baton_domain::budget::{RunBudget, Spent};
@@ -54,5 +91,29 @@ mod tests {
         let spent = Spent { tokens: 150, model_calls: 3, tool_calls: 6, elapsed: std::time::Duration::from_millis(2400) };
         let line = super::render_spend(&RunSpend { budget: RunBudget { max_tool_calls: 5, ..Default::default() }, spent });
         assert_eq!(line, "spent: 3 of 200 model calls, 6 of 5 tool calls, 150 of 2000000 tokens, 2s of 3600s");
+    }
+
+    #[test]
+    fn throttled_waits_are_summed_and_a_wait_under_way_is_said() {
+        use baton_store::journal::EventRow;
+        let event = |seq: i64, kind: &str, payload: serde_json::Value| EventRow {
+            seq,
+            invocation_id: None,
+            profile_id: Some("writer".into()),
+            kind: kind.into(),
+            payload,
+            at: chrono::Utc::now(),
+        };
+        let mut events = vec![
+            event(1, "model_call_waiting", serde_json::json!({"limit": "deepseek", "reason": "requests_per_minute"})),
+            event(2, "model_call_throttled", serde_json::json!({"limit": "deepseek", "waitedMs": 1500})),
+            event(3, "model_call_waiting", serde_json::json!({"limit": "deepseek", "reason": "concurrent_calls"})),
+        ];
+        let line = super::render_throttled(&events).unwrap();
+        assert_eq!(line, "throttled: 1 model call waited 1.5s in all under limit `deepseek`; a model call is waiting for its turn now");
+        events.push(event(4, "model_call_throttled", serde_json::json!({"limit": "deepseek", "waitedMs": 500})));
+        assert_eq!(super::render_throttled(&events).unwrap(), "throttled: 2 model calls waited 2.0s in all under limit `deepseek`");
+        assert_eq!(super::render_throttled(&events[..0]), None);
+        assert!(super::detail(&events[0].payload).contains("reason=requests_per_minute"));
     }
 }

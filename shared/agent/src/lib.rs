@@ -11,12 +11,14 @@
 //!   what it wrote, how a loop ended ([`Exit`]), safe-to-store model output.
 //! - [`tools`]: the model-visible tools, run inside the step's transaction.
 //! - [`providers`]: the provider trait; scripted, OpenAI-compatible and command providers.
+//! - [`limiter`]: model calls under a fleet-wide limit wait their turn (admission in Postgres).
 //! - [`transcript`]: the persisted transcript, read back as chat messages.
 //! - `budget`: run budgets on the step path: spend recorded per step, checked before the next.
 
 mod budget;
 pub mod first_step;
 pub mod http;
+pub mod limiter;
 pub mod metrics;
 pub mod providers;
 pub mod runner;

@@ -39,3 +39,17 @@ pub fn tool_call(name: &str, is_error: bool) {
     let outcome = if is_error { "error" } else { "ok" };
     ::metrics::counter!(TOOL_CALLS, "tool" => tool, "outcome" => outcome).increment(1);
 }
+
+pub const MODEL_THROTTLED: &str = "baton_model_throttled_total";
+pub const MODEL_THROTTLE_WAIT_SECONDS: &str = "baton_model_throttle_wait_seconds";
+
+/// A model call had to wait under a fleet-wide limit, labelled by the
+/// limit's name (from the profiles file, never the key) and why.
+pub fn model_throttled(limit: &str, reason: &'static str) {
+    ::metrics::counter!(MODEL_THROTTLED, "limit" => limit.to_owned(), "reason" => reason).increment(1);
+}
+
+/// How long a throttled model call waited before it could go.
+pub fn model_throttle_wait(limit: &str, waited: Duration) {
+    ::metrics::histogram!(MODEL_THROTTLE_WAIT_SECONDS, "limit" => limit.to_owned()).record(waited.as_secs_f64());
+}

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::request::Priority;
 use crate::state::InvocationKind;
 
 /// The exchange the fleet's queues dead-letter to (a fanout to the two dead-letter queues).
@@ -25,6 +26,14 @@ pub enum Queue {
     InvocationsHandoff,
     /// "Run invocation X": delegated children, and parked parents' wake-ups.
     InvocationsDelegate,
+    /// [`Queue::InvocationsHandoff`] for runs of `high` priority.
+    InvocationsHandoffHigh,
+    /// [`Queue::InvocationsHandoff`] for runs of `low` priority.
+    InvocationsHandoffLow,
+    /// [`Queue::InvocationsDelegate`] for runs of `high` priority.
+    InvocationsDelegateHigh,
+    /// [`Queue::InvocationsDelegate`] for runs of `low` priority.
+    InvocationsDelegateLow,
     /// "Run X reached a terminal or blocked state", read by the collector.
     RunsFinished,
     /// Everything rejected, with the reason in `x-baton-error`, for operators.
@@ -37,11 +46,15 @@ pub enum Queue {
 
 impl Queue {
     /// Every queue the fleet reads or writes.
-    pub const ALL: [Queue; 7] = [
+    pub const ALL: [Queue; 11] = [
         Queue::BridgeRequests,
         Queue::BridgeReplies,
         Queue::InvocationsHandoff,
         Queue::InvocationsDelegate,
+        Queue::InvocationsHandoffHigh,
+        Queue::InvocationsHandoffLow,
+        Queue::InvocationsDelegateHigh,
+        Queue::InvocationsDelegateLow,
         Queue::RunsFinished,
         Queue::Dead,
         Queue::DeadRequests,
@@ -54,6 +67,10 @@ impl Queue {
             Queue::BridgeReplies => "baton.bridge.replies",
             Queue::InvocationsHandoff => "baton.invocations.handoff",
             Queue::InvocationsDelegate => "baton.invocations.delegate",
+            Queue::InvocationsHandoffHigh => "baton.invocations.handoff.high",
+            Queue::InvocationsHandoffLow => "baton.invocations.handoff.low",
+            Queue::InvocationsDelegateHigh => "baton.invocations.delegate.high",
+            Queue::InvocationsDelegateLow => "baton.invocations.delegate.low",
             Queue::RunsFinished => "baton.runs.finished",
             Queue::Dead => "baton.dead",
             Queue::DeadRequests => "baton.dead.requests",
@@ -64,6 +81,28 @@ impl Queue {
     /// so it has no delivery limit and no dead-letter exchange of its own.
     pub fn is_dead_letter(self) -> bool {
         matches!(self, Queue::Dead | Queue::DeadRequests)
+    }
+
+    /// The invocation queue of one kind (`handoff`: root and handoff stages;
+    /// `delegate`: children and wake-ups) at one priority. Normal keeps the
+    /// contract's names; high and low have queues of their own, because
+    /// quorum queues order no messages by priority before RabbitMQ 4.0.
+    pub fn invocations(delegate: bool, priority: Priority) -> Queue {
+        match (delegate, priority) {
+            (false, Priority::High) => Queue::InvocationsHandoffHigh,
+            (false, Priority::Normal) => Queue::InvocationsHandoff,
+            (false, Priority::Low) => Queue::InvocationsHandoffLow,
+            (true, Priority::High) => Queue::InvocationsDelegateHigh,
+            (true, Priority::Normal) => Queue::InvocationsDelegate,
+            (true, Priority::Low) => Queue::InvocationsDelegateLow,
+        }
+    }
+
+    /// An invocation queue's kind (`true`: delegate) and priority; `None`
+    /// for the other queues.
+    pub fn invocation_lane(self) -> Option<(bool, Priority)> {
+        let lanes = [false, true].into_iter().flat_map(|d| Priority::ALL.map(|p| (d, p)));
+        lanes.into_iter().find(|(d, p)| Queue::invocations(*d, *p) == self)
     }
 }
 
@@ -124,6 +163,24 @@ impl FleetMessage {
         }
     }
 
+    /// The queue the message travels on for a run of `priority`: a run's
+    /// invocations (stages, children, wake-ups) all take its priority.
+    pub fn queue_at(&self, priority: Priority) -> Queue {
+        match self.queue().invocation_lane() {
+            Some((delegate, _)) => Queue::invocations(delegate, priority),
+            None => self.queue(),
+        }
+    }
+
+    /// The run whose priority decides this message's queue (`None`: the
+    /// message is no invocation's and has one queue).
+    pub fn prioritized_run(&self) -> Option<Uuid> {
+        match self {
+            FleetMessage::Run { invocation, .. } | FleetMessage::Wake(invocation) => Some(invocation.run_id),
+            FleetMessage::Finished(_) => None,
+        }
+    }
+
     /// The JSON body: `{"invocationId", "runId"}` or `{"runId"}`.
     pub fn body(&self) -> Value {
         let body = match self {
@@ -149,6 +206,10 @@ mod tests {
                 "baton.bridge.replies",
                 "baton.invocations.handoff",
                 "baton.invocations.delegate",
+                "baton.invocations.handoff.high",
+                "baton.invocations.handoff.low",
+                "baton.invocations.delegate.high",
+                "baton.invocations.delegate.low",
                 "baton.runs.finished",
                 "baton.dead",
                 "baton.dead.requests",
@@ -167,6 +228,23 @@ mod tests {
         assert_eq!(FleetMessage::run(run, inv, InvocationKind::Child).queue(), Queue::InvocationsDelegate);
         assert_eq!(FleetMessage::wake(run, inv).queue(), Queue::InvocationsDelegate);
         assert_eq!(FleetMessage::finished(run).queue(), Queue::RunsFinished);
+    }
+
+    #[test]
+    fn a_runs_priority_picks_its_invocation_queues_and_nothing_else() {
+        let (run, inv) = (Uuid::now_v7(), Uuid::now_v7());
+        let root = FleetMessage::run(run, inv, InvocationKind::Root);
+        assert_eq!(root.queue_at(Priority::High).as_str(), "baton.invocations.handoff.high");
+        assert_eq!(root.queue_at(Priority::Normal), Queue::InvocationsHandoff);
+        assert_eq!(root.queue_at(Priority::Low).as_str(), "baton.invocations.handoff.low");
+        assert_eq!(FleetMessage::run(run, inv, InvocationKind::Child).queue_at(Priority::High), Queue::InvocationsDelegateHigh);
+        assert_eq!(FleetMessage::wake(run, inv).queue_at(Priority::Low), Queue::InvocationsDelegateLow);
+        assert_eq!(FleetMessage::finished(run).queue_at(Priority::High), Queue::RunsFinished);
+        assert_eq!(FleetMessage::finished(run).prioritized_run(), None);
+        assert_eq!(root.prioritized_run(), Some(run));
+        let lanes: Vec<Queue> = Queue::ALL.into_iter().filter(|q| q.invocation_lane().is_some()).collect();
+        assert_eq!(lanes.len(), 6);
+        assert_eq!(Queue::InvocationsDelegateHigh.invocation_lane(), Some((true, Priority::High)));
     }
 
     #[test]

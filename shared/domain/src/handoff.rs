@@ -194,6 +194,7 @@ mod tests {
             model: ModelBinding::Scripted { script: vec![ScriptedTurn { tool: None, args: json!({}), text: Some("hi".into()), delay_ms: None, calls: vec![] }] },
             delegation,
             ask_timeout: None,
+            model_limit: None,
         }
     }
 

@@ -50,3 +50,9 @@ pub const EXTERNAL_AGENT_RERUN: &str = "external_agent_rerun";
 /// A message of the run that the broker could never take (too big, refused):
 /// moved to the dead-letter queue, with the reason.
 pub const MESSAGE_DEAD_LETTERED: &str = "message_dead_lettered";
+/// A model call waits its turn under a fleet-wide limit (`[[limits]]`):
+/// the limit's name and why (`requests_per_minute`, `tokens_per_minute`,
+/// `concurrent_calls`, `retry_after`). Waiting, not failing.
+pub const MODEL_CALL_WAITING: &str = "model_call_waiting";
+/// A model call that waited under a limit may go: how long it waited (`waitedMs`).
+pub const MODEL_CALL_THROTTLED: &str = "model_call_throttled";

@@ -12,6 +12,8 @@
 //! - [`fleet`]: the fleet's queues and the id-only messages between its roles.
 //! - [`outgoing`]: the size bound of outgoing bodies, cutting them, retry backoff.
 //! - [`profiles`]: the agent profiles file and its validation.
+//! - [`limits`]: fleet-wide limits on model calls (`[[limits]]`): matching a binding, figures per window.
+//! - [`priority`]: which waiting invocation a worker's free slot goes to (priority, with aging).
 //! - [`budget`]: run budgets (tokens, model calls, tool calls, wall clock) and the pure check.
 //! - [`tool_name`]: the model-visible tools by name, and which end a turn or belong to owners.
 //! - [`tools`]: the tool surface an invocation sees, and the specs a model receives.
@@ -42,7 +44,9 @@ pub mod fleet;
 pub mod handoff;
 pub mod journal;
 pub mod language;
+pub mod limits;
 pub mod outgoing;
+pub mod priority;
 pub mod profiles;
 pub mod reply;
 pub mod request;

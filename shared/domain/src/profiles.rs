@@ -33,6 +33,9 @@ pub struct ProfilesFile {
     /// Where status callbacks may go and how they are signed, per source.
     #[serde(default)]
     pub callbacks: crate::callback::CallbacksConfig,
+    /// Fleet-wide limits on model calls, per endpoint and key.
+    #[serde(default)]
+    pub limits: Vec<crate::limits::ModelLimit>,
 }
 
 /// A named instruction pack, included in the prompt of every profile that
@@ -68,6 +71,11 @@ pub struct Profile {
     /// (default 86400: 24 hours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ask_timeout: Option<u64>,
+    /// The fleet-wide limit this profile's model calls are under: resolved
+    /// from the file's `[[limits]]` when it is applied and stored beside the
+    /// profile, never written in a profile itself.
+    #[serde(skip)]
+    pub model_limit: Option<crate::limits::ModelLimit>,
 }
 
 /// Which provider drives the agent.
@@ -201,6 +209,17 @@ impl ModelBinding {
         (!RUNNABLE_PROVIDERS.contains(&name)).then(|| format!("provider `{name}` is not available in this build yet"))
     }
 
+    /// Where its model calls go, for matching `[[limits]]`: only an
+    /// `openai` binding with an endpoint calls a provider's API.
+    pub fn limit_target(&self) -> Option<crate::limits::Target<'_>> {
+        match self {
+            ModelBinding::Openai { base_url: Some(base_url), api_key_env, .. } => {
+                Some(crate::limits::Target { base_url, api_key_env: api_key_env.as_deref() })
+            }
+            _ => None,
+        }
+    }
+
     pub fn provider_name(&self) -> &'static str {
         match self {
             ModelBinding::Scripted { .. } => "scripted",
@@ -291,7 +310,13 @@ impl ProfilesFile {
         problems.extend(self.budgets.problems(&self.routes));
         problems.extend(self.conversations.problems(&self.routes));
         problems.extend(self.callbacks.problems());
+        problems.extend(crate::limits::problems(&self.limits));
         problems
+    }
+
+    /// The limit a profile's model calls are under, if any matches.
+    pub fn limit_for(&self, profile: &Profile) -> Option<&crate::limits::ModelLimit> {
+        crate::limits::limit_for(&self.limits, &profile.model.limit_target()?)
     }
 }
 
@@ -411,6 +436,18 @@ on_interrupt = "rerun"
         let bad = boxed.replace("max_output_bytes = 4096", "max_output_bytes = 0").replace("\"OPENAI_API_KEY\"", "\"A=B\"");
         let err = ProfilesFile::parse(&bad).unwrap_err().to_string();
         assert!(err.contains("`A=B` is not an environment variable name") && err.contains("max_output_bytes"), "{err}");
+    }
+
+    #[test]
+    fn limits_are_read_and_resolved_per_profile() {
+        let text = format!("{SAMPLE}\n[[limits]]\nname = \"local\"\nbase_url = \"http://localhost:1/v1/\"\nconcurrent_calls = 2\n");
+        let file = ProfilesFile::parse(&text).unwrap();
+        assert_eq!(file.limit_for(&file.profiles[1]).map(|l| l.name.as_str()), Some("local"));
+        assert_eq!(file.limit_for(&file.profiles[0]), None, "a scripted profile is under no limit");
+        let err = ProfilesFile::parse(&text.replace("concurrent_calls = 2", "")).unwrap_err().to_string();
+        assert!(err.contains("limit `local` sets none"), "{err}");
+        // Set only by [[limits]]: a profile that names one is refused.
+        assert!(ProfilesFile::parse(&SAMPLE.replace("description = \"Drafts text.\"", "description = \"Drafts text.\"\nmodel_limit = 1")).is_err());
     }
 
     #[test]

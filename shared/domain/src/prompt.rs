@@ -65,6 +65,7 @@ mod tests {
             model: ModelBinding::Scripted { script: vec![] },
             delegation: DelegationPolicy::default(),
             ask_timeout: None,
+            model_limit: None,
         }
     }
 

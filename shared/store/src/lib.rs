@@ -24,7 +24,8 @@
 //! - [`overview`]: what an operator looks at: runs listed and filtered, handoffs waiting, fleet counts.
 //! - [`retry`]: a failed run resumed from its last stored step.
 //! - [`sent`]: a copy of every message queued for a bridge, for operators.
-//! - [`profiles`]: agent profiles, skills and routes.
+//! - [`profiles`]: agent profiles, skills and routes (with the model limit each profile's calls are under).
+//! - [`limits`]: fleet-wide limits on model calls: admission, end of a call, a provider's pause, usage.
 //! - [`callbacks`]: HTTP status callbacks waiting for delivery.
 //! - [`settings`]: fleet-wide settings (the disclosure policy).
 //! - [`connect`]: pools and connections, with the fleet's session timeouts and keepalives.
@@ -43,6 +44,7 @@ pub mod gauges;
 pub mod invocations;
 pub mod journal;
 pub mod lifecycle;
+pub mod limits;
 pub mod outbox;
 pub mod overview;
 pub mod profiles;

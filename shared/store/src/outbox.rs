@@ -2,6 +2,7 @@
 //! that caused it; the relay publishes it and deletes it after the confirm.
 
 use baton_domain::fleet::FleetMessage;
+use baton_domain::request::Priority;
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
@@ -29,9 +30,24 @@ impl Message {
 }
 
 /// Queues a fleet message (run this invocation, wake a parent, run finished)
-/// in the caller's transaction.
+/// in the caller's transaction. A run's invocation messages go to the
+/// queue of the run's priority, read by the same statement (no round trip
+/// of its own).
 pub async fn enqueue_fleet(c: &impl GenericClient, m: &FleetMessage) -> Result<()> {
-    enqueue(c, &Message::fleet(m)).await
+    let Some(run_id) = m.prioritized_run() else {
+        return enqueue(c, &Message::fleet(m)).await;
+    };
+    let [high, normal, low] = [Priority::High, Priority::Normal, Priority::Low].map(|p| m.queue_at(p).as_str());
+    let (traceparent, tracestate) = current_trace().map_or((None, None), |(p, s)| (Some(p), s));
+    sql::execute(
+        c,
+        "INSERT INTO outbox (queue, external, body, mandatory, traceparent, tracestate)
+         SELECT CASE r.priority WHEN $6 THEN $1 WHEN $7 THEN $3 ELSE $2 END, false, $4, false, $5, $8
+           FROM (SELECT $9::uuid AS id) k LEFT JOIN runs r ON r.id = k.id",
+        &[&high, &normal, &low, &m.body(), &traceparent, &Priority::High.as_str(), &Priority::Low.as_str(), &tracestate, &run_id],
+    )
+    .await?;
+    Ok(())
 }
 
 /// A W3C trace context: `traceparent` and, if any, `tracestate`.

@@ -34,11 +34,12 @@ pub async fn apply(c: &impl GenericClient, file: &ProfilesFile) -> Result<()> {
     }
     for p in &file.profiles {
         let spec = serde_json::to_value(p)?;
+        let limit = file.limit_for(p).map(serde_json::to_value).transpose()?;
         sql::execute(
             c,
-            "INSERT INTO profiles (id, spec) VALUES ($1, $2)
-             ON CONFLICT (id) DO UPDATE SET spec = EXCLUDED.spec, updated_at = now()",
-            &[&p.id, &spec],
+            "INSERT INTO profiles (id, spec, model_limit) VALUES ($1, $2, $3)
+             ON CONFLICT (id) DO UPDATE SET spec = EXCLUDED.spec, model_limit = EXCLUDED.model_limit, updated_at = now()",
+            &[&p.id, &spec, &limit],
         )
         .await?;
     }
@@ -55,18 +56,25 @@ pub async fn apply(c: &impl GenericClient, file: &ProfilesFile) -> Result<()> {
 
 /// One profile; [`Error::Unreadable`] when this version cannot read its row.
 pub async fn get(c: &impl GenericClient, id: &str) -> Result<Option<Profile>> {
-    let row = sql::query_opt(c, "SELECT spec FROM profiles WHERE id = $1", &[&id]).await?;
-    row.map(|r| read("profile", id, r.get(0))).transpose()
+    let row = sql::query_opt(c, "SELECT spec, model_limit FROM profiles WHERE id = $1", &[&id]).await?;
+    row.map(|r| with_limit(id, r.get(0), r.get(1))).transpose()
+}
+
+/// A profile with the limit its model calls are under.
+fn with_limit(id: &str, spec: serde_json::Value, limit: Option<serde_json::Value>) -> Result<Profile> {
+    let mut profile: Profile = read("profile", id, spec)?;
+    profile.model_limit = limit.map(|l| read("model limit of profile", id, l)).transpose()?;
+    Ok(profile)
 }
 
 /// Every profile this version can read. One it cannot read cannot run here
 /// either, so it is left out (with a warning) rather than failing whoever
 /// lists the agents.
 pub async fn all(c: &impl GenericClient) -> Result<Vec<Profile>> {
-    let rows = sql::query(c, "SELECT id, spec FROM profiles ORDER BY id", &[]).await?;
+    let rows = sql::query(c, "SELECT id, spec, model_limit FROM profiles ORDER BY id", &[]).await?;
     let readable = rows.iter().filter_map(|r| {
         let id: String = r.get(0);
-        read("profile", &id, r.get(1)).inspect_err(|e| tracing::warn!(error = %e, "profile left out")).ok()
+        with_limit(&id, r.get(1), r.get(2)).inspect_err(|e| tracing::warn!(error = %e, "profile left out")).ok()
     });
     Ok(readable.collect())
 }

@@ -27,10 +27,12 @@ pub struct Run {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
+/// Inserts a run; its priority is its request's (`normal` without one).
 pub async fn insert(c: &impl GenericClient, id: Uuid, handoff_id: Option<&str>, root_profile_id: &str) -> Result<()> {
     sql::execute(
         c,
-        "INSERT INTO runs (id, handoff_id, status, root_profile_id) VALUES ($1, $2, $4, $3)",
+        "INSERT INTO runs (id, handoff_id, status, root_profile_id, priority)
+         VALUES ($1, $2, $4, $3, coalesce((SELECT body->>'priority' FROM handoff_requests WHERE id = $2), 'normal'))",
         &[&id, &handoff_id, &root_profile_id, &RUNNING],
     )
     .await?;

@@ -11,18 +11,18 @@ use baton_bus::consume::{consume_until, Broken};
 use baton_bus::{DeadLetters, Delivery};
 use baton_domain::fleet::{FleetMessage, Queue, RunInvocation};
 use baton_domain::journal;
-use baton_domain::request::HandoffStatus;
+use baton_domain::request::{HandoffStatus, Priority};
 use baton_domain::state::{InvocationKind, TaskStatus};
 use baton_store::invocations::{self, Invocation};
 use baton_store::journal::Event;
 use baton_store::{requests, runs, tasks, GenericClient, Pool};
 use baton_store::{begin, client as db, commit};
 use serde_json::json;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use super::slots::Slots;
 use super::{connect_with, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
@@ -40,7 +40,8 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(pool: Pool, settings: Settings) -> Self {
-        let providers = BuiltinProviders::with_work_root(settings.agent_work_dir.clone());
+        let limiter = Arc::new(baton_agent::limiter::Limiter::new(pool.clone()));
+        let providers = BuiltinProviders::with_work_root(settings.agent_work_dir.clone()).with_limiter(limiter);
         let runner = Runner::new(pool.clone(), Arc::new(providers), Limits::default());
         let session = settings.db_session_of("invocation-leases");
         let leases = baton_store::pool_with(&settings.database_url, 2, &session).unwrap_or_else(|_| pool.clone());
@@ -53,7 +54,8 @@ impl Worker {
 /// and tracker do too, and a reconnect never doubles the concurrency.
 pub struct State {
     worker: Worker,
-    slots: Arc<Semaphore>,
+    /// Given out by priority: see [`Slots`].
+    slots: Slots,
     loops: TaskTracker,
     /// Fires `shutdown_grace` after shutdown: external agents still running
     /// are killed, and claims still running are handed back.
@@ -79,7 +81,7 @@ impl State {
         });
         Ok(Self {
             worker: Worker::new(pool, settings.clone()),
-            slots: Arc::new(Semaphore::new(settings.max_concurrent_invocations)),
+            slots: Slots::new(settings.max_concurrent_invocations),
             loops: TaskTracker::new(),
             deadline,
         })
@@ -107,10 +109,13 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
     let dead = DeadLetters::new(&publisher, &settings.queues());
     let (worker, slots, loops, deadline) = (&state.worker, &state.slots, &state.loops, &state.deadline);
     let queues = settings.queues();
-    let wanted = |logical: Queue| settings.invocation_queues.iter().any(|q| logical.as_str().ends_with(&format!(".{q}")));
-    let consumers = [Queue::InvocationsHandoff, Queue::InvocationsDelegate].map(|logical| {
-        let enabled = wanted(logical);
-        let (conn, queue) = (&conn, queues.name(logical));
+    // Each kind (handoff, delegate) has a queue per priority; a worker
+    // consumes all three of each kind it takes.
+    let wanted = |delegate: bool| settings.invocation_queues.iter().any(|q| q == if delegate { "delegate" } else { "handoff" });
+    let lanes = [false, true].map(|delegate| Priority::ALL.map(|p| (delegate, p)));
+    let consumers = lanes.concat().into_iter().map(|(delegate, priority)| {
+        let enabled = wanted(delegate);
+        let (conn, queue) = (&conn, queues.name(Queue::invocations(delegate, priority)));
         let dead = &dead;
         async move {
             if !enabled {
@@ -127,7 +132,7 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                 let permit = tokio::select! {
                     biased;
                     _ = shutdown.cancelled() => return Ok(()),
-                    permit = slots.clone().acquire_owned() => permit?,
+                    slot = slots.acquire(priority) => slot,
                 };
                 // Claims run side by side, each in its own task: one slow claim
                 // does not hold up the deliveries behind it.
@@ -152,8 +157,8 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
             .await
         }
     });
-    let [a, b] = consumers;
-    let result = tokio::try_join!(a, b).map(|_| ());
+    let Ok([a, b, c, d, e, f]) = <[_; 6]>::try_from(consumers.collect::<Vec<_>>()) else { unreachable!("two kinds, three priorities") };
+    let result = tokio::try_join!(a, b, c, d, e, f).map(|_| ());
     if shutdown.is_cancelled() {
         // In-flight loops see the same shutdown and stop at a persisted step,
         // or are handed back at the deadline.

@@ -8,6 +8,7 @@ pub mod collector;
 pub mod intake;
 pub mod invocation;
 pub mod relay;
+pub mod slots;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -378,8 +378,8 @@ impl Relay {
             grace: self.settings.unclaimed_grace,
             lease: self.settings.lease,
             cap: self.settings.republish_max,
-            handoff_backlog: self.has_backlog(Queue::InvocationsHandoff).await,
-            delegate_backlog: self.has_backlog(Queue::InvocationsDelegate).await,
+            handoff_backlog: self.has_any_backlog(false).await,
+            delegate_backlog: self.has_any_backlog(true).await,
         };
         let finished_backlog = self.has_backlog(Queue::RunsFinished).await;
         let mut client = db(&self.pool).await?;
@@ -400,6 +400,17 @@ impl Relay {
         }
         commit(tx).await?;
         Ok(())
+    }
+
+    /// Whether any of one kind's invocation queues (one per priority) holds
+    /// messages no consumer has taken yet.
+    async fn has_any_backlog(&mut self, delegate: bool) -> bool {
+        for priority in baton_domain::request::Priority::ALL {
+            if self.has_backlog(Queue::invocations(delegate, priority)).await {
+                return true;
+            }
+        }
+        false
     }
 
     /// Whether a fleet queue holds messages no consumer has taken yet. When

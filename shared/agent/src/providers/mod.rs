@@ -1,5 +1,7 @@
 //! Model providers. The loop sees one trait; each binding in a profile
-//! resolves to an implementation. Providers never see the database.
+//! resolves to an implementation. Providers never see the database; the
+//! OpenAI-compatible one is given the [`Limiter`](crate::limiter::Limiter),
+//! which admits calls under fleet-wide limits.
 //!
 //! - [`scripted`](Scripted): a deterministic list of turns, for demos and tests.
 //! - [`openai`]: any OpenAI-compatible Chat Completions endpoint.
@@ -70,6 +72,9 @@ pub struct ModelRequest<'a> {
     pub session_id: String,
     /// How many model turns this invocation already had.
     pub turn_index: usize,
+    /// Whose call it is (the journal records a throttled wait); never sent.
+    pub run_id: uuid::Uuid,
+    pub invocation_id: uuid::Uuid,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,6 +111,12 @@ impl BuiltinProviders {
     /// External agents get their working directories under `work_root`.
     pub fn with_work_root(work_root: std::path::PathBuf) -> Self {
         Self { command: command::CommandAgent::new(work_root), ..Default::default() }
+    }
+
+    /// Model calls under a fleet-wide limit wait their turn with `limiter`.
+    pub fn with_limiter(mut self, limiter: std::sync::Arc<crate::limiter::Limiter>) -> Self {
+        self.openai.limiter = Some(limiter);
+        self
     }
 }
 

@@ -2,7 +2,10 @@
 //! (OpenAI, DeepSeek, Qwen/DashScope compatible mode, vLLM, Ollama,
 //! llama.cpp server). Retries 429 and 5xx with backoff and jitter,
 //! honouring `Retry-After`, within a request timeout and an attempt budget.
+//! Under a fleet-wide limit each attempt first waits its turn with the
+//! [`Limiter`], and a 429 pauses every worker's calls under that limit.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -11,6 +14,7 @@ use baton_domain::profiles::ModelBinding;
 use serde_json::{json, Value};
 
 use super::{ModelRequest, ModelTurn, Provider, ProviderError, ToolCall};
+use crate::limiter::{Caller, Limiter, Pass};
 
 const DEFAULT_TIMEOUT_SECS: u64 = 120;
 const DEFAULT_ATTEMPTS: u32 = 5;
@@ -27,13 +31,20 @@ pub struct OpenAi {
     pub min_backoff: Duration,
     /// The largest response body read (bytes).
     pub max_response_bytes: usize,
+    /// Admits calls under fleet-wide limits; without one (a test's bare
+    /// provider) limits are not enforced.
+    pub limiter: Option<Arc<Limiter>>,
 }
 
 impl Default for OpenAi {
     fn default() -> Self {
-        Self { client: reqwest::Client::new(), min_backoff: Duration::from_millis(500), max_response_bytes: MAX_RESPONSE_BYTES }
+        Self { client: reqwest::Client::new(), min_backoff: Duration::from_millis(500), max_response_bytes: MAX_RESPONSE_BYTES, limiter: None }
     }
 }
+
+/// How much longer than its request timeout an admitted call may count as
+/// in flight when its worker dies before ending it.
+const HOLD_MARGIN: Duration = Duration::from_secs(5);
 
 /// The endpoint and settings a profile binds to.
 struct Endpoint<'a> {
@@ -104,8 +115,18 @@ impl Provider for OpenAi {
             .without_max_times()
             .build();
         let mut last = String::new();
+        let limited = request.profile.model_limit.as_ref().zip(self.limiter.as_deref());
+        let caller = Caller { run_id: request.run_id, invocation_id: request.invocation_id };
         for attempt in 1..=e.attempts {
+            let pass = match limited {
+                Some((limit, limiter)) => {
+                    let admitted = limiter.admit(limit, caller, e.timeout + HOLD_MARGIN).await;
+                    Some(admitted.map_err(|why| ProviderError::Failed(why.to_string()))?)
+                }
+                None => None,
+            };
             let outcome = self.attempt(&e, &body, &request.session_id).await;
+            end_call(pass, &outcome).await;
             if let Attempt::Retry(.., status) | Attempt::Fatal(.., status) = &outcome {
                 crate::metrics::model_error(&request.profile.id, status);
             }
@@ -116,8 +137,12 @@ impl Provider for OpenAi {
                     return Ok(turn);
                 }
                 Attempt::Fatal(why, _) => return Err(ProviderError::Failed(why)),
-                Attempt::Retry(why, after, _) => {
+                Attempt::Retry(why, after, status) => {
                     let wait = delays.next().unwrap_or(MAX_RETRY_AFTER).max(after.unwrap_or_default());
+                    // The limit belongs to the account: a 429 slows every worker, not only this one.
+                    if let (Some((limit, limiter)), "429") = (limited, status.as_str()) {
+                        limiter.pause(limit, after.unwrap_or(wait)).await;
+                    }
                     tracing::warn!(attempt, why = %why, ?wait, "model call failed; retrying");
                     last = why;
                     if attempt < e.attempts {
@@ -164,6 +189,16 @@ impl OpenAi {
         }
         serde_json::from_str(&text).map(Attempt::Done).unwrap_or_else(|err| Attempt::Fatal(format!("the response is not JSON ({err}): {snippet}"), "invalid".into()))
     }
+}
+
+/// Ends a call admitted under a limit, with the tokens its answer reports.
+async fn end_call(pass: Option<Pass>, outcome: &Attempt) {
+    let Some(pass) = pass else { return };
+    let tokens = match outcome {
+        Attempt::Done(response) => response.get("usage").and_then(|u| serde_json::from_value::<super::Usage>(u.clone()).ok()).map(|u| u.tokens()),
+        _ => None,
+    };
+    pass.done(tokens).await;
 }
 
 /// `Retry-After` in seconds (the HTTP-date form is rare for these APIs).

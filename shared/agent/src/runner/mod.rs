@@ -225,6 +225,8 @@ impl Runner {
             tools: &specs,
             session_id: format!("{}:{}", c.inv.run_id, c.inv.id),
             turn_index: turns,
+            run_id: c.inv.run_id,
+            invocation_id: c.inv.id,
         };
         // No transaction or row lock is held across the model call. A model
         // call is dropped on shutdown (nothing was stored, so it is simply

@@ -1,5 +1,7 @@
 //! `/fleet`: each queue's depth and consumers (from the broker), the outbox
-//! backlog, invocations by state, takeovers, and the profiles' readiness.
+//! backlog, invocations by state, takeovers, the profiles' readiness, and
+//! the fleet-wide model limits in use (calls in flight, in the last minute,
+//! paused by a provider).
 
 use std::sync::Arc;
 
@@ -28,6 +30,28 @@ struct ProfileRow {
     provider: &'static str,
     ready: bool,
     readiness: String,
+    /// The fleet-wide limit its model calls are under.
+    limit: Option<String>,
+}
+
+#[derive(Serialize)]
+struct LimitRow {
+    name: String,
+    in_flight: i64,
+    calls_last_minute: i64,
+    tokens_last_minute: i64,
+    paused_for: Option<String>,
+}
+
+fn limit_row(u: baton_store::limits::Usage) -> LimitRow {
+    let left = u.paused_until.map(|t| (t - chrono::Utc::now()).num_milliseconds()).filter(|ms| *ms > 0);
+    LimitRow {
+        name: u.name,
+        in_flight: u.in_flight,
+        calls_last_minute: u.calls_last_minute,
+        tokens_last_minute: u.tokens_last_minute,
+        paused_for: left.map(span),
+    }
 }
 
 /// Depth and consumers of every fleet queue; `None` where the broker did not say.
@@ -78,10 +102,12 @@ pub async fn show(Shared(state): Shared<Arc<State>>) -> PageResult {
         .iter()
         .map(|p| {
             let (ready, readiness) = readiness(p);
-            ProfileRow { id: p.id.clone(), name: p.name.clone(), provider: p.model.provider_name(), ready, readiness }
+            let limit = p.model_limit.as_ref().map(|l| l.name.clone());
+            ProfileRow { id: p.id.clone(), name: p.name.clone(), provider: p.model.provider_name(), ready, readiness, limit }
         })
         .collect();
+    let limits: Vec<LimitRow> = baton_store::limits::usage(&c).await?.into_iter().map(limit_row).collect();
     let (queues, broker_problem) = queues(&state).await;
     let oldest = counts.outbox_oldest_secs.map(|s| span((s * 1000.0) as i64));
-    Ok(state.views.page("fleet.html", context! { nav => "fleet", counts, oldest, queues, broker_problem, profiles }))
+    Ok(state.views.page("fleet.html", context! { nav => "fleet", counts, oldest, queues, broker_problem, profiles, limits }))
 }

@@ -39,6 +39,8 @@ pub struct RunView {
     pub usage: Vec<(String, i64)>,
     pub tokens: i64,
     pub spend: Option<String>,
+    /// What the run's model calls waited under fleet-wide limits.
+    pub throttled: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -151,6 +153,7 @@ pub async fn load(c: &impl GenericClient, run: Run) -> anyhow::Result<RunView> {
         usage: usage(&invocations),
         tokens: invocations.iter().map(|i| i.tokens_used).sum(),
         spend: baton_store::budgets::get(c, run.id).await?.map(|s| crate::timeline::render_spend(&s)),
+        throttled: crate::timeline::render_throttled(&events),
         lanes,
     })
 }

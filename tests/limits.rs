@@ -1,0 +1,181 @@
+//! Fleet-wide model limits (`[[limits]]`) across three real `baton`
+//! processes, against a model server that enforces a provider's own limit
+//! and records what a provider sees.
+
+use std::time::Duration;
+
+use baton::roles::Role;
+use baton_tests::paced::{profiles, request, Paced, PacedModelServer};
+use baton_tests::{next_json, BatonProcess, TestEnv};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// Three invocation workers in processes of their own, each serving its
+/// metrics on a port of its own.
+fn three_workers(env: &TestEnv) -> Vec<(BatonProcess, String)> {
+    (0..3)
+        .map(|i| {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let addr = format!("127.0.0.1:{port}");
+            let extra = [
+                ("BATON_METRICS_ADDR", addr.as_str()),
+                ("BATON_MAX_CONCURRENT_INVOCATIONS", "16"),
+            ];
+            (
+                env.spawn_baton_env("invocation", &format!("limited-{i}"), &extra),
+                addr,
+            )
+        })
+        .collect()
+}
+
+/// Sends `n` requests and returns the status of each reply.
+async fn run_many(env: &TestEnv, n: usize) -> Vec<String> {
+    let mut replies = env.replies().await;
+    for i in 0..n {
+        env.send_request(&request(&format!("limited-{i}"), "normal", false))
+            .await;
+    }
+    let mut statuses = vec![];
+    while statuses.len() < n {
+        let message = next_json(&mut replies, WAIT).await;
+        if message["type"] == "reply" {
+            statuses.push(message["status"].as_str().unwrap_or("?").to_string());
+        }
+    }
+    statuses
+}
+
+async fn scrape(addr: &str) -> String {
+    reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn three_workers_under_a_limit_just_below_the_providers_hear_no_429_and_every_run_completes()
+{
+    // The provider takes 3 requests a second; the fleet's limit is 2 (120 a
+    // minute, held over every one-second window), below what the fleet would
+    // send on its own, so calls do wait.
+    let server = PacedModelServer::start(Paced { per_second: Some(3), ..Default::default() }).await;
+    let env = TestEnv::new().await;
+    let limit = "[[limits]]\nname = \"paced\"\nbase_url = \"BASE\"\nrequests_per_minute = 120\nwindow_secs = 1\n";
+    env.apply_profiles(&profiles(&server, &limit.replace("BASE", &server.base_url)))
+        .await;
+    let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
+    let workers = three_workers(&env);
+
+    let statuses = run_many(&env, 50).await;
+    assert!(statuses.iter().all(|s| s == "completed"), "{statuses:?}");
+    assert_eq!(
+        server.arrivals().len(),
+        100,
+        "100 model calls, none retried"
+    );
+    assert_eq!(server.refused(), 0, "the provider never answered 429");
+    let (busiest, _) = server.busiest(Duration::from_secs(1));
+    assert!(busiest <= 3, "{busiest} requests in one second");
+
+    // Waiting is visible: the journal, and a metric labelled by the limit's name.
+    let waited = env
+        .scalar_i64(
+            "SELECT count(*) FROM events WHERE type = 'model_call_throttled'",
+            &[],
+        )
+        .await;
+    assert!(waited > 0, "100 calls at 2 a second wait their turn");
+    let reasons = env.scalar_i64("SELECT count(*) FROM events WHERE type = 'model_call_waiting' AND payload->>'reason' <> 'requests_per_minute'", &[]).await;
+    assert_eq!(reasons, 0, "only the request rate made calls wait");
+    let mut scraped = String::new();
+    for (_, addr) in &workers {
+        scraped.push_str(&scrape(addr).await);
+    }
+    assert!(
+        scraped.contains(
+            "baton_model_throttled_total{limit=\"paced\",reason=\"requests_per_minute\"}"
+        ),
+        "{scraped}"
+    );
+    assert!(
+        !scraped.contains(&server.base_url),
+        "no endpoint or key in a label"
+    );
+    drop(workers);
+    fleet.stop().await;
+}
+
+#[tokio::test]
+async fn a_limit_of_two_concurrent_calls_holds_across_three_workers() {
+    let server = PacedModelServer::start(Paced {
+        delay: Duration::from_millis(150),
+        ..Default::default()
+    })
+    .await;
+    let env = TestEnv::new().await;
+    let limit = format!(
+        "[[limits]]\nname = \"pair\"\nbase_url = \"{}/\"\nconcurrent_calls = 2\n",
+        server.base_url
+    );
+    env.apply_profiles(&profiles(&server, &limit)).await;
+    let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
+    let workers = three_workers(&env);
+
+    let statuses = run_many(&env, 20).await;
+    assert!(statuses.iter().all(|s| s == "completed"), "{statuses:?}");
+    assert_eq!(server.arrivals().len(), 40);
+    assert_eq!(
+        server.most_in_flight(),
+        2,
+        "never more than two calls at once, and the limit was reached"
+    );
+    let in_flight = env
+        .scalar_i64(
+            "SELECT count(*) FROM model_limit_calls WHERE held_until IS NOT NULL",
+            &[],
+        )
+        .await;
+    assert_eq!(in_flight, 0, "every admitted call was ended");
+    drop(workers);
+    fleet.stop().await;
+}
+
+#[tokio::test]
+async fn a_token_limit_holds_against_the_usage_the_provider_reports() {
+    // 50 tokens a call; 6,000 a minute held over each second is 100 a
+    // second: two calls. Until a call reports its usage, a call is assumed
+    // to take the whole quota, so the first ones go one at a time.
+    let server = PacedModelServer::start(Paced {
+        tokens: 50,
+        ..Default::default()
+    })
+    .await;
+    let env = TestEnv::new().await;
+    let limit = format!("[[limits]]\nname = \"tokens\"\nbase_url = \"{}\"\ntokens_per_minute = 6000\nwindow_secs = 1\n", server.base_url);
+    env.apply_profiles(&profiles(&server, &limit)).await;
+    let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
+    let workers = three_workers(&env);
+
+    let started = std::time::Instant::now();
+    let statuses = run_many(&env, 15).await;
+    assert!(statuses.iter().all(|s| s == "completed"), "{statuses:?}");
+    let (_, tokens) = server.busiest(Duration::from_secs(1));
+    // The server stamps arrivals, the fleet admissions: one call in transit
+    // can fall in the server's next second.
+    assert!(tokens <= 100 + 50, "{tokens} tokens reported in one second");
+    assert!(
+        started.elapsed() >= Duration::from_secs(12),
+        "30 calls at two a second take fifteen seconds"
+    );
+    let reasons = env.scalar_i64("SELECT count(*) FROM events WHERE type = 'model_call_waiting' AND payload->>'reason' = 'tokens_per_minute'", &[]).await;
+    assert!(reasons > 0);
+    drop(workers);
+    fleet.stop().await;
+}
