@@ -24,6 +24,7 @@ mod outages;
 mod process;
 mod protocol;
 mod providers;
+mod hot_path;
 mod relay;
 mod sandbox;
 mod shape;

@@ -20,6 +20,7 @@
 //! - [`journal`]: run events.
 //! - [`workspace`]: files, read marks and the commit ledger.
 //! - [`outbox`]: messages waiting for the relay, fleet messages among them.
+//! - [`after_commit`]: outbox rows a role publishes itself right after the commit that wrote them.
 //! - [`gauges`]: fleet-wide figures for the metrics gauges (live invocations, outbox backlog, hop waits).
 //! - [`overview`]: what an operator looks at: runs listed and filtered, handoffs waiting, fleet counts.
 //! - [`retry`]: a failed run resumed from its last stored step.
@@ -32,6 +33,7 @@
 //! - `error`: the store's error and which failures are transient.
 //! - `decode`: typed values out of rows; a value that does not read is `Error::Corrupt`.
 
+pub mod after_commit;
 pub mod bridge;
 pub mod budgets;
 pub mod callbacks;

@@ -16,6 +16,7 @@ use baton_domain::state::{InvocationKind, TaskStatus};
 use baton_store::invocations::{self, Invocation};
 use baton_store::journal::Event;
 use baton_store::{requests, runs, tasks, GenericClient, Pool};
+use baton_store::after_commit::scope;
 use baton_store::{begin, client as db, commit};
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -23,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use super::direct::Direct;
 use super::{connect_with, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
@@ -104,6 +106,8 @@ impl State {
 pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let conn = connect_with(settings, Role::Invocation, &state.worker.pool).await?;
     let publisher = conn.publisher().await?;
+    let (publishing, direct) = Direct::start(&conn, &state.worker.pool, settings).await?;
+    let publishing = &publishing;
     let dead = DeadLetters::new(&publisher, &settings.queues());
     let (worker, slots, loops, deadline) = (&state.worker, &state.slots, &state.loops, &state.deadline);
     let queues = settings.queues();
@@ -136,7 +140,8 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                 // The hop continues the trace of the span that queued it.
                 let hop = tracing::info_span!("claim", queue = %queue_ref, handoff_id = tracing::field::Empty);
                 crate::telemetry::continue_from(&hop, &d);
-                loops.spawn(async move {
+                // Its outbox rows are published by this process right after each commit.
+                loops.spawn(scope(publishing.clone(), async move {
                     let _permit = permit;
                     if stop.is_cancelled() {
                         return; // unclaimed and unacked: it goes back to the queue
@@ -146,7 +151,7 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                         Ok(None) => {}
                         Err(e) => broken.fail(format!("{e:#}")),
                     }
-                }.instrument(hop));
+                }).instrument(hop));
                 Ok(())
             })
             .await
@@ -159,6 +164,7 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
         // or are handed back at the deadline.
         state.drain().await;
     }
+    direct.stop().await;
     publisher.close().await;
     result
 }

@@ -5,8 +5,10 @@ mod answers;
 pub mod callbacks;
 pub mod cancels;
 pub mod collector;
+mod direct;
 pub mod intake;
 pub mod invocation;
+mod prepared;
 pub mod relay;
 
 use std::collections::BTreeMap;
