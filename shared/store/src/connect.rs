@@ -131,9 +131,9 @@ pub async fn client(pool: &Pool) -> Result<Client> {
 }
 
 /// Begins a transaction; outbox rows it writes are published by this
-/// process after [`commit`] when it runs in an [`after_commit::scope`](crate::after_commit::scope).
+/// process after [`commit`] when it runs in an [`after_commit::scope`](crate::outbox::after_commit::scope).
 pub async fn begin(client: &mut Client) -> Result<Transaction<'_>> {
-    crate::after_commit::began();
+    crate::outbox::after_commit::began();
     Ok(client.transaction().await?)
 }
 
@@ -141,7 +141,7 @@ pub async fn begin(client: &mut Client) -> Result<Transaction<'_>> {
 /// process's publisher, if it has one.
 pub async fn commit(tx: Transaction<'_>) -> Result<()> {
     tx.commit().await?;
-    crate::after_commit::committed();
+    crate::outbox::after_commit::committed();
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 
 mod answers;
 pub mod callbacks;
+mod claim_start;
 pub mod cancels;
 pub mod collector;
 mod direct;

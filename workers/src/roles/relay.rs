@@ -1,6 +1,8 @@
 //! The relay: publishes outbox rows with publisher confirms, woken by
 //! LISTEN/NOTIFY with a poll as a safety net, and re-publishes invocations
-//! whose worker died (lease expired) or whose message was lost.
+//! whose worker died (lease expired) or whose message was lost. Rows a role
+//! publishes itself right after its commit (`super::direct`) become due here
+//! only after their grace: the relay is their safety net.
 //!
 //! No row holds up the others: each row's fate is settled on its own. A body
 //! over `BATON_MAX_MESSAGE_BYTES` is cut (a bridge message) or moved aside

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::outbox::Row;
+use super::Row;
 
 /// Where a role's committed rows go: its in-process publisher.
 #[derive(Clone, Debug)]

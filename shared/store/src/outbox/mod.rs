@@ -7,6 +7,8 @@ use serde_json::Value;
 
 use crate::{sql, Result};
 
+pub mod after_commit;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Message {
     /// A logical fleet queue (`baton.invocations.handoff`), or a bridge's own
@@ -69,7 +71,7 @@ pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {
     let (traceparent, tracestate) = trace.clone().map_or((None, None), |(p, s)| (Some(p), s));
     // Published by this process right after the commit (see `after_commit`):
     // the row is the relay's only after the grace, and wakes no relay.
-    let grace = crate::after_commit::grace().map(|g| g.as_secs_f64()).unwrap_or(0.0);
+    let grace = after_commit::grace().map(|g| g.as_secs_f64()).unwrap_or(0.0);
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] =
         [&m.queue, &m.external, &m.message_id, &m.correlation_id, &m.body, &m.mandatory, &traceparent, &tracestate, &grace];
     let queued = sql::query_one(
@@ -88,7 +90,7 @@ pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {
     };
     let (queued, ()) = tokio::try_join!(queued, kept)?;
     if grace > 0.0 {
-        crate::after_commit::wrote(Row { id: queued.get(0), attempts: 0, message: m.clone(), trace });
+        after_commit::wrote(Row { id: queued.get(0), attempts: 0, message: m.clone(), trace });
     }
     Ok(())
 }
