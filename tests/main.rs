@@ -30,6 +30,7 @@ mod priority;
 mod process;
 mod protocol;
 mod providers;
+mod hot_path;
 mod relay;
 mod sandbox;
 mod shape;

@@ -36,6 +36,10 @@ pub struct Settings {
     pub pool_size: usize,
     /// The relay's safety-net poll when no notification arrives.
     pub relay_poll: Duration,
+    /// How long an outbox row a role publishes itself right after its commit
+    /// is left to it before the relay sweeps it (0: roles leave every row to
+    /// the relay).
+    pub outbox_grace: Duration,
     /// How long intake, the collector and a claim retry a transient database
     /// failure in place before the role gives up its connection (and the
     /// message comes back, counted toward the delivery limit).
@@ -233,6 +237,7 @@ impl Settings {
                 let d = r.millis("BATON_RELAY_POLL_MS", Duration::from_millis(1_000));
                 r.above_zero("BATON_RELAY_POLL_MS", d, "the relay would poll without pause")
             },
+            outbox_grace: r.millis("BATON_OUTBOX_GRACE_MS", Duration::from_millis(2_000)),
             transient_patience: r.millis("BATON_TRANSIENT_PATIENCE_MS", Duration::from_millis(120_000)),
             max_message_bytes: {
                 let n = r.count("BATON_MAX_MESSAGE_BYTES", 4 * 1024 * 1024);
@@ -325,6 +330,7 @@ impl fmt::Debug for Settings {
             .field("unclaimed_grace", &self.unclaimed_grace)
             .field("pool_size", &self.pool_size)
             .field("relay_poll", &self.relay_poll)
+            .field("outbox_grace", &self.outbox_grace)
             .field("transient_patience", &self.transient_patience)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("dead_max_length", &self.dead_max_length)

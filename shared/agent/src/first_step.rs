@@ -6,7 +6,8 @@ use baton_domain::prompt::system_prompt;
 use baton_domain::tools::{self, ToolName};
 use baton_store::invocations::Invocation;
 use baton_store::journal::Event;
-use baton_store::{profiles, steps};
+use baton_store::steps::{self, Step};
+use baton_store::profiles;
 use serde_json::{json, Value};
 
 use crate::transcript;
@@ -28,18 +29,36 @@ pub fn prompt_step(inv: &Invocation, profile: &Profile, surface: &[ToolName], sk
     (json!({"messages": messages}), evs)
 }
 
-/// Writes the first step inside a claim's transaction, so a new invocation
-/// costs no transaction of its own before its first model call. Returns the
-/// events to append (none when the profile is gone: the loop reports that).
-pub async fn write_prompt_step(c: &impl baton_store::GenericClient, inv: &Invocation) -> Result<Vec<Event>, Error> {
-    let Some(profile) = profiles::get(c, &inv.profile_id).await? else {
-        return Ok(vec![]);
-    };
-    let skills = profiles::skills(c, &profile.skills).await?;
-    let surface = tools::surface(&tool_names(&profile), inv.kind);
-    let (prompt, evs) = prompt_step(inv, &profile, &surface, &skills);
-    steps::append(c, inv.id, 0, transcript::PROMPT, &prompt).await?;
-    Ok(evs)
+/// The first step of a claimed invocation, made inside the claim's
+/// transaction, so a new invocation costs no transaction of its own before
+/// its first model call, and its loop starts from what the claim read.
+pub struct FirstStep {
+    /// The journal events that say what the prompt holds.
+    pub events: Vec<Event>,
+    /// The prompt, as the transcript's first step.
+    pub prompt: Step,
+    pub profile: Profile,
+    pub skills: Vec<Skill>,
+}
+
+impl FirstStep {
+    /// Reads the invocation's profile and skills and renders its prompt;
+    /// `None` when the profile is gone (the loop reports that).
+    pub async fn read(c: &impl baton_store::GenericClient, inv: &Invocation) -> Result<Option<Self>, Error> {
+        let Some(profile) = profiles::get(c, &inv.profile_id).await? else {
+            return Ok(None);
+        };
+        let skills = profiles::skills(c, &profile.skills).await?;
+        let surface = tools::surface(&tool_names(&profile), inv.kind);
+        let (payload, events) = prompt_step(inv, &profile, &surface, &skills);
+        let prompt = Step { seq: 0, kind: transcript::PROMPT.to_string(), payload };
+        Ok(Some(Self { events, prompt, profile, skills }))
+    }
+
+    /// Writes the prompt step, in the claim's transaction.
+    pub async fn write(&self, c: &impl baton_store::GenericClient, inv: &Invocation) -> Result<(), Error> {
+        Ok(steps::append(c, inv.id, 0, &self.prompt.kind, &self.prompt.payload).await?)
+    }
 }
 
 /// The tools a profile's agent may call. An external command agent's

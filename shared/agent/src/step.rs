@@ -121,7 +121,7 @@ impl<'a> StepTx<'a> {
         F: for<'t> Fn(Scope<'t, 'a>) -> Body<'t>,
     {
         let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
+        let tx = baton_store::begin(&mut client).await?;
         let mut w = Written::new(self.next_seq);
         let id = self.inv.id;
         let appended = async {
@@ -141,7 +141,7 @@ impl<'a> StepTx<'a> {
         first_cause([fenced.map_err(Error::from), appended, logged.map_err(Error::from), counted])?;
         w.tokens = self.tokens;
         body(Scope { tx: &tx, w: &mut w, _borrows: PhantomData }).await?;
-        tx.commit().await?;
+        baton_store::commit(tx).await?;
         Ok(w)
     }
 }

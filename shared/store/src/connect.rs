@@ -130,12 +130,19 @@ pub async fn client(pool: &Pool) -> Result<Client> {
     Ok(pool.get().await?)
 }
 
+/// Begins a transaction; outbox rows it writes are published by this
+/// process after [`commit`] when it runs in an [`after_commit::scope`](crate::outbox::after_commit::scope).
 pub async fn begin(client: &mut Client) -> Result<Transaction<'_>> {
+    crate::outbox::after_commit::began();
     Ok(client.transaction().await?)
 }
 
+/// Commits, then hands the outbox rows the transaction wrote to this
+/// process's publisher, if it has one.
 pub async fn commit(tx: Transaction<'_>) -> Result<()> {
-    Ok(tx.commit().await?)
+    tx.commit().await?;
+    crate::outbox::after_commit::committed();
+    Ok(())
 }
 
 #[cfg(test)]

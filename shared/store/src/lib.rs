@@ -20,6 +20,7 @@
 //! - [`journal`]: run events.
 //! - [`workspace`]: files, read marks and the commit ledger.
 //! - [`outbox`]: messages waiting for the relay, fleet messages among them.
+//! - [`after_commit`] (part of `outbox`): rows a role publishes itself right after the commit that wrote them.
 //! - [`gauges`]: fleet-wide figures for the metrics gauges (live invocations, outbox backlog, hop waits).
 //! - [`overview`]: what an operator looks at: runs listed and filtered, handoffs waiting, fleet counts.
 //! - [`retry`]: a failed run resumed from its last stored step.
@@ -63,6 +64,7 @@ pub mod workspace;
 mod sql;
 
 pub use connect::{begin, client, commit, pool, pool_with, SessionConfig};
+pub use outbox::after_commit;
 pub use deadpool_postgres::{Client, GenericClient, Pool, PoolError, Transaction};
 pub use error::{transient_pool, transient_postgres, transient_sqlstate, Error};
 pub use schema::{ensure_database, migrate};

@@ -15,9 +15,11 @@ use baton_domain::state::RunStatus;
 use baton_domain::Language;
 use baton_store::runs::Run;
 use baton_store::{invocations, requests, runs, Pool};
+use baton_store::after_commit::scope;
 use baton_store::{begin, client as db, commit};
 use tokio_util::sync::CancellationToken;
 
+use super::direct::Direct;
 use super::{connect, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
@@ -28,7 +30,9 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let dead = DeadLetters::new(&publisher, &settings.queues());
     let queue = settings.queues().name(Queue::RunsFinished);
     tracing::info!(%queue, "collector consuming");
-    let result = consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &dead, settings, shutdown, d)).await;
+    let (publishing, direct) = Direct::start(&conn, &pool, settings).await?;
+    let result = scope(publishing, consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &dead, settings, shutdown, d))).await;
+    direct.stop().await;
     publisher.close().await;
     result
 }

@@ -13,11 +13,13 @@ use baton_domain::request::{bounded_reason, parse_request, HandoffRequest, Hando
 use baton_domain::Language;
 use baton_store::requests::{self, NewRequest};
 use baton_store::{conversations, lifecycle, outbox, profiles, GenericClient, Pool};
+use baton_store::after_commit::scope;
 use baton_store::{begin, client as db, commit};
 use baton_bus::consume::consume;
 use baton_bus::{DeadLetters, Delivery};
 use tokio_util::sync::CancellationToken;
 
+use super::direct::Direct;
 use super::{connect, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
@@ -25,14 +27,17 @@ use crate::config::Settings;
 pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let (conn, pool) = connect(settings, Role::Intake).await?;
     let publisher = conn.publisher().await?;
+    let (publishing, direct) = Direct::start(&conn, &pool, settings).await?;
     let queue = settings.queues().name(Queue::BridgeRequests);
     let dead = settings.queues().name(Queue::DeadRequests);
     tracing::info!(%queue, "intake consuming");
+    // Each consumer handles one delivery at a time, in a publishing scope of its own.
     let result = tokio::try_join!(
-        consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &publisher, settings, shutdown, d)),
-        consume(&conn, &dead, settings.prefetch, shutdown, |d| answer_dead_letter(&pool, &publisher, settings, shutdown, d)),
+        scope(publishing.clone(), consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &publisher, settings, shutdown, d))),
+        scope(publishing, consume(&conn, &dead, settings.prefetch, shutdown, |d| answer_dead_letter(&pool, &publisher, settings, shutdown, d))),
     )
     .map(|_| ());
+    direct.stop().await;
     publisher.close().await;
     result
 }

@@ -6,16 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_agent::providers::BuiltinProviders;
-use baton_agent::runner::{Exit, Limits, Runner};
+use baton_agent::runner::{Exit, Limits, Preloaded, Runner};
 use baton_bus::consume::{consume_until, Broken};
 use baton_bus::{DeadLetters, Delivery};
 use baton_domain::fleet::{FleetMessage, Queue, RunInvocation};
 use baton_domain::journal;
-use baton_domain::request::{HandoffStatus, Priority};
-use baton_domain::state::{InvocationKind, TaskStatus};
+use baton_domain::request::Priority;
+use baton_domain::state::InvocationKind;
 use baton_store::invocations::{self, Invocation};
 use baton_store::journal::Event;
-use baton_store::{requests, runs, tasks, GenericClient, Pool};
+use baton_store::{runs, GenericClient, Pool};
+use baton_store::after_commit::scope;
 use baton_store::{begin, client as db, commit};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -23,8 +24,9 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::slots::Slots;
+use super::claim_start::{first_start, started_events};
+use super::direct::Direct;
 use super::{connect_with, retry_transient, Role};
-use crate::bridge;
 use crate::config::Settings;
 
 /// What one worker process shares across its invocations.
@@ -106,6 +108,8 @@ impl State {
 pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let conn = connect_with(settings, Role::Invocation, &state.worker.pool).await?;
     let publisher = conn.publisher().await?;
+    let (publishing, direct) = Direct::start(&conn, &state.worker.pool, settings).await?;
+    let publishing = &publishing;
     let dead = DeadLetters::new(&publisher, &settings.queues());
     let (worker, slots, loops, deadline) = (&state.worker, &state.slots, &state.loops, &state.deadline);
     let queues = settings.queues();
@@ -141,17 +145,18 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                 // The hop continues the trace of the span that queued it.
                 let hop = tracing::info_span!("claim", queue = %queue_ref, handoff_id = tracing::field::Empty);
                 crate::telemetry::continue_from(&hop, &d);
-                loops.spawn(async move {
+                // Its outbox rows are published by this process right after each commit.
+                loops.spawn(scope(publishing.clone(), async move {
                     let _permit = permit;
                     if stop.is_cancelled() {
                         return; // unclaimed and unacked: it goes back to the queue
                     }
                     match receive(&worker, &dead, &d, &queue, &stop).await {
-                        Ok(Some(inv)) => worker.execute(inv, stop, deadline).await,
+                        Ok(Some((inv, preloaded))) => worker.execute(inv, preloaded, stop, deadline).await,
                         Ok(None) => {}
                         Err(e) => broken.fail(format!("{e:#}")),
                     }
-                }.instrument(hop));
+                }).instrument(hop));
                 Ok(())
             })
             .await
@@ -164,13 +169,14 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
         // or are handed back at the deadline.
         state.drain().await;
     }
+    direct.stop().await;
     publisher.close().await;
     result
 }
 
 /// Parses and claims; acks once the claim (or the finding that there is
 /// nothing to do) is committed.
-async fn receive(worker: &Worker, dead: &DeadLetters, d: &Delivery, queue: &str, stop: &CancellationToken) -> anyhow::Result<Option<Invocation>> {
+async fn receive(worker: &Worker, dead: &DeadLetters, d: &Delivery, queue: &str, stop: &CancellationToken) -> anyhow::Result<Option<Claimed>> {
     let message: RunInvocation = match serde_json::from_slice(d.body()) {
         Ok(m) => m,
         Err(e) => {
@@ -178,7 +184,7 @@ async fn receive(worker: &Worker, dead: &DeadLetters, d: &Delivery, queue: &str,
             return Ok(None);
         }
     };
-    let claimed = match retry_transient("claiming an invocation", worker.settings.transient_patience, stop, || worker.claim(message)).await {
+    let claimed = match retry_transient("claiming an invocation", worker.settings.transient_patience, stop, || worker.claim_to_run(message)).await {
         Ok(claimed) => claimed,
         Err(e) if super::is_transient(&e) => return Err(e),
         // A claim that can never succeed (a profile this version cannot
@@ -204,10 +210,18 @@ async fn receive(worker: &Worker, dead: &DeadLetters, d: &Delivery, queue: &str,
     Ok(claimed)
 }
 
+/// A claimed invocation, and what its first claim read for its loop.
+type Claimed = (Invocation, Option<Preloaded>);
+
 impl Worker {
     /// Claims the invocation with its journal events, in one transaction.
     /// `None`: already claimed, finished, or given up on.
     pub async fn claim(&self, message: RunInvocation) -> anyhow::Result<Option<Invocation>> {
+        Ok(self.claim_to_run(message).await?.map(|(inv, _)| inv))
+    }
+
+    /// [`Worker::claim`], with what a first claim read for the loop to start from.
+    async fn claim_to_run(&self, message: RunInvocation) -> anyhow::Result<Option<Claimed>> {
         let mut client = db(&self.pool).await?;
         let tx = begin(&mut client).await?;
         let Some(inv) = invocations::claim(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease).await? else {
@@ -222,14 +236,23 @@ impl Worker {
             commit(tx).await?;
             return Ok(None);
         }
-        let evs = started_events(&tx, &inv, &self.settings.worker_id).await?;
-        // Pipelined: one round trip for the journal, the run's handoff and
-        // the claim's figures, on the hot path of every hop.
-        let (run, facts, ()) = tokio::try_join!(
-            runs::get(&tx, inv.run_id),
-            baton_store::gauges::claim_facts(&tx, inv.id),
-            baton_store::journal::append(&tx, inv.run_id, &evs),
+        // Pipelined: one round trip for every read of the claim (the task
+        // started, the profile and prompt, the run, the claim's figures, the
+        // run's spend), one for its writes (the prompt step and the journal).
+        let (first, run, facts, spend) = tokio::try_join!(
+            first_start(&tx, &inv),
+            async { Ok(runs::get(&tx, inv.run_id).await?) },
+            async { Ok(baton_store::gauges::claim_facts(&tx, inv.id).await?) },
+            async { Ok(baton_store::budgets::get(&tx, inv.run_id).await?) },
         )?;
+        let evs = started_events(&tx, &inv, &self.settings.worker_id, &first, run.as_ref()).await?;
+        let prompt = async {
+            match &first {
+                Some((_, Some(step))) => Ok(step.write(&tx, &inv).await?),
+                _ => Ok::<_, anyhow::Error>(()),
+            }
+        };
+        tokio::try_join!(prompt, async { Ok(baton_store::journal::append(&tx, inv.run_id, &evs).await?) })?;
         commit(tx).await?;
         // Log lines and spans of the claimed work name the bridge's handoff.
         if let Some(handoff) = run.and_then(|run| run.handoff_id) {
@@ -239,7 +262,11 @@ impl Worker {
         if inv.kind == InvocationKind::Handoff && inv.claim_epoch == 1 {
             crate::metrics::hop(facts.waited_seconds);
         }
-        Ok(Some(inv))
+        let preloaded = match (first, spend) {
+            (Some((_, Some(first))), Some(spend)) => Some(Preloaded { first, spend }),
+            _ => None,
+        };
+        Ok(Some((inv, preloaded)))
     }
 
     /// A claim failed for a reason that will not pass (`error`): claims the
@@ -267,7 +294,7 @@ impl Worker {
         run = %inv.run_id, invocation = %inv.id, epoch = inv.claim_epoch, profile = %inv.profile_id,
         run_id = %inv.run_id, invocation_id = %inv.id, agent = %inv.profile_id, kind = ?inv.kind,
     ))]
-    pub async fn execute(&self, inv: Invocation, shutdown: CancellationToken, deadline: CancellationToken) {
+    pub async fn execute(&self, inv: Invocation, preloaded: Option<Preloaded>, shutdown: CancellationToken, deadline: CancellationToken) {
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
         let kill = CancellationToken::new();
@@ -289,7 +316,7 @@ impl Worker {
             tokio::time::sleep(HANDBACK_MARGIN).await;
         };
         let exit = tokio::select! {
-            exit = self.run_through_blips(&inv, &stop, &kill) => exit,
+            exit = self.run_through_blips(&inv, preloaded, &stop, &kill) => exit,
             // Dropped wherever it is, as in a crash (an uncommitted step rolls
             // back, an external agent's group is killed), but handed back at
             // once instead of waiting for the lease.
@@ -309,10 +336,17 @@ impl Worker {
     /// Runs the loop, and again after each transient database failure: the
     /// claim still holds (the heartbeat keeps it, the fence guards it), so a
     /// database blip or a pool wait is neither a failed invocation nor a takeover.
-    async fn run_through_blips(&self, inv: &Invocation, stop: &CancellationToken, kill: &CancellationToken) -> Result<Exit, baton_agent::Error> {
+    async fn run_through_blips(
+        &self,
+        inv: &Invocation,
+        mut preloaded: Option<Preloaded>,
+        stop: &CancellationToken,
+        kill: &CancellationToken,
+    ) -> Result<Exit, baton_agent::Error> {
         let mut delays = super::backoff();
         loop {
-            let e = match self.runner.run_until(inv, stop, kill).await {
+            // The first attempt starts from what the claim read; a later one reads again.
+            let e = match self.runner.run_from(inv, preloaded.take(), stop, kill).await {
                 Err(e) if e.is_transient() => e,
                 other => return other,
             };
@@ -395,39 +429,6 @@ fn claim_failure(inv: &Invocation, error: &anyhow::Error) -> (&'static str, Stri
         Some(why) => ("host.profile_unreadable", format!("the agent `{}` could not start: {why}", inv.profile_id)),
         None => ("host.claim_failed", "the agent could not start because of an internal error".to_string()),
     }
-}
-
-/// The journal (and, for a root's first start, the bridge status) of a claim.
-async fn started_events(c: &impl GenericClient, inv: &Invocation, worker: &str) -> anyhow::Result<Vec<Event>> {
-    let id = Some(inv.id);
-    if inv.claim_epoch > 1 {
-        let payload = json!({"resumed": true, "epoch": inv.claim_epoch, "worker": worker});
-        return Ok(vec![Event::new(journal::INVOCATION_STARTED, id, payload)]);
-    }
-    // A first claim also starts the incoming task and writes the prompt, in
-    // this same transaction (pipelined: one round trip for both).
-    let task_started = async {
-        match inv.incoming_task_id {
-            Some(task) => Ok::<_, anyhow::Error>(tasks::transition(c, task, TaskStatus::Running, None).await?.then_some(task)),
-            None => Ok(None),
-        }
-    };
-    let (task, prompt) = tokio::try_join!(task_started, async { Ok(baton_agent::first_step::write_prompt_step(c, inv).await?) })?;
-    let mut evs = vec![];
-    if let Some(task) = task {
-        evs.push(Event::new(journal::TASK_STARTED, id, json!({"taskId": task})));
-    }
-    evs.push(Event::new(journal::INVOCATION_STARTED, id, json!({"kind": inv.kind.as_str(), "profileId": inv.profile_id, "worker": worker})));
-    evs.extend(prompt);
-    if inv.kind == InvocationKind::Root {
-        let run = runs::get(c, inv.run_id).await?;
-        if let Some(handoff) = run.and_then(|r| r.handoff_id) {
-            if let Some(request) = requests::get(c, &handoff).await? {
-                bridge::status(c, &request, HandoffStatus::Running, None).await?;
-            }
-        }
-    }
-    Ok(evs)
 }
 
 /// Renews the lease every third of its length; cancels `lost` when the claim

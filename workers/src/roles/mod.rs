@@ -3,10 +3,13 @@
 
 mod answers;
 pub mod callbacks;
+mod claim_start;
 pub mod cancels;
 pub mod collector;
+mod direct;
 pub mod intake;
 pub mod invocation;
+mod prepared;
 pub mod relay;
 pub mod slots;
 

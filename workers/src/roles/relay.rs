@@ -1,6 +1,8 @@
 //! The relay: publishes outbox rows with publisher confirms, woken by
 //! LISTEN/NOTIFY with a poll as a safety net, and re-publishes invocations
-//! whose worker died (lease expired) or whose message was lost.
+//! whose worker died (lease expired) or whose message was lost. Rows a role
+//! publishes itself right after its commit (`super::direct`) become due here
+//! only after their grace: the relay is their safety net.
 //!
 //! No row holds up the others: each row's fate is settled on its own. A body
 //! over `BATON_MAX_MESSAGE_BYTES` is cut (a bridge message) or moved aside
@@ -14,7 +16,7 @@ use std::sync::Arc;
 
 use baton_bus::{Connection, Outgoing, Publisher, Settled};
 use baton_domain::fleet::{FleetMessage, Queue};
-use baton_domain::outgoing::{self as bound, Verdict};
+use baton_domain::outgoing as bound;
 use baton_store::outbox::{self, Message, Row};
 use baton_store::tokio_postgres::{self, AsyncMessage};
 use baton_store::{invocations, GenericClient, Pool};
@@ -24,6 +26,7 @@ use futures_lite::StreamExt;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::prepared::{outgoing, prepare, Prepared};
 use super::{connect, Role};
 use crate::config::Settings;
 
@@ -90,38 +93,6 @@ struct Relay {
     settings: Settings,
 }
 
-/// One row made ready to publish.
-struct Prepared {
-    queue: String,
-    /// The bytes to send: the body, or the body cut to the bound.
-    body: Vec<u8>,
-    /// The body's size when it had to be cut.
-    cut_from: Option<usize>,
-    /// Why the row can never be published, decided before the broker sees it.
-    refused: Option<String>,
-    /// The `publish` span (a child of the span that wrote the row) and the
-    /// `traceparent`/`tracestate` headers naming it; none for an untraced row.
-    trace: Option<(tracing::Span, Vec<(&'static str, String)>)>,
-}
-
-impl Prepared {
-    /// Opens the row's `publish` span in the row's trace, if it has one.
-    fn traced(mut self, row: &Row) -> Self {
-        let Some((parent, state)) = row.trace.clone() else { return self };
-        let m = &row.message;
-        let handoff = m.correlation_id.as_deref().unwrap_or_default();
-        let span = tracing::info_span!("publish", queue = %m.queue, handoff_id = %handoff, outbox_row = row.id);
-        crate::telemetry::continue_trace(&span, Some(parent), state);
-        let headers = span.in_scope(crate::telemetry::current_trace).map(|(parent, state)| {
-            let mut headers = vec![("traceparent", parent)];
-            headers.extend(state.map(|s| ("tracestate", s)));
-            headers
-        });
-        self.trace = Some((span, headers.unwrap_or_default()));
-        self
-    }
-}
-
 /// What became of one row this round.
 #[derive(Debug, Clone, PartialEq)]
 enum Fate {
@@ -166,7 +137,7 @@ impl Relay {
         if rows.is_empty() {
             return Ok(0);
         }
-        let prepared = rows.iter().map(|r| self.prepare(&r.message).map(|p| p.traced(r))).collect::<anyhow::Result<Vec<_>>>()?;
+        let prepared = rows.iter().map(|r| prepare(&self.settings, &r.message).map(|p| p.traced(r))).collect::<anyhow::Result<Vec<_>>>()?;
         let started = std::time::Instant::now();
         let mut fates = self.publish_together(&rows, &prepared).await?;
         crate::metrics::relay_published(started.elapsed());
@@ -188,27 +159,6 @@ impl Relay {
         outbox::delete(&tx, &done).await?;
         commit(tx).await?;
         Ok(rows.len())
-    }
-
-    /// The queue and the bytes to send, within the bound.
-    fn prepare(&self, m: &Message) -> anyhow::Result<Prepared> {
-        let queue = if m.external { m.queue.clone() } else { self.settings.queues().prefixed(&m.queue) };
-        let max = self.settings.max_message_bytes;
-        let body = serde_json::to_vec(&m.body)?;
-        let size = body.len();
-        let mut prepared = Prepared { queue, body, cut_from: None, refused: None, trace: None };
-        match bound::verdict(size, max, bound::is_bridge_message(&m.body)) {
-            Verdict::Send => {}
-            Verdict::Cut => {
-                let cut = bound::fit_sized(&m.body, size, max, bound::language_of(&m.body));
-                prepared.body = serde_json::to_vec(cut.as_ref().unwrap_or(&m.body))?;
-                prepared.cut_from = Some(size);
-            }
-            Verdict::TooBig => {
-                prepared.refused = Some(format!("the message is {size} bytes, over the limit of {max} (BATON_MAX_MESSAGE_BYTES)"));
-            }
-        }
-        Ok(prepared)
     }
 
     /// Sends every publishable row, then waits for their confirms.
@@ -443,16 +393,4 @@ fn settled(settled: Settled) -> Fate {
 async fn requeue(c: &impl GenericClient, run_id: uuid::Uuid, m: &FleetMessage) -> anyhow::Result<()> {
     let trace = baton_store::requests::trace_of_run(c, run_id).await?;
     Ok(outbox::with_trace(trace, outbox::enqueue_fleet(c, m)).await?)
-}
-
-fn outgoing<'a>(m: &'a Message, p: &'a Prepared) -> Outgoing<'a> {
-    Outgoing {
-        queue: &p.queue,
-        body: &p.body,
-        headers: p.trace.as_ref().map(|(_, headers)| headers.clone()).unwrap_or_default(),
-        message_id: m.message_id.as_deref(),
-        correlation_id: m.correlation_id.as_deref(),
-        mandatory: m.mandatory,
-        ..Default::default()
-    }
 }

@@ -36,6 +36,14 @@ use crate::{budget, Error};
 
 pub use crate::step::Exit;
 
+/// What a first claim already read in its own transaction (the profile,
+/// its skills, the prompt it wrote, the run's spend): the loop starts from
+/// it instead of reading it all again.
+pub struct Preloaded {
+    pub first: crate::first_step::FirstStep,
+    pub spend: budgets::RunSpend,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_rounds: usize,
@@ -127,7 +135,19 @@ impl Runner {
     /// process group, then failed or handed back as its profile's
     /// `on_interrupt` says.
     pub async fn run_until(&self, inv: &Invocation, stop: &CancellationToken, kill: &CancellationToken) -> Result<Exit, Error> {
-        match self.drive(inv, stop, kill).await {
+        self.run_from(inv, None, stop, kill).await
+    }
+
+    /// [`Runner::run_until`], starting from what the claim read (`None`:
+    /// read it now, as a resumed invocation does).
+    pub async fn run_from(
+        &self,
+        inv: &Invocation,
+        preloaded: Option<Preloaded>,
+        stop: &CancellationToken,
+        kill: &CancellationToken,
+    ) -> Result<Exit, Error> {
+        match self.drive(inv, preloaded, stop, kill).await {
             Ok(exit) => Ok(exit),
             Err(e) if e.is_fenced() => Ok(Exit::Fenced),
             Err(e) if e.is_transient() => Err(e),
@@ -155,8 +175,11 @@ impl Runner {
         }
     }
 
-    async fn drive(&self, inv: &Invocation, stop: &CancellationToken, kill: &CancellationToken) -> Result<Exit, Error> {
-        let mut claimed = self.load(inv).await?;
+    async fn drive(&self, inv: &Invocation, preloaded: Option<Preloaded>, stop: &CancellationToken, kill: &CancellationToken) -> Result<Exit, Error> {
+        let mut claimed = match preloaded {
+            Some(preloaded) => self.claimed(inv, preloaded),
+            None => self.load(inv).await?,
+        };
         loop {
             if stop.is_cancelled() {
                 return Ok(Exit::Stopped);
@@ -186,6 +209,16 @@ impl Runner {
         let (limits, _) = narrow(self.limits, inv.budget.as_ref());
         let skills = profiles::skills(&client, &profile.skills).await?;
         Ok(Claimed { inv, epoch: inv.claim_epoch, profile, skills, surface, steps, limits, tokens: inv.tokens_used, budget })
+    }
+
+    /// A first claim's invocation, from what its claim read.
+    fn claimed<'a>(&self, inv: &'a Invocation, preloaded: Preloaded) -> Claimed<'a> {
+        let Preloaded { first, spend } = preloaded;
+        let surface = tools::surface(&tool_names(&first.profile), inv.kind);
+        let (limits, _) = narrow(self.limits, inv.budget.as_ref());
+        let (profile, skills, steps) = (first.profile, first.skills, vec![first.prompt]);
+        let budget = budget::Tracker::new(spend);
+        Claimed { inv, epoch: inv.claim_epoch, profile, skills, surface, steps, limits, tokens: inv.tokens_used, budget }
     }
 
     /// The claimed invocation's next step transaction.

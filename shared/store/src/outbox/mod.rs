@@ -8,6 +8,8 @@ use serde_json::Value;
 
 use crate::{sql, Result};
 
+pub mod after_commit;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Message {
     /// A logical fleet queue (`baton.invocations.handoff`), or a bridge's own
@@ -81,13 +83,17 @@ pub fn current_trace() -> Option<Trace> {
 }
 
 pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {
-    let (traceparent, tracestate) = current_trace().map_or((None, None), |(p, s)| (Some(p), s));
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
-        [&m.queue, &m.external, &m.message_id, &m.correlation_id, &m.body, &m.mandatory, &traceparent, &tracestate];
-    let queued = sql::execute(
+    let trace = current_trace();
+    let (traceparent, tracestate) = trace.clone().map_or((None, None), |(p, s)| (Some(p), s));
+    // Published by this process right after the commit (see `after_commit`):
+    // the row is the relay's only after the grace, and wakes no relay.
+    let grace = after_commit::grace().map(|g| g.as_secs_f64()).unwrap_or(0.0);
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] =
+        [&m.queue, &m.external, &m.message_id, &m.correlation_id, &m.body, &m.mandatory, &traceparent, &tracestate, &grace];
+    let queued = sql::query_one(
         c,
-        "INSERT INTO outbox (queue, external, message_id, correlation_id, body, mandatory, traceparent, tracestate)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "INSERT INTO outbox (queue, external, message_id, correlation_id, body, mandatory, traceparent, tracestate, next_attempt_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + make_interval(secs => $9)) RETURNING id",
         &params,
     );
     // A bridge's message (it carries its handoff id) is also kept for
@@ -98,7 +104,10 @@ pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {
             None => Ok(()),
         }
     };
-    tokio::try_join!(queued, kept)?;
+    let (queued, ()) = tokio::try_join!(queued, kept)?;
+    if grace > 0.0 {
+        after_commit::wrote(Row { id: queued.get(0), attempts: 0, message: m.clone(), trace });
+    }
     Ok(())
 }
 
@@ -153,6 +162,32 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
 pub async fn delete(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
     if !ids.is_empty() {
         sql::execute(c, "DELETE FROM outbox WHERE id = ANY($1)", &[&ids]).await?;
+    }
+    Ok(())
+}
+
+/// Of rows this process wrote and wants to publish itself, those it may
+/// publish now, locked for this transaction: the oldest left of their
+/// handoff (as [`take_batch`] decides), and not being published by the relay.
+pub async fn take_own(c: &impl GenericClient, ids: &[i64]) -> Result<Vec<i64>> {
+    let rows = sql::query(
+        c,
+        "SELECT id FROM outbox o
+          WHERE id = ANY($1)
+            AND NOT EXISTS (SELECT 1 FROM outbox w WHERE w.correlation_id = o.correlation_id AND w.id < o.id)
+          ORDER BY id FOR UPDATE SKIP LOCKED",
+        &[&ids],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Hands rows this process could not publish to the relay now (a nack, a
+/// body to cut, a broken channel), and wakes it.
+pub async fn give_back(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
+    if !ids.is_empty() {
+        sql::execute(c, "UPDATE outbox SET next_attempt_at = now() WHERE id = ANY($1)", &[&ids]).await?;
+        sql::execute(c, "SELECT pg_notify('baton_outbox', '')", &[]).await?;
     }
     Ok(())
 }

@@ -1,0 +1,76 @@
+//! The hot path: each role publishes the outbox rows it commits itself,
+//! right after the commit, and the relay only sweeps what is left behind.
+
+use std::time::Duration;
+
+use baton::roles::Role;
+use baton_domain::fleet::Queue;
+use baton_tests::{eventually, next_json, sample_request_json, until_reply, TestEnv};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn outbox_rows(env: &TestEnv) -> i64 {
+    env.scalar_i64("SELECT count(*) FROM outbox", &[]).await
+}
+
+/// No relay runs: every message of the chain (the invocations, "run
+/// finished", each status and the reply) is published by the role whose
+/// transaction wrote it, in order, and its row is deleted once confirmed.
+/// Each such row was written due only after the grace, so no relay takes it
+/// (and none is woken) unless its writer fails to publish it.
+#[tokio::test]
+async fn a_chain_runs_end_to_end_without_a_relay_each_role_publishing_what_it_commits() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    // Every row inserted is noted aside, with whether it was left to its writer.
+    env.db()
+        .await
+        .batch_execute(
+            "CREATE TABLE seen (id bigint, deferred boolean);
+             CREATE FUNCTION keep() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN INSERT INTO seen VALUES (NEW.id, NEW.next_attempt_at > NEW.created_at); RETURN NULL; END $$;
+             CREATE TRIGGER keep AFTER INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION keep();",
+        )
+        .await
+        .unwrap();
+    let fleet = env.start(&[Role::Intake, Role::Invocation, Role::Collector]);
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("direct-1", "docs_agent", "en")).await;
+    let messages = until_reply(&mut replies, WAIT).await;
+    let statuses: Vec<(&str, i64)> =
+        messages[..messages.len() - 1].iter().map(|m| (m["status"].as_str().unwrap(), m["seq"].as_i64().unwrap())).collect();
+    assert_eq!(statuses, vec![("accepted", 1), ("running", 2), ("completed", 3)]);
+    assert_eq!(messages.last().unwrap()["status"], "completed");
+    let agents = &messages.last().unwrap()["result"]["agents"];
+    assert_eq!(agents, &serde_json::json!(["writer", "editor", "finalizer"]));
+    eventually(WAIT, "confirmed rows are deleted", || async { (outbox_rows(&env).await == 0).then_some(()) }).await;
+    fleet.stop().await;
+    let all = env.scalar_i64("SELECT count(*) FROM seen", &[]).await;
+    let deferred = env.scalar_i64("SELECT count(*) FROM seen WHERE deferred", &[]).await;
+    assert!(all >= 8, "the chain wrote its messages: {all}");
+    assert_eq!(deferred, all, "every row a role wrote was its own to publish");
+}
+
+/// A row whose writer died between its commit and its publish (written due
+/// only after the grace, and handed to no publisher) is published by the
+/// relay's sweep once the grace has passed, and deleted.
+#[tokio::test]
+async fn a_row_its_writer_never_published_is_swept_by_the_relay_after_the_grace() {
+    let mut env = TestEnv::new().await;
+    env.settings.outbox_grace = Duration::from_millis(600);
+    let fleet = env.start(&[Role::Relay]);
+    let mut finished = env.consume(&env.queue(Queue::RunsFinished)).await;
+    let run = uuid::Uuid::now_v7();
+    env.db()
+        .await
+        .execute(
+            "INSERT INTO outbox (queue, body, next_attempt_at) VALUES ($1, jsonb_build_object('runId', $2::uuid), now() + interval '600 milliseconds')",
+            &[&Queue::RunsFinished.as_str(), &run],
+        )
+        .await
+        .unwrap();
+    let message = next_json(&mut finished, WAIT).await;
+    assert_eq!(message["runId"], run.to_string());
+    eventually(WAIT, "the swept row is deleted", || async { (outbox_rows(&env).await == 0).then_some(()) }).await;
+    fleet.stop().await;
+}
