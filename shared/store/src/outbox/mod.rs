@@ -40,15 +40,25 @@ pub async fn enqueue_fleet(c: &impl GenericClient, m: &FleetMessage) -> Result<(
         return enqueue(c, &Message::fleet(m)).await;
     };
     let [high, normal, low] = [Priority::High, Priority::Normal, Priority::Low].map(|p| m.queue_at(p).as_str());
-    let (traceparent, tracestate) = current_trace().map_or((None, None), |(p, s)| (Some(p), s));
-    sql::execute(
+    let trace = current_trace();
+    let (traceparent, tracestate) = trace.clone().map_or((None, None), |(p, s)| (Some(p), s));
+    // Like `enqueue`: published by this process after the commit, the
+    // relay's only after the grace.
+    let grace = after_commit::grace().map(|g| g.as_secs_f64()).unwrap_or(0.0);
+    let queued = sql::query_one(
         c,
-        "INSERT INTO outbox (queue, external, body, mandatory, traceparent, tracestate)
-         SELECT CASE r.priority WHEN $6 THEN $1 WHEN $7 THEN $3 ELSE $2 END, false, $4, false, $5, $8
-           FROM (SELECT $9::uuid AS id) k LEFT JOIN runs r ON r.id = k.id",
-        &[&high, &normal, &low, &m.body(), &traceparent, &Priority::High.as_str(), &Priority::Low.as_str(), &tracestate, &run_id],
+        "INSERT INTO outbox (queue, external, body, mandatory, traceparent, tracestate, next_attempt_at)
+         SELECT CASE r.priority WHEN $6 THEN $1 WHEN $7 THEN $3 ELSE $2 END, false, $4, false, $5, $8,
+                now() + make_interval(secs => $10)
+           FROM (SELECT $9::uuid AS id) k LEFT JOIN runs r ON r.id = k.id
+         RETURNING id, queue",
+        &[&high, &normal, &low, &m.body(), &traceparent, &Priority::High.as_str(), &Priority::Low.as_str(), &tracestate, &run_id, &grace],
     )
     .await?;
+    if grace > 0.0 {
+        let message = Message { queue: queued.get(1), ..Message::fleet(m) };
+        after_commit::wrote(Row { id: queued.get(0), attempts: 0, message, trace });
+    }
     Ok(())
 }
 
