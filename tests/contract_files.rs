@@ -74,6 +74,19 @@ fn contract_files_are_what_the_code_generates() {
     );
 }
 
+/// Every queue the fleet declares is a channel of the AsyncAPI document, so
+/// a queue added in the code cannot be missing from the contract.
+#[test]
+fn every_fleet_queue_is_a_channel_of_the_asyncapi_document() {
+    let doc = std::fs::read_to_string(contract_dir().join("asyncapi.yaml")).unwrap();
+    let missing: Vec<_> = baton_domain::fleet::Queue::ALL
+        .iter()
+        .map(|q| q.as_str())
+        .filter(|name| !doc.lines().any(|line| line.trim() == format!("address: {name}")))
+        .collect();
+    assert!(missing.is_empty(), "queues missing from contract/asyncapi.yaml: {missing:?}");
+}
+
 #[test]
 fn the_corpus_gets_the_same_verdict_from_the_parser_and_the_schema() {
     let schema = validator("HandoffRequest");
