@@ -106,6 +106,9 @@ async fn a_callback_url_off_the_allow_list_or_without_one_is_refused_with_the_re
     let mut replies = env.replies().await;
     env.send_request(&request("off-list", &format!("{}/hook/ok?token=off-list-secret", receiver.origin))).await;
     assert_eq!(until_reply(&mut replies, WAIT).await.last().unwrap()["status"], "completed", "a refused callback never holds up a run");
+    // The relay reads the allow-list when it takes a callback (every poll):
+    // let it refuse this one before the list changes.
+    eventually(WAIT, "the off-list callbacks refused", || async { (!failures(&env, "off-list").await.is_empty()).then_some(()) }).await;
     env.apply_profiles(&profiles(&[])).await;
     env.send_request(&request("no-list", &format!("{}/hook/ok?token=no-list-secret", receiver.origin))).await;
     until_reply(&mut replies, WAIT).await;
