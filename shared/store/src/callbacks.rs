@@ -84,9 +84,20 @@ pub async fn give_up(c: &impl GenericClient, cb: &Callback, why: &str) -> Result
 /// Refuses every callback of a handoff: a `callback_failed` event saying
 /// why, its queued callbacks removed, and no more queued for it.
 pub async fn refuse(c: &impl GenericClient, handoff_id: &str, why: &str) -> Result<()> {
-    requests::add_event(c, handoff_id, FAILED, None, Some(why)).await?;
+    // Once per handoff: a status committed while the first refusal was
+    // being written can still queue one more callback; it is dropped
+    // without a second event.
+    let first = sql::query_opt(
+        c,
+        "UPDATE handoff_requests SET status_url = NULL WHERE id = $1 AND status_url IS NOT NULL RETURNING id",
+        &[&handoff_id],
+    )
+    .await?
+    .is_some();
+    if first {
+        requests::add_event(c, handoff_id, FAILED, None, Some(why)).await?;
+    }
     sql::execute(c, "DELETE FROM callbacks WHERE handoff_id = $1", &[&handoff_id]).await?;
-    sql::execute(c, "UPDATE handoff_requests SET status_url = NULL WHERE id = $1", &[&handoff_id]).await?;
     Ok(())
 }
 
