@@ -114,15 +114,7 @@ async fn one_side(
         Side::Baton => {
             bench.procs.spawn(
                 proxied,
-                &[
-                    "up",
-                    "--role",
-                    "intake",
-                    "--role",
-                    "relay",
-                    "--role",
-                    "collector",
-                ],
+                &crate::procs::SUPPORT_ROLES,
                 "support",
                 &[],
             )?;

@@ -58,15 +58,7 @@ pub async fn measure_all(bench: &mut Bench, args: &BenchArgs) -> anyhow::Result<
     let mut results = Results::default();
     bench.procs.spawn(
         &bench.settings,
-        &[
-            "up",
-            "--role",
-            "intake",
-            "--role",
-            "relay",
-            "--role",
-            "collector",
-        ],
+        &crate::procs::SUPPORT_ROLES,
         "support",
         &[],
     )?;

@@ -30,6 +30,10 @@ pub fn baton_binary() -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// The arguments of the process that runs every role but the invocation
+/// workers (intake, relay, collector), on both sides of every cell.
+pub const SUPPORT_ROLES: [&str; 7] = ["up", "--role", "intake", "--role", "relay", "--role", "collector"];
+
 pub struct Procs {
     baton: PathBuf,
     raw: Option<PathBuf>,
