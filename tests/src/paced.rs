@@ -105,27 +105,6 @@ impl PacedModelServer {
     pub fn most_in_flight(&self) -> usize {
         self.shared.seen.most_in_flight.load(Ordering::SeqCst)
     }
-
-    /// The most requests accepted (and tokens reported for them) whose
-    /// arrivals fall within any one window of `window`.
-    pub fn busiest(&self, window: Duration) -> (usize, u64) {
-        let accepted: Vec<Instant> = self
-            .arrivals()
-            .iter()
-            .filter(|a| !a.refused)
-            .map(|a| a.at)
-            .collect();
-        let most = (0..accepted.len())
-            .map(|i| {
-                accepted[i..]
-                    .iter()
-                    .take_while(|t| **t - accepted[i] < window)
-                    .count()
-            })
-            .max()
-            .unwrap_or(0);
-        (most, most as u64 * self.shared.paced.tokens)
-    }
 }
 
 impl Drop for PacedModelServer {
