@@ -74,3 +74,49 @@ async fn a_row_its_writer_never_published_is_swept_by_the_relay_after_the_grace(
     eventually(WAIT, "the swept row is deleted", || async { (outbox_rows(&env).await == 0).then_some(()) }).await;
     fleet.stop().await;
 }
+
+/// How many transactions wrote an invocation's transcript.
+async fn step_transactions(env: &TestEnv, invocation: uuid::Uuid) -> i64 {
+    env.scalar_i64("SELECT count(DISTINCT xmin::text) FROM steps WHERE invocation_id = $1", &[&invocation]).await
+}
+
+/// A scripted stage's first turn needs no I/O, so it is taken inside its
+/// claim's transaction: the claim, the prompt, the turn and the handoff it
+/// asks for commit once. A turn that must wait (a script's `delay_ms`, like
+/// a model over HTTP) is taken by the loop after the claim commits, and
+/// holds no transaction while it waits.
+#[tokio::test]
+async fn a_scripted_stage_claims_runs_and_hands_off_in_one_transaction() {
+    let env = TestEnv::new().await;
+    let handoff = |to: &str, delay: &str| {
+        format!(r#"{{ tool = "agent_handoff", args = {{ agentId = "{to}", handoff = {{ objective = "Carry on." }} }}{delay} }}"#)
+    };
+    let first = baton_tests::profile("first", &["agent_handoff"], "can_handoff = true", &[&handoff("second", "")]);
+    let second = baton_tests::profile("second", &["agent_handoff"], "can_handoff = true", &[&handoff("third", ", delay_ms = 50")]);
+    let third = baton_tests::profile(
+        "third",
+        &["workspace_write", "workspace_commit", "workspace_finish"],
+        "",
+        &[r#"{ calls = [ { tool = "workspace_write", args = { path = "output/main.md", content = "Done." } }, { tool = "workspace_commit" }, { tool = "workspace_finish" } ] }"#],
+    );
+    env.apply_profiles(&format!("[routes]\ndocs_agent = \"first\"\n\n{first}\n{second}\n{third}")).await;
+    let fleet = env.start(&[Role::Intake, Role::Invocation, Role::Collector]);
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("folded-1", "docs_agent", "en")).await;
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    assert_eq!(messages.last().unwrap()["status"], "completed", "{messages:?}");
+    let run = env.run_of("folded-1").await;
+    let stage = |profile: &'static str| {
+        let env = &env;
+        async move { env.invocations_of(run, profile).await.first().map(|inv| inv.id).expect("the stage ran") }
+    };
+    // prompt, turn, tool results: one transaction, the claim's.
+    assert_eq!(step_transactions(&env, stage("first").await).await, 1, "the first stage's claim took its turn and handed off");
+    assert_eq!(step_transactions(&env, stage("third").await).await, 1, "the last stage's claim took its turn and finished");
+    // The delayed turn waited outside the claim: prompt in one, turn + result in the next.
+    assert_eq!(step_transactions(&env, stage("second").await).await, 2, "a turn that waits is the loop's");
+    let journal = env.journal(run).await;
+    let stored = journal.iter().filter(|e| *e == "model_response_stored").count();
+    assert_eq!(stored, 3, "one model turn per stage, none taken twice: {journal:?}");
+}

@@ -122,26 +122,51 @@ impl<'a> StepTx<'a> {
     {
         let mut client = self.pool.get().await?;
         let tx = baton_store::begin(&mut client).await?;
+        let w = self.write(&tx, true, body).await?;
+        baton_store::commit(tx).await?;
+        Ok(w)
+    }
+
+    /// Runs the step in a transaction that claimed the invocation (its row
+    /// lock is the fence): no fence of its own, no commit, no retry (the
+    /// caller's transaction is run again whole if it must be).
+    pub(crate) async fn within<F>(&self, tx: &Transaction<'_>, body: F) -> Result<Written, Error>
+    where
+        F: for<'t> Fn(Scope<'t, 'a>) -> Body<'t>,
+    {
+        self.write(tx, false, &body).await
+    }
+
+    /// The step's own writes (behind the fence, if `fence`), then its body.
+    async fn write<F>(&self, tx: &Transaction<'_>, fence: bool, body: &F) -> Result<Written, Error>
+    where
+        F: for<'t> Fn(Scope<'t, 'a>) -> Body<'t>,
+    {
         let mut w = Written::new(self.next_seq);
         let id = self.inv.id;
         let appended = async {
             for (kind, payload) in &self.steps {
-                w.append(&tx, id, kind, payload.clone()).await?;
+                w.append(tx, id, kind, payload.clone()).await?;
             }
             Ok(())
+        };
+        let fenced = async {
+            match fence {
+                true => Ok(invocations::fence(tx, id, self.epoch).await?),
+                false => Ok(()),
+            }
         };
         // Pipelined: the step's writes go out behind the fence, before its
         // answer comes back; a refused fence rolls them back with the rest.
         let (fenced, appended, logged, counted) = tokio::join!(
-            invocations::fence(&tx, id, self.epoch),
+            fenced,
             appended,
-            events::append(&tx, self.inv.run_id, &self.events),
-            add_tokens(&tx, id, self.tokens),
+            events::append(tx, self.inv.run_id, &self.events),
+            add_tokens(tx, id, self.tokens),
         );
-        first_cause([fenced.map_err(Error::from), appended, logged.map_err(Error::from), counted])?;
+        first_cause([fenced, appended, logged.map_err(Error::from), counted])?;
         w.tokens = self.tokens;
-        body(Scope { tx: &tx, w: &mut w, _borrows: PhantomData }).await?;
-        baton_store::commit(tx).await?;
+        body(Scope { tx, w: &mut w, _borrows: PhantomData }).await?;
         Ok(w)
     }
 }

@@ -152,7 +152,8 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                         return; // unclaimed and unacked: it goes back to the queue
                     }
                     match receive(&worker, &dead, &d, &queue, &stop).await {
-                        Ok(Some((inv, preloaded))) => worker.execute(inv, preloaded, stop, deadline).await,
+                        Ok(Some(Claimed::Run(inv, preloaded))) => worker.execute(inv, preloaded.map(|p| *p), stop, deadline).await,
+                        Ok(Some(Claimed::Ended(_))) => {}
                         Ok(None) => {}
                         Err(e) => broken.fail(format!("{e:#}")),
                     }
@@ -210,18 +211,52 @@ async fn receive(worker: &Worker, dead: &DeadLetters, d: &Delivery, queue: &str,
     Ok(claimed)
 }
 
-/// A claimed invocation, and what its first claim read for its loop.
-type Claimed = (Invocation, Option<Preloaded>);
+/// What a committed claim came to.
+enum Claimed {
+    /// A claimed invocation for the loop, with what its first claim read.
+    Run(Invocation, Option<Box<Preloaded>>),
+    /// The claim's transaction also took the first turn (a script's), and
+    /// that ended the invocation here (handed off, finished, parked).
+    Ended(Invocation),
+}
+
+/// A first turn that could not be folded into the claim's transaction for
+/// a reason that is not the database's: the claim is made again without it,
+/// and the loop takes the turn on its own (and says why, if it fails again).
+#[derive(Debug, thiserror::Error)]
+#[error("the first turn could not be taken in the claim's transaction: {0}")]
+struct Unfolded(baton_agent::Error);
+
+/// The span of a claimed invocation's work on this worker.
+fn invocation_span(inv: &Invocation) -> tracing::Span {
+    tracing::info_span!("invocation",
+        run = %inv.run_id, invocation = %inv.id, epoch = inv.claim_epoch, profile = %inv.profile_id,
+        run_id = %inv.run_id, invocation_id = %inv.id, agent = %inv.profile_id, kind = ?inv.kind,
+    )
+}
 
 impl Worker {
-    /// Claims the invocation with its journal events, in one transaction.
-    /// `None`: already claimed, finished, or given up on.
+    /// Claims the invocation with its journal events, in one transaction,
+    /// and takes no turn. `None`: already claimed, finished, or given up on.
     pub async fn claim(&self, message: RunInvocation) -> anyhow::Result<Option<Invocation>> {
-        Ok(self.claim_to_run(message).await?.map(|(inv, _)| inv))
+        Ok(self.claim_folding(message, false).await?.map(|claimed| match claimed {
+            Claimed::Run(inv, _) | Claimed::Ended(inv) => inv,
+        }))
     }
 
-    /// [`Worker::claim`], with what a first claim read for the loop to start from.
+    /// [`Worker::claim`], with what a first claim read for the loop to
+    /// start from, and a script's first turn taken in the same transaction.
     async fn claim_to_run(&self, message: RunInvocation) -> anyhow::Result<Option<Claimed>> {
+        match self.claim_folding(message, true).await {
+            Err(e) if e.downcast_ref::<Unfolded>().is_some() => {
+                tracing::warn!(invocation = %message.invocation_id, error = %format!("{e:#}"), "claiming again, leaving the first turn to the loop");
+                self.claim_folding(message, false).await
+            }
+            other => other,
+        }
+    }
+
+    async fn claim_folding(&self, message: RunInvocation, fold: bool) -> anyhow::Result<Option<Claimed>> {
         let mut client = db(&self.pool).await?;
         let tx = begin(&mut client).await?;
         let Some(inv) = invocations::claim(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease).await? else {
@@ -253,6 +288,19 @@ impl Worker {
             }
         };
         tokio::try_join!(prompt, async { Ok(baton_store::journal::append(&tx, inv.run_id, &evs).await?) })?;
+        let mut preloaded = match (first, spend) {
+            (Some((_, Some(first))), Some(spend)) => Some(Preloaded::new(first, spend)),
+            _ => None,
+        };
+        let mut ended = None;
+        let span = invocation_span(&inv);
+        if let Some(loaded) = preloaded.take().filter(|_| fold) {
+            match self.runner.fold_first_turn(&tx, &inv, loaded).instrument(span.clone()).await {
+                Ok((loaded, exit)) => (preloaded, ended) = (Some(loaded), exit),
+                Err(e) if e.is_transient() => return Err(e.into()),
+                Err(e) => return Err(Unfolded(e).into()),
+            }
+        }
         commit(tx).await?;
         // Log lines and spans of the claimed work name the bridge's handoff.
         if let Some(handoff) = run.and_then(|run| run.handoff_id) {
@@ -262,11 +310,13 @@ impl Worker {
         if inv.kind == InvocationKind::Handoff && inv.claim_epoch == 1 {
             crate::metrics::hop(facts.waited_seconds);
         }
-        let preloaded = match (first, spend) {
-            (Some((_, Some(first))), Some(spend)) => Some(Preloaded { first, spend }),
-            _ => None,
-        };
-        Ok(Some((inv, preloaded)))
+        Ok(Some(match ended {
+            Some(exit) => {
+                span.in_scope(|| tracing::info!(?exit, "invocation exited within its claim"));
+                Claimed::Ended(inv)
+            }
+            None => Claimed::Run(inv, preloaded.map(Box::new)),
+        }))
     }
 
     /// A claim failed for a reason that will not pass (`error`): claims the
@@ -290,11 +340,12 @@ impl Worker {
     /// `shutdown` it stops at its next persisted step (an external agent
     /// already running goes on); at `deadline` an external agent is killed,
     /// and a moment later whatever still runs is dropped and handed back.
-    #[tracing::instrument(name = "invocation", skip_all, fields(
-        run = %inv.run_id, invocation = %inv.id, epoch = inv.claim_epoch, profile = %inv.profile_id,
-        run_id = %inv.run_id, invocation_id = %inv.id, agent = %inv.profile_id, kind = ?inv.kind,
-    ))]
     pub async fn execute(&self, inv: Invocation, preloaded: Option<Preloaded>, shutdown: CancellationToken, deadline: CancellationToken) {
+        let span = invocation_span(&inv);
+        self.execute_claimed(inv, preloaded, shutdown, deadline).instrument(span).await
+    }
+
+    async fn execute_claimed(&self, inv: Invocation, preloaded: Option<Preloaded>, shutdown: CancellationToken, deadline: CancellationToken) {
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
         let kill = CancellationToken::new();

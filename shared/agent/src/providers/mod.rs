@@ -92,6 +92,13 @@ pub enum ProviderError {
 #[async_trait]
 pub trait Provider: Send + Sync {
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelTurn, ProviderError>;
+
+    /// The turn, when it takes no I/O and no waiting (a script's turn), so
+    /// it can be taken inside an open transaction; `None` when it must be
+    /// asked for with [`Provider::complete`].
+    fn instant(&self, _request: &ModelRequest<'_>) -> Option<Result<ModelTurn, ProviderError>> {
+        None
+    }
 }
 
 /// Picks the provider for a profile's binding.
@@ -138,26 +145,42 @@ pub struct Scripted;
 #[async_trait]
 impl Provider for Scripted {
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelTurn, ProviderError> {
-        let ModelBinding::Scripted { script } = &request.profile.model else {
-            return Err(ProviderError::Failed("the scripted provider needs a script".into()));
+        let delay = match &request.profile.model {
+            ModelBinding::Scripted { script } => script.get(request.turn_index).and_then(|t| t.delay_ms),
+            _ => None,
         };
-        let Some(turn) = script.get(request.turn_index) else {
-            return Ok(ModelTurn { content: Some("(the script has ended)".into()), ..Default::default() });
-        };
-        if let Some(ms) = turn.delay_ms {
+        if let Some(ms) = delay {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
         }
-        let turn_no = request.turn_index + 1;
-        let tool_calls = match &turn.tool {
-            Some(name) => vec![ToolCall { id: format!("call_{turn_no}"), name: name.clone(), arguments: turn.args.clone() }],
-            None => turn
-                .calls
-                .iter()
-                .enumerate()
-                .map(|(i, c)| ToolCall { id: format!("call_{turn_no}_{}", i + 1), name: c.tool.clone(), arguments: c.args.clone() })
-                .collect(),
-        };
-        let usage = Usage { prompt_tokens: Some(0), completion_tokens: Some(0), ..Default::default() };
-        Ok(ModelTurn { content: turn.text.clone(), tool_calls, usage: Some(usage), attempts: None })
+        play(request)
     }
+
+    fn instant(&self, request: &ModelRequest<'_>) -> Option<Result<ModelTurn, ProviderError>> {
+        match &request.profile.model {
+            ModelBinding::Scripted { script } if script.get(request.turn_index).is_some_and(|t| t.delay_ms.is_some()) => None,
+            _ => Some(play(request)),
+        }
+    }
+}
+
+/// Turn N of the profile's script, as the model would have answered it.
+fn play(request: &ModelRequest<'_>) -> Result<ModelTurn, ProviderError> {
+    let ModelBinding::Scripted { script } = &request.profile.model else {
+        return Err(ProviderError::Failed("the scripted provider needs a script".into()));
+    };
+    let Some(turn) = script.get(request.turn_index) else {
+        return Ok(ModelTurn { content: Some("(the script has ended)".into()), ..Default::default() });
+    };
+    let turn_no = request.turn_index + 1;
+    let tool_calls = match &turn.tool {
+        Some(name) => vec![ToolCall { id: format!("call_{turn_no}"), name: name.clone(), arguments: turn.args.clone() }],
+        None => turn
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ToolCall { id: format!("call_{turn_no}_{}", i + 1), name: c.tool.clone(), arguments: c.args.clone() })
+            .collect(),
+    };
+    let usage = Usage { prompt_tokens: Some(0), completion_tokens: Some(0), ..Default::default() };
+    Ok(ModelTurn { content: turn.text.clone(), tool_calls, usage: Some(usage), attempts: None })
 }

@@ -7,6 +7,7 @@
 //! patience for its outcome; `tool_call.rs` runs one tool call.
 
 mod external;
+mod fold;
 mod over_budget;
 mod tool_call;
 
@@ -40,8 +41,18 @@ pub use crate::step::Exit;
 /// its skills, the prompt it wrote, the run's spend): the loop starts from
 /// it instead of reading it all again.
 pub struct Preloaded {
-    pub first: crate::first_step::FirstStep,
-    pub spend: budgets::RunSpend,
+    first: crate::first_step::FirstStep,
+    budget: budget::Tracker,
+    /// Steps after the prompt that the claim's transaction also wrote (a
+    /// folded first turn), and the tokens the invocation has used since.
+    later: Vec<Step>,
+    tokens: Option<i64>,
+}
+
+impl Preloaded {
+    pub fn new(first: crate::first_step::FirstStep, spend: budgets::RunSpend) -> Self {
+        Self { first, budget: budget::Tracker::new(spend), later: vec![], tokens: None }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -82,6 +93,14 @@ struct Claimed<'a> {
 }
 
 impl Claimed<'_> {
+    /// Back to what the loop starts from, with what was written since the prompt.
+    fn into_preloaded(self) -> Preloaded {
+        let mut steps = self.steps.into_iter();
+        let prompt = steps.next().expect("a claimed invocation's transcript starts with its prompt");
+        let first = crate::first_step::FirstStep { events: vec![], prompt, profile: self.profile, skills: self.skills };
+        Preloaded { first, budget: self.budget, later: steps.collect(), tokens: Some(self.tokens) }
+    }
+
     /// Adds what a committed step transaction wrote.
     fn absorb(&mut self, written: Written) {
         self.steps.extend(written.steps);
@@ -213,12 +232,13 @@ impl Runner {
 
     /// A first claim's invocation, from what its claim read.
     fn claimed<'a>(&self, inv: &'a Invocation, preloaded: Preloaded) -> Claimed<'a> {
-        let Preloaded { first, spend } = preloaded;
+        let Preloaded { first, budget, later, tokens } = preloaded;
         let surface = tools::surface(&tool_names(&first.profile), inv.kind);
         let (limits, _) = narrow(self.limits, inv.budget.as_ref());
-        let (profile, skills, steps) = (first.profile, first.skills, vec![first.prompt]);
-        let budget = budget::Tracker::new(spend);
-        Claimed { inv, epoch: inv.claim_epoch, profile, skills, surface, steps, limits, tokens: inv.tokens_used, budget }
+        let (profile, skills) = (first.profile, first.skills);
+        let steps = std::iter::once(first.prompt).chain(later).collect();
+        let tokens = tokens.unwrap_or(inv.tokens_used);
+        Claimed { inv, epoch: inv.claim_epoch, profile, skills, surface, steps, limits, tokens, budget }
     }
 
     /// The claimed invocation's next step transaction.
