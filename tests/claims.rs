@@ -139,7 +139,7 @@ async fn agent_handoff_denies_pending_delegated_tasks() {
         name: "agent_handoff".into(),
         arguments: serde_json::json!({"agentId": "closer", "handoff": {"objective": "Close."}}),
     };
-    let ctx = baton_agent::tools::ToolCtx { invocation: &lead, profile: &profile, surface: &surface, call: &call };
+    let ctx = baton_agent::tools::ToolCtx { invocation: &lead, profile: &profile, surface: &surface, call: &call, may_have_children: true };
     let mut client = env.db().await;
     let tx = client.transaction().await.unwrap();
     baton_store::invocations::fence(&tx, lead.id, lead.claim_epoch).await.unwrap();

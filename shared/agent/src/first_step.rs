@@ -6,7 +6,7 @@ use baton_domain::prompt::system_prompt;
 use baton_domain::tools::{self, ToolName};
 use baton_store::invocations::Invocation;
 use baton_store::journal::Event;
-use baton_store::steps::{self, Step};
+use baton_store::steps::Step;
 use baton_store::profiles;
 use serde_json::{json, Value};
 
@@ -53,11 +53,6 @@ impl FirstStep {
         let (payload, events) = prompt_step(inv, &profile, &surface, &skills);
         let prompt = Step { seq: 0, kind: transcript::PROMPT.to_string(), payload };
         Ok(Some(Self { events, prompt, profile, skills }))
-    }
-
-    /// Writes the prompt step, in the claim's transaction.
-    pub async fn write(&self, c: &impl baton_store::GenericClient, inv: &Invocation) -> Result<(), Error> {
-        Ok(steps::append(c, inv.id, 0, &self.prompt.kind, &self.prompt.payload).await?)
     }
 }
 

@@ -97,6 +97,12 @@ impl<'a> StepTx<'a> {
         self
     }
 
+    /// Journal events written with the fence, before those already given.
+    pub(crate) fn log_before(mut self, events: Vec<Event>) -> Self {
+        self.events.splice(0..0, events);
+        self
+    }
+
     /// Tokens a model turn used, counted on the invocation with the fence.
     pub(crate) fn count_tokens(mut self, tokens: i64) -> Self {
         self.tokens = tokens;

@@ -1,6 +1,7 @@
 //! The persisted transcript and what it means: the chat messages a model
 //! sees, and which tool calls of the last turn still await a result.
 
+use baton_domain::tools::ToolName;
 use baton_store::steps::Step;
 use serde_json::{json, Value};
 
@@ -90,6 +91,19 @@ pub fn tool_calls_made(steps: &[Step]) -> usize {
     steps.iter().filter(|s| s.kind == TOOL_RESULT).count()
 }
 
+/// Whether a model turn of these steps asked to delegate: until one has,
+/// the invocation has no delegated tasks (only its own `agent_delegate`
+/// calls create them), so nothing needs to be read to know it.
+pub fn asked_to_delegate(steps: &[Step]) -> bool {
+    let delegate = ToolName::AgentDelegate.as_str();
+    steps
+        .iter()
+        .filter(|s| s.kind == MODEL_TURN)
+        .filter_map(|s| s.payload["toolCalls"].as_array())
+        .flatten()
+        .any(|call| call["name"] == delegate)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +125,17 @@ mod tests {
         steps.push(step(3, TOOL_RESULT, json!({"toolCallId": "b", "content": "ok"})));
         assert_eq!(position(&steps), Position::NeedsModel);
         assert_eq!(position(&[]), Position::Fresh);
+    }
+
+    #[test]
+    fn only_a_turn_that_asked_to_delegate_can_have_left_delegated_tasks() {
+        let turn = |name: &str| step(1, MODEL_TURN, json!({"toolCalls": [{"id": "a", "name": name, "arguments": {}}]}));
+        let prompt = step(0, PROMPT, json!({"messages": []}));
+        assert!(!asked_to_delegate(&[prompt.clone(), turn("workspace_write"), turn("agent_handoff")]));
+        assert!(asked_to_delegate(&[prompt.clone(), turn("workspace_write"), turn("agent_delegate")]));
+        // A result that merely mentions the tool is not a call of it.
+        let result = step(2, TOOL_RESULT, json!({"toolCallId": "a", "content": "agent_delegate", "name": "agent_delegate"}));
+        assert!(!asked_to_delegate(&[prompt, result]));
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! invocations run or wait, how far the outbox is behind, how long a
 //! successor waited for its first claim.
 
-use uuid::Uuid;
 
 use crate::{sql, GenericClient, Result};
 
@@ -34,25 +33,4 @@ pub async fn outbox(c: &impl GenericClient) -> Result<(i64, f64)> {
     )
     .await?;
     Ok((row.get(0), row.get(1)))
-}
-
-/// What a claim just made in this transaction was: how long the
-/// invocation had waited since it was created (for a successor: since its
-/// handoff committed), and whether the claim took it from a lost worker.
-pub struct ClaimFacts {
-    pub waited_seconds: f64,
-    pub takeover: bool,
-}
-
-/// Read inside the claim's transaction (`now()` is the transaction's start,
-/// which the claim wrote into `taken_over_at` when it took over).
-pub async fn claim_facts(c: &impl GenericClient, invocation: Uuid) -> Result<ClaimFacts> {
-    let row = sql::query_one(
-        c,
-        "SELECT extract(epoch FROM clock_timestamp() - created_at)::float8, coalesce(taken_over_at = now(), false)
-           FROM invocations WHERE id = $1",
-        &[&invocation],
-    )
-    .await?;
-    Ok(ClaimFacts { waited_seconds: row.get(0), takeover: row.get(1) })
 }

@@ -119,6 +119,19 @@ pub async fn for_run(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<Invocat
 /// statement under a row lock (`SKIP LOCKED`: a concurrent claimer just finds
 /// nothing). Bumps the epoch; returns `None` when there is nothing to claim.
 pub async fn claim(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Invocation>> {
+    Ok(claim_measured(c, id, owner, lease).await?.map(|(inv, _)| inv))
+}
+
+/// What a claim was: how long the invocation had waited since it was
+/// created (for a successor: since its handoff committed), and whether the
+/// claim took it from a lost worker.
+pub struct ClaimFacts {
+    pub waited_seconds: f64,
+    pub takeover: bool,
+}
+
+/// [`claim`], with its [`ClaimFacts`], read by the same statement.
+pub async fn claim_measured(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duration) -> Result<Option<(Invocation, ClaimFacts)>> {
     let sql = format!(
         "UPDATE invocations i
             SET status = $4, claim_epoch = i.claim_epoch + 1, lease_owner = $2, woken = false, wake_at = NULL,
@@ -131,11 +144,15 @@ pub async fn claim(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duratio
                          OR (inv.status = $4 AND inv.lease_expires_at < now()))
                   FOR UPDATE OF inv SKIP LOCKED) c
           WHERE i.id = c.id
-      RETURNING {COLUMNS}"
+      RETURNING {COLUMNS}, extract(epoch FROM clock_timestamp() - i.created_at)::float8, coalesce(i.taken_over_at = now(), false)"
     );
     let secs = lease.as_secs_f64();
     let params: sql::Params = &[&id, &owner, &secs, &RUNNING, &CREATED, &PARKED, &RunStatus::Running.as_str()];
-    sql::query_opt(c, &sql, params).await?.as_ref().map(from_row).transpose()
+    let Some(row) = sql::query_opt(c, &sql, params).await? else {
+        return Ok(None);
+    };
+    let facts = ClaimFacts { waited_seconds: row.get(14), takeover: row.get(15) };
+    Ok(Some((from_row(&row)?, facts)))
 }
 
 /// Extends the lease; `false` means the claim is gone (taken over, ended,

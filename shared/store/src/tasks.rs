@@ -135,6 +135,12 @@ pub async fn for_run(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<Task>> 
     sql::query(c, &sql, &[&run_id]).await?.iter().map(from_row).collect()
 }
 
+/// How many tasks of the run went to `target` (its workspace handles count them).
+pub async fn count_for_target(c: &impl GenericClient, run_id: Uuid, target: &str) -> Result<usize> {
+    let row = sql::query_one(c, "SELECT count(*) FROM tasks WHERE run_id = $1 AND target_profile_id = $2", &[&run_id, &target]).await?;
+    Ok(row.get::<_, i64>(0) as usize)
+}
+
 /// The delegated (ReturnToParent) tasks of a parent, oldest first.
 pub async fn children_of(c: &impl GenericClient, parent: Uuid) -> Result<Vec<Task>> {
     let sql = format!(

@@ -259,7 +259,7 @@ impl Worker {
     async fn claim_folding(&self, message: RunInvocation, fold: bool) -> anyhow::Result<Option<Claimed>> {
         let mut client = db(&self.pool).await?;
         let tx = begin(&mut client).await?;
-        let Some(inv) = invocations::claim(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease).await? else {
+        let Some((inv, facts)) = invocations::claim_measured(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease).await? else {
             commit(tx).await?;
             tracing::debug!(invocation = %message.invocation_id, "nothing to claim");
             return Ok(None);
@@ -272,35 +272,31 @@ impl Worker {
             return Ok(None);
         }
         // Pipelined: one round trip for every read of the claim (the task
-        // started, the profile and prompt, the run, the claim's figures, the
-        // run's spend), one for its writes (the prompt step and the journal).
-        let (first, run, facts, spend) = tokio::try_join!(
+        // started, the profile and prompt, the run, the run's spend).
+        let (first, run, spend) = tokio::try_join!(
             first_start(&tx, &inv),
             async { Ok(runs::get(&tx, inv.run_id).await?) },
-            async { Ok(baton_store::gauges::claim_facts(&tx, inv.id).await?) },
             async { Ok(baton_store::budgets::get(&tx, inv.run_id).await?) },
         )?;
         let evs = started_events(&tx, &inv, &self.settings.worker_id, &first, run.as_ref()).await?;
-        let prompt = async {
-            match &first {
-                Some((_, Some(step))) => Ok(step.write(&tx, &inv).await?),
-                _ => Ok::<_, anyhow::Error>(()),
-            }
-        };
-        tokio::try_join!(prompt, async { Ok(baton_store::journal::append(&tx, inv.run_id, &evs).await?) })?;
-        let mut preloaded = match (first, spend) {
+        // A first claim's prompt and start events are written by the runner,
+        // which may take the first turn in this transaction too.
+        let preloaded = match (first, spend) {
             (Some((_, Some(first))), Some(spend)) => Some(Preloaded::new(first, spend)),
             _ => None,
         };
-        let mut ended = None;
         let span = invocation_span(&inv);
-        if let Some(loaded) = preloaded.take().filter(|_| fold) {
-            match self.runner.fold_first_turn(&tx, &inv, loaded).instrument(span.clone()).await {
-                Ok((loaded, exit)) => (preloaded, ended) = (Some(loaded), exit),
-                Err(e) if e.is_transient() => return Err(e.into()),
+        let (preloaded, ended) = match preloaded {
+            Some(loaded) => match self.runner.start_claimed(&tx, &inv, loaded, evs, fold).instrument(span.clone()).await {
+                Ok((loaded, exit)) => (Some(loaded), exit),
+                Err(e) if e.is_transient() || !fold => return Err(e.into()),
                 Err(e) => return Err(Unfolded(e).into()),
+            },
+            None => {
+                baton_store::journal::append(&tx, inv.run_id, &evs).await?;
+                (None, None)
             }
-        }
+        };
         commit(tx).await?;
         // Log lines and spans of the claimed work name the bridge's handoff.
         if let Some(handoff) = run.and_then(|run| run.handoff_id) {

@@ -2,6 +2,8 @@
 //! claim, the turn and the handoff it asks for commit once.
 
 use baton_store::invocations::Invocation;
+use baton_store::journal::{self as events, Event};
+use baton_store::steps;
 use baton_store::Transaction;
 use serde_json::Value;
 use tracing::field::Empty;
@@ -9,44 +11,61 @@ use tracing::field::Empty;
 use super::{is_closing, record_usage, tool_call::exit_of, Claimed, Exit, Preloaded, Runner};
 use crate::budget;
 use crate::providers::{ModelRequest, ModelTurn, ToolCall};
-use crate::step::{name_calls, sanitize, Scope};
+use crate::step::{first_cause, name_calls, sanitize, Scope};
 use crate::transcript::{self, Position};
 use crate::Error;
 use baton_domain::tools;
 
 impl Runner {
-    /// Takes a first claim's first model turn inside the claim's own
-    /// transaction when it needs no I/O (a script's turn), with the tool
+    /// Writes a first claim's prompt step and start events (`started`) in
+    /// the claim's transaction and, with `take_turn`, takes the first model
+    /// turn there too when it needs no I/O (a script's turn), with the tool
     /// calls it asks for: a scripted stage then claims, runs and hands off
-    /// in one commit. Whatever it does not fold (no instant turn, a spent
-    /// budget, a turn the loop must judge) it leaves to the loop, with
-    /// nothing written: `Ok((preloaded, None))` and no steps added. An
-    /// error leaves the transaction to be rolled back.
-    pub async fn fold_first_turn(&self, tx: &Transaction<'_>, inv: &Invocation, preloaded: Preloaded) -> Result<(Preloaded, Option<Exit>), Error> {
+    /// in one commit, its writes pipelined. Whatever it does not fold (no
+    /// instant turn, a spent budget, a turn the loop must judge) it leaves
+    /// to the loop: `Ok((preloaded, None))` with no step added after the
+    /// prompt. An error leaves the transaction to be rolled back.
+    pub async fn start_claimed(
+        &self,
+        tx: &Transaction<'_>,
+        inv: &Invocation,
+        preloaded: Preloaded,
+        started: Vec<Event>,
+        take_turn: bool,
+    ) -> Result<(Preloaded, Option<Exit>), Error> {
         let mut c = self.claimed(inv, preloaded);
-        let turn = match self.instant_turn(&c) {
-            Some(turn) => turn,
-            None => return Ok((c.into_preloaded(), None)),
+        let prompt = async {
+            let prompt = &c.steps[0];
+            Ok::<_, Error>(steps::append(tx, inv.id, prompt.seq, &prompt.kind, &prompt.payload).await?)
+        };
+        let Some(turn) = self.instant_turn(&c).filter(|_| take_turn) else {
+            let logged = async { Ok(events::append(tx, inv.run_id, &started).await?) };
+            tokio::try_join!(prompt, logged)?;
+            return Ok((c.into_preloaded(), None));
         };
         let payload = sanitize(serde_json::to_value(&turn).map_err(|e| Error::Contract(e.to_string()))?);
         let calls: Vec<ToolCall> = serde_json::from_value(payload["toolCalls"].clone()).map_err(|e| Error::Contract(e.to_string()))?;
-        let (step, calls) = (self.turn_step(&c, &turn, payload, calls.len()), &calls);
-        let (cr, this) = (&c, self);
-        let written = step
-            .within(tx, |Scope { tx, w, .. }| {
-                Box::pin(async move {
-                    for call in calls {
-                        let effect = this.run_call(tx, cr, call, w).await?;
-                        if let Some(exit) = exit_of(effect) {
-                            w.exit = Some(exit);
-                            break;
-                        }
+        // The start events go first in the journal, with the turn's own.
+        let step = self.turn_step(&c, &turn, payload, calls.len()).log_before(started);
+        let (cr, this, calls) = (&c, self, &calls);
+        let turned = step.within(tx, |Scope { tx, w, .. }| {
+            Box::pin(async move {
+                for call in calls {
+                    let effect = this.run_call(tx, cr, call, w).await?;
+                    if let Some(exit) = exit_of(effect) {
+                        w.exit = Some(exit);
+                        break;
                     }
-                    w.budget = budget::record(tx, cr.inv.id, &w.steps, 1).await?;
-                    Ok(())
-                })
+                }
+                w.budget = budget::record(tx, cr.inv.id, &w.steps, 1).await?;
+                Ok(())
             })
-            .await?;
+        });
+        // Pipelined: the prompt goes out with the turn's own writes.
+        let written = match tokio::join!(turned, prompt) {
+            (Ok(written), Ok(())) => written,
+            (written, prompted) => return Err(first_cause([prompted, written.map(drop)]).expect_err("one of them failed")),
+        };
         let exit = written.exit.clone();
         c.absorb(written);
         Ok((c.into_preloaded(), exit))

@@ -135,7 +135,12 @@ async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> Tool
     let args = handoff::parse_args(args)?;
     let inv = ctx.invocation;
     let (pending, so_far, target, key) = tokio::try_join!(
-        async { Ok::<_, crate::Error>(tasks::pending_children(c, inv.id).await?) },
+        async {
+            match ctx.may_have_children {
+                true => Ok::<_, crate::Error>(tasks::pending_children(c, inv.id).await?),
+                false => Ok(0),
+            }
+        },
         async { Ok(runs::handoff_count(c, inv.run_id).await?) },
         async { Ok(profiles::get(c, &args.agent_id).await?) },
         workspace_key(c, inv.run_id, &args.agent_id),
@@ -149,6 +154,6 @@ async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> Tool
 
 /// The readable handle of a task: the target's id, then `-002`, `-003`, …
 pub(crate) async fn workspace_key(c: &impl GenericClient, run_id: Uuid, target: &str) -> Result<String, crate::Error> {
-    let earlier = tasks::for_run(c, run_id).await?.iter().filter(|t| t.target_profile_id == target).count();
+    let earlier = tasks::count_for_target(c, run_id, target).await?;
     Ok(if earlier == 0 { target.to_string() } else { format!("{target}-{:03}", earlier + 1) })
 }

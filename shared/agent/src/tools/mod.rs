@@ -28,6 +28,9 @@ pub struct ToolCtx<'a> {
     pub profile: &'a Profile,
     pub surface: &'a [ToolName],
     pub call: &'a ToolCall,
+    /// Whether the invocation may have delegated tasks (a turn of its
+    /// transcript asked to delegate); `false` spares reading them.
+    pub may_have_children: bool,
 }
 
 /// What a tool call changes for the loop.
