@@ -30,8 +30,15 @@ pub fn surface(profile_tools: &[ToolName], kind: InvocationKind) -> Vec<ToolName
 }
 
 /// The OpenAI function spec for a tool: its description and parameters both
-/// come from the type its arguments are parsed into.
+/// come from the type its arguments are parsed into. Generated once per
+/// process (every model turn sends them).
 pub fn spec(tool: ToolName) -> Value {
+    static SPECS: std::sync::OnceLock<Vec<(ToolName, Value)>> = std::sync::OnceLock::new();
+    let specs = SPECS.get_or_init(|| ToolName::ALL.iter().map(|t| (*t, generate(*t))).collect());
+    specs.iter().find(|(t, _)| *t == tool).map(|(_, spec)| spec.clone()).expect("every tool has a spec")
+}
+
+fn generate(tool: ToolName) -> Value {
     let (description, parameters) = match tool {
         ToolName::AgentList => description_and_parameters::<AgentListArgs>(),
         ToolName::AgentHandoff => description_and_parameters::<HandoffCall>(),
