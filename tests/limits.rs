@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use baton::roles::Role;
 use baton_tests::paced::{profiles, request, Paced, PacedModelServer};
-use baton_tests::{next_json, BatonProcess, TestEnv};
+use baton_tests::{eventually, next_json, BatonProcess, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -206,6 +206,58 @@ async fn a_token_limit_holds_against_the_usage_the_provider_reports() {
     );
     let reasons = env.scalar_i64("SELECT count(*) FROM events WHERE type = 'model_call_waiting' AND payload->>'reason' = 'tokens_per_minute'", &[]).await;
     assert!(reasons > 0);
+    drop(workers);
+    fleet.stop().await;
+}
+
+/// A provider's 429 with `Retry-After` pauses the whole limit: calls of
+/// other runs, on other workers, that never heard the 429 wait it out (and
+/// say so in their journals) instead of each earning a 429 of its own.
+#[tokio::test]
+async fn a_providers_retry_after_pauses_every_worker_under_the_limit() {
+    let server = PacedModelServer::start(Paced { refuse_first: 1, retry_after_secs: 2, ..Default::default() }).await;
+    let env = TestEnv::new().await;
+    let limit = format!("[[limits]]\nname = \"paused\"\nbase_url = \"{}\"\nrequests_per_minute = 6000\n", server.base_url);
+    let file = profiles(&server, &limit).replace("max_attempts = 1", "max_attempts = 3");
+    env.apply_profiles(&file).await;
+    let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
+    let workers = three_workers(&env);
+    let mut replies = env.replies().await;
+
+    // The first call is refused; once the limit is paused, two more requests arrive.
+    env.send_request(&request("first", "normal", false)).await;
+    eventually(WAIT, "the provider refused a call", || async {
+        let paused = env.scalar_i64("SELECT count(*) FROM model_limits WHERE name = 'paused' AND paused_until IS NOT NULL", &[]).await;
+        (server.refused() == 1 && paused == 1).then_some(())
+    })
+    .await;
+    for id in ["second", "third"] {
+        env.send_request(&request(id, "normal", false)).await;
+    }
+    let mut statuses = vec![];
+    while statuses.len() < 3 {
+        let message = next_json(&mut replies, WAIT).await;
+        if message["type"] == "reply" {
+            statuses.push(message["status"].as_str().unwrap_or("?").to_string());
+        }
+    }
+    assert!(statuses.iter().all(|s| s == "completed"), "{statuses:?}");
+    let arrivals = server.arrivals();
+    assert_eq!(server.refused(), 1, "one 429 in all: the others waited instead");
+    let refused_at = arrivals.iter().find(|a| a.refused).expect("the refusal").at;
+    let refused_run = arrivals.iter().find(|a| a.refused).expect("the refusal").run.clone();
+    // Nobody called the provider before the pause it asked for had passed
+    // (a loaded machine only makes the calls later).
+    let early: Vec<_> = arrivals.iter().filter(|a| !a.refused && a.at < refused_at + Duration::from_millis(1900)).collect();
+    assert!(early.is_empty(), "calls before the provider's pause ended: {early:?}");
+    // The other runs' calls waited for the pause, and their journals say why.
+    let others_waited = env
+        .scalar_i64(
+            "SELECT count(DISTINCT run_id) FROM events WHERE type = 'model_call_waiting' AND payload->>'reason' = 'retry_after' AND run_id::text <> $1",
+            &[&refused_run],
+        )
+        .await;
+    assert_eq!(others_waited, 2, "both later runs waited out the pause");
     drop(workers);
     fleet.stop().await;
 }

@@ -29,6 +29,10 @@ pub struct Paced {
     pub slow: Duration,
     /// Total tokens reported per completion.
     pub tokens: u64,
+    /// The first this many requests are answered 429 with `Retry-After`
+    /// (whole seconds), whatever the rate: a provider asking for a pause.
+    pub refuse_first: usize,
+    pub retry_after_secs: u64,
 }
 
 impl Default for Paced {
@@ -38,6 +42,8 @@ impl Default for Paced {
             delay: Duration::from_millis(20),
             slow: Duration::from_secs(2),
             tokens: 50,
+            refuse_first: 0,
+            retry_after_secs: 1,
         }
     }
 }
@@ -155,10 +161,8 @@ async fn complete(
             .iter()
             .filter(|a| !a.refused && now - a.at < Duration::from_secs(1))
             .count();
-        let refused = shared
-            .paced
-            .per_second
-            .is_some_and(|limit| last_second >= limit);
+        let refused = arrivals.len() < shared.paced.refuse_first
+            || shared.paced.per_second.is_some_and(|limit| last_second >= limit);
         arrivals.push(Arrival {
             at: now,
             run,
@@ -171,7 +175,7 @@ async fn complete(
         let mut response = (StatusCode::TOO_MANY_REQUESTS, "slow down").into_response();
         response
             .headers_mut()
-            .insert("retry-after", "1".parse().unwrap());
+            .insert("retry-after", shared.paced.retry_after_secs.to_string().parse().unwrap());
         return response;
     }
     let slow = body.to_string().contains("SLOWLY");
