@@ -32,6 +32,11 @@ const BATCH: usize = 512;
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a bridge message waiting for an earlier one of its handoff is tried again.
 const RECHECK: Duration = Duration::from_millis(10);
+/// Confirmed rows that need no ordering wait this long at most, so that one
+/// statement (and one commit) deletes many: until then the relay leaves them
+/// alone anyway (their grace is seconds), and a crash meanwhile only means
+/// the relay publishes them again, which a hint's reader takes in its stride.
+const DELETE_EVERY: Duration = Duration::from_millis(25);
 
 /// A running in-process publisher; [`Direct::stop`] ends it.
 pub(crate) struct Direct {
@@ -46,7 +51,7 @@ impl Direct {
         let (publishing, rows) = Publishing::new(settings.outbox_grace);
         let publisher = conn.publisher().await?;
         let stop = CancellationToken::new();
-        let mut worker = Worker { pool: pool.clone(), publisher, settings: settings.clone(), rows, waiting: vec![] };
+        let mut worker = Worker { pool: pool.clone(), publisher, settings: settings.clone(), rows, waiting: vec![], confirmed: vec![], delete_at: None };
         let stopped = stop.clone();
         let task = tokio::spawn(async move {
             if let Err(e) = worker.serve(&stopped).await {
@@ -74,6 +79,9 @@ struct Worker {
     /// Bridge messages waiting for an earlier message of their handoff, with
     /// when they were first tried.
     waiting: Vec<(Instant, Row)>,
+    /// Rows published and confirmed, to be deleted together by `delete_at`.
+    confirmed: Vec<i64>,
+    delete_at: Option<Instant>,
 }
 
 impl Worker {
@@ -91,9 +99,14 @@ impl Worker {
                     while let Ok(more) = self.rows.try_recv() {
                         rest.extend(more);
                     }
-                    return self.flush(rest).await;
+                    self.flush(rest).await?;
+                    return self.delete_confirmed().await;
                 }
                 _ = tokio::time::sleep(RECHECK), if !self.waiting.is_empty() => vec![],
+                _ = sleep_until(self.delete_at), if self.delete_at.is_some() => {
+                    self.delete_confirmed().await?;
+                    continue;
+                }
             };
             // Whatever else has been committed meanwhile goes in the same batch.
             while rows.len() < BATCH {
@@ -119,9 +132,16 @@ impl Worker {
         if rows.iter().all(|(_, r)| r.message.correlation_id.is_none()) {
             let rows: Vec<Row> = rows.into_iter().map(|(_, row)| row).collect();
             let (done, refused) = self.publish(&rows).await?;
-            let client = db(&self.pool).await?;
-            outbox::delete(&client, &done).await?;
-            return Ok(outbox::give_back(&client, &refused).await?);
+            self.confirmed.extend(done);
+            if self.confirmed.len() >= BATCH {
+                self.delete_confirmed().await?;
+            } else if !self.confirmed.is_empty() {
+                self.delete_at.get_or_insert_with(|| Instant::now() + DELETE_EVERY);
+            }
+            if !refused.is_empty() {
+                outbox::give_back(&db(&self.pool).await?, &refused).await?;
+            }
+            return Ok(());
         }
         // Bridge messages leave in their handoff's order, each only when no
         // earlier one is left (under the row lock the relay takes too): a
@@ -149,6 +169,16 @@ impl Worker {
 
     /// Sends the rows, then waits for their confirms: the ids confirmed, and
     /// those for the relay to settle. A broken channel ends the publisher.
+    /// Deletes the confirmed rows waiting for it, in one statement.
+    async fn delete_confirmed(&mut self) -> anyhow::Result<()> {
+        self.delete_at = None;
+        if !self.confirmed.is_empty() {
+            outbox::delete(&db(&self.pool).await?, &self.confirmed).await?;
+            self.confirmed.clear();
+        }
+        Ok(())
+    }
+
     async fn publish(&mut self, rows: &[Row]) -> anyhow::Result<(Vec<i64>, Vec<i64>)> {
         let (mut done, mut refused) = (vec![], vec![]);
         let prepared = rows.iter().map(|r| prepare(&self.settings, &r.message).map(|p| p.traced(r))).collect::<anyhow::Result<Vec<_>>>()?;
@@ -177,5 +207,13 @@ impl Worker {
         }
         crate::metrics::relay_published(started.elapsed());
         Ok((done, refused))
+    }
+}
+
+/// Sleeps until `at` (for ever without one: its branch is disabled then).
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
