@@ -23,6 +23,7 @@ mod errors;
 mod hardening_claims;
 mod hop_costs;
 mod limits;
+mod memory;
 mod metrics;
 mod operator_console_cli;
 mod outages;

@@ -16,6 +16,8 @@ use super::{growth, say, Bench, BenchArgs, SCENARIO_TIMEOUT};
 #[derive(Debug, Default)]
 pub struct Memory {
     pub idle_kb: Option<u64>,
+    /// Of `idle_kb`, what the worker allocated itself (`RssAnon`).
+    pub idle_anon_kb: Option<u64>,
     pub loaded_kb: u64,
     /// (parents parked, RSS before, RSS after)
     pub parked: Option<(usize, u64, u64)>,
@@ -66,6 +68,7 @@ pub async fn measure_all(bench: &mut Bench, args: &BenchArgs) -> anyhow::Result<
         let first = start_workers(bench, workers).await?;
         if results.memory.idle_kb.is_none() {
             results.memory.idle_kb = procs::rss_kb(first);
+            results.memory.idle_anon_kb = procs::anon_kb(first);
         }
         let sampler = RssSampler::start(first);
         warm_up(bench, workers).await?;

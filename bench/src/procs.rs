@@ -158,8 +158,19 @@ async fn stop(children: &mut Vec<Child>) {
 
 /// Resident memory of a process, in KiB.
 pub fn rss_kb(pid: u32) -> Option<u64> {
+    status_kb(pid, "VmRSS:")
+}
+
+/// The part of a process's resident memory it allocated itself (heap,
+/// stacks, buffers), in KiB: its RSS less the pages of its executable and
+/// libraries, which depend on the binary and the page cache.
+pub fn anon_kb(pid: u32) -> Option<u64> {
+    status_kb(pid, "RssAnon:")
+}
+
+fn status_kb(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 

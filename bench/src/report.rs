@@ -219,7 +219,8 @@ pub fn render(results: &Results, args: &BenchArgs, took: Duration) -> String {
     let m = &results.memory;
     let _ = writeln!(out, "\nInvocation worker memory (RSS):");
     if let Some(idle) = m.idle_kb {
-        let _ = writeln!(out, "- idle: {}", mb(idle));
+        let anon = m.idle_anon_kb.map(|a| format!(" ({} allocated, the rest code and libraries)", mb(a))).unwrap_or_default();
+        let _ = writeln!(out, "- idle: {}{anon}", mb(idle));
     }
     let _ = writeln!(out, "- peak under load: {}", mb(m.loaded_kb));
     if let Some((n, before, after)) = m.parked {

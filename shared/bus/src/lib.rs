@@ -90,7 +90,12 @@ pub async fn connect(urls: &str, name: &str) -> Result<lapin::Connection> {
     let props = lapin::ConnectionProperties::default().with_connection_name(name.into());
     let mut failure = Error::NoBrokerUrl;
     for url in broker_urls(urls) {
-        match lapin::Connection::connect(url, props.clone()).await {
+        let connected = match with_frame_max(url) {
+            Some(uri) => lapin::Connection::connect_uri(uri, props.clone()).await,
+            // lapin says what is wrong with the URL.
+            None => lapin::Connection::connect(url, props.clone()).await,
+        };
+        match connected {
             Ok(conn) => return Ok(conn),
             Err(e) => {
                 tracing::warn!(broker = %host_of(url), error = %e, "broker unavailable");
@@ -99,6 +104,24 @@ pub async fn connect(urls: &str, name: &str) -> Result<lapin::Connection> {
         }
     }
     Err(failure)
+}
+
+/// The largest frame a connection proposes when its URL names none
+/// (`?frame_max=N` in `AMQP_URL` overrides it; the broker may lower it).
+/// lapin keeps two ring buffers of 32 frames per connection: proposed up
+/// front, they are allocated once and fill only as traffic passes (1 MiB
+/// each at most), where the broker's default of 128 KiB, learnt after the
+/// handshake, grew them to 4 MiB each and wrote every byte: 16 MiB resident
+/// in an idle worker with its two connections (see the README's memory
+/// notes). A bigger message travels in several frames.
+pub const FRAME_MAX: u32 = 32 * 1024;
+
+/// A broker URL with [`FRAME_MAX`] unless it names a frame size of its own;
+/// `None` when it is not a URL lapin reads.
+fn with_frame_max(url: &str) -> Option<lapin::uri::AMQPUri> {
+    let mut uri: lapin::uri::AMQPUri = url.parse().ok()?;
+    uri.query.frame_max.get_or_insert(FRAME_MAX);
+    Some(uri)
 }
 
 /// `host:port` of a broker URL, for logs: never its credentials.
@@ -129,6 +152,16 @@ mod tests {
         assert!(Error::Nacked("q".into()).is_transient());
         assert!(!Error::NoBrokerUrl.is_transient());
         assert!(!Error::ConsumerClosed("q".into()).is_transient());
+    }
+
+    #[test]
+    fn connections_propose_a_frame_size_unless_the_url_names_one() {
+        let frame = |url: &str| with_frame_max(url).map(|uri| uri.query.frame_max);
+        assert_eq!(frame("amqp://guest:guest@127.0.0.1:5672/%2f"), Some(Some(FRAME_MAX)));
+        assert_eq!(frame("amqp://n1:5682/%2f?frame_max=131072&heartbeat=10"), Some(Some(131072)));
+        let uri = with_frame_max("amqp://u:p@n1:5682/vh?heartbeat=10").unwrap();
+        assert_eq!((uri.vhost.as_str(), uri.query.heartbeat), ("vh", Some(10)));
+        assert_eq!(frame("not a url"), None);
     }
 
     #[test]
