@@ -123,7 +123,7 @@ pub async fn leave_queue(c: &impl GenericClient, handoff_id: &str) -> Result<boo
     Ok(sql::execute(c, "DELETE FROM conversation_queue WHERE handoff_id = $1", &[&handoff_id]).await? == 1)
 }
 
-const CONVERSATIONS: &str = "conversations";
+pub(crate) const CONVERSATIONS: &str = "conversations";
 
 /// The `[conversations]` section loaded with the profiles file (the
 /// defaults, `enqueue` everywhere, when none was).
