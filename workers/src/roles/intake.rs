@@ -375,13 +375,21 @@ async fn start(c: &impl GenericClient, request: &HandoffRequest, known: &Snapsho
         baton_store::start::request_as(c, &stored, request, Some(known)).await?;
         return Ok(());
     };
-    let live = conversations::lock(c, key).await?;
+    let (live, waiting) = conversations::lock_noting_waiting(c, key).await?;
     let strategy = known.conversations.for_target(request.target_agent.as_str());
     let turn = strategy::decide(strategy, live.is_some());
     tracing::info!(strategy = %strategy, ?turn, "conversation turn");
     if turn == Turn::Refuse {
         let message = "this chat is still busy with an earlier request; send it again when that one has ended";
         return Ok(baton_store::start::refuse(c, &stored, ErrorCode::Busy, message).await?);
+    }
+    if live.is_none() && !waiting {
+        // A free chat with nobody waiting: this request is the one its queue
+        // would hand the turn to, so it takes it without queueing.
+        if let Some(run) = baton_store::start::request_as(c, &stored, request, Some(known)).await? {
+            conversations::set_live(c, key, run).await?;
+        }
+        return Ok(());
     }
     let seq = conversations::enqueue(c, key, &request.id).await?;
     let Some(run) = live.filter(|_| turn != Turn::Start) else {
