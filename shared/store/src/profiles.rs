@@ -143,9 +143,10 @@ pub struct Snapshot {
     pub conversations: ConversationsConfig,
     pub budgets: BudgetsConfig,
     routes: HashMap<String, String>,
-    /// Each profile's spec and model limit, read when asked for, so one this
-    /// version cannot read fails only the requests routed to it.
-    profiles: HashMap<String, (Value, Option<Value>)>,
+    /// Each profile, read once; one this version cannot read keeps why
+    /// (`kind`, `reason` of [`Error::Unreadable`]), so it fails only the
+    /// requests routed to it.
+    profiles: HashMap<String, std::result::Result<Profile, (&'static str, String)>>,
 }
 
 impl Snapshot {
@@ -182,7 +183,11 @@ impl Snapshot {
                         }
                         other => (other, None),
                     };
-                    (id, (spec, limit))
+                    let read = with_limit(&id, spec, limit).map_err(|e| match e {
+                        Error::Unreadable { kind, reason, .. } => (kind, reason),
+                        other => ("profile", other.to_string()),
+                    });
+                    (id, read)
                 })
                 .collect(),
         })
@@ -195,7 +200,11 @@ impl Snapshot {
 
     /// One profile ([`get`]); [`Error::Unreadable`] when this version cannot read it.
     pub fn profile(&self, id: &str) -> Result<Option<Profile>> {
-        self.profiles.get(id).map(|(spec, limit)| with_limit(id, spec.clone(), limit.clone())).transpose()
+        match self.profiles.get(id) {
+            None => Ok(None),
+            Some(Ok(profile)) => Ok(Some(profile.clone())),
+            Some(Err((kind, reason))) => Err(Error::Unreadable { kind, id: id.to_string(), reason: reason.clone() }),
+        }
     }
 }
 
