@@ -22,6 +22,7 @@ mod delegation;
 mod errors;
 mod hardening_claims;
 mod hop_costs;
+mod intake_lanes;
 mod limits;
 mod memory;
 mod metrics;

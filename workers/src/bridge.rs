@@ -3,4 +3,4 @@
 //! the store (`baton_store::bridge`), so the run lifecycle can start a chat's
 //! next request; this is their short name for the roles.
 
-pub use baton_store::bridge::{reply, status, timestamp};
+pub use baton_store::bridge::{reply, reply_at, status, timestamp};

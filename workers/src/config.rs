@@ -14,10 +14,15 @@ pub struct Settings {
     pub queue_prefix: String,
     /// How long a claim holds without a heartbeat.
     pub lease: Duration,
-    /// Unacked deliveries per consumer (intake, collector). They handle one
-    /// delivery at a time, so 1: every reconnect counts toward the queue's
-    /// delivery limit for each unacked delivery, even one never looked at.
+    /// Unacked deliveries per consumer (intake, collector); raised to
+    /// `intake_concurrency` when lower. Every reconnect counts toward the
+    /// queue's delivery limit for each unacked delivery, even one never
+    /// looked at, so no higher than the concurrency needs.
     pub prefetch: u16,
+    /// Deliveries intake (requests, cancels, answers) and the collector
+    /// (finished runs) each handle at once. Those of one handoff, of one
+    /// conversation, or of one run are still handled in arrival order.
+    pub intake_concurrency: usize,
     /// Unacked deliveries per invocation queue consumer: small, so a busy
     /// worker does not hoard work another worker could start.
     pub invocation_prefetch: u16,
@@ -218,6 +223,10 @@ impl Settings {
                 let n = r.count("BATON_PREFETCH", 1);
                 r.above_zero("BATON_PREFETCH", n, "zero means unlimited to the broker")
             },
+            intake_concurrency: {
+                let n = r.count("BATON_INTAKE_CONCURRENCY", 16u16);
+                usize::from(r.above_zero("BATON_INTAKE_CONCURRENCY", n, "no request could ever be taken"))
+            },
             invocation_prefetch: {
                 let n = r.count("BATON_INVOCATION_PREFETCH", 8);
                 r.above_zero("BATON_INVOCATION_PREFETCH", n, "zero means unlimited to the broker")
@@ -302,6 +311,12 @@ impl Settings {
         baton_bus::Queues::new(self.queue_prefix.clone()).with_dead_max_length(self.dead_max_length)
     }
 
+    /// Deliveries intake and the collector each handle at once:
+    /// `intake_concurrency`, but no more than their pool has connections.
+    pub fn intake_lanes(&self) -> usize {
+        self.intake_concurrency.min(self.pool_size).max(1)
+    }
+
     /// The database URL with any password hidden, for messages.
     pub fn database_url_redacted(&self) -> String {
         redact(&self.database_url)
@@ -323,6 +338,7 @@ impl fmt::Debug for Settings {
             .field("queue_prefix", &self.queue_prefix)
             .field("lease", &self.lease)
             .field("prefetch", &self.prefetch)
+            .field("intake_concurrency", &self.intake_concurrency)
             .field("invocation_prefetch", &self.invocation_prefetch)
             .field("max_concurrent_invocations", &self.max_concurrent_invocations)
             .field("invocation_queues", &self.invocation_queues)
@@ -500,6 +516,7 @@ mod parsing {
     fn nothing_set_gives_the_local_defaults() {
         let s = parse(&[]).unwrap();
         assert_eq!(s.lease, Duration::from_millis(15_000));
+        assert_eq!((s.prefetch, s.intake_concurrency), (1, 16));
         assert_eq!(s.invocation_queues, ["handoff", "delegate"]);
         assert_eq!(s.db_session.idle_in_transaction_timeout, Some(Duration::from_secs(10)));
         assert!(s.warnings().is_empty());
@@ -547,6 +564,7 @@ mod parsing {
         for name in [
             "BATON_LEASE_MS",
             "BATON_PREFETCH",
+            "BATON_INTAKE_CONCURRENCY",
             "BATON_INVOCATION_PREFETCH",
             "BATON_MAX_CONCURRENT_INVOCATIONS",
             "BATON_DB_POOL_SIZE",

@@ -31,27 +31,43 @@ fn route(request: &Request, message_id: String, body: Value, mandatory: bool) ->
 /// like the reply: one that no queue takes goes to the dead-letter queue).
 pub async fn status(c: &impl GenericClient, request: &Request, status: HandoffStatus, note: Option<&str>) -> crate::Result<()> {
     let seq = requests::set_status(c, &request.id, status).await?;
-    requests::add_event(c, &request.id, "status_changed", Some(status), note).await?;
     let body = bridge::status(&request.id, status, seq, request.reply_chat_id.as_deref(), now());
-    if let Some(url) = &request.status_url {
-        crate::callbacks::enqueue(c, &request.id, url, &body).await?;
-    }
-    outbox::enqueue(c, &route(request, bridge::status_message_id(&request.id, seq), body, true)).await
+    let message = route(request, bridge::status_message_id(&request.id, seq), body, true);
+    let callback = async {
+        match &request.status_url {
+            Some(url) => crate::callbacks::enqueue(c, &request.id, url, &message.body).await,
+            None => Ok(()),
+        }
+    };
+    // Pipelined: three rows of different tables, none waiting for another.
+    tokio::try_join!(requests::add_event(c, &request.id, "status_changed", Some(status), note), callback, outbox::enqueue(c, &message))?;
+    Ok(())
 }
 
 /// Queues the final `BridgeReply` (mandatory: if no queue takes it, it goes
 /// to the dead-letter queue rather than vanishing) and records it as sent.
 /// A retried run's reply has its own message id (`reply:<handoffId>:<attempt>`).
 pub async fn reply(c: &impl GenericClient, request: &Request, input: &bridge::ReplyInput<'_>) -> crate::Result<()> {
-    let body = bridge::reply(input);
     let attempt = match request.run_id {
         Some(run) => crate::retry::attempt(c, run).await?,
         None => 1,
     };
+    reply_at(c, request, input, attempt).await
+}
+
+/// [`reply`] for the run's `attempt`, read by the caller
+/// ([`crate::retry::attempt`]), in one round trip.
+pub async fn reply_at(c: &impl GenericClient, request: &Request, input: &bridge::ReplyInput<'_>, attempt: i32) -> crate::Result<()> {
+    let body = bridge::reply(input);
     let message_id = bridge::attempt_reply_message_id(&request.id, attempt);
-    outbox::enqueue(c, &route(request, message_id, body, true)).await?;
-    requests::mark_reply_sent(c, &request.id).await?;
-    requests::add_event(c, &request.id, "reply_sent", Some(input.outcome.status()), None).await
+    let message = route(request, message_id, body, true);
+    // Pipelined: rows of different tables, none waiting for another.
+    tokio::try_join!(
+        outbox::enqueue(c, &message),
+        requests::mark_reply_sent(c, &request.id),
+        requests::add_event(c, &request.id, "reply_sent", Some(input.outcome.status()), None),
+    )?;
+    Ok(())
 }
 
 pub fn timestamp() -> String {

@@ -32,7 +32,7 @@ pub struct Spending {
     pub tool_calls: i32,
 }
 
-const BUDGETS: &str = "budgets";
+pub(crate) const BUDGETS: &str = "budgets";
 
 /// The `[budgets]` section loaded with the profiles file (empty when none was).
 pub async fn config(c: &impl GenericClient) -> Result<BudgetsConfig> {

@@ -76,6 +76,23 @@ pub async fn lock(c: &impl GenericClient, key: &str) -> Result<Option<Uuid>> {
     Ok(row.get(0))
 }
 
+/// [`lock`], in one round trip, also telling whether requests wait in the
+/// conversation's queue (a free conversation with none waiting starts its
+/// new request at once, without queueing it).
+pub async fn lock_noting_waiting(c: &impl GenericClient, key: &str) -> Result<(Option<Uuid>, bool)> {
+    const CREATE: &str = "INSERT INTO conversations (key) VALUES ($1) ON CONFLICT (key) DO NOTHING";
+    const LOCK: &str = "SELECT r.id, EXISTS (SELECT 1 FROM conversation_queue q WHERE q.key = c.key)
+                          FROM conversations c LEFT JOIN runs r ON r.id = c.live_run AND r.status = $2
+                         WHERE c.key = $1 FOR UPDATE OF c";
+    // Both prepared first (from the cache after the first time), so the two
+    // statements below are sent together on the first poll, in this order.
+    let (create, lock) = tokio::try_join!(c.prepare_cached(CREATE), c.prepare_cached(LOCK))?;
+    let running = RunStatus::Running.as_str();
+    let (create_params, lock_params): (sql::Params, sql::Params) = (&[&key], &[&key, &running]);
+    let (_, row) = tokio::try_join!(c.execute(&create, create_params), c.query_one(&lock, lock_params))?;
+    Ok((row.get(0), row.get(1)))
+}
+
 /// Gives the conversation's turn to `run`.
 pub async fn set_live(c: &impl GenericClient, key: &str, run: Uuid) -> Result<()> {
     sql::execute(c, "UPDATE conversations SET live_run = $2, updated_at = now() WHERE key = $1", &[&key, &run]).await?;
@@ -123,7 +140,7 @@ pub async fn leave_queue(c: &impl GenericClient, handoff_id: &str) -> Result<boo
     Ok(sql::execute(c, "DELETE FROM conversation_queue WHERE handoff_id = $1", &[&handoff_id]).await? == 1)
 }
 
-const CONVERSATIONS: &str = "conversations";
+pub(crate) const CONVERSATIONS: &str = "conversations";
 
 /// The `[conversations]` section loaded with the profiles file (the
 /// defaults, `enqueue` everywhere, when none was).

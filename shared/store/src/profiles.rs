@@ -1,7 +1,14 @@
 //! Agent profiles and routes, loaded from the operators' file.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use baton_domain::budget::BudgetsConfig;
+use baton_domain::conversation::strategy::ConversationsConfig;
+use baton_domain::disclosure::DisclosureConfig;
 use baton_domain::profiles::{Profile, ProfilesFile, Skill};
 use deadpool_postgres::GenericClient;
+use serde_json::Value;
 
 use crate::{sql, Error, Result};
 
@@ -51,6 +58,8 @@ pub async fn apply(c: &impl GenericClient, file: &ProfilesFile) -> Result<()> {
     for (target, profile) in &file.routes {
         sql::execute(c, "INSERT INTO routes (target_agent, profile_id) VALUES ($1, $2)", &[target, profile]).await?;
     }
+    // Every cached copy of the file is stale from this commit on.
+    sql::execute(c, "UPDATE profiles_version SET version = version + 1", &[]).await?;
     Ok(())
 }
 
@@ -113,5 +122,118 @@ pub async fn disclosure(c: &impl GenericClient) -> Result<baton_domain::disclosu
     match crate::settings::get(c, DISCLOSURE).await? {
         Some(value) => Ok(serde_json::from_value(value)?),
         None => Ok(Default::default()),
+    }
+}
+
+/// The version of the profiles file applied last: bumped by every [`apply`],
+/// in its transaction. One short statement, meant to be pipelined with a
+/// transaction's first one (`tokio::try_join!`), so a [`Cache`] hit costs no
+/// round trip of its own.
+pub async fn version(c: &impl GenericClient) -> Result<i64> {
+    Ok(sql::query_one(c, "SELECT version FROM profiles_version", &[]).await?.get(0))
+}
+
+/// What a request's start reads of the applied profiles file, as of one
+/// version: the disclosure policy, the routes and their profiles, and the
+/// conversation and budget settings.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub version: i64,
+    pub disclosure: DisclosureConfig,
+    pub conversations: ConversationsConfig,
+    pub budgets: BudgetsConfig,
+    routes: HashMap<String, String>,
+    /// Each profile, read once; one this version cannot read keeps why
+    /// (`kind`, `reason` of [`Error::Unreadable`]), so it fails only the
+    /// requests routed to it.
+    profiles: HashMap<String, std::result::Result<Profile, (&'static str, String)>>,
+}
+
+impl Snapshot {
+    /// Everything at once, in one statement (one snapshot of the database),
+    /// with the version it is of.
+    pub async fn load(c: &impl GenericClient) -> Result<Self> {
+        let row = sql::query_one(
+            c,
+            "SELECT v.version,
+                    (SELECT value FROM fleet_settings WHERE key = $1),
+                    (SELECT value FROM fleet_settings WHERE key = $2),
+                    (SELECT value FROM fleet_settings WHERE key = $3),
+                    (SELECT coalesce(jsonb_object_agg(target_agent, profile_id), '{}') FROM routes),
+                    (SELECT coalesce(jsonb_object_agg(id, jsonb_build_array(spec, model_limit)), '{}') FROM profiles)
+               FROM profiles_version v",
+            &[&DISCLOSURE, &crate::conversations::CONVERSATIONS, &crate::budgets::BUDGETS],
+        )
+        .await?;
+        let setting = |i: usize| row.get::<_, Option<Value>>(i).filter(|v| !v.is_null());
+        let profiles: HashMap<String, Value> = serde_json::from_value(row.get(5))?;
+        Ok(Self {
+            version: row.get(0),
+            disclosure: setting(1).map(serde_json::from_value).transpose()?.unwrap_or_default(),
+            conversations: setting(2).map(serde_json::from_value).transpose()?.unwrap_or_default(),
+            budgets: setting(3).map(serde_json::from_value).transpose()?.unwrap_or_default(),
+            routes: serde_json::from_value(row.get(4))?,
+            profiles: profiles
+                .into_iter()
+                .map(|(id, pair)| {
+                    let (spec, limit) = match pair {
+                        Value::Array(mut two) if two.len() == 2 => {
+                            let limit = two.pop().filter(|l| !l.is_null());
+                            (two.pop().unwrap_or_default(), limit)
+                        }
+                        other => (other, None),
+                    };
+                    let read = with_limit(&id, spec, limit).map_err(|e| match e {
+                        Error::Unreadable { kind, reason, .. } => (kind, reason),
+                        other => ("profile", other.to_string()),
+                    });
+                    (id, read)
+                })
+                .collect(),
+        })
+    }
+
+    /// The profile id `target_agent` requests are routed to ([`route`]).
+    pub fn route(&self, target_agent: &str) -> Option<&str> {
+        self.routes.get(target_agent).map(String::as_str)
+    }
+
+    /// One profile ([`get`]); [`Error::Unreadable`] when this version cannot read it.
+    pub fn profile(&self, id: &str) -> Result<Option<Profile>> {
+        match self.profiles.get(id) {
+            None => Ok(None),
+            Some(Ok(profile)) => Ok(Some(profile.clone())),
+            Some(Err((kind, reason))) => Err(Error::Unreadable { kind, id: id.to_string(), reason: reason.clone() }),
+        }
+    }
+}
+
+/// A process's copy of the applied profiles file, kept while its version is
+/// current. Cheap to clone; share one per role.
+#[derive(Clone, Default)]
+pub struct Cache {
+    held: Arc<Mutex<Option<Arc<Snapshot>>>>,
+}
+
+impl Cache {
+    /// The copy held now, current or not: work that may start before the
+    /// version is read, to be checked against it ([`Cache::at`]).
+    pub fn held(&self) -> Option<Arc<Snapshot>> {
+        self.held.lock().expect("not poisoned").clone()
+    }
+
+    /// The file as of `version` (from [`version`]) or later: the copy held
+    /// when it is that version, else a fresh one (one statement), kept for
+    /// the next caller.
+    pub async fn at(&self, c: &impl GenericClient, version: i64) -> Result<Arc<Snapshot>> {
+        if let Some(held) = self.held().filter(|s| s.version == version) {
+            return Ok(held);
+        }
+        let fresh = Arc::new(Snapshot::load(c).await?);
+        let mut held = self.held.lock().expect("not poisoned");
+        if held.as_ref().is_none_or(|h| h.version <= fresh.version) {
+            *held = Some(fresh.clone());
+        }
+        Ok(fresh)
     }
 }

@@ -122,6 +122,13 @@ pub async fn lock(c: &impl GenericClient, id: &str) -> Result<Option<Request>> {
     sql::query_opt(c, &sql, &[&id]).await?.as_ref().map(from_row).transpose()
 }
 
+/// Locks the request of a run (as [`lock`]), found through the run: one
+/// statement that needs no read of the run first.
+pub async fn lock_of_run(c: &impl GenericClient, run_id: Uuid) -> Result<Option<Request>> {
+    let sql = format!("SELECT {COLUMNS} FROM handoff_requests WHERE id = (SELECT handoff_id FROM runs WHERE id = $1) FOR UPDATE");
+    sql::query_opt(c, &sql, &[&run_id]).await?.as_ref().map(from_row).transpose()
+}
+
 /// Sets a new status and returns its sequence number for the bridge.
 pub async fn set_status(c: &impl GenericClient, id: &str, status: HandoffStatus) -> Result<i32> {
     let row = sql::query_one(
@@ -155,6 +162,26 @@ pub async fn add_event(
         c,
         "INSERT INTO handoff_events (handoff_id, type, status, message) VALUES ($1, $2, $3, $4)",
         &[&handoff_id, &kind, &status.map(HandoffStatus::as_str), &message],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Several handoff events in one statement, in the order given.
+pub async fn add_events(c: &impl GenericClient, handoff_id: &str, events: &[(&str, Option<HandoffStatus>, Option<&str>)]) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let kinds: Vec<&str> = events.iter().map(|e| e.0).collect();
+    let statuses: Vec<Option<&str>> = events.iter().map(|e| e.1.map(HandoffStatus::as_str)).collect();
+    let messages: Vec<Option<&str>> = events.iter().map(|e| e.2).collect();
+    sql::execute(
+        c,
+        "INSERT INTO handoff_events (handoff_id, type, status, message)
+         SELECT $1, e.kind, e.status, e.message
+           FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS e(kind, status, message, n)
+          ORDER BY e.n",
+        &[&handoff_id, &kinds, &statuses, &messages],
     )
     .await?;
     Ok(())

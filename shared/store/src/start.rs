@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use crate::invocations::NewInvocation;
 use crate::journal::Event;
+use crate::profiles::Snapshot;
 use crate::requests::{self, Request};
 use crate::{bridge, budgets, conversations, profiles, runs, spawn, Error, Result};
 
@@ -24,12 +25,28 @@ use crate::{bridge, budgets, conversations, profiles, runs, spawn, Error, Result
 /// already `accepted` (it waited for its conversation's turn) is not
 /// announced again.
 pub async fn request(c: &impl GenericClient, stored: &Request, request: &HandoffRequest) -> Result<Option<Uuid>> {
+    request_as(c, stored, request, None).await
+}
+
+/// [`request`], with the route, profile and budget settings taken from
+/// `known` (a current [`profiles::Snapshot`]) instead of read again.
+pub async fn request_as(c: &impl GenericClient, stored: &Request, request: &HandoffRequest, known: Option<&Snapshot>) -> Result<Option<Uuid>> {
     if request.target_agent == TargetAgent::Manual {
         bridge::status(c, stored, HandoffStatus::Accepted, Some("waiting for an operator")).await?;
         return Ok(None);
     }
-    let profile = match profiles::route(c, request.target_agent.as_str()).await? {
-        Some(id) => match profiles::get(c, &id).await {
+    let target = request.target_agent.as_str();
+    let route = match known {
+        Some(known) => known.route(target).map(str::to_string),
+        None => profiles::route(c, target).await?,
+    };
+    let found = match (&route, known) {
+        (None, _) => Ok(None),
+        (Some(id), Some(known)) => known.profile(id),
+        (Some(id), None) => profiles::get(c, id).await,
+    };
+    let profile = match route {
+        Some(_) => match found {
             Ok(profile) => profile,
             // A profile this version cannot read cannot run here: say so.
             Err(e @ Error::Unreadable { .. }) => {
@@ -48,11 +65,14 @@ pub async fn request(c: &impl GenericClient, stored: &Request, request: &Handoff
     };
     let run_id = Uuid::now_v7();
     let root = Uuid::now_v7();
-    runs::insert(c, run_id, Some(&request.id), &profile.id).await?;
     // Copied onto the run now: a later `profiles apply` does not change it.
-    let budget = budgets::config(c).await?.for_target(request.target_agent.as_str());
-    budgets::assign(c, run_id, &budget).await?;
-    requests::link_run(c, &request.id, run_id).await?;
+    let budget = match known {
+        Some(known) => known.budgets.for_target(target),
+        None => budgets::config(c).await?.for_target(target),
+    };
+    runs::insert(c, run_id, Some(&request.id), &profile.id).await?;
+    // Pipelined (one round trip): two rows, neither waiting for the other.
+    tokio::try_join!(budgets::assign(c, run_id, &budget), requests::link_run(c, &request.id, run_id))?;
     let brief = render_request_brief(request);
     let new = NewInvocation {
         id: root,
@@ -72,10 +92,14 @@ pub async fn request(c: &impl GenericClient, stored: &Request, request: &Handoff
         Event::new(journal::WORKSPACE_INITIALIZED, None, json!({})),
     ];
     events.extend(created);
-    crate::journal::append(c, run_id, &events).await?;
-    requests::add_event(c, &request.id, "sent", None, Some(&profile.id)).await?;
-    if stored.status != HandoffStatus::Accepted {
-        requests::add_event(c, &request.id, "accepted", Some(HandoffStatus::Accepted), None).await?;
+    let announce = stored.status != HandoffStatus::Accepted;
+    let mut said = vec![("sent", None, Some(profile.id.as_str()))];
+    if announce {
+        said.push(("accepted", Some(HandoffStatus::Accepted), None));
+    }
+    // Pipelined: the run's journal and the handoff's events, apart.
+    tokio::try_join!(crate::journal::append(c, run_id, &events), requests::add_events(c, &request.id, &said))?;
+    if announce {
         bridge::status(c, stored, HandoffStatus::Accepted, None).await?;
     }
     Ok(Some(run_id))
@@ -114,6 +138,11 @@ fn no_run_reply(stored: &Request, outcome: Outcome) -> ReplyInput<'_> {
 /// Gives a free conversation (locked by the caller) to its oldest waiting
 /// request that can start; requests that cannot are answered on the way.
 pub async fn next_in_conversation(c: &impl GenericClient, key: &str) -> Result<()> {
+    next_in_conversation_as(c, key, None).await
+}
+
+/// [`next_in_conversation`], with what [`request_as`] reads taken from `known`.
+pub async fn next_in_conversation_as(c: &impl GenericClient, key: &str, known: Option<&Snapshot>) -> Result<()> {
     while let Some(handoff) = conversations::pop(c, key).await? {
         let Some(stored) = requests::lock(c, &handoff).await? else { continue };
         if stored.status.is_terminal() || stored.run_id.is_some() {
@@ -121,7 +150,7 @@ pub async fn next_in_conversation(c: &impl GenericClient, key: &str) -> Result<(
         }
         let parsed: HandoffRequest = serde_json::from_value(stored.body.clone())?;
         let trace = requests::trace(c, &handoff).await?;
-        if let Some(run) = crate::outbox::with_trace(trace, request(c, &stored, &parsed)).await? {
+        if let Some(run) = crate::outbox::with_trace(trace, request_as(c, &stored, &parsed, known)).await? {
             conversations::set_live(c, key, run).await?;
             return Ok(());
         }

@@ -2,7 +2,8 @@
 //! the bridge. Idempotent: the request row is locked and a reply already
 //! sent is never sent again.
 
-use baton_bus::consume::consume;
+use std::sync::Arc;
+
 use baton_bus::{DeadLetters, Delivery};
 use tracing::Instrument;
 use baton_domain::bridge::ReplyInput;
@@ -20,6 +21,7 @@ use baton_store::{begin, client as db, commit};
 use tokio_util::sync::CancellationToken;
 
 use super::direct::Direct;
+use super::lanes::consume_keyed;
 use super::{connect, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
@@ -29,9 +31,19 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let publisher = conn.publisher().await?;
     let dead = DeadLetters::new(&publisher, &settings.queues());
     let queue = settings.queues().name(Queue::RunsFinished);
-    tracing::info!(%queue, "collector consuming");
+    tracing::info!(%queue, concurrency = settings.intake_lanes(), "collector consuming");
     let (publishing, direct) = Direct::start(&conn, &pool, settings).await?;
-    let result = scope(publishing, consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &dead, settings, shutdown, d))).await;
+    let role = Arc::new((pool.clone(), dead, settings.clone(), publishing));
+    // Runs are collected side by side, one message of a run after the other.
+    let keys = |d: &Delivery| serde_json::from_slice::<RunFinished>(d.body()).map(|m| vec![m.run_id.to_string()]).unwrap_or_default();
+    let result = consume_keyed(&conn, &queue, settings.prefetch, settings.intake_lanes(), shutdown, keys, |d, stop| {
+        let role = role.clone();
+        async move {
+            let (pool, dead, settings, publishing) = &*role;
+            scope(publishing.clone(), handle(pool, dead, settings, &stop, d)).await
+        }
+    })
+    .await;
     direct.stop().await;
     publisher.close().await;
     result
@@ -55,14 +67,21 @@ async fn handle(pool: &Pool, dead: &DeadLetters, settings: &Settings, shutdown: 
 pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     let mut client = db(pool).await?;
     let tx = begin(&mut client).await?;
-    let Some(run) = runs::get(&tx, message.run_id).await? else {
+    // Pipelined: the run, its request (locked), its invocations and its attempt.
+    let (run, request, invocations, attempt) = tokio::try_join!(
+        runs::get(&tx, message.run_id),
+        requests::lock_of_run(&tx, message.run_id),
+        invocations::for_run(&tx, message.run_id),
+        baton_store::retry::attempt(&tx, message.run_id),
+    )?;
+    let Some(run) = run else {
         anyhow::bail!("run {} does not exist", message.run_id);
     };
     let Some(handoff) = run.handoff_id.clone() else {
         return Ok(());
     };
     tracing::Span::current().record("handoff_id", handoff.as_str());
-    let Some(request) = requests::lock(&tx, &handoff).await? else {
+    let Some(request) = request else {
         return Ok(());
     };
     let language = request.language;
@@ -73,15 +92,19 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
         tracing::debug!(%handoff, "reply already sent");
         return Ok(());
     }
-    if matches!(outcome, Outcome::Completed { .. }) {
-        requests::add_event(&tx, &handoff, "result_received", None, None).await?;
-    } else if matches!(outcome, Outcome::Failed { .. }) {
-        let error = run.error.as_ref().map(|e| e.to_value().to_string());
-        requests::add_event(&tx, &handoff, "failed", Some(HandoffStatus::Failed), error.as_deref()).await?;
-    }
+    let event = async {
+        if matches!(outcome, Outcome::Completed { .. }) {
+            requests::add_event(&tx, &handoff, "result_received", None, None).await
+        } else if matches!(outcome, Outcome::Failed { .. }) {
+            let error = run.error.as_ref().map(|e| e.to_value().to_string());
+            requests::add_event(&tx, &handoff, "failed", Some(HandoffStatus::Failed), error.as_deref()).await
+        } else {
+            Ok(())
+        }
+    };
     let status = outcome.status();
-    bridge::status(&tx, &request, status, None).await?;
-    let agents = agents(&tx, &run).await?;
+    // Pipelined, in this order: the event goes before the status's own.
+    tokio::try_join!(event, bridge::status(&tx, &request, status, None))?;
     let input = ReplyInput {
         handoff_id: &handoff,
         chat_id: request.reply_chat_id.as_deref(),
@@ -89,10 +112,10 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
         language,
         outcome,
         run_id: Some(run.id.to_string()),
-        agents,
+        agents: agents(invocations),
         at: bridge::timestamp(),
     };
-    bridge::reply(&tx, &request, &input).await?;
+    bridge::reply_at(&tx, &request, &input, attempt).await?;
     commit(tx).await?;
     let took = run.finished_at.and_then(|end| (end - run.created_at).to_std().ok());
     crate::metrics::request_answered(request.source.as_str(), &run.root_profile_id, status.as_str(), took);
@@ -128,12 +151,12 @@ fn reply_code(stored: &str) -> ErrorCode {
 }
 
 /// The agents that held the foreground, in order.
-async fn agents(c: &impl baton_store::GenericClient, run: &Run) -> anyhow::Result<Vec<String>> {
+fn agents(invocations: Vec<baton_store::invocations::Invocation>) -> Vec<String> {
     let mut names: Vec<String> = vec![];
-    for inv in invocations::for_run(c, run.id).await? {
+    for inv in invocations {
         if inv.kind.is_foreground() && names.last() != Some(&inv.profile_id) {
             names.push(inv.profile_id);
         }
     }
-    Ok(names)
+    names
 }

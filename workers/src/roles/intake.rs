@@ -11,15 +11,19 @@ use baton_domain::contract::ErrorCode;
 use baton_domain::reply::Outcome;
 use baton_domain::request::{bounded_reason, parse_request, HandoffRequest, HandoffStatus, RequestError, TargetAgent};
 use baton_domain::Language;
-use baton_store::requests::{self, NewRequest};
+use baton_store::profiles::Snapshot;
+use baton_store::requests::{self, NewRequest, Request};
 use baton_store::{conversations, lifecycle, outbox, profiles, GenericClient, Pool};
-use baton_store::after_commit::scope;
+use baton_store::after_commit::{scope, Publishing};
 use baton_store::{begin, client as db, commit};
 use baton_bus::consume::consume;
 use baton_bus::{DeadLetters, Delivery};
+use std::sync::Arc;
+
 use tokio_util::sync::CancellationToken;
 
 use super::direct::Direct;
+use super::lanes::{self, consume_keyed};
 use super::{connect, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
@@ -30,16 +34,34 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let (publishing, direct) = Direct::start(&conn, &pool, settings).await?;
     let queue = settings.queues().name(Queue::BridgeRequests);
     let dead = settings.queues().name(Queue::DeadRequests);
-    tracing::info!(%queue, "intake consuming");
-    // Each consumer handles one delivery at a time, in a publishing scope of its own.
+    tracing::info!(%queue, concurrency = settings.intake_lanes(), "intake consuming");
+    // The profiles file as this process last read it, checked at each request.
+    let cache = profiles::Cache::default();
+    let role = Arc::new(Intake { pool: pool.clone(), publisher: publisher.clone(), settings: settings.clone(), publishing: publishing.clone(), cache: cache.clone() });
+    // Requests are handled side by side, in arrival order per handoff and per
+    // conversation; each in a publishing scope of its own. The rare requests
+    // the broker dead-lettered are taken one at a time.
+    let requests = consume_keyed(&conn, &queue, settings.prefetch, settings.intake_lanes(), shutdown, |d| lanes::request_keys(d.body()), |d, stop| {
+        let role = role.clone();
+        async move { scope(role.publishing.clone(), handle(&role.pool, &role.cache, &role.publisher, &role.settings, &stop, d)).await }
+    });
     let result = tokio::try_join!(
-        scope(publishing.clone(), consume(&conn, &queue, settings.prefetch, shutdown, |d| handle(&pool, &publisher, settings, shutdown, d))),
-        scope(publishing, consume(&conn, &dead, settings.prefetch, shutdown, |d| answer_dead_letter(&pool, &publisher, settings, shutdown, d))),
+        requests,
+        scope(publishing, consume(&conn, &dead, settings.prefetch, shutdown, |d| answer_dead_letter(&pool, &cache, &publisher, settings, shutdown, d))),
     )
     .map(|_| ());
     direct.stop().await;
     publisher.close().await;
     result
+}
+
+/// What each request's task shares.
+struct Intake {
+    pool: Pool,
+    publisher: Publisher,
+    settings: Settings,
+    publishing: Publishing,
+    cache: profiles::Cache,
 }
 
 /// A message the broker dead-lettered. One from the request queue reached
@@ -50,14 +72,14 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
 /// no limit). Messages of the fleet's other queues are only hints (Postgres
 /// and the relay's sweeps re-publish what they said), so their copy in
 /// `baton.dead` is enough.
-async fn answer_dead_letter(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
+async fn answer_dead_letter(pool: &Pool, cache: &profiles::Cache, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
     let from = delivery.header("x-first-death-queue");
     if from.as_deref() != Some(settings.queues().name(Queue::BridgeRequests).as_str()) {
         return Ok(delivery.ack().await?);
     }
     let id = delivery.message_id().unwrap_or_default().to_string();
     tracing::warn!(message_id = %id, "a request was dead-lettered by the broker; handling it again");
-    handle(pool, publisher, settings, shutdown, delivery).await
+    handle(pool, cache, publisher, settings, shutdown, delivery).await
 }
 
 /// For a request the broker dead-lettered, what its handoff events say, so
@@ -71,7 +93,7 @@ fn dead_letter_note(settings: &Settings, delivery: &Delivery) -> Option<String> 
     Some(format!("the broker dead-lettered this request ({reason}); intake took it from {}", Queue::DeadRequests))
 }
 
-async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
+async fn handle(pool: &Pool, cache: &profiles::Cache, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
     // Control messages are told apart by `type`; a body without one is a request.
     match message_type(delivery.body()).as_deref() {
         None => {}
@@ -88,7 +110,7 @@ async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdow
     match parsed {
         Ok(request) => {
             let note = dead_letter_note(settings, &delivery);
-            let stored = retry_transient("storing a request", settings.transient_patience, shutdown, || accept(pool, &request, reply_to, note.as_deref()));
+            let stored = retry_transient("storing a request", settings.transient_patience, shutdown, || accept(pool, cache, &request, reply_to, note.as_deref()));
             // The run's trace: the bridge's `traceparent`, or a new one.
             let span = tracing::info_span!("intake", handoff_id = %request.id, agent = request.target_agent.as_str());
             crate::telemetry::continue_from(&span, &delivery);
@@ -249,17 +271,26 @@ fn reply_queue(settings: &Settings, delivery: &Delivery) -> String {
 }
 
 #[tracing::instrument(name = "handoff", skip_all, fields(handoff = %original.id, handoff_id = %original.id))]
-async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, dead_lettered: Option<&str>) -> anyhow::Result<()> {
+async fn accept(pool: &Pool, cache: &profiles::Cache, original: &HandoffRequest, reply_to: Option<&str>, dead_lettered: Option<&str>) -> anyhow::Result<()> {
     let mut client = db(pool).await?;
     // The disclosure policy runs before anything is stored or shown: no
     // agent, prompt, external tool or operator view sees what it removes.
-    // It runs before the transaction opens, so its CPU time on a large body
-    // never counts as idle-in-transaction time.
-    let policy = profiles::disclosure(&client).await?;
-    let filtered = disclosure::apply(policy.for_target(original.target_agent.as_str()), original);
+    // It runs with the policy of the profiles file as last read, before the
+    // transaction opens (its CPU time on a large body never counts as
+    // idle-in-transaction time), and again in the rare transaction that
+    // finds a newer file applied since.
+    let target = original.target_agent.as_str();
+    let held = cache.held();
+    let early = held.as_ref().map(|known| disclosure::apply(known.disclosure.for_target(target), original));
     let tx = begin(&mut client).await?;
     // A cancel for this handoff waits, or sees the request, never neither.
-    conversations::lock_handoff(&tx, &original.id).await?;
+    // The version of the profiles file rides along (pipelined).
+    let ((), version) = tokio::try_join!(conversations::lock_handoff(&tx, &original.id), profiles::version(&tx))?;
+    let known = cache.at(&tx, version).await?;
+    let filtered = match early {
+        Some(filtered) if held.is_some_and(|held| Arc::ptr_eq(&held, &known)) => filtered,
+        _ => disclosure::apply(known.disclosure.for_target(target), original),
+    };
     let request = &filtered.request;
     let body = serde_json::to_value(request)?;
     let new = NewRequest {
@@ -274,39 +305,65 @@ async fn accept(pool: &Pool, original: &HandoffRequest, reply_to: Option<&str>, 
         status_url: status_url(request),
     };
     let inserted = requests::insert_or_count(&tx, &new).await?;
-    if let Some(note) = dead_lettered {
-        requests::add_event(&tx, &request.id, "dead_letter_recovered", None, Some(note)).await?;
-    }
     if !inserted {
+        if let Some(note) = dead_lettered {
+            requests::add_event(&tx, &request.id, "dead_letter_recovered", None, Some(note)).await?;
+        }
         // The same id again: a duplicate (acknowledged, counted, nothing
         // more), or a draft the bridge now sends as `requested`.
         let stored = requests::get(&tx, &request.id).await?.expect("counted in this transaction");
         if stored.status == HandoffStatus::Draft && request.is_runnable() {
             requests::promote_draft(&tx, &request.id, &body, status_url(request)).await?;
             record_disclosure(&tx, &request.id, &filtered.removed).await?;
-            start(&tx, request).await?;
+            start(&tx, request, &known, None).await?;
         } else {
             tracing::info!("duplicate request acknowledged; no new run");
         }
         commit(tx).await?;
         return Ok(());
     }
-    requests::add_event(&tx, &request.id, "created", Some(request.status.into()), None).await?;
-    record_disclosure(&tx, &request.id, &filtered.removed).await?;
-    requests::add_event(&tx, &request.id, "context_packaged", None, None).await?;
+    let removed = disclosure_note(&filtered.removed);
+    let mut said = vec![];
+    if let Some(note) = dead_lettered {
+        said.push(("dead_letter_recovered", None, Some(note)));
+    }
+    said.push(("created", Some(request.status.into()), None));
+    if let Some(note) = &removed {
+        said.push((DISCLOSURE_FILTERED, None, Some(note.as_str())));
+    }
+    said.push(("context_packaged", None, None));
     if request.is_runnable() {
-        start(&tx, request).await?;
+        // Pipelined: the events, and what starting the request reads.
+        let (_, stored, cancel) = tokio::try_join!(
+            requests::add_events(&tx, &request.id, &said),
+            requests::get(&tx, &request.id),
+            conversations::pending_cancel(&tx, &request.id),
+        )?;
+        let stored = stored.expect("inserted in this transaction");
+        start(&tx, request, &known, Some((stored, cancel))).await?;
+    } else {
+        requests::add_events(&tx, &request.id, &said).await?;
     }
     commit(tx).await?;
     Ok(())
 }
 
+/// A cancel kept for a handoff and not applied yet: its id and reason.
+type PendingCancel = Option<(String, Option<String>)>;
+
 /// Starts the request's run, unless a cancel came first or its conversation
 /// is busy: then it waits, is refused or interrupts the live run, under the
-/// route's strategy, decided under the conversation's row lock.
-async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Result<()> {
-    let stored = requests::get(c, &request.id).await?.expect("inserted in this transaction");
-    if let Some((cancel, reason)) = conversations::pending_cancel(c, &request.id).await? {
+/// route's strategy, decided under the conversation's row lock. `read` is
+/// the stored request and its pending cancel when the caller read them.
+async fn start(c: &impl GenericClient, request: &HandoffRequest, known: &Snapshot, read: Option<(Request, PendingCancel)>) -> anyhow::Result<()> {
+    let (stored, pending) = match read {
+        Some(read) => read,
+        None => {
+            let (stored, cancel) = tokio::try_join!(requests::get(c, &request.id), conversations::pending_cancel(c, &request.id))?;
+            (stored.expect("inserted in this transaction"), cancel)
+        }
+    };
+    if let Some((cancel, reason)) = pending {
         tracing::info!("a cancel came before the request; it is cancelled instead of run");
         conversations::mark_applied(c, &request.id).await?;
         let note = format!("cancel {cancel}: it came before the request, which is cancelled instead of run");
@@ -315,20 +372,28 @@ async fn start(c: &impl GenericClient, request: &HandoffRequest) -> anyhow::Resu
     }
     let key = request.conversation_key().filter(|_| request.target_agent != TargetAgent::Manual);
     let Some(key) = key else {
-        baton_store::start::request(c, &stored, request).await?;
+        baton_store::start::request_as(c, &stored, request, Some(known)).await?;
         return Ok(());
     };
-    let live = conversations::lock(c, key).await?;
-    let strategy = conversations::config(c).await?.for_target(request.target_agent.as_str());
+    let (live, waiting) = conversations::lock_noting_waiting(c, key).await?;
+    let strategy = known.conversations.for_target(request.target_agent.as_str());
     let turn = strategy::decide(strategy, live.is_some());
     tracing::info!(strategy = %strategy, ?turn, "conversation turn");
     if turn == Turn::Refuse {
         let message = "this chat is still busy with an earlier request; send it again when that one has ended";
         return Ok(baton_store::start::refuse(c, &stored, ErrorCode::Busy, message).await?);
     }
+    if live.is_none() && !waiting {
+        // A free chat with nobody waiting: this request is the one its queue
+        // would hand the turn to, so it takes it without queueing.
+        if let Some(run) = baton_store::start::request_as(c, &stored, request, Some(known)).await? {
+            conversations::set_live(c, key, run).await?;
+        }
+        return Ok(());
+    }
     let seq = conversations::enqueue(c, key, &request.id).await?;
     let Some(run) = live.filter(|_| turn != Turn::Start) else {
-        return Ok(baton_store::start::next_in_conversation(c, key).await?);
+        return Ok(baton_store::start::next_in_conversation_as(c, key, Some(known)).await?);
     };
     let note = format!("waiting for this chat's live run ({strategy}; arrival {} in the chat)", seq.unwrap_or_default());
     requests::add_event(c, &request.id, "queued", None, Some(&note)).await?;
@@ -347,11 +412,19 @@ fn status_url(request: &HandoffRequest) -> Option<&str> {
 
 /// One `disclosure_filtered` event listing what the policy removed, if anything.
 async fn record_disclosure(c: &impl GenericClient, id: &str, removed: &[baton_domain::request::Redaction]) -> anyhow::Result<()> {
+    if let Some(note) = disclosure_note(removed) {
+        requests::add_event(c, id, DISCLOSURE_FILTERED, None, Some(&note)).await?;
+    }
+    Ok(())
+}
+
+const DISCLOSURE_FILTERED: &str = "disclosure_filtered";
+
+/// What the policy removed, for the `disclosure_filtered` event; `None` when nothing.
+fn disclosure_note(removed: &[baton_domain::request::Redaction]) -> Option<String> {
     if removed.is_empty() {
-        return Ok(());
+        return None;
     }
     let what: Vec<String> = removed.iter().map(|r| format!("{} ({})", r.field, r.reason)).collect();
-    let note = format!("{} removal(s): {}", what.len(), what.join("; "));
-    requests::add_event(c, id, "disclosure_filtered", None, Some(&note)).await?;
-    Ok(())
+    Some(format!("{} removal(s): {}", what.len(), what.join("; ")))
 }

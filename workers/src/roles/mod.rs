@@ -9,6 +9,7 @@ pub mod collector;
 mod direct;
 pub mod intake;
 pub mod invocation;
+pub mod lanes;
 mod prepared;
 pub mod relay;
 pub mod slots;
