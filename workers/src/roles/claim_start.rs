@@ -1,7 +1,8 @@
 //! What a claim writes and reads when it starts an invocation: the journal
 //! of the start, and on a first claim the incoming task started and the
 //! prompt (with the profile and skills it was rendered from, which the loop
-//! starts from instead of reading them again).
+//! starts from instead of reading them again); and how a claim that cannot
+//! start its invocation fails it instead.
 
 use baton_agent::first_step::FirstStep;
 use baton_domain::journal;
@@ -56,4 +57,30 @@ pub(super) async fn started_events(
         }
     }
     Ok(evs)
+}
+
+/// Fails an invocation this transaction just claimed, with the host's own
+/// words (`detail`) in the journal and `text` for agents and the bridge.
+pub(super) async fn fail_claimed(tx: &impl GenericClient, inv: &Invocation, code: &str, text: &str, detail: &str) -> anyhow::Result<()> {
+    let mut evs = vec![Event::new(journal::HOST_ERROR, Some(inv.id), json!({"code": code, "detail": detail}))];
+    evs.extend(baton_store::lifecycle::fail_invocation(tx, inv, code, text).await?);
+    baton_store::journal::append(tx, inv.run_id, &evs).await?;
+    Ok(())
+}
+
+/// What agents and the bridge read when an invocation cannot start: the
+/// reason itself when it is a profile or skill this version cannot read
+/// (an operator can act on it), a plain sentence otherwise.
+pub(super) fn claim_failure(inv: &Invocation, error: &anyhow::Error) -> (&'static str, String) {
+    let unreadable = error.chain().find_map(|cause| match cause.downcast_ref::<baton_store::Error>() {
+        Some(e @ baton_store::Error::Unreadable { .. }) => Some(e.to_string()),
+        _ => cause.downcast_ref::<baton_agent::Error>().and_then(|e| match e {
+            baton_agent::Error::Store(e @ baton_store::Error::Unreadable { .. }) => Some(e.to_string()),
+            _ => None,
+        }),
+    });
+    match unreadable {
+        Some(why) => ("host.profile_unreadable", format!("the agent `{}` could not start: {why}", inv.profile_id)),
+        None => ("host.claim_failed", "the agent could not start because of an internal error".to_string()),
+    }
 }

@@ -10,21 +10,18 @@ use baton_agent::runner::{Exit, Limits, Preloaded, Runner};
 use baton_bus::consume::{consume_until, Broken};
 use baton_bus::{DeadLetters, Delivery};
 use baton_domain::fleet::{FleetMessage, Queue, RunInvocation};
-use baton_domain::journal;
 use baton_domain::request::Priority;
 use baton_domain::state::InvocationKind;
 use baton_store::invocations::{self, Invocation};
-use baton_store::journal::Event;
-use baton_store::{runs, GenericClient, Pool};
+use baton_store::{runs, Pool};
 use baton_store::after_commit::scope;
 use baton_store::{begin, client as db, commit};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::slots::Slots;
-use super::claim_start::{first_start, started_events};
+use super::claim_start::{claim_failure, fail_claimed, first_start, started_events};
 use super::direct::Direct;
 use super::{connect_with, retry_transient, Role};
 use crate::config::Settings;
@@ -449,32 +446,6 @@ impl Worker {
         baton_store::outbox::enqueue_fleet(&tx, &FleetMessage::run(inv.run_id, inv.id, inv.kind)).await?;
         commit(tx).await?;
         Ok(true)
-    }
-}
-
-/// Fails an invocation this transaction just claimed, with the host's own
-/// words (`detail`) in the journal and `text` for agents and the bridge.
-async fn fail_claimed(tx: &impl GenericClient, inv: &Invocation, code: &str, text: &str, detail: &str) -> anyhow::Result<()> {
-    let mut evs = vec![Event::new(journal::HOST_ERROR, Some(inv.id), json!({"code": code, "detail": detail}))];
-    evs.extend(baton_store::lifecycle::fail_invocation(tx, inv, code, text).await?);
-    baton_store::journal::append(tx, inv.run_id, &evs).await?;
-    Ok(())
-}
-
-/// What agents and the bridge read when an invocation cannot start: the
-/// reason itself when it is a profile or skill this version cannot read
-/// (an operator can act on it), a plain sentence otherwise.
-fn claim_failure(inv: &Invocation, error: &anyhow::Error) -> (&'static str, String) {
-    let unreadable = error.chain().find_map(|cause| match cause.downcast_ref::<baton_store::Error>() {
-        Some(e @ baton_store::Error::Unreadable { .. }) => Some(e.to_string()),
-        _ => cause.downcast_ref::<baton_agent::Error>().and_then(|e| match e {
-            baton_agent::Error::Store(e @ baton_store::Error::Unreadable { .. }) => Some(e.to_string()),
-            _ => None,
-        }),
-    });
-    match unreadable {
-        Some(why) => ("host.profile_unreadable", format!("the agent `{}` could not start: {why}", inv.profile_id)),
-        None => ("host.claim_failed", "the agent could not start because of an internal error".to_string()),
     }
 }
 
