@@ -5,16 +5,13 @@ use baton_store::invocations::Invocation;
 use baton_store::journal::{self as events, Event};
 use baton_store::steps;
 use baton_store::Transaction;
-use serde_json::Value;
 use tracing::field::Empty;
 
-use super::{is_closing, record_usage, tool_call::exit_of, Claimed, Exit, Preloaded, Runner};
-use crate::budget;
-use crate::providers::{ModelRequest, ModelTurn, ToolCall};
+use super::{is_closing, record_usage, Asking, Claimed, Exit, Preloaded, Runner};
+use crate::providers::{ModelTurn, ToolCall};
 use crate::step::{first_cause, name_calls, sanitize, Scope};
 use crate::transcript::{self, Position};
 use crate::Error;
-use baton_domain::tools;
 
 impl Runner {
     /// Writes a first claim's prompt step and start events (`started`) in
@@ -48,19 +45,7 @@ impl Runner {
         // The start events go first in the journal, with the turn's own.
         let step = self.turn_step(&c, &turn, payload, calls.len()).log_before(started);
         let (cr, this, calls) = (&c, self, &calls);
-        let turned = step.within(tx, |Scope { tx, w, .. }| {
-            Box::pin(async move {
-                for call in calls {
-                    let effect = this.run_call(tx, cr, call, w).await?;
-                    if let Some(exit) = exit_of(effect) {
-                        w.exit = Some(exit);
-                        break;
-                    }
-                }
-                w.budget = budget::record(tx, cr.inv.id, &w.steps, 1).await?;
-                Ok(())
-            })
-        });
+        let turned = step.within(tx, |Scope { tx, w, .. }| Box::pin(async move { this.run_calls(tx, cr, calls, w).await }));
         // Pipelined: the prompt goes out with the turn's own writes.
         let written = match tokio::join!(turned, prompt) {
             (Ok(written), Ok(())) => written,
@@ -80,17 +65,8 @@ impl Runner {
             return None;
         }
         let provider = self.providers.for_binding(&c.profile.model).ok()?;
-        let messages = transcript::messages(&c.steps);
-        let specs: Vec<Value> = c.surface.iter().map(|t| tools::spec(*t)).collect();
-        let request = ModelRequest {
-            profile: &c.profile,
-            messages: &messages,
-            tools: &specs,
-            session_id: format!("{}:{}", c.inv.run_id, c.inv.id),
-            turn_index: turns,
-            run_id: c.inv.run_id,
-            invocation_id: c.inv.id,
-        };
+        let asking = Asking::of(c);
+        let request = asking.request(c, turns);
         let started = std::time::Instant::now();
         let mut turn = provider.instant(&request)?.ok()?;
         let closing_not_last = turn.tool_calls.iter().rev().skip(1).any(|call| is_closing(&call.name));

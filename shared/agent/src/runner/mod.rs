@@ -21,7 +21,7 @@ use baton_domain::tools::{self, ToolName};
 use baton_store::invocations::Invocation;
 use baton_store::journal::{self as events, Event};
 use baton_store::steps::{self, Step};
-use baton_store::{budgets, lifecycle, profiles, Pool};
+use baton_store::{budgets, lifecycle, profiles, Pool, Transaction};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::field::Empty;
@@ -270,17 +270,8 @@ impl Runner {
             }
         }
         let provider = self.providers.for_binding(&c.profile.model)?;
-        let messages = transcript::messages(&c.steps);
-        let specs: Vec<Value> = c.surface.iter().map(|t| tools::spec(*t)).collect();
-        let request = ModelRequest {
-            profile: &c.profile,
-            messages: &messages,
-            tools: &specs,
-            session_id: format!("{}:{}", c.inv.run_id, c.inv.id),
-            turn_index: turns,
-            run_id: c.inv.run_id,
-            invocation_id: c.inv.id,
-        };
+        let asking = Asking::of(c);
+        let request = asking.request(c, turns);
         // No transaction or row lock is held across the model call. A model
         // call is dropped on shutdown (nothing was stored, so it is simply
         // asked again); an external agent is let finish until `kill` (the
@@ -375,18 +366,24 @@ impl Runner {
         step.run(|Scope { tx, w, .. }| {
             Box::pin(async move {
                 test_pause_in_step().await;
-                for call in calls {
-                    let effect = self.run_call(tx, c, call, w).await?;
-                    if let Some(exit) = exit_of(effect) {
-                        w.exit = Some(exit);
-                        break;
-                    }
-                }
-                w.budget = budget::record(tx, c.inv.id, &w.steps, 1).await?;
-                Ok(())
+                self.run_calls(tx, c, calls, w).await
             })
         })
         .await
+    }
+
+    /// A stored turn's calls, in order, in the turn's transaction, until one
+    /// ends the loop; then the turn's spend.
+    async fn run_calls(&self, tx: &Transaction<'_>, c: &Claimed<'_>, calls: &[ToolCall], w: &mut Written) -> Result<(), Error> {
+        for call in calls {
+            let effect = self.run_call(tx, c, call, w).await?;
+            if let Some(exit) = exit_of(effect) {
+                w.exit = Some(exit);
+                break;
+            }
+        }
+        w.budget = budget::record(tx, c.inv.id, &w.steps, 1).await?;
+        Ok(())
     }
 
     async fn store_turn(&self, c: &Claimed<'_>, turn: &ModelTurn) -> Result<Written, Error> {
@@ -446,6 +443,31 @@ impl Runner {
             // The claim was taken over: its new holder carries on, nothing is written.
             Err(e) if e.is_fenced() => Ok(()),
             other => other.map(drop),
+        }
+    }
+}
+
+/// What a model is asked for an invocation's next turn: the conversation so
+/// far and the specs of the tools it may call.
+struct Asking {
+    messages: Vec<Value>,
+    specs: Vec<Value>,
+}
+
+impl Asking {
+    fn of(c: &Claimed<'_>) -> Self {
+        Self { messages: transcript::messages(&c.steps), specs: c.surface.iter().map(|t| tools::spec(*t)).collect() }
+    }
+
+    fn request<'a>(&'a self, c: &'a Claimed<'_>, turns: usize) -> ModelRequest<'a> {
+        ModelRequest {
+            profile: &c.profile,
+            messages: &self.messages,
+            tools: &self.specs,
+            session_id: format!("{}:{}", c.inv.run_id, c.inv.id),
+            turn_index: turns,
+            run_id: c.inv.run_id,
+            invocation_id: c.inv.id,
         }
     }
 }
