@@ -157,8 +157,8 @@ impl Provider for Scripted {
 
     fn instant(&self, request: &ModelRequest<'_>) -> Option<Result<ModelTurn, ProviderError>> {
         match &request.profile.model {
-            ModelBinding::Scripted { script } if script.get(request.turn_index).is_some_and(|t| t.delay_ms.is_some()) => None,
-            _ => Some(play(request)),
+            ModelBinding::Scripted { script } if script.get(request.turn_index).is_none_or(|t| t.delay_ms.is_none()) => Some(play(request)),
+            _ => None,
         }
     }
 }

@@ -7,7 +7,8 @@ use baton_store::steps;
 use baton_store::Transaction;
 use tracing::field::Empty;
 
-use super::{is_closing, record_usage, Asking, Claimed, Exit, Preloaded, Runner};
+use super::turn::{stores_with_its_calls, Asking};
+use super::{record_usage, Claimed, Exit, Preloaded, Runner};
 use crate::providers::{ModelTurn, ToolCall};
 use crate::step::{first_cause, name_calls, sanitize, Scope};
 use crate::transcript::{self, Position};
@@ -69,8 +70,7 @@ impl Runner {
         let request = asking.request(c, turns);
         let started = std::time::Instant::now();
         let mut turn = provider.instant(&request)?.ok()?;
-        let closing_not_last = turn.tool_calls.iter().rev().skip(1).any(|call| is_closing(&call.name));
-        if turn.tool_calls.is_empty() || closing_not_last {
+        if !stores_with_its_calls(&turn) {
             return None;
         }
         crate::metrics::model_request(&c.profile.id, started.elapsed(), true);

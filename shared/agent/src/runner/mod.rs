@@ -10,6 +10,7 @@ mod external;
 mod fold;
 mod over_budget;
 mod tool_call;
+mod turn;
 
 use std::sync::Arc;
 
@@ -27,12 +28,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use crate::providers::{ModelRequest, ModelTurn, ProviderError, Providers, ToolCall};
+use crate::providers::{ModelTurn, ProviderError, Providers, ToolCall};
 use crate::transcript::{self, Position};
 use crate::first_step::{prompt_step, tool_names};
 use crate::step::{name_calls, sanitize, test_pause_in_step, tokens_of, Scope, StepTx, Written};
 use external::patiently;
 use tool_call::exit_of;
+use turn::{closes_before_its_last_call, stores_with_its_calls, Asking};
 use crate::{budget, Error};
 
 pub use crate::step::Exit;
@@ -356,8 +358,7 @@ impl Runner {
     }
 
     async fn turn_and_calls(&self, c: &Claimed<'_>, turn: &ModelTurn) -> Result<Written, Error> {
-        let closing_not_last = turn.tool_calls.iter().rev().skip(1).any(|call| is_closing(&call.name));
-        if turn.tool_calls.is_empty() || closing_not_last {
+        if !stores_with_its_calls(turn) {
             return self.store_turn(c, turn).await;
         }
         let payload = sanitize(serde_json::to_value(turn).map_err(|e| Error::Contract(e.to_string()))?);
@@ -387,7 +388,7 @@ impl Runner {
     }
 
     async fn store_turn(&self, c: &Claimed<'_>, turn: &ModelTurn) -> Result<Written, Error> {
-        let closing_not_last = turn.tool_calls.iter().rev().skip(1).any(|call| is_closing(&call.name));
+        let closing_not_last = closes_before_its_last_call(turn);
         let plain = turn.tool_calls.is_empty();
         let payload = sanitize(serde_json::to_value(turn).map_err(|e| Error::Contract(e.to_string()))?);
         let step = self.turn_step(c, turn, payload, turn.tool_calls.len());
@@ -445,35 +446,6 @@ impl Runner {
             other => other.map(drop),
         }
     }
-}
-
-/// What a model is asked for an invocation's next turn: the conversation so
-/// far and the specs of the tools it may call.
-struct Asking {
-    messages: Vec<Value>,
-    specs: Vec<Value>,
-}
-
-impl Asking {
-    fn of(c: &Claimed<'_>) -> Self {
-        Self { messages: transcript::messages(&c.steps), specs: c.surface.iter().map(|t| tools::spec(*t)).collect() }
-    }
-
-    fn request<'a>(&'a self, c: &'a Claimed<'_>, turns: usize) -> ModelRequest<'a> {
-        ModelRequest {
-            profile: &c.profile,
-            messages: &self.messages,
-            tools: &self.specs,
-            session_id: format!("{}:{}", c.inv.run_id, c.inv.id),
-            turn_index: turns,
-            run_id: c.inv.run_id,
-            invocation_id: c.inv.id,
-        }
-    }
-}
-
-fn is_closing(name: &str) -> bool {
-    ToolName::parse(name).is_some_and(ToolName::is_closing)
 }
 
 /// A model call, its duration, outcome and tokens recorded.
