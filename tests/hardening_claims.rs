@@ -95,7 +95,10 @@ async fn a_request_dead_lettered_by_the_delivery_limit_is_still_run_and_answered
     assert_eq!(copy["id"], "limit-1", "the broker's dead letter, not one of the fleet's: {copy}");
     env.db().await.batch_execute("DROP TRIGGER refuse_request ON handoff_requests").await.unwrap();
 
-    let messages = until_reply(&mut replies, Duration::from_secs(45)).await;
+    // Intake may be in its longest reconnect backoff (10 s, with jitter)
+    // when the trigger goes, after a run of failed attempts; on a loaded CI
+    // box the chain then takes a while too.
+    let messages = until_reply(&mut replies, Duration::from_secs(90)).await;
     let reply = messages.last().unwrap();
     assert_eq!(reply["status"], "completed", "{reply}");
     let runs = env.scalar_i64("SELECT count(*) FROM runs", &[]).await;
