@@ -46,10 +46,8 @@ where
     let mut deliveries = conn.subscribe(queue, prefetch).await?;
     let permits = Arc::new(Semaphore::new(concurrency));
     let tasks = TaskTracker::new();
-    // Fires on shutdown, or when a handler failed or the channel broke; and
-    // when this future is dropped half way (its role's other consumer
-    // failed first), so that no task it spawned goes on with a delivery of
-    // a connection that is going away, or starts one.
+    // Fires on shutdown, a handler's failure, a broken channel, or this
+    // future dropped half way (its spawned tasks then stop too).
     let stop = shutdown.child_token();
     let _stop_when_dropped = stop.clone().drop_guard();
     let failure: Arc<Mutex<Option<anyhow::Error>>> = Arc::default();
