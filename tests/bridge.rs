@@ -19,7 +19,8 @@ async fn the_same_request_delivered_twice_starts_one_run() {
     env.send_request(&request).await;
     let messages = until_reply(&mut replies, WAIT).await;
     eventually(WAIT, "the second delivery is recorded", || async {
-        (env.scalar_i64("SELECT deliveries::bigint FROM handoff_requests WHERE id = 'dup-1'", &[]).await == 2).then_some(())
+        (env.scalar_i64("SELECT deliveries::bigint FROM handoff_requests WHERE id = 'dup-1'", &[]).await == 2)
+            .then_some(())
     })
     .await;
     fleet.stop().await;
@@ -42,7 +43,9 @@ async fn a_finished_run_is_replied_to_once_even_if_collected_twice() {
     let outbox_before = env.scalar_i64("SELECT count(*) FROM outbox", &[]).await;
     collector::collect(&env.pool, RunFinished { run_id }).await.unwrap();
     assert_eq!(env.scalar_i64("SELECT count(*) FROM outbox", &[]).await, outbox_before, "no second reply queued");
-    let sent = env.scalar_i64("SELECT count(*) FROM handoff_events WHERE handoff_id = 'once-1' AND type = 'reply_sent'", &[]).await;
+    let sent = env
+        .scalar_i64("SELECT count(*) FROM handoff_events WHERE handoff_id = 'once-1' AND type = 'reply_sent'", &[])
+        .await;
     assert_eq!(sent, 1);
 }
 
@@ -108,7 +111,10 @@ async fn a_draft_is_stored_but_not_run_and_manual_waits_for_an_operator() {
     assert_eq!(status["handoffId"], "manual-1", "a draft sends nothing");
     assert_eq!(status["status"], "accepted");
     assert_eq!(env.scalar_i64("SELECT count(*) FROM runs", &[]).await, 0);
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'draft-1' AND status = 'draft'", &[]).await, 1);
+    assert_eq!(
+        env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'draft-1' AND status = 'draft'", &[]).await,
+        1
+    );
 }
 
 #[tokio::test]
@@ -120,7 +126,13 @@ async fn old_finished_runs_are_pruned_and_their_request_still_counts_as_seen() {
     let c = env.db().await;
     c.execute("UPDATE runs SET finished_at = now() - interval '40 days' WHERE id = $1", &[&run]).await.unwrap();
     assert_eq!(baton::operator::prune_runs(&env.pool, Duration::from_secs(30 * 86_400), 1).await.unwrap(), 1);
-    for table in ["runs WHERE id", "invocations WHERE run_id", "events WHERE run_id", "tasks WHERE run_id", "commits WHERE run_id"] {
+    for table in [
+        "runs WHERE id",
+        "invocations WHERE run_id",
+        "events WHERE run_id",
+        "tasks WHERE run_id",
+        "commits WHERE run_id",
+    ] {
         assert_eq!(env.scalar_i64(&format!("SELECT count(*) FROM {table} = $1"), &[&run]).await, 0, "{table}");
     }
     assert_eq!(env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'old-1'", &[]).await, 1);

@@ -53,7 +53,8 @@ async fn a_nacked_message_is_not_overtaken_by_a_later_message_of_its_handoff() {
     let filler = baton_bus::Outgoing { queue: &full, body: b"{\"type\":\"filler\"}", ..Default::default() };
     env.publisher.publish(&filler).await.unwrap();
     let status = json!({"type": "status", "handoffId": "ord-1", "status": "completed", "seq": 3});
-    let reply = json!({"type": "reply", "handoffId": "ord-1", "status": "completed", "text": "Done.", "parts": ["Done."]});
+    let reply =
+        json!({"type": "reply", "handoffId": "ord-1", "status": "completed", "text": "Done.", "parts": ["Done."]});
     enqueue_bridge_message(&env, &full, "ord-1", "status:ord-1:3", &status).await;
     enqueue_bridge_message(&env, &open, "ord-1", "reply:ord-1", &reply).await;
     let fleet = env.start(&[Role::Relay]);
@@ -91,7 +92,8 @@ async fn intake_survives(env: &TestEnv, poison: &Value, next_id: &str) -> (Value
     })
     .await;
     fleet.stop().await;
-    let redelivered = env.scalar_i64("SELECT count(*) FROM handoff_events WHERE type = 'dead_letter_recovered'", &[]).await;
+    let redelivered =
+        env.scalar_i64("SELECT count(*) FROM handoff_events WHERE type = 'dead_letter_recovered'", &[]).await;
     assert_eq!(redelivered, 0, "the poison went round until the broker dead-lettered it");
     (refused, letter)
 }
@@ -135,7 +137,10 @@ async fn an_invalid_request_whose_bridge_queue_is_full_is_answered_when_there_is
     invalid.as_object_mut().unwrap().remove("userIntent");
     env.send_raw(&serde_json::to_vec(&invalid).unwrap(), Some(&full)).await;
     let letter = next_json(&mut dead, WAIT).await;
-    assert!(letter["_error"].as_str().is_some_and(|e| e.contains("userIntent")), "dead-lettered by intake with its reason: {letter}");
+    assert!(
+        letter["_error"].as_str().is_some_and(|e| e.contains("userIntent")),
+        "dead-lettered by intake with its reason: {letter}"
+    );
     env.send_request(&baton_tests::sample_request_json("after-full", "manual", "en")).await;
     eventually(WAIT, "the next request is stored", || async {
         (env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'after-full'", &[]).await == 1).then_some(())
@@ -146,7 +151,11 @@ async fn an_invalid_request_whose_bridge_queue_is_full_is_answered_when_there_is
     let reply = next_json(&mut consumer, WAIT).await;
     fleet.stop().await;
     assert_eq!((&reply["handoffId"], &reply["status"]), (&json!("full-invalid"), &json!("failed")), "{reply}");
-    assert_eq!(env.publisher.ready_count(&env.queue(Queue::Dead)).await.unwrap(), 0, "one dead letter, not the broker's too");
+    assert_eq!(
+        env.publisher.ready_count(&env.queue(Queue::Dead)).await.unwrap(),
+        0,
+        "one dead letter, not the broker's too"
+    );
 }
 
 /// An id of 128 characters is valid (CONTRACT §2), but in Chinese it takes

@@ -61,8 +61,10 @@ async fn answer(State(state): State<LoopState>, Json(_body): Json<Value>) -> Jso
     state.requests.fetch_add(1, Ordering::SeqCst);
     tokio::time::sleep(state.delay).await;
     let calls: Vec<Value> = (0..state.calls)
-        .map(|_| json!({"id": format!("call_{}", Uuid::new_v4().simple()), "type": "function",
-                        "function": {"name": "workspace_list", "arguments": "{}"}}))
+        .map(|_| {
+            json!({"id": format!("call_{}", Uuid::new_v4().simple()), "type": "function",
+                        "function": {"name": "workspace_list", "arguments": "{}"}})
+        })
         .collect();
     Json(json!({
         "id": "chatcmpl-loop", "object": "chat.completion", "model": "test-model",
@@ -112,7 +114,8 @@ async fn run_until_stopped(env: &TestEnv, server: &Looper, id: &str, language: &
     let c = env.db().await;
     assert_eq!(baton_store::runs::get(&c, run).await.unwrap().unwrap().status.as_str(), "failed");
     let timeline = baton_store::journal::timeline(&c, run).await.unwrap();
-    let exhausted: Vec<Value> = timeline.iter().filter(|e| e.kind == "run_budget_exhausted").map(|e| e.payload.clone()).collect();
+    let exhausted: Vec<Value> =
+        timeline.iter().filter(|e| e.kind == "run_budget_exhausted").map(|e| e.payload.clone()).collect();
     assert_eq!(exhausted.len(), 1, "one budget event: {exhausted:?}");
     assert_eq!(exhausted[0]["limit"], limit);
 
@@ -120,7 +123,8 @@ async fn run_until_stopped(env: &TestEnv, server: &Looper, id: &str, language: &
     let at_stop = server.requests();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(server.requests(), at_stop, "a model call happened after the run stopped");
-    let live = env.scalar_i64("SELECT count(*) FROM invocations WHERE status IN ('created', 'running', 'parked')", &[]).await;
+    let live =
+        env.scalar_i64("SELECT count(*) FROM invocations WHERE status IN ('created', 'running', 'parked')", &[]).await;
     assert_eq!(live, 0, "every invocation of the run has ended");
     fleet.stop().await;
 
@@ -132,7 +136,8 @@ async fn run_until_stopped(env: &TestEnv, server: &Looper, id: &str, language: &
 
 /// Transcript steps of one kind across a run's invocations.
 async fn stored(env: &TestEnv, run: Uuid, kind: &str) -> u64 {
-    let sql = "SELECT count(*) FROM steps s JOIN invocations i ON i.id = s.invocation_id WHERE i.run_id = $1 AND s.kind = $2";
+    let sql =
+        "SELECT count(*) FROM steps s JOIN invocations i ON i.id = s.invocation_id WHERE i.run_id = $1 AND s.kind = $2";
     env.scalar_i64(sql, &[&run, &kind]).await as u64
 }
 
@@ -147,7 +152,10 @@ async fn a_run_that_reaches_its_token_limit_fails_with_budget_exhausted() {
     assert_eq!(server.requests(), 3);
     assert_eq!(stopped.spend.spent.tokens, 3 * TOKENS_PER_TURN);
     assert_eq!(stopped.reply["error"]["message"], "the agents reached this request's limit of 120 model tokens");
-    assert_eq!(stopped.reply["text"], "Sorry, I couldn't finish this request: the agents reached this request's limit of 120 model tokens");
+    assert_eq!(
+        stopped.reply["text"],
+        "Sorry, I couldn't finish this request: the agents reached this request's limit of 120 model tokens"
+    );
     assert_eq!(stopped.exhausted["spent"]["tokens"], 150);
     assert_eq!(stopped.exhausted["budget"]["tokens"], 120);
 }
@@ -160,7 +168,10 @@ async fn a_run_that_reaches_its_model_call_limit_fails_even_after_the_profiles_c
     let fleet = env.start_all();
     let mut replies = env.replies().await;
     env.send_request(&sample_request_json("budget-calls", "docs_agent", "en")).await;
-    baton_tests::eventually(Duration::from_secs(20), "the first model call", || async { (server.requests() > 0).then_some(()) }).await;
+    baton_tests::eventually(Duration::from_secs(20), "the first model call", || async {
+        (server.requests() > 0).then_some(())
+    })
+    .await;
     // The budget was copied onto the run at intake: lifting it now changes nothing for this run.
     env.apply_profiles(&looping_file(&server, "max_model_calls = 500")).await;
     let reply = until_reply(&mut replies, Duration::from_secs(30)).await.last().unwrap().clone();
@@ -204,10 +215,17 @@ async fn a_run_that_reaches_its_wall_clock_limit_fails_in_time_even_mid_call() {
 
     assert_eq!(stopped.reply["error"]["message"], "the agents reached this request's time limit of 2 seconds");
     let ran = stopped.spend.spent.elapsed;
-    assert!(ran >= Duration::from_secs(2) && ran < Duration::from_millis(2900), "the run ended {ran:?} after it started");
+    assert!(
+        ran >= Duration::from_secs(2) && ran < Duration::from_millis(2900),
+        "the run ended {ran:?} after it started"
+    );
     let calls = server.requests() as u64;
     assert!((1..=2).contains(&calls), "{calls} calls");
-    assert_eq!(stopped.spend.spent.model_calls, calls - 1, "the call in flight at the limit was cut short and not stored");
+    assert_eq!(
+        stopped.spend.spent.model_calls,
+        calls - 1,
+        "the call in flight at the limit was cut short and not stored"
+    );
     assert!(stopped.exhausted["spent"]["wallClockMs"].as_u64().unwrap() >= 2000, "{}", stopped.exhausted);
 }
 

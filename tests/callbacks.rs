@@ -9,7 +9,10 @@ use std::time::Duration;
 use baton::roles::Role;
 use baton_domain::callback::webhook_id;
 use baton_tests::webhook::{verify, Arrival, Receiver};
-use baton_tests::{callbacks_toml, eventually, profile, sample_request_json, until_reply, TestEnv, CALLBACK_SECRET, CALLBACK_SECRET_ENV};
+use baton_tests::{
+    callbacks_toml, eventually, profile, sample_request_json, until_reply, TestEnv, CALLBACK_SECRET,
+    CALLBACK_SECRET_ENV,
+};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -43,7 +46,10 @@ async fn failures(env: &TestEnv, handoff: &str) -> Vec<String> {
     let rows = env
         .db()
         .await
-        .query("SELECT message FROM handoff_events WHERE handoff_id = $1 AND type = 'callback_failed' ORDER BY id", &[&handoff])
+        .query(
+            "SELECT message FROM handoff_events WHERE handoff_id = $1 AND type = 'callback_failed' ORDER BY id",
+            &[&handoff],
+        )
         .await
         .unwrap();
     rows.iter().map(|r| r.get::<_, Option<String>>(0).unwrap_or_default()).collect()
@@ -105,10 +111,17 @@ async fn a_callback_url_off_the_allow_list_or_without_one_is_refused_with_the_re
     let fleet = env.start_all();
     let mut replies = env.replies().await;
     env.send_request(&request("off-list", &format!("{}/hook/ok?token=off-list-secret", receiver.origin))).await;
-    assert_eq!(until_reply(&mut replies, WAIT).await.last().unwrap()["status"], "completed", "a refused callback never holds up a run");
+    assert_eq!(
+        until_reply(&mut replies, WAIT).await.last().unwrap()["status"],
+        "completed",
+        "a refused callback never holds up a run"
+    );
     // The relay reads the allow-list when it takes a callback (every poll):
     // let it refuse this one before the list changes.
-    eventually(WAIT, "the off-list callbacks refused", || async { (!failures(&env, "off-list").await.is_empty()).then_some(()) }).await;
+    eventually(WAIT, "the off-list callbacks refused", || async {
+        (!failures(&env, "off-list").await.is_empty()).then_some(())
+    })
+    .await;
     env.apply_profiles(&profiles(&[])).await;
     env.send_request(&request("no-list", &format!("{}/hook/ok?token=no-list-secret", receiver.origin))).await;
     until_reply(&mut replies, WAIT).await;
@@ -162,7 +175,10 @@ async fn a_slow_endpoint_holds_up_only_its_own_handoff_whose_updates_still_arriv
     env.apply_profiles(&profiles(&[&receiver.origin])).await;
     let fleet = env.start_all();
     env.send_request(&request("slow-a", &format!("{}/hook/slow", receiver.origin))).await;
-    eventually(WAIT, "A's first status held by its endpoint", || async { (!receiver.arrivals_at("slow").is_empty()).then_some(()) }).await;
+    eventually(WAIT, "A's first status held by its endpoint", || async {
+        (!receiver.arrivals_at("slow").is_empty()).then_some(())
+    })
+    .await;
     env.send_request(&request("fast-b", &format!("{}/hook/ok", receiver.origin))).await;
     let fast = eventually(WAIT, "B's three statuses", || async {
         let got = receiver.arrivals_at("ok");
@@ -194,14 +210,21 @@ async fn no_callback_query_string_reaches_the_relays_log_the_events_or_the_store
     let receiver = Receiver::start().await;
     let env = TestEnv::new().await;
     env.apply_profiles(&profiles(&[&receiver.origin, "http://127.0.0.1:9"])).await;
-    let relay = env.spawn_baton_env("relay", "cb-relay", &[(CALLBACK_SECRET_ENV, CALLBACK_SECRET), ("BATON_METRICS_ADDR", "127.0.0.1:0")]);
+    let relay = env.spawn_baton_env(
+        "relay",
+        "cb-relay",
+        &[(CALLBACK_SECRET_ENV, CALLBACK_SECRET), ("BATON_METRICS_ADDR", "127.0.0.1:0")],
+    );
     let fleet = env.start(&[Role::Intake, Role::Invocation, Role::Collector]);
     env.send_request(&request("leak-off", "http://127.0.0.1:1/hook?token=LEAK-OFF")).await;
     env.send_request(&request("leak-moved", &format!("{}/moved?token=LEAK-MOVED", receiver.origin))).await;
     env.send_request(&request("leak-down", "http://127.0.0.1:9/status?token=LEAK-DOWN")).await;
     eventually(WAIT, "refused, redirected and unreachable callbacks handled", || async {
         let c = env.db().await;
-        let retried = c.query_opt("SELECT 1 FROM callbacks WHERE handoff_id = 'leak-down' AND last_error IS NOT NULL", &[]).await.unwrap();
+        let retried = c
+            .query_opt("SELECT 1 FROM callbacks WHERE handoff_id = 'leak-down' AND last_error IS NOT NULL", &[])
+            .await
+            .unwrap();
         let done = failures(&env, "leak-off").await.len() == 1 && failures(&env, "leak-moved").await.len() == 3;
         (done && retried.is_some()).then_some(())
     })
@@ -210,10 +233,15 @@ async fn no_callback_query_string_reaches_the_relays_log_the_events_or_the_store
     drop(relay);
 
     let c = env.db().await;
-    let notes = c.query("SELECT coalesce(string_agg(message, ' | '), '') FROM handoff_events", &[]).await.unwrap()[0].get::<_, String>(0);
-    let errors = c.query("SELECT coalesce(string_agg(last_error, ' | '), '') FROM callbacks", &[]).await.unwrap()[0].get::<_, String>(0);
+    let notes = c.query("SELECT coalesce(string_agg(message, ' | '), '') FROM handoff_events", &[]).await.unwrap()[0]
+        .get::<_, String>(0);
+    let errors = c.query("SELECT coalesce(string_agg(last_error, ' | '), '') FROM callbacks", &[]).await.unwrap()[0]
+        .get::<_, String>(0);
     let log = std::fs::read_to_string(env.log_of("cb-relay")).unwrap();
-    assert!(log.contains("status callback") && log.contains("/moved"), "the relay logged the failures, URLs without their query: {log}");
+    assert!(
+        log.contains("status callback") && log.contains("/moved"),
+        "the relay logged the failures, URLs without their query: {log}"
+    );
     assert!(errors.contains("error sending request") || errors.contains("connect"), "{errors}");
     for (what, text) in [("log", &log), ("events", &notes), ("stored errors", &errors)] {
         assert!(!text.contains("LEAK-") && !text.contains("token="), "a query string reached the {what}: {text}");

@@ -44,7 +44,17 @@ async fn a_three_stage_chain_runs_and_the_bridge_gets_one_humanized_reply() {
     assert_eq!(committers, vec!["writer", "editor", "finalizer"]);
     assert_eq!(
         env.handoff_events("chain-1").await,
-        vec!["created", "context_packaged", "sent", "accepted", "status_changed", "status_changed", "result_received", "status_changed", "reply_sent"]
+        vec![
+            "created",
+            "context_packaged",
+            "sent",
+            "accepted",
+            "status_changed",
+            "status_changed",
+            "result_received",
+            "status_changed",
+            "reply_sent"
+        ]
     );
 }
 
@@ -107,7 +117,17 @@ async fn the_next_agent_receives_a_rendered_markdown_brief() {
     let prompt = &steps[0].payload["messages"];
     let system = prompt[0]["content"].as_str().unwrap();
     let brief = prompt[1]["content"].as_str().unwrap();
-    for section in ["# Handoff Brief", "## Title\nEdit the draft", "## Reason\n", "## Objective\nTighten output/main.md", "## Context Summary\n", "## Workspace References\n- output/main.md", "## Must Preserve\n- The date and the Wednesday deadline.", "## Completion Criteria\n", "## Working Notes\n"] {
+    for section in [
+        "# Handoff Brief",
+        "## Title\nEdit the draft",
+        "## Reason\n",
+        "## Objective\nTighten output/main.md",
+        "## Context Summary\n",
+        "## Workspace References\n- output/main.md",
+        "## Must Preserve\n- The date and the Wednesday deadline.",
+        "## Completion Criteria\n",
+        "## Working Notes\n",
+    ] {
         assert!(brief.contains(section), "brief lacks {section:?}:\n{brief}");
     }
     assert!(system.contains("hand the next stage to another agent with agent_handoff"), "{system}");
@@ -115,7 +135,12 @@ async fn the_next_agent_receives_a_rendered_markdown_brief() {
     assert!(finalizer.brief.contains("## Additional Instructions\n- tone: warm"), "{}", finalizer.brief);
     // Nothing the models read names an id, a queue or the provider's session.
     for inv in &invocations {
-        let text = baton_store::steps::load(&c, inv.id).await.unwrap().iter().map(|s| s.payload.to_string()).collect::<String>();
+        let text = baton_store::steps::load(&c, inv.id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| s.payload.to_string())
+            .collect::<String>();
         for leak in [inv.id.to_string(), run.to_string(), "baton.invocations".into(), "invocation".into()] {
             assert!(!text.contains(&leak), "{} saw `{leak}`", inv.profile_id);
         }
@@ -154,7 +179,11 @@ async fn each_agent_gets_its_own_profiles_skills_in_its_prompt() {
     let env = TestEnv::new().await;
     let profiles = include_str!("../examples/profiles.toml").to_string()
         + "\n[[skills]]\nid = \"school-tone\"\ndescription = \"How the school writes to parents.\"\ninstructions = \"Address parents warmly; put dates in bold.\"\n";
-    let profiles = profiles.replacen("id = \"writer\"\nname = \"Writer\"", "id = \"writer\"\nname = \"Writer\"\nskills = [\"school-tone\"]", 1);
+    let profiles = profiles.replacen(
+        "id = \"writer\"\nname = \"Writer\"",
+        "id = \"writer\"\nname = \"Writer\"\nskills = [\"school-tone\"]",
+        1,
+    );
     env.apply_profiles(&profiles).await;
     let fleet = env.start_all();
     run_request(&env, "skills-1").await;
@@ -165,10 +194,15 @@ async fn each_agent_gets_its_own_profiles_skills_in_its_prompt() {
         let env = &env;
         async move {
             let inv = &env.invocations_of(run, profile).await[0];
-            baton_store::steps::load(&env.db().await, inv.id).await.unwrap()[0].payload["messages"][0]["content"].as_str().unwrap().to_string()
+            baton_store::steps::load(&env.db().await, inv.id).await.unwrap()[0].payload["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
         }
     };
-    assert!(prompt_of("writer").await.contains("## Skills\n### school-tone\nAddress parents warmly; put dates in bold."));
+    assert!(prompt_of("writer")
+        .await
+        .contains("## Skills\n### school-tone\nAddress parents warmly; put dates in bold."));
     assert!(!prompt_of("editor").await.contains("school-tone"), "the editor does not inherit the writer's skills");
     let resolved: Vec<serde_json::Value> = baton_store::journal::timeline(&c, run)
         .await

@@ -19,7 +19,8 @@ async fn pending_root(env: &TestEnv, id: &str) -> (baton::fleet::Fleet, RunInvoc
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
     env.send_request(&sample_request_json(id, "docs_agent", "en")).await;
     let (invocation_id, run_id) = eventually(WAIT, "the root invocation exists", || async {
-        let row = env.db().await.query_opt("SELECT id, run_id FROM invocations WHERE kind = 'root'", &[]).await.unwrap();
+        let row =
+            env.db().await.query_opt("SELECT id, run_id FROM invocations WHERE kind = 'root'", &[]).await.unwrap();
         row.map(|r| (r.get::<_, Uuid>(0), r.get::<_, Uuid>(1)))
     })
     .await;
@@ -35,7 +36,13 @@ async fn a_duplicate_invocation_message_finds_nothing_to_do() {
     env.send_request(&sample_request_json("first", "docs_agent", "en")).await;
     until_reply(&mut replies, WAIT).await;
     let run = env.run_of("first").await;
-    let root: Uuid = env.db().await.query_one("SELECT id FROM invocations WHERE run_id = $1 AND kind = 'root'", &[&run]).await.unwrap().get(0);
+    let root: Uuid = env
+        .db()
+        .await
+        .query_one("SELECT id FROM invocations WHERE run_id = $1 AND kind = 'root'", &[&run])
+        .await
+        .unwrap()
+        .get(0);
     let events_before = env.journal(run).await.len();
 
     // The same "run it" message again, through the broker, then a second
@@ -72,7 +79,14 @@ async fn an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced() {
     assert!(b.claim(message).await.unwrap().is_none(), "a live lease cannot be claimed");
 
     // A stalls past its lease; B takes over with a higher epoch.
-    env.db().await.execute("UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1", &[&message.invocation_id]).await.unwrap();
+    env.db()
+        .await
+        .execute(
+            "UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1",
+            &[&message.invocation_id],
+        )
+        .await
+        .unwrap();
     let held_by_b = b.claim(message).await.unwrap().expect("b takes over");
     assert_eq!(held_by_b.claim_epoch, 2);
 
@@ -84,7 +98,11 @@ async fn an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced() {
     assert_eq!(steps_before, 1, "only the prompt, written with A's claim");
     let exit = a.runner.run(&held_by_a, &CancellationToken::new()).await.unwrap();
     assert_eq!(exit, Exit::Fenced);
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM steps WHERE invocation_id = $1", &[&held_by_a.id]).await, steps_before, "A wrote nothing");
+    assert_eq!(
+        env.scalar_i64("SELECT count(*) FROM steps WHERE invocation_id = $1", &[&held_by_a.id]).await,
+        steps_before,
+        "A wrote nothing"
+    );
 
     // B runs the writer stage; the rest of the chain completes through the fleet.
     let invocation_fleet = env.start(&[Role::Invocation]);
@@ -139,7 +157,13 @@ async fn agent_handoff_denies_pending_delegated_tasks() {
         name: "agent_handoff".into(),
         arguments: serde_json::json!({"agentId": "closer", "handoff": {"objective": "Close."}}),
     };
-    let ctx = baton_agent::tools::ToolCtx { invocation: &lead, profile: &profile, surface: &surface, call: &call, may_have_children: true };
+    let ctx = baton_agent::tools::ToolCtx {
+        invocation: &lead,
+        profile: &profile,
+        surface: &surface,
+        call: &call,
+        may_have_children: true,
+    };
     let mut client = env.db().await;
     let tx = client.transaction().await.unwrap();
     baton_store::invocations::fence(&tx, lead.id, lead.claim_epoch).await.unwrap();
@@ -176,7 +200,11 @@ async fn work_of_a_dead_worker_is_re_published_and_finished_by_another() {
         (purged > 0).then_some(())
     })
     .await;
-    env.db().await.execute("UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1", &[&claimed.id]).await.unwrap();
+    env.db()
+        .await
+        .execute("UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1", &[&claimed.id])
+        .await
+        .unwrap();
     let mut replies = env.replies().await;
     let workers = env.start(&[Role::Invocation]);
     let messages = until_reply(&mut replies, WAIT).await;
@@ -185,6 +213,8 @@ async fn work_of_a_dead_worker_is_re_published_and_finished_by_another() {
     assert_eq!(messages.last().unwrap()["status"], "completed");
     let epoch = env.scalar_i64("SELECT claim_epoch FROM invocations WHERE id = $1", &[&claimed.id]).await;
     assert_eq!(epoch, 2, "taken over once");
-    let republished = env.scalar_i64("SELECT count(*) FROM invocations WHERE id = $1 AND republished_at IS NOT NULL", &[&claimed.id]).await;
+    let republished = env
+        .scalar_i64("SELECT count(*) FROM invocations WHERE id = $1 AND republished_at IS NOT NULL", &[&claimed.id])
+        .await;
     assert_eq!(republished, 1, "the relay re-published it");
 }

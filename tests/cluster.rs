@@ -60,7 +60,11 @@ async fn cluster_losing_the_handoff_leader_mid_chain_loses_no_run() {
         };
         seen.add(message, started.elapsed());
         if stopping.is_none() && seen.replies.len() >= STOP_AFTER_REPLIES {
-            stopping = Some(tokio::spawn(stop_leader(ctl.clone(), settings.queues().name(Queue::InvocationsHandoff), started)));
+            stopping = Some(tokio::spawn(stop_leader(
+                ctl.clone(),
+                settings.queues().name(Queue::InvocationsHandoff),
+                started,
+            )));
         }
     }
     while let Some(message) = replies.next(LISTEN_AFTER).await {
@@ -69,29 +73,51 @@ async fn cluster_losing_the_handoff_leader_mid_chain_loses_no_run() {
     let (node, stop) = stopping.expect("the node was stopped").await.unwrap();
     let longest_confirm = sending.await.unwrap();
 
-    println!("cluster test: stopped {node} from {:.1}s to {:.1}s; all {RUNS} replies by {:.1}s", stop.0, stop.1, seen.last_reply);
-    println!("cluster test: longest wait for a request's confirm {longest_confirm:?}; longest gap between replies {:.1}s", seen.longest_gap);
-    println!("cluster test: {} messages, {} distinct; duplicates: {:?}", seen.messages, seen.counts.len(), seen.duplicates());
+    println!(
+        "cluster test: stopped {node} from {:.1}s to {:.1}s; all {RUNS} replies by {:.1}s",
+        stop.0, stop.1, seen.last_reply
+    );
+    println!(
+        "cluster test: longest wait for a request's confirm {longest_confirm:?}; longest gap between replies {:.1}s",
+        seen.longest_gap
+    );
+    println!(
+        "cluster test: {} messages, {} distinct; duplicates: {:?}",
+        seen.messages,
+        seen.counts.len(),
+        seen.duplicates()
+    );
 
     // One reply per request, each completed, after dropping duplicates by message_id as a bridge does.
     assert_eq!(seen.missing(&ids), Vec::<&str>::new(), "runs without a reply");
     for (id, reply) in &seen.replies {
         assert_eq!(reply["status"], "completed", "{id}: {reply}");
     }
-    assert!(seen.counts.keys().all(|m| !m.starts_with("reply:") || seen.replies.contains_key(&m["reply:".len()..])), "a reply under another id");
+    assert!(
+        seen.counts.keys().all(|m| !m.starts_with("reply:") || seen.replies.contains_key(&m["reply:".len()..])),
+        "a reply under another id"
+    );
     // Postgres sent each reply once and ran each stage once; nothing went to the dead letters.
     let db = baton_store::pool(&settings.database_url, 1).unwrap().get().await.unwrap();
     let count = |sql: &'static str| {
         let db = &db;
         async move { db.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) as usize }
     };
-    assert_eq!(count("SELECT count(*) FROM runs WHERE status = 'completed' AND handoff_count = 2").await, RUNS, "completed 3-stage runs");
+    assert_eq!(
+        count("SELECT count(*) FROM runs WHERE status = 'completed' AND handoff_count = 2").await,
+        RUNS,
+        "completed 3-stage runs"
+    );
     assert_eq!(count("SELECT count(*) FROM handoff_events WHERE type = 'reply_sent'").await, RUNS, "replies sent");
     assert_eq!(count("SELECT count(*) FROM invocations").await, 3 * RUNS, "one invocation per stage");
     let takeovers = count("SELECT count(*) FROM invocations WHERE claim_epoch > 1").await;
     println!("cluster test: {takeovers} invocations taken over by another claim");
     let hops = db.query_one(SLOWEST_HOPS, &[]).await.unwrap();
-    println!("cluster test: hop (handoff committed -> successor claimed) p50 {:.0} ms, max {:.0} ms", hops.get::<_, f64>(0), hops.get::<_, f64>(1));
+    println!(
+        "cluster test: hop (handoff committed -> successor claimed) p50 {:.0} ms, max {:.0} ms",
+        hops.get::<_, f64>(0),
+        hops.get::<_, f64>(1)
+    );
     assert_eq!(message_count(&replies.conn, &settings.queues().name(Queue::Dead)).await, 0, "dead-lettered messages");
 }
 
@@ -113,7 +139,13 @@ async fn send_all(urls: String, queue: String, reply_to: String, ids: Vec<String
     let mut publisher = open_publisher(&urls).await;
     for id in &ids {
         let body = serde_json::to_vec(&sample_request_json(id, "docs_agent", "en")).unwrap();
-        let out = Outgoing { queue: &queue, body: &body, message_id: Some(id), reply_to: Some(&reply_to), ..Default::default() };
+        let out = Outgoing {
+            queue: &queue,
+            body: &body,
+            message_id: Some(id),
+            reply_to: Some(&reply_to),
+            ..Default::default()
+        };
         let sent = Instant::now();
         while let Err(e) = publisher.publish(&out).await {
             assert!(sent.elapsed() < WAIT, "could not publish {id}: {e}");
@@ -133,7 +165,8 @@ async fn send_all(urls: String, queue: String, reply_to: String, ids: Vec<String
 /// nodes and their cookie); returns its name and when the stop began and ended.
 async fn stop_leader(ctl: String, queue: String, started: Instant) -> (String, (f64, f64)) {
     let from = started.elapsed().as_secs_f64();
-    let out = tokio::process::Command::new(ctl).args(["stop-leader", &queue]).output().await.expect("run the cluster script");
+    let out =
+        tokio::process::Command::new(ctl).args(["stop-leader", &queue]).output().await.expect("run the cluster script");
     assert!(out.status.success(), "stop-leader: {}", String::from_utf8_lossy(&out.stderr));
     (String::from_utf8_lossy(&out.stdout).trim().to_string(), (from, started.elapsed().as_secs_f64()))
 }
@@ -204,10 +237,13 @@ impl Replies {
     async fn next(&mut self, within: Duration) -> Option<(String, Value)> {
         let deadline = Instant::now() + within;
         loop {
-            let next = tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), self.consumer.next()).await.ok()?;
+            let next = tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), self.consumer.next())
+                .await
+                .ok()?;
             match next {
                 Some(Ok(delivery)) if delivery.acker.ack(BasicAckOptions::default()).await.is_ok() => {
-                    let message_id = delivery.properties.message_id().as_ref().map(|m| m.to_string()).unwrap_or_default();
+                    let message_id =
+                        delivery.properties.message_id().as_ref().map(|m| m.to_string()).unwrap_or_default();
                     return Some((message_id, serde_json::from_slice(&delivery.data).expect("JSON")));
                 }
                 lost => {

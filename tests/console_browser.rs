@@ -95,7 +95,9 @@ async fn the_demo_chain_is_listed_filtered_to_and_opened_with_its_timeline_brief
     browser.click("#filters button[type=submit]").await;
     eventually(WAIT, "the filtered list", || async {
         let url = browser.url().await;
-        (url.contains("chat=wxid_console_chat") && browser.attrs("#runs tr[data-run]", "data-run").await == vec![run.clone()]).then_some(())
+        (url.contains("chat=wxid_console_chat")
+            && browser.attrs("#runs tr[data-run]", "data-run").await == vec![run.clone()])
+        .then_some(())
     })
     .await;
 
@@ -111,7 +113,13 @@ async fn the_demo_chain_is_listed_filtered_to_and_opened_with_its_timeline_brief
     assert_eq!(kinds.first().map(String::as_str), Some("run_created"), "{kinds:?}");
     assert_eq!(kinds.last().map(String::as_str), Some("run_completed"), "{kinds:?}");
     let editor_brief = browser.wait_for("#briefs article.brief[data-agent=editor]").await;
-    let heading = editor_brief.find(fantoccini::Locator::Css("h1")).await.expect("the brief is rendered from markdown").text().await.unwrap();
+    let heading = editor_brief
+        .find(fantoccini::Locator::Css("h1"))
+        .await
+        .expect("the brief is rendered from markdown")
+        .text()
+        .await
+        .unwrap();
     assert_eq!(heading, "Handoff Brief");
     assert!(editor_brief.text().await.unwrap().contains("Edit the draft"));
     let transcripts = browser.attrs("#transcripts details.invocation", "data-agent").await;
@@ -215,13 +223,19 @@ async fn a_dead_letter_is_shown_with_its_reason_and_replayed_to_its_queue() {
     let (requests, dead) = (env.queue(Queue::BridgeRequests), env.queue(Queue::Dead));
     let intake = env.start(&[Role::Intake]);
     env.send_raw(b"not json <b>at all</b>", None).await;
-    eventually(WAIT, "intake dead-lettered the body", || async { (env.publisher.ready_count(&dead).await.unwrap() == 1).then_some(()) }).await;
+    eventually(WAIT, "intake dead-lettered the body", || async {
+        (env.publisher.ready_count(&dead).await.unwrap() == 1).then_some(())
+    })
+    .await;
     intake.stop().await;
 
     console.goto("/dead").await;
     let row = browser.wait_for("tr[data-dead]").await;
     let queue = row.attr("data-queue").await.unwrap().unwrap_or_default();
-    assert!(queue == "baton.bridge.requests" || queue == requests, "the original queue, by its logical or its full name: {queue}");
+    assert!(
+        queue == "baton.bridge.requests" || queue == requests,
+        "the original queue, by its logical or its full name: {queue}"
+    );
     let reason = browser.texts("tr[data-dead] .reason").await;
     assert!(reason.len() == 1 && reason[0].contains("not JSON"), "the reason is shown: {reason:?}");
     assert_eq!(browser.texts("tr[data-dead] pre.body").await, vec!["not json <b>at all</b>"], "the body, escaped");

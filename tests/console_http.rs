@@ -106,11 +106,21 @@ async fn the_runs_list_shows_the_demo_chain_and_the_run_page_its_story() {
     let (status, page) = get(&format!("{}/runs/{run}", console.base)).await;
     assert_eq!(status, StatusCode::OK);
     for agent in ["writer", "editor", "checker", "finalizer"] {
-        assert!(page.contains("class=\"event c") && page.contains(&format!("data-agent=\"{agent}\" data-kind=")), "{agent} has a lane");
+        assert!(
+            page.contains("class=\"event c") && page.contains(&format!("data-agent=\"{agent}\" data-kind=")),
+            "{agent} has a lane"
+        );
     }
     assert!(page.contains("<article class=\"brief\" data-agent=\"editor\">"), "briefs are shown");
-    assert_eq!(page.matches("class=\"bridge-message\" data-type=\"status\"").count(), 3, "accepted, running, completed");
-    assert!(page.contains("class=\"bridge-message\" data-type=\"reply\"") && page.contains("<ol class=\"parts\"><li>"), "the reply with its parts");
+    assert_eq!(
+        page.matches("class=\"bridge-message\" data-type=\"status\"").count(),
+        3,
+        "accepted, running, completed"
+    );
+    assert!(
+        page.contains("class=\"bridge-message\" data-type=\"reply\"") && page.contains("<ol class=\"parts\"><li>"),
+        "the reply with its parts"
+    );
     assert!(page.contains("Ms. Li, Class 3B"), "the reply's text as sent");
     let (_, missing) = get(&format!("{}/runs/{}", console.base, uuid::Uuid::now_v7())).await;
     assert!(missing.contains("no run"), "{missing}");
@@ -135,20 +145,25 @@ async fn a_script_in_the_intent_is_shown_as_text() {
     assert!(!page.contains("<b>more</b>"));
     let headers = client().get(format!("{}/runs/{run}", console.base)).send().await.unwrap().headers().clone();
     let policy = headers["content-security-policy"].to_str().unwrap();
-    assert!(policy.contains("script-src 'self'") && !policy.contains("unsafe-inline"), "no inline script would run: {policy}");
+    assert!(
+        policy.contains("script-src 'self'") && !policy.contains("unsafe-inline"),
+        "no inline script would run: {policy}"
+    );
 }
 
 #[tokio::test]
 async fn cancel_in_the_console_stops_the_run_and_the_bridge_hears_cancelled() {
     let env = TestEnv::new().await;
     let slow = r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "x" }, delay_ms = 1500 }"#;
-    let writer = profile("writer", &["workspace_write", "workspace_commit", "workspace_finish"], "", &[slow, slow, slow, slow]);
+    let writer =
+        profile("writer", &["workspace_write", "workspace_commit", "workspace_finish"], "", &[slow, slow, slow, slow]);
     env.apply_profiles(&format!("[routes]\ndocs_agent = \"writer\"\n\n{writer}")).await;
     let fleet = env.start_all();
     let mut replies = env.replies().await;
     env.send_request(&sample_request_json("console-cancel", "docs_agent", "en")).await;
     let run = eventually(WAIT, "the writer is running", || async {
-        let row = env.db().await.query_opt("SELECT run_id FROM invocations WHERE status = 'running'", &[]).await.unwrap();
+        let row =
+            env.db().await.query_opt("SELECT run_id FROM invocations WHERE status = 'running'", &[]).await.unwrap();
         row.map(|r| r.get::<_, uuid::Uuid>(0))
     })
     .await;
@@ -182,9 +197,13 @@ async fn a_manual_handoff_is_answered_from_the_console_and_the_bridge_gets_the_r
     assert!(waiting.contains("<tr data-handoff=\"console-manual\" data-kind=\"manual\">"), "{waiting}");
     let (status, page) = get(&format!("{}/handoffs/console-manual", console.base)).await;
     assert_eq!(status, StatusCode::OK);
-    assert!(page.contains("id=\"copy-prompt\"") && page.contains("<pre id=\"prompt\">") && page.contains("How to answer"), "{page}");
+    assert!(
+        page.contains("id=\"copy-prompt\"") && page.contains("<pre id=\"prompt\">") && page.contains("How to answer"),
+        "{page}"
+    );
     let form = [("csrf", hidden(&page, "csrf")), ("result", "Done by hand: the notice is out.".into())];
-    let sent = client().post(format!("{}/handoffs/console-manual/result", console.base)).form(&form).send().await.unwrap();
+    let sent =
+        client().post(format!("{}/handoffs/console-manual/result", console.base)).form(&form).send().await.unwrap();
     assert_eq!(sent.status(), StatusCode::SEE_OTHER);
     let messages = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;
@@ -193,7 +212,8 @@ async fn a_manual_handoff_is_answered_from_the_console_and_the_bridge_gets_the_r
     assert!(reply["text"].as_str().unwrap().contains("Done by hand: the notice is out."), "{reply}");
     let (_, waiting) = get(&format!("{}/waiting", console.base)).await;
     assert!(!waiting.contains("data-handoff=\"console-manual\""), "no longer waiting");
-    let again = client().post(format!("{}/handoffs/console-manual/result", console.base)).form(&form).send().await.unwrap();
+    let again =
+        client().post(format!("{}/handoffs/console-manual/result", console.base)).form(&form).send().await.unwrap();
     assert_eq!(again.status(), StatusCode::CONFLICT, "an ended handoff is refused");
 }
 
@@ -205,7 +225,10 @@ async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
     env.send_raw(b"{not json <script>x</script>", None).await;
     env.send_raw(b"[1, 2, 3]", None).await;
     let dead = env.queue(Queue::Dead);
-    eventually(WAIT, "both are dead-lettered", || async { (env.publisher.ready_count(&dead).await.unwrap() == 2).then_some(()) }).await;
+    eventually(WAIT, "both are dead-lettered", || async {
+        (env.publisher.ready_count(&dead).await.unwrap() == 2).then_some(())
+    })
+    .await;
     fleet.stop().await;
     let console = env.serve_console(None).await;
 
@@ -219,20 +242,35 @@ async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
         row[..row.find('"').unwrap()].to_string()
     };
     let csrf = [("csrf", hidden(&page, "csrf"))];
-    let replayed = client().post(format!("{}/dead/{}/replay", console.base, id(&page, "not json"))).form(&csrf).send().await.unwrap();
+    let replayed = client()
+        .post(format!("{}/dead/{}/replay", console.base, id(&page, "not json")))
+        .form(&csrf)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(replayed.status(), StatusCode::SEE_OTHER);
     let requests = env.queue(Queue::BridgeRequests);
     assert_eq!(env.publisher.ready_count(&requests).await.unwrap(), 1, "back on its queue, waiting for intake");
     let (_, fleet_page) = get(&format!("{}/fleet", console.base)).await;
     let row = &fleet_page[fleet_page.find("<tr data-queue=\"baton.bridge.requests\">").unwrap()..];
-    assert!(row[..row.find("</tr>").unwrap()].contains("<td class=\"depth num\">1</td>"), "the fleet page shows the depth");
-    for count in ["outbox-backlog", "invocations-running", "invocations-parked", "invocations-blocked", "takeovers-hour"] {
+    assert!(
+        row[..row.find("</tr>").unwrap()].contains("<td class=\"depth num\">1</td>"),
+        "the fleet page shows the depth"
+    );
+    for count in
+        ["outbox-backlog", "invocations-running", "invocations-parked", "invocations-blocked", "takeovers-hour"]
+    {
         assert!(fleet_page.contains(&format!("id=\"{count}\">0<")), "{count} is counted: {fleet_page}");
     }
 
     let (_, page) = get(&format!("{}/dead", console.base)).await;
     assert_eq!(page.matches("<tr data-dead=").count(), 1);
-    let discarded = client().post(format!("{}/dead/discard-all", console.base)).form(&[("csrf", csrf[0].1.as_str()), ("queue", "")]).send().await.unwrap();
+    let discarded = client()
+        .post(format!("{}/dead/discard-all", console.base))
+        .form(&[("csrf", csrf[0].1.as_str()), ("queue", "")])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(discarded.status(), StatusCode::SEE_OTHER);
     assert_eq!(env.publisher.ready_count(&dead).await.unwrap(), 0);
     let (_, page) = get(&format!("{}/dead?done=Discarded%201%20message(s).", console.base)).await;
@@ -243,8 +281,12 @@ async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
 async fn retry_in_the_console_runs_a_failed_run_again() {
     let env = TestEnv::new().await;
     let write = r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "x" } }"#;
-    let writer = profile("writer", &["workspace_write", "workspace_commit", "workspace_finish"], "", &[write, write, write]);
-    env.apply_profiles(&format!("[routes]\ndocs_agent = \"writer\"\n\n[budgets.default]\nmax_model_calls = 1\n\n{writer}")).await;
+    let writer =
+        profile("writer", &["workspace_write", "workspace_commit", "workspace_finish"], "", &[write, write, write]);
+    env.apply_profiles(&format!(
+        "[routes]\ndocs_agent = \"writer\"\n\n[budgets.default]\nmax_model_calls = 1\n\n{writer}"
+    ))
+    .await;
     let fleet = env.start_all();
     let mut replies = env.replies().await;
     env.send_request(&sample_request_json("console-retry", "docs_agent", "en")).await;
@@ -262,6 +304,11 @@ async fn retry_in_the_console_runs_a_failed_run_again() {
     assert!(env.journal(run).await.iter().any(|k| k == "run_retried"));
     let (_, list) = get(&format!("{}/runs", console.base)).await;
     assert!(list.contains("attempt 2"), "the list shows the attempt");
-    let refused = client().post(format!("{}/runs/{}/retry", console.base, uuid::Uuid::now_v7())).form(&form).send().await.unwrap();
+    let refused = client()
+        .post(format!("{}/runs/{}/retry", console.base, uuid::Uuid::now_v7()))
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(refused.status(), StatusCode::CONFLICT);
 }

@@ -66,18 +66,34 @@ async fn a_question_waits_for_a_person_and_the_operators_answer_completes_the_ru
     assert!(asked.text.contains("Publish the post now?") && asked.expires_at > asked.asked_at, "{asked:?}");
     let cli = listed_by_the_cli(&env).await;
     assert_eq!(cli, serde_json::to_value(&waiting).unwrap(), "the CLI prints what the store holds");
-    assert_eq!((cli[0]["waitingFor"].clone(), cli[0]["question"]["options"].clone()), (json!("question"), json!(["yes", "no"])));
+    assert_eq!(
+        (cli[0]["waitingFor"].clone(), cli[0]["question"]["options"].clone()),
+        (json!("question"), json!(["yes", "no"]))
+    );
 
     let console = env.serve_console(None).await;
     let list = get(&format!("{}/waiting", console.base)).await;
-    assert!(list.contains("<tr data-handoff=\"wait-q\" data-kind=\"question\">") && list.contains("Publish the post now?"), "{list}");
+    assert!(
+        list.contains("<tr data-handoff=\"wait-q\" data-kind=\"question\">") && list.contains("Publish the post now?"),
+        "{list}"
+    );
     let page = get(&format!("{}/handoffs/wait-q", console.base)).await;
-    assert!(page.contains("<form id=\"answer-question\"") && page.contains("action=\"/handoffs/wait-q/answer\""), "{page}");
-    assert!(page.contains("name=\"choice\" value=\"yes\"") && page.contains(&asked.expires_at.format("%Y-%m-%d %H:%M:%S").to_string()));
+    assert!(
+        page.contains("<form id=\"answer-question\"") && page.contains("action=\"/handoffs/wait-q/answer\""),
+        "{page}"
+    );
+    assert!(
+        page.contains("name=\"choice\" value=\"yes\"")
+            && page.contains(&asked.expires_at.format("%Y-%m-%d %H:%M:%S").to_string())
+    );
     assert!(page.contains("<form id=\"cancel-handoff\""), "{page}");
     assert_eq!(hidden(&page, "question"), asked.question_id.to_string());
 
-    let form = [("csrf", hidden(&page, "csrf")), ("question", hidden(&page, "question")), ("text", "Yes, publish it today.".into())];
+    let form = [
+        ("csrf", hidden(&page, "csrf")),
+        ("question", hidden(&page, "question")),
+        ("text", "Yes, publish it today.".into()),
+    ];
     let url = format!("{}/handoffs/wait-q/answer", console.base);
     let sent = client().post(&url).form(&form).send().await.unwrap();
     assert_eq!(sent.status(), StatusCode::SEE_OTHER);
@@ -91,7 +107,10 @@ async fn a_question_waits_for_a_person_and_the_operators_answer_completes_the_ru
     let result = env.tool_results(inv.id).await[0]["content"].as_str().unwrap().to_string();
     assert!(result.starts_with("The user answered:\n> Yes, publish it today."), "{result}");
     let events = env.handoff_events("wait-q").await;
-    assert!(events.iter().any(|e| e == "answer_received") && events.iter().any(|e| e == "operator_answered"), "{events:?}");
+    assert!(
+        events.iter().any(|e| e == "answer_received") && events.iter().any(|e| e == "operator_answered"),
+        "{events:?}"
+    );
     let outcome = "SELECT count(*) FROM bridge_answers WHERE id LIKE 'console:%' AND outcome = 'applied'";
     assert_eq!(env.scalar_i64(outcome, &[]).await, 1);
     assert!(!get(&format!("{}/waiting", console.base)).await.contains("data-handoff=\"wait-q\""), "no longer waiting");

@@ -88,8 +88,7 @@ async fn what_the_policy_removes_from_any_field_never_reaches_the_model() {
     request["context"]["recentConversation"][0]["content"] = format!("clientSecret: {}", secrets[2]).into();
     request["context"]["recentConversation"][1]["content"] = format!("Authorization: Basic {}==", secrets[3]).into();
     request["context"]["userMemories"][0]["content"] = format!("身份证 {}", secrets[4]).into();
-    request["context"]["projectMemories"] =
-        json!([{"id": "p-1", "scope": "project", "type": "fact", "content": format!("secretAccessKey={}", secrets[5]), "sensitivity": "low"}]);
+    request["context"]["projectMemories"] = json!([{"id": "p-1", "scope": "project", "type": "fact", "content": format!("secretAccessKey={}", secrets[5]), "sensitivity": "low"}]);
     request["context"]["sessionSummary"] = format!("the hotline is 021-{} ext 89", secrets[9]).into();
     request["constraints"]["allowedActions"] = json!(["draft_text", format!("call {}", secrets[6])]);
     request["constraints"]["forbiddenActions"] = json!(["modify_files", format!("sharing ID {}", secrets[7])]);
@@ -106,7 +105,8 @@ async fn what_the_policy_removes_from_any_field_never_reaches_the_model() {
     assert_none_in(&secrets, &sent, "what the model was sent");
     assert_none_in(&secrets, &database_text(&env).await, "the database");
     let stored = baton_store::requests::get(&env.db().await, "disclosure-fields").await.unwrap().unwrap();
-    let fields: Vec<&str> = stored.body["context"]["redactions"].as_array().unwrap().iter().map(|r| r["field"].as_str().unwrap()).collect();
+    let fields: Vec<&str> =
+        stored.body["context"]["redactions"].as_array().unwrap().iter().map(|r| r["field"].as_str().unwrap()).collect();
     for field in [
         "constraints.allowedActions[1]",
         "constraints.forbiddenActions[1]",
@@ -141,7 +141,10 @@ async fn an_invalid_body_carrying_secrets_is_kept_redacted_and_stored_nowhere() 
     let error = dead_letter["_error"].as_str().unwrap();
     assert!(error.contains("createdAt") && error.contains("[redacted phone number]"), "{error}");
     let body = dead_letter["_body"].to_string();
-    assert!(body.contains("apiKey=[redacted API key]") && body.contains("invalid-secret"), "the shape stays for an operator: {body}");
+    assert!(
+        body.contains("apiKey=[redacted API key]") && body.contains("invalid-secret"),
+        "the shape stays for an operator: {body}"
+    );
     assert_none_in(&secrets, &dead_letter.to_string(), "baton.dead");
     assert_none_in(&secrets, &database_text(&env).await, "the database");
 }
@@ -169,11 +172,21 @@ async fn malformed_requests_are_dead_lettered_answered_failed_and_never_run() {
         ("no-memories", "/context/userMemories", None, "missing field `context.userMemories`"),
         ("no-redactions", "/context/redactions", None, "missing field `context.redactions`"),
         ("no-allowed", "/constraints/allowedActions", None, "missing field `constraints.allowedActions`"),
-        ("no-confirm", "/constraints/requireConfirmationFor", None, "missing field `constraints.requireConfirmationFor`"),
+        (
+            "no-confirm",
+            "/constraints/requireConfirmationFor",
+            None,
+            "missing field `constraints.requireConfirmationFor`",
+        ),
         ("no-priority", "/priority", None, "missing field `priority`"),
         ("no-updated", "/updatedAt", None, "missing field `updatedAt`"),
         ("callback-list", "/callback", Some(json!([])), "field `callback` is invalid"),
-        ("bad-sensitivity", "/context/userMemories/0/sensitivity", Some(json!(3)), "field `context.userMemories[0].sensitivity`"),
+        (
+            "bad-sensitivity",
+            "/context/userMemories/0/sensitivity",
+            Some(json!(3)),
+            "field `context.userMemories[0].sensitivity`",
+        ),
     ];
     let env = TestEnv::new().await;
     env.apply_example_profiles().await;
@@ -197,14 +210,23 @@ async fn malformed_requests_are_dead_lettered_answered_failed_and_never_run() {
     fleet.stop().await;
 
     for (id, _, _, says) in &cases {
-        let dead_letter = dead_letters.iter().find(|d| d["_body"]["id"] == *id).unwrap_or_else(|| panic!("{id} not dead-lettered"));
+        let dead_letter =
+            dead_letters.iter().find(|d| d["_body"]["id"] == *id).unwrap_or_else(|| panic!("{id} not dead-lettered"));
         assert!(dead_letter["_error"].as_str().unwrap().starts_with(says), "{id}: {dead_letter}");
         let reply = seen.iter().find(|m| m["handoffId"] == *id).unwrap_or_else(|| panic!("{id} got no reply"));
         assert_eq!((reply["type"].as_str(), reply["status"].as_str()), (Some("reply"), Some("failed")), "{id}");
         assert!(reply["error"]["message"].as_str().unwrap().starts_with(says), "{id}: {reply}");
     }
-    assert_eq!(seen.iter().filter(|m| m["handoffId"] != "valid-last").count(), cases.len(), "one failed reply each, no status: {seen:?}");
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id <> 'valid-last'", &[]).await, 0, "none stored");
+    assert_eq!(
+        seen.iter().filter(|m| m["handoffId"] != "valid-last").count(),
+        cases.len(),
+        "one failed reply each, no status: {seen:?}"
+    );
+    assert_eq!(
+        env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id <> 'valid-last'", &[]).await,
+        0,
+        "none stored"
+    );
     assert_eq!(env.scalar_i64("SELECT count(*) FROM runs", &[]).await, 1, "only the valid request ran");
 }
 

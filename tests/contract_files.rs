@@ -20,10 +20,7 @@ use serde_json::{json, Value};
 const AT: &str = "2026-11-30T10:00:00.000Z";
 
 fn contract_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ sits in the workspace")
-        .join("contract")
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ sits in the workspace").join("contract")
 }
 
 fn validator(name: &str) -> jsonschema::Validator {
@@ -36,10 +33,7 @@ fn validator(name: &str) -> jsonschema::Validator {
 }
 
 fn schema_errors(validator: &jsonschema::Validator, body: &Value) -> Vec<String> {
-    validator
-        .iter_errors(body)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect()
+    validator.iter_errors(body).map(|e| format!("{} at {}", e, e.instance_path())).collect()
 }
 
 /// The corpus files of one kind (`good` or `bad`): name and raw body.
@@ -48,12 +42,7 @@ fn corpus(kind: &str) -> Vec<(String, Vec<u8>)> {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .map(|p| {
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read(&p).unwrap(),
-            )
-        })
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
         .collect();
     files.sort();
     files
@@ -62,10 +51,7 @@ fn corpus(kind: &str) -> Vec<(String, Vec<u8>)> {
 #[test]
 fn contract_files_are_what_the_code_generates() {
     let files = baton::contract::generate().unwrap();
-    assert!(
-        files.contains_key("ts/index.ts")
-            && files.contains_key("schema/HandoffRequest.schema.json")
-    );
+    assert!(files.contains_key("ts/index.ts") && files.contains_key("schema/HandoffRequest.schema.json"));
     let differ = baton::contract::differences(&contract_dir(), &files).unwrap();
     assert!(
         differ.is_empty(),
@@ -91,10 +77,7 @@ fn every_fleet_queue_is_a_channel_of_the_asyncapi_document() {
 fn the_corpus_gets_the_same_verdict_from_the_parser_and_the_schema() {
     let schema = validator("HandoffRequest");
     let (good, bad) = (corpus("good"), corpus("bad"));
-    assert!(
-        good.len() + bad.len() >= 30,
-        "a corpus of at least 30 bodies"
-    );
+    assert!(good.len() + bad.len() >= 30, "a corpus of at least 30 bodies");
     let mut disagree = vec![];
     for (name, body) in &good {
         let value: Value = serde_json::from_slice(body).unwrap();
@@ -121,8 +104,7 @@ fn the_corpus_gets_the_same_verdict_from_the_parser_and_the_schema() {
 #[test]
 fn each_bad_body_is_refused_naming_the_field_by_its_full_path() {
     let path = contract_dir().join("corpus/reasons.json");
-    let reasons: BTreeMap<String, String> =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let reasons: BTreeMap<String, String> = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let bad = corpus("bad");
     assert_eq!(
         reasons.keys().collect::<Vec<_>>(),
@@ -133,18 +115,13 @@ fn each_bad_body_is_refused_naming_the_field_by_its_full_path() {
         .iter()
         .filter_map(|(name, body)| {
             let reason = parse_request(body).err()?.reason;
-            (!reason.starts_with(&reasons[name]))
-                .then(|| format!("{name}: {reason:?}, expected {:?}", reasons[name]))
+            (!reason.starts_with(&reasons[name])).then(|| format!("{name}: {reason:?}, expected {:?}", reasons[name]))
         })
         .collect();
     assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
 }
 
-fn reply_input(
-    outcome: Outcome,
-    chat: Option<&'static str>,
-    run: Option<&str>,
-) -> ReplyInput<'static> {
+fn reply_input(outcome: Outcome, chat: Option<&'static str>, run: Option<&str>) -> ReplyInput<'static> {
     ReplyInput {
         handoff_id: "h-1",
         chat_id: chat,
@@ -162,39 +139,19 @@ fn every_message_baton_builds_for_a_bridge_is_valid_against_its_schema() {
     let at = AT.to_string();
     let mut messages = vec![];
     for status in HandoffStatus::ALL {
-        messages.push((
-            "BridgeStatus",
-            bridge::status("h-1", status, 3, Some("wx"), at.clone()),
-        ));
-        messages.push((
-            "StatusCallback",
-            bridge::status("h-1", status, 1, None, at.clone()),
-        ));
+        messages.push(("BridgeStatus", bridge::status("h-1", status, 3, Some("wx"), at.clone())));
+        messages.push(("StatusCallback", bridge::status("h-1", status, 1, None, at.clone())));
     }
     let outcomes = [
-        Outcome::Completed {
-            final_text: "Done.".into(),
-        },
-        Outcome::Blocked {
-            message: "waiting".into(),
-        },
+        Outcome::Completed { final_text: "Done.".into() },
+        Outcome::Blocked { message: "waiting".into() },
         Outcome::Cancelled { reason: None },
     ];
-    for outcome in outcomes
-        .into_iter()
-        .chain(ErrorCode::ALL.map(|code| Outcome::Failed {
-            code,
-            message: "why".into(),
-        }))
+    for outcome in
+        outcomes.into_iter().chain(ErrorCode::ALL.map(|code| Outcome::Failed { code, message: "why".into() }))
     {
-        messages.push((
-            "BridgeReply",
-            bridge::reply(&reply_input(outcome.clone(), Some("wx"), Some("r-1"))),
-        ));
-        messages.push((
-            "BridgeReply",
-            bridge::reply(&reply_input(outcome, None, None)),
-        ));
+        messages.push(("BridgeReply", bridge::reply(&reply_input(outcome.clone(), Some("wx"), Some("r-1")))));
+        messages.push(("BridgeReply", bridge::reply(&reply_input(outcome, None, None))));
     }
     let options = ["yes".to_string(), "no".to_string()];
     for options in [&options[..], &[]] {
@@ -239,23 +196,14 @@ fn answers_and_cancels_get_the_same_verdict_from_the_parser_and_the_schema() {
     let (answers, cancels) = (validator("BridgeAnswer"), validator("BridgeCancel"));
     let mut disagree = vec![];
     for (field, to) in std::iter::once(("extra", json!(null))).chain(edits) {
-        for (body, schema, kind) in [
-            (&an_answer, &answers, "answer"),
-            (&a_cancel, &cancels, "cancel"),
-        ] {
+        for (body, schema, kind) in [(&an_answer, &answers, "answer"), (&a_cancel, &cancels, "cancel")] {
             let mut body = body.clone();
             body[field] = to.clone();
             let bytes = serde_json::to_vec(&body).unwrap();
-            let parsed = if kind == "answer" {
-                answer::parse(&bytes).is_ok()
-            } else {
-                cancel::parse_cancel(&bytes).is_ok()
-            };
+            let parsed =
+                if kind == "answer" { answer::parse(&bytes).is_ok() } else { cancel::parse_cancel(&bytes).is_ok() };
             if parsed != schema.is_valid(&body) {
-                disagree.push(format!(
-                    "{kind} with {field} = {to}: parser {parsed}, schema {}",
-                    !parsed
-                ));
+                disagree.push(format!("{kind} with {field} = {to}: parser {parsed}, schema {}", !parsed));
             }
         }
     }
@@ -269,7 +217,15 @@ fn baton_contract_check_names_the_files_that_differ_and_writing_mends_them() {
     baton::contract::write(&dir, &files).unwrap();
     std::fs::write(dir.join("ts/BridgeReply.ts"), "export type BridgeReply = unknown;\n").unwrap();
     std::fs::write(dir.join("schema/Gone.schema.json"), "{}\n").unwrap();
-    let baton = |args: &[&str]| std::process::Command::new(baton_tests::baton_binary()).arg("contract").args(args).arg("--dir").arg(&dir).output().unwrap();
+    let baton = |args: &[&str]| {
+        std::process::Command::new(baton_tests::baton_binary())
+            .arg("contract")
+            .args(args)
+            .arg("--dir")
+            .arg(&dir)
+            .output()
+            .unwrap()
+    };
 
     let check = baton(&["--check"]);
     let said = String::from_utf8_lossy(&check.stderr).into_owned();

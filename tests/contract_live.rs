@@ -35,7 +35,8 @@ async fn until_replies(env: &TestEnv, handoffs: &[&str]) -> Vec<Received> {
     while !handoffs.iter().all(|h| seen.iter().any(|m| m.body["type"] == "reply" && m.body["handoffId"] == *h)) {
         let delivery = tokio::time::timeout(WAIT, consumer.next()).await.expect("a message in time").unwrap().unwrap();
         delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
-        let text = |v: &Option<baton_bus::lapin::types::ShortString>| v.as_ref().map(|s| s.to_string()).unwrap_or_default();
+        let text =
+            |v: &Option<baton_bus::lapin::types::ShortString>| v.as_ref().map(|s| s.to_string()).unwrap_or_default();
         let props = &delivery.properties;
         seen.push(Received {
             body: serde_json::from_slice(&delivery.data).unwrap(),
@@ -70,27 +71,38 @@ async fn what_a_live_fleet_sends_a_bridge_is_valid_against_the_contract() {
     let messages = until_replies(&env, &["contract-ok", "contract-bad"]).await;
     fleet.stop().await;
 
-    let schemas: BTreeMap<&str, _> = [("status", "BridgeStatus"), ("reply", "BridgeReply"), ("question", "BridgeQuestion")]
-        .into_iter()
-        .map(|(kind, name)| (kind, validator(name)))
-        .collect();
+    let schemas: BTreeMap<&str, _> =
+        [("status", "BridgeStatus"), ("reply", "BridgeReply"), ("question", "BridgeQuestion")]
+            .into_iter()
+            .map(|(kind, name)| (kind, validator(name)))
+            .collect();
     let mut wrong = vec![];
     for m in &messages {
-        let errors: Vec<String> = schemas[m.body["type"].as_str().unwrap()].iter_errors(&m.body).map(|e| e.to_string()).collect();
+        let errors: Vec<String> =
+            schemas[m.body["type"].as_str().unwrap()].iter_errors(&m.body).map(|e| e.to_string()).collect();
         if !errors.is_empty() {
             wrong.push(format!("{}: {errors:?}", m.body));
         }
-        if m.message_id != documented_message_id(&m.body) || m.correlation_id != m.body["handoffId"] || m.content_type != "application/json" {
+        if m.message_id != documented_message_id(&m.body)
+            || m.correlation_id != m.body["handoffId"]
+            || m.content_type != "application/json"
+        {
             wrong.push(format!("{} came as {} / {} / {}", m.body, m.message_id, m.correlation_id, m.content_type));
         }
     }
     assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
 
-    let reply = |id: &str| messages.iter().find(|m| m.body["type"] == "reply" && m.body["handoffId"] == id).unwrap().body.clone();
+    let reply = |id: &str| {
+        messages.iter().find(|m| m.body["type"] == "reply" && m.body["handoffId"] == id).unwrap().body.clone()
+    };
     assert_eq!(reply("contract-ok")["status"], "completed");
     let failed = reply("contract-bad");
-    assert_eq!((failed["status"].as_str(), failed["error"]["code"].as_str()), (Some("failed"), Some("invalid_request")));
+    assert_eq!(
+        (failed["status"].as_str(), failed["error"]["code"].as_str()),
+        (Some("failed"), Some("invalid_request"))
+    );
     assert_eq!(failed["error"]["message"], "missing field `context.userId`");
-    let statuses = messages.iter().filter(|m| m.body["type"] == "status" && m.body["handoffId"] == "contract-ok").count();
+    let statuses =
+        messages.iter().filter(|m| m.body["type"] == "status" && m.body["handoffId"] == "contract-ok").count();
     assert!(statuses >= 3, "accepted, running, completed: {statuses}");
 }

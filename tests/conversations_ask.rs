@@ -77,7 +77,11 @@ async fn a_question_blocks_the_request_and_its_answer_completes_the_run() {
     env.send_request(&sample_request_json("ask-1", "docs_agent", "en")).await;
 
     let seen = until_question(&mut replies).await;
-    let statuses: Vec<(&str, i64)> = seen.iter().filter(|(m, _)| m["type"] == "status").map(|(m, _)| (m["status"].as_str().unwrap(), m["seq"].as_i64().unwrap())).collect();
+    let statuses: Vec<(&str, i64)> = seen
+        .iter()
+        .filter(|(m, _)| m["type"] == "status")
+        .map(|(m, _)| (m["status"].as_str().unwrap(), m["seq"].as_i64().unwrap()))
+        .collect();
     assert_eq!(statuses, [("accepted", 1), ("running", 2), ("blocked", 3)]);
     let (question, message_id) = seen.last().unwrap();
     let question_id = question["questionId"].as_str().unwrap();
@@ -89,10 +93,12 @@ async fn a_question_blocks_the_request_and_its_answer_completes_the_run() {
     assert!(question["expiresAt"].as_str().unwrap() > baton_store::bridge::timestamp().as_str());
     let waits = env.scalar_i64("SELECT extract(epoch FROM expires_at - now())::bigint FROM questions", &[]).await;
     assert!((3500..=3600).contains(&waits), "the profile's ask_timeout: {waits}");
-    let parked = env.scalar_i64("SELECT count(*) FROM invocations WHERE status = 'parked' AND lease_owner IS NULL", &[]).await;
+    let parked =
+        env.scalar_i64("SELECT count(*) FROM invocations WHERE status = 'parked' AND lease_owner IS NULL", &[]).await;
     assert_eq!(parked, 1, "while it waits, no worker holds the run");
 
-    env.send_raw(&answer("a-1", "ask-1", question_id, "yes, go ahead; my key is sk-abcdefghijklmnopqrstuvwx"), None).await;
+    env.send_raw(&answer("a-1", "ask-1", question_id, "yes, go ahead; my key is sk-abcdefghijklmnopqrstuvwx"), None)
+        .await;
     let (running, _) = next_with_id(&mut replies).await;
     assert_eq!((running["status"].as_str(), running["seq"].as_i64()), (Some("running"), Some(4)));
     let messages = until_reply(&mut replies, WAIT).await;
@@ -122,7 +128,11 @@ async fn an_unanswered_question_times_out_and_the_agent_goes_on() {
     env.send_request(&sample_request_json("ask-late", "docs_agent", "en")).await;
     let (question, _) = until_question(&mut replies).await.pop().unwrap();
     let (running, _) = next_with_id(&mut replies).await;
-    assert_eq!((running["status"].as_str(), running["seq"].as_i64()), (Some("running"), Some(4)), "back to running when it times out");
+    assert_eq!(
+        (running["status"].as_str(), running["seq"].as_i64()),
+        (Some("running"), Some(4)),
+        "back to running when it times out"
+    );
     let messages = until_reply(&mut replies, WAIT).await;
     assert_eq!(messages.last().unwrap()["status"], "completed");
 
@@ -145,7 +155,8 @@ async fn an_unanswered_question_times_out_and_the_agent_goes_on() {
 async fn duplicate_closed_and_unknown_answers_are_recorded_and_change_nothing() {
     let env = TestEnv::new().await;
     // The agent thinks a while after the answer, so later answers meet a live run.
-    let slow_write = r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "Published." }, delay_ms = 1500 }"#;
+    let slow_write =
+        r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "Published." }, delay_ms = 1500 }"#;
     let profile = profile("asker", TOOLS, "", &[ASK, slow_write, COMMIT, FINISH]);
     env.apply_profiles(&format!("[routes]\ndocs_agent = \"asker\"\n\n{profile}")).await;
     let fleet = env.start_all();
@@ -189,7 +200,10 @@ async fn duplicate_closed_and_unknown_answers_are_recorded_and_change_nothing() 
 async fn wait_for_outcome(env: &TestEnv, id: &str) {
     let c = env.db().await;
     baton_tests::eventually(WAIT, &format!("answer {id} recorded"), || async {
-        let row = c.query_opt("SELECT outcome FROM bridge_answers WHERE id = $1 AND outcome <> 'received'", &[&id]).await.unwrap();
+        let row = c
+            .query_opt("SELECT outcome FROM bridge_answers WHERE id = $1 AND outcome <> 'received'", &[&id])
+            .await
+            .unwrap();
         row.map(|_| ())
     })
     .await;
@@ -248,7 +262,12 @@ async fn the_demo_with_ask_answers_the_agents_question_and_completes() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    for line in ["bridge got status #3: blocked", "bridge got a question: Shall I publish", "bridge answered: yes", "bridge got status #4: running"] {
+    for line in [
+        "bridge got status #3: blocked",
+        "bridge got a question: Shall I publish",
+        "bridge answered: yes",
+        "bridge got status #4: running",
+    ] {
         assert!(stdout.contains(line), "`{line}` missing:\n{stdout}");
     }
     for event in ["ask_user_started", "agent_invocation_parked", "agent_invocation_woken", "ask_user_answered"] {
@@ -279,9 +298,20 @@ async fn a_delegated_child_cannot_ask_the_user() {
         "lead",
         &["agent_delegate", "agent_await", "workspace_write", "workspace_commit", "workspace_finish"],
         "can_delegate = true",
-        &[r#"{ tool = "agent_delegate", args = { agentId = "helper", task = { objective = "Help." } } }"#, r#"{ tool = "agent_await" }"#, WRITE, COMMIT, FINISH],
+        &[
+            r#"{ tool = "agent_delegate", args = { agentId = "helper", task = { objective = "Help." } } }"#,
+            r#"{ tool = "agent_await" }"#,
+            WRITE,
+            COMMIT,
+            FINISH,
+        ],
     );
-    let helper = profile("helper", &["ask_user"], "allow_as_subagent = true", &[ASK, r#"{ tool = "task_return", args = { summary = "Done." } }"#]);
+    let helper = profile(
+        "helper",
+        &["ask_user"],
+        "allow_as_subagent = true",
+        &[ASK, r#"{ tool = "task_return", args = { summary = "Done." } }"#],
+    );
     env.apply_profiles(&format!("[routes]\ndocs_agent = \"lead\"\n\n{lead}\n{helper}")).await;
     let messages = env.run_request("ask-child").await;
     assert_eq!(messages.last().unwrap()["status"], "completed");

@@ -16,13 +16,16 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 const WAIT: Duration = Duration::from_secs(30);
-const LEAD_TOOLS: &[&str] = &["agent_delegate", "agent_await", "workspace_write", "workspace_commit", "workspace_finish"];
+const LEAD_TOOLS: &[&str] =
+    &["agent_delegate", "agent_await", "workspace_write", "workspace_commit", "workspace_finish"];
 const COMMIT: &str = r#"{ tool = "workspace_commit" }"#;
 const FINISH: &str = r#"{ tool = "workspace_finish" }"#;
 
 /// A lead whose first model call takes `delay_ms`, then writes, commits and finishes.
 fn slow_lead(delay_ms: u64) -> String {
-    let write = format!(r#"{{ tool = "workspace_write", args = {{ path = "output/main.md", content = "Done." }}, delay_ms = {delay_ms} }}"#);
+    let write = format!(
+        r#"{{ tool = "workspace_write", args = {{ path = "output/main.md", content = "Done." }}, delay_ms = {delay_ms} }}"#
+    );
     profile("lead", LEAD_TOOLS, "can_delegate = true", &[&write, COMMIT, FINISH])
 }
 
@@ -45,7 +48,12 @@ async fn request_status(env: &TestEnv, id: &str) -> Option<String> {
 
 /// Steps written for a run's invocations, and its workspace files.
 async fn activity(env: &TestEnv, run: Uuid) -> (i64, i64) {
-    let steps = env.scalar_i64("SELECT count(*) FROM steps s JOIN invocations i ON i.id = s.invocation_id WHERE i.run_id = $1", &[&run]).await;
+    let steps = env
+        .scalar_i64(
+            "SELECT count(*) FROM steps s JOIN invocations i ON i.id = s.invocation_id WHERE i.run_id = $1",
+            &[&run],
+        )
+        .await;
     let files = env.scalar_i64("SELECT count(*) FROM workspace_files WHERE run_id = $1", &[&run]).await;
     (steps, files)
 }
@@ -57,7 +65,10 @@ async fn a_cancel_during_a_model_call_stops_the_run_and_nothing_runs_afterwards(
     let fleet = env.start_all();
     let mut replies = env.replies().await;
     env.send_request(&sample_request_json("cancel-model", "docs_agent", "en")).await;
-    eventually(WAIT, "the model call is under way", || async { (request_status(&env, "cancel-model").await? == "running").then_some(()) }).await;
+    eventually(WAIT, "the model call is under way", || async {
+        (request_status(&env, "cancel-model").await? == "running").then_some(())
+    })
+    .await;
     send_cancel(&env, "stop-1", "cancel-model").await;
     let messages = until_reply(&mut replies, WAIT).await;
     let reply = messages.last().unwrap();
@@ -73,7 +84,8 @@ async fn a_cancel_during_a_model_call_stops_the_run_and_nothing_runs_afterwards(
     send_cancel(&env, "stop-2", "cancel-model").await;
     eventually(WAIT, "both recorded", || async {
         let events = env.handoff_events("cancel-model").await;
-        (events.contains(&"cancel_duplicate".to_string()) && events.contains(&"cancel_ignored".to_string())).then_some(())
+        (events.contains(&"cancel_duplicate".to_string()) && events.contains(&"cancel_ignored".to_string()))
+            .then_some(())
     })
     .await;
     let journal = env.journal(run).await;
@@ -84,15 +96,20 @@ async fn a_cancel_during_a_model_call_stops_the_run_and_nothing_runs_afterwards(
 #[tokio::test]
 async fn a_cancel_during_delegated_children_stops_the_children_too() {
     let env = TestEnv::new().await;
-    let delegate = r#"{ tool = "agent_delegate", args = { agentId = "helper", task = { objective = "Look it up." } } }"#;
-    let lead = profile("lead", LEAD_TOOLS, "can_delegate = true", &[delegate, r#"{ tool = "agent_await" }"#, COMMIT, FINISH]);
+    let delegate =
+        r#"{ tool = "agent_delegate", args = { agentId = "helper", task = { objective = "Look it up." } } }"#;
+    let lead =
+        profile("lead", LEAD_TOOLS, "can_delegate = true", &[delegate, r#"{ tool = "agent_await" }"#, COMMIT, FINISH]);
     let turn = r#"{ tool = "task_return", args = { summary = "Helped.", findings = [] }, delay_ms = 2500 }"#;
     let helper = profile("helper", &["workspace_read"], "allow_as_subagent = true", &[turn]);
     env.apply_profiles(&routed(&[lead, helper], "")).await;
     let fleet = env.start_all();
     let mut replies = env.replies().await;
     env.send_request(&sample_request_json("cancel-children", "docs_agent", "en")).await;
-    let run = eventually(WAIT, "a run", || async { baton_store::requests::get(&env.db().await, "cancel-children").await.unwrap()?.run_id }).await;
+    let run = eventually(WAIT, "a run", || async {
+        baton_store::requests::get(&env.db().await, "cancel-children").await.unwrap()?.run_id
+    })
+    .await;
     eventually(WAIT, "the child runs while its parent waits", || async {
         let running = "SELECT count(*) FROM invocations WHERE run_id = $1 AND kind = 'child' AND status = 'running'";
         (env.scalar_i64(running, &[&run]).await == 1).then_some(())
@@ -107,7 +124,10 @@ async fn a_cancel_during_delegated_children_stops_the_children_too() {
     let tasks = "SELECT count(*) FROM tasks WHERE run_id = $1 AND status <> 'cancelled'";
     assert_eq!(env.scalar_i64(tasks, &[&run]).await, 0, "the child's task was cancelled");
     let journal = env.journal(run).await;
-    assert!(!journal.contains(&"task_return_recorded".to_string()), "the child returned nothing after the cancel: {journal:?}");
+    assert!(
+        !journal.contains(&"task_return_recorded".to_string()),
+        "the child returned nothing after the cancel: {journal:?}"
+    );
     fleet.stop().await;
 }
 
@@ -166,7 +186,8 @@ async fn a_malformed_cancel_or_an_unknown_type_is_dead_lettered_without_a_reply(
     bad["type"] = json!("bogus");
     bad["id"] = json!("b-1");
     env.send_raw(&serde_json::to_vec(&bad).unwrap(), Some(&env.reply_queue.clone())).await;
-    let reasons = [next_json(&mut dead, WAIT).await, next_json(&mut dead, WAIT).await].map(|d| d["_error"].as_str().unwrap().to_string());
+    let reasons = [next_json(&mut dead, WAIT).await, next_json(&mut dead, WAIT).await]
+        .map(|d| d["_error"].as_str().unwrap().to_string());
     fleet.stop().await;
     assert!(reasons[0].contains("field `id` must be 1 to 128"), "{reasons:?}");
     assert!(reasons[1].contains("\"bogus\""), "{reasons:?}");
@@ -192,7 +213,10 @@ async fn messages_until_replies(consumer: &mut Consumer, n: usize) -> HashMap<St
 async fn two_requests_of_one_chat(env: &TestEnv, strategy: &str) -> HashMap<String, Vec<Value>> {
     env.apply_profiles(&routed(&[slow_lead(1_000)], &format!("[conversations]\ndefault = \"{strategy}\""))).await;
     let _intakes = [env.spawn_baton("intake", "intake-a"), env.spawn_baton("intake", "intake-b")];
-    eventually(WAIT, "both intake processes consume", || async { (consumers(env, Queue::BridgeRequests).await == 2).then_some(()) }).await;
+    eventually(WAIT, "both intake processes consume", || async {
+        (consumers(env, Queue::BridgeRequests).await == 2).then_some(())
+    })
+    .await;
     warm_up(env).await;
     let fleet = env.start(&[Role::Invocation, Role::Relay, Role::Collector]);
     let mut replies = env.replies().await;
@@ -221,7 +245,8 @@ async fn warm_up(env: &TestEnv) {
 async fn consumers(env: &TestEnv, queue: Queue) -> u32 {
     let channel = env.conn.create_channel().await.unwrap();
     let passive = QueueDeclareOptions { passive: true, ..Default::default() };
-    let declared = channel.queue_declare(env.queue(queue).as_str().into(), passive, FieldTable::default()).await.unwrap();
+    let declared =
+        channel.queue_declare(env.queue(queue).as_str().into(), passive, FieldTable::default()).await.unwrap();
     declared.consumer_count()
 }
 
@@ -250,7 +275,11 @@ async fn waited(env: &TestEnv, id: &str) -> bool {
 async fn in_arrival_order(env: &TestEnv) -> (&'static str, &'static str) {
     let (a, b) = (waited(env, "chat-first").await, waited(env, "chat-second").await);
     assert!(a != b, "exactly one request waited for the other");
-    if b { ("chat-first", "chat-second") } else { ("chat-second", "chat-first") }
+    if b {
+        ("chat-first", "chat-second")
+    } else {
+        ("chat-second", "chat-first")
+    }
 }
 
 #[tokio::test]
@@ -260,8 +289,12 @@ async fn enqueue_runs_one_chat_s_requests_one_after_the_other_in_arrival_order()
     let (first, second) = in_arrival_order(&env).await;
     assert_eq!(reply_of(&seen, first)["status"], "completed");
     assert_eq!(reply_of(&seen, second)["status"], "completed");
-    assert!(started_after_end(&env, first, second).await, "the later arrival's run started when the earlier one's ended");
-    let statuses: Vec<&str> = seen[second].iter().filter(|m| m["type"] == "status").map(|m| m["status"].as_str().unwrap()).collect();
+    assert!(
+        started_after_end(&env, first, second).await,
+        "the later arrival's run started when the earlier one's ended"
+    );
+    let statuses: Vec<&str> =
+        seen[second].iter().filter(|m| m["type"] == "status").map(|m| m["status"].as_str().unwrap()).collect();
     assert_eq!(statuses, ["accepted", "running", "completed"], "waiting, the request was accepted once");
 }
 
@@ -270,10 +303,15 @@ async fn reject_answers_busy_while_the_chat_s_run_is_live() {
     let env = TestEnv::new().await;
     let seen = two_requests_of_one_chat(&env, "reject").await;
     let status = |id: &str| reply_of(&seen, id)["status"].as_str().unwrap().to_string();
-    let (kept, refused) = if status("chat-first") == "completed" { ("chat-first", "chat-second") } else { ("chat-second", "chat-first") };
+    let (kept, refused) =
+        if status("chat-first") == "completed" { ("chat-first", "chat-second") } else { ("chat-second", "chat-first") };
     assert_eq!(status(kept), "completed");
     let refusal = reply_of(&seen, refused);
-    assert_eq!((refusal["status"].as_str(), refusal["error"]["code"].as_str()), (Some("failed"), Some("busy")), "{refusal}");
+    assert_eq!(
+        (refusal["status"].as_str(), refusal["error"]["code"].as_str()),
+        (Some("failed"), Some("busy")),
+        "{refusal}"
+    );
     let request = baton_store::requests::get(&env.db().await, refused).await.unwrap().unwrap();
     assert_eq!(request.run_id, None, "a refused request gets no run");
 }

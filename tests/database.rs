@@ -14,11 +14,13 @@ use uuid::Uuid;
 
 const WAIT: Duration = Duration::from_secs(40);
 
-
 /// A number from this test's database on a fresh session (pooled ones may
 /// just have been ended by a fault).
 async fn count(env: &TestEnv, sql: &str) -> i64 {
-    let (client, conn) = baton_store::tokio_postgres::connect(&env.settings.database_url, baton_store::tokio_postgres::NoTls).await.unwrap();
+    let (client, conn) =
+        baton_store::tokio_postgres::connect(&env.settings.database_url, baton_store::tokio_postgres::NoTls)
+            .await
+            .unwrap();
     tokio::spawn(conn);
     client.query_one(sql, &[]).await.unwrap().get(0)
 }
@@ -27,7 +29,11 @@ async fn count(env: &TestEnv, sql: &str) -> i64 {
 async fn dead_letters(env: &TestEnv) -> u32 {
     let channel = env.conn.create_channel().await.unwrap();
     let passive = QueueDeclareOptions { passive: true, ..Default::default() };
-    channel.queue_declare(env.queue(Queue::Dead).as_str().into(), passive, FieldTable::default()).await.unwrap().message_count()
+    channel
+        .queue_declare(env.queue(Queue::Dead).as_str().into(), passive, FieldTable::default())
+        .await
+        .unwrap()
+        .message_count()
 }
 
 /// The request completed with one reply, nothing was dead-lettered, no
@@ -38,7 +44,11 @@ async fn assert_rode_it_out(env: &TestEnv, messages: &[Value]) {
     assert_eq!(messages.last().unwrap()["status"], "completed", "{messages:?}");
     assert_eq!(count(env, "SELECT count(*) FROM handoff_events WHERE type = 'reply_sent'").await, 1, "one reply");
     assert_eq!(dead_letters(env).await, 0, "nothing dead-lettered");
-    assert_eq!(count(env, "SELECT coalesce(sum(takeovers), 0)::bigint FROM invocations").await, 0, "no takeover counted");
+    assert_eq!(
+        count(env, "SELECT coalesce(sum(takeovers), 0)::bigint FROM invocations").await,
+        0,
+        "no takeover counted"
+    );
     assert_eq!(count(env, "SELECT count(*) FROM events WHERE type = 'host_error'").await, 0, "no host error");
 }
 
@@ -55,7 +65,11 @@ async fn a_request_arriving_while_the_database_is_read_only_runs_once_it_is_writ
     // The fault lasts a few seconds: the intake has the request and cannot
     // store it (reads still work, so this is observable).
     tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(count(&env, "SELECT count(*) FROM handoff_requests").await, 0, "nothing could be stored while read-only");
+    assert_eq!(
+        count(&env, "SELECT count(*) FROM handoff_requests").await,
+        0,
+        "nothing could be stored while read-only"
+    );
     env.set_read_only(false).await;
 
     let messages = until_reply(&mut replies, WAIT).await;
@@ -87,7 +101,9 @@ async fn a_run_mid_chain_rides_out_a_read_only_database_without_a_takeover() {
 
     // prompt, write + result, commit + result: the handoff turn is being "thought".
     eventually(WAIT, "the writer reached its slow turn", || async {
-        (count(&env, "SELECT count(*) FROM steps s JOIN invocations i ON i.id = s.invocation_id WHERE i.kind = 'root'").await >= 5)
+        (count(&env, "SELECT count(*) FROM steps s JOIN invocations i ON i.id = s.invocation_id WHERE i.kind = 'root'")
+            .await
+            >= 5)
             .then_some(())
     })
     .await;
@@ -127,7 +143,10 @@ async fn a_worker_frozen_inside_a_step_transaction_is_taken_over_and_its_writes_
     let mut frozen = env.spawn_baton_env(
         "invocation",
         "frozen",
-        &[("BATON_TEST_PAUSE_IN_STEP_MS", "10000"), ("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", &idle_timeout.as_millis().to_string())],
+        &[
+            ("BATON_TEST_PAUSE_IN_STEP_MS", "10000"),
+            ("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", &idle_timeout.as_millis().to_string()),
+        ],
     );
     env.send_request(&sample_request_json("frozen", "docs_agent", "en")).await;
 
@@ -142,7 +161,8 @@ async fn a_worker_frozen_inside_a_step_transaction_is_taken_over_and_its_writes_
     .await;
     frozen.signal("STOP");
     let frozen_at = Instant::now();
-    let root: Uuid = env.db().await.query_one("SELECT id FROM invocations WHERE kind = 'root'", &[]).await.unwrap().get(0);
+    let root: Uuid =
+        env.db().await.query_one("SELECT id FROM invocations WHERE kind = 'root'", &[]).await.unwrap().get(0);
 
     // The server ends the frozen transaction; the lease runs out; another
     // worker takes the invocation over and finishes the run.
@@ -169,14 +189,25 @@ async fn a_worker_frozen_inside_a_step_transaction_is_taken_over_and_its_writes_
     assert_eq!(frozen.exit_code(WAIT).await, Some(0), "the thawed worker shut down cleanly");
     rescuer.stop().await;
     fleet.stop().await;
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM steps WHERE invocation_id = $1", &[&root]).await, steps_after_rescue);
-    assert_eq!(env.scalar_i64("SELECT claim_epoch FROM invocations WHERE id = $1", &[&root]).await, 2, "taken over once");
+    assert_eq!(
+        env.scalar_i64("SELECT count(*) FROM steps WHERE invocation_id = $1", &[&root]).await,
+        steps_after_rescue
+    );
+    assert_eq!(
+        env.scalar_i64("SELECT claim_epoch FROM invocations WHERE id = $1", &[&root]).await,
+        2,
+        "taken over once"
+    );
     let results = env.tool_results(root).await;
     let mut ids: Vec<&str> = results.iter().filter_map(|r| r["toolCallId"].as_str()).collect();
     ids.dedup();
     assert_eq!(ids.len(), 3, "each tool call ran once: {results:?}");
     assert_eq!(env.scalar_i64("SELECT count(*) FROM commits", &[]).await, 1, "one commit in the ledger");
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM handoff_events WHERE type = 'reply_sent'", &[]).await, 1, "one reply");
+    assert_eq!(
+        env.scalar_i64("SELECT count(*) FROM handoff_events WHERE type = 'reply_sent'", &[]).await,
+        1,
+        "one reply"
+    );
 }
 
 /// A database of its own for the migration tests (dropped at the end).
@@ -188,7 +219,8 @@ struct FreshDb {
 
 impl FreshDb {
     fn new() -> Self {
-        let admin = std::env::var("TEST_ADMIN_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let admin = std::env::var("TEST_ADMIN_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
         let name = format!("baton_test_{}", &Uuid::new_v4().simple().to_string()[..16]);
         let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
         Self { url, name, admin }
@@ -201,7 +233,9 @@ impl Drop for FreshDb {
         let cleanup = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async move {
-                if let Ok((client, c)) = baton_store::tokio_postgres::connect(&admin, baton_store::tokio_postgres::NoTls).await {
+                if let Ok((client, c)) =
+                    baton_store::tokio_postgres::connect(&admin, baton_store::tokio_postgres::NoTls).await
+                {
                     tokio::spawn(c);
                     let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).await;
                 }
@@ -267,5 +301,8 @@ async fn a_role_refuses_to_start_on_a_database_behind_or_ahead_of_its_binary() {
     .unwrap();
     let (code, text) = start_intake(&env, "ahead").await;
     assert_eq!(code, Some(1), "refused: {text}");
-    assert!(text.contains("this binary is older than the database") && text.contains("V99999__from_the_future"), "{text}");
+    assert!(
+        text.contains("this binary is older than the database") && text.contains("V99999__from_the_future"),
+        "{text}"
+    );
 }

@@ -31,7 +31,10 @@ async fn a_profile_this_version_cannot_read_fails_the_run_and_the_bridge_hears_i
     let binding = r#"{"provider": "gemini", "model": "gemini-9"}"#;
     env.db()
         .await
-        .execute("UPDATE profiles SET spec = jsonb_set(spec, '{model}', $1::text::jsonb) WHERE id = 'writer'", &[&binding])
+        .execute(
+            "UPDATE profiles SET spec = jsonb_set(spec, '{model}', $1::text::jsonb) WHERE id = 'writer'",
+            &[&binding],
+        )
         .await
         .unwrap();
     let workers = env.start(&[Role::Invocation]);
@@ -57,7 +60,8 @@ async fn a_profile_this_version_cannot_read_fails_the_run_and_the_bridge_hears_i
     // Several grace periods later nothing re-published it, and it is still failed.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(status().await, ("failed".to_string(), republished));
-    let queued = env.scalar_i64("SELECT count(*) FROM outbox WHERE body->>'invocationId' = $1", &[&root.to_string()]).await;
+    let queued =
+        env.scalar_i64("SELECT count(*) FROM outbox WHERE body->>'invocationId' = $1", &[&root.to_string()]).await;
     assert_eq!(queued, 0, "no message for the failed invocation is waiting to be sent");
     workers.stop().await;
     fleet.stop().await;
@@ -146,7 +150,12 @@ async fn a_callback_endpoint_answering_an_endless_error_body_is_retried_with_a_s
     env.send_request(&request).await;
     until_reply(&mut replies, WAIT).await;
     let reason: String = eventually(WAIT, "a callback was retried with its reason", || async {
-        let row = env.db().await.query_opt("SELECT last_error FROM callbacks WHERE attempts >= 1 LIMIT 1", &[]).await.unwrap();
+        let row = env
+            .db()
+            .await
+            .query_opt("SELECT last_error FROM callbacks WHERE attempts >= 1 LIMIT 1", &[])
+            .await
+            .unwrap();
         row.and_then(|r| r.get::<_, Option<String>>(0))
     })
     .await;
@@ -199,7 +208,8 @@ async fn concurrent_profile_applies_never_leave_a_moment_without_routes() {
     let env = TestEnv::new().await;
     let file = |n: usize| {
         let routes: String = (0..20).map(|i| format!("target_{i} = \"p{n}\"\n")).collect();
-        let p = baton_tests::profile(&format!("p{n}"), &["workspace_finish"], "", &[r#"{ tool = "workspace_finish" }"#]);
+        let p =
+            baton_tests::profile(&format!("p{n}"), &["workspace_finish"], "", &[r#"{ tool = "workspace_finish" }"#]);
         baton_domain::profiles::ProfilesFile::parse(&format!("[routes]\n{routes}\n{p}")).unwrap()
     };
     let mut first = env.db().await;
@@ -221,7 +231,10 @@ async fn concurrent_profile_applies_never_leave_a_moment_without_routes() {
     for round in 0..15 {
         let (mut a, mut b) = (env.db().await, first);
         let (fa, fb) = (file(2 * round + 1), file(2 * round + 2));
-        let (ra, rb) = tokio::join!(baton_store::profiles::apply_atomically(&mut a, &fa), baton_store::profiles::apply_atomically(&mut b, &fb));
+        let (ra, rb) = tokio::join!(
+            baton_store::profiles::apply_atomically(&mut a, &fa),
+            baton_store::profiles::apply_atomically(&mut b, &fb)
+        );
         ra.expect("the first apply of the pair");
         rb.expect("the second apply of the pair");
         first = b;

@@ -28,13 +28,22 @@ async fn a_steady_state_hop_costs_no_more_commits_statements_and_publishes_than_
     let mut settings = env.settings.clone();
     settings.database_url = format!("{}_hops", env.settings.database_url);
     settings.queue_prefix = format!("{}hops.", env.settings.queue_prefix);
-    let costs = baton_bench::counters::measure(&settings, baton_binary(), None, 200, 4).await.expect("the counters cell runs");
+    let costs =
+        baton_bench::counters::measure(&settings, baton_binary(), None, 200, 4).await.expect("the counters cell runs");
     let baton = costs.iter().find(|c| c.side == baton_bench::driver::Side::Baton).expect("a Baton figure");
     println!("{}", baton.line());
     assert!(baton.hops >= 200, "only {} hops ran", baton.hops);
     assert!(baton.commits <= MAX_COMMITS, "{:.2} commits per hop, over the ceiling of {MAX_COMMITS}", baton.commits);
-    assert!(baton.statements <= MAX_STATEMENTS, "{:.2} statements per hop, over the ceiling of {MAX_STATEMENTS}", baton.statements);
-    assert!(baton.publishes <= MAX_PUBLISHES, "{:.2} publishes per hop, over the ceiling of {MAX_PUBLISHES}", baton.publishes);
+    assert!(
+        baton.statements <= MAX_STATEMENTS,
+        "{:.2} statements per hop, over the ceiling of {MAX_STATEMENTS}",
+        baton.statements
+    );
+    assert!(
+        baton.publishes <= MAX_PUBLISHES,
+        "{:.2} publishes per hop, over the ceiling of {MAX_PUBLISHES}",
+        baton.publishes
+    );
     // A hop cannot be free: the counters see the traffic at all.
     assert!(baton.commits >= 1.0 && baton.publishes >= 1.0, "the proxies saw no traffic: {}", baton.line());
 }

@@ -37,8 +37,10 @@ async fn a_chain_runs_end_to_end_without_a_relay_each_role_publishing_what_it_co
     let mut replies = env.replies().await;
     env.send_request(&sample_request_json("direct-1", "docs_agent", "en")).await;
     let messages = until_reply(&mut replies, WAIT).await;
-    let statuses: Vec<(&str, i64)> =
-        messages[..messages.len() - 1].iter().map(|m| (m["status"].as_str().unwrap(), m["seq"].as_i64().unwrap())).collect();
+    let statuses: Vec<(&str, i64)> = messages[..messages.len() - 1]
+        .iter()
+        .map(|m| (m["status"].as_str().unwrap(), m["seq"].as_i64().unwrap()))
+        .collect();
     assert_eq!(statuses, vec![("accepted", 1), ("running", 2), ("completed", 3)]);
     assert_eq!(messages.last().unwrap()["status"], "completed");
     let agents = &messages.last().unwrap()["result"]["agents"];
@@ -89,15 +91,24 @@ async fn step_transactions(env: &TestEnv, invocation: uuid::Uuid) -> i64 {
 async fn a_scripted_stage_claims_runs_and_hands_off_in_one_transaction() {
     let env = TestEnv::new().await;
     let handoff = |to: &str, delay: &str| {
-        format!(r#"{{ tool = "agent_handoff", args = {{ agentId = "{to}", handoff = {{ objective = "Carry on." }} }}{delay} }}"#)
+        format!(
+            r#"{{ tool = "agent_handoff", args = {{ agentId = "{to}", handoff = {{ objective = "Carry on." }} }}{delay} }}"#
+        )
     };
     let first = baton_tests::profile("first", &["agent_handoff"], "can_handoff = true", &[&handoff("second", "")]);
-    let second = baton_tests::profile("second", &["agent_handoff"], "can_handoff = true", &[&handoff("third", ", delay_ms = 50")]);
+    let second = baton_tests::profile(
+        "second",
+        &["agent_handoff"],
+        "can_handoff = true",
+        &[&handoff("third", ", delay_ms = 50")],
+    );
     let third = baton_tests::profile(
         "third",
         &["workspace_write", "workspace_commit", "workspace_finish"],
         "",
-        &[r#"{ calls = [ { tool = "workspace_write", args = { path = "output/main.md", content = "Done." } }, { tool = "workspace_commit" }, { tool = "workspace_finish" } ] }"#],
+        &[
+            r#"{ calls = [ { tool = "workspace_write", args = { path = "output/main.md", content = "Done." } }, { tool = "workspace_commit" }, { tool = "workspace_finish" } ] }"#,
+        ],
     );
     env.apply_profiles(&format!("[routes]\ndocs_agent = \"first\"\n\n{first}\n{second}\n{third}")).await;
     let fleet = env.start(&[Role::Intake, Role::Invocation, Role::Collector]);
@@ -112,8 +123,16 @@ async fn a_scripted_stage_claims_runs_and_hands_off_in_one_transaction() {
         async move { env.invocations_of(run, profile).await.first().map(|inv| inv.id).expect("the stage ran") }
     };
     // prompt, turn, tool results: one transaction, the claim's.
-    assert_eq!(step_transactions(&env, stage("first").await).await, 1, "the first stage's claim took its turn and handed off");
-    assert_eq!(step_transactions(&env, stage("third").await).await, 1, "the last stage's claim took its turn and finished");
+    assert_eq!(
+        step_transactions(&env, stage("first").await).await,
+        1,
+        "the first stage's claim took its turn and handed off"
+    );
+    assert_eq!(
+        step_transactions(&env, stage("third").await).await,
+        1,
+        "the last stage's claim took its turn and finished"
+    );
     // The delayed turn waited outside the claim: prompt in one, turn + result in the next.
     assert_eq!(step_transactions(&env, stage("second").await).await, 2, "a turn that waits is the loop's");
     let journal = env.journal(run).await;

@@ -17,7 +17,11 @@ fn lead(id: &str) -> String {
 }
 
 fn profiles(route_to: &str) -> String {
-    format!("[routes]\ndocs_agent = \"{route_to}\"\n[conversations]\ndefault = \"enqueue\"\n{}\n{}", lead("lead"), lead("other"))
+    format!(
+        "[routes]\ndocs_agent = \"{route_to}\"\n[conversations]\ndefault = \"enqueue\"\n{}\n{}",
+        lead("lead"),
+        lead("other")
+    )
 }
 
 fn request(id: &str, chat: &str) -> Value {
@@ -51,9 +55,14 @@ async fn unrelated_requests_pass_a_held_up_one_and_its_chat_keeps_arrival_order(
     })
     .await;
     let held = ["held-1".to_string(), "held-2".to_string()];
-    assert_eq!(stored(&env, &held).await, 0, "the chat's second request waits behind its first, which waits for the lock");
+    assert_eq!(
+        stored(&env, &held).await,
+        0,
+        "the chat's second request waits behind its first, which waits for the lock"
+    );
     holder.execute("SELECT pg_advisory_unlock($1, hashtext($2))", &[&HANDOFF_LOCK, &"held-1"]).await.unwrap();
-    eventually(WAIT, "both requests of the chat stored", || async { (stored(&env, &held).await == 2).then_some(()) }).await;
+    eventually(WAIT, "both requests of the chat stored", || async { (stored(&env, &held).await == 2).then_some(()) })
+        .await;
     let first = baton_store::requests::get(&env.db().await, "held-1").await.unwrap().unwrap();
     let second = baton_store::requests::get(&env.db().await, "held-2").await.unwrap().unwrap();
     assert!(first.run_id.is_some(), "the first arrival holds the chat's turn");
@@ -75,10 +84,12 @@ async fn a_cancel_sent_right_behind_its_request_cancels_its_run() {
         env.send_request(&request(&format!("noise-{n}"), &format!("noise-chat-{n}"))).await;
     }
     let cancelled = "SELECT count(*) FROM runs r JOIN handoff_requests h ON h.run_id = r.id WHERE h.id = ANY($1) AND r.status = 'cancelled'";
-    eventually(WAIT, "every run cancelled", || async { (env.scalar_i64(cancelled, &[&ids]).await == 8).then_some(()) }).await;
+    eventually(WAIT, "every run cancelled", || async { (env.scalar_i64(cancelled, &[&ids]).await == 8).then_some(()) })
+        .await;
     for id in &ids {
         let events = env.handoff_events(id).await;
-        let (created, cancel) = (events.iter().position(|e| e == "created"), events.iter().position(|e| e == "cancel_received"));
+        let (created, cancel) =
+            (events.iter().position(|e| e == "created"), events.iter().position(|e| e == "cancel_received"));
         assert!(created < cancel && cancel.is_some(), "{id}: the request, then its cancel: {events:?}");
         let note: String = env
             .db()
@@ -108,6 +119,10 @@ async fn a_profiles_file_applied_while_intake_runs_routes_the_next_request() {
     assert_eq!(eventually(WAIT, "the first request started", || profile_of("before")).await, "lead");
     env.apply_profiles(&profiles("other")).await;
     env.send_request(&request("after", "chat-after")).await;
-    assert_eq!(eventually(WAIT, "the second request started", || profile_of("after")).await, "other", "the new routes, not a stale copy");
+    assert_eq!(
+        eventually(WAIT, "the second request started", || profile_of("after")).await,
+        "other",
+        "the new routes, not a stale copy"
+    );
     fleet.stop().await;
 }

@@ -15,20 +15,10 @@ const WAIT: Duration = Duration::from_secs(120);
 fn three_workers(env: &TestEnv) -> Vec<(BatonProcess, String)> {
     (0..3)
         .map(|i| {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
             let addr = format!("127.0.0.1:{port}");
-            let extra = [
-                ("BATON_METRICS_ADDR", addr.as_str()),
-                ("BATON_MAX_CONCURRENT_INVOCATIONS", "16"),
-            ];
-            (
-                env.spawn_baton_env("invocation", &format!("limited-{i}"), &extra),
-                addr,
-            )
+            let extra = [("BATON_METRICS_ADDR", addr.as_str()), ("BATON_MAX_CONCURRENT_INVOCATIONS", "16")];
+            (env.spawn_baton_env("invocation", &format!("limited-{i}"), &extra), addr)
         })
         .collect()
 }
@@ -37,8 +27,7 @@ fn three_workers(env: &TestEnv) -> Vec<(BatonProcess, String)> {
 async fn run_many(env: &TestEnv, n: usize) -> Vec<String> {
     let mut replies = env.replies().await;
     for i in 0..n {
-        env.send_request(&request(&format!("limited-{i}"), "normal", false))
-            .await;
+        env.send_request(&request(&format!("limited-{i}"), "normal", false)).await;
     }
     let mut statuses = vec![];
     while statuses.len() < n {
@@ -51,17 +40,11 @@ async fn run_many(env: &TestEnv, n: usize) -> Vec<String> {
 }
 
 async fn scrape(addr: &str) -> String {
-    reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap()
 }
 
 #[tokio::test]
-async fn three_workers_under_a_limit_just_below_the_providers_hear_no_429_and_every_run_completes()
-{
+async fn three_workers_under_a_limit_just_below_the_providers_hear_no_429_and_every_run_completes() {
     // The provider takes 4 requests a second; the fleet's limit is 2 (120 a
     // minute, held over every one-second window), below what the fleet would
     // send on its own, so calls do wait. The provider stamps arrivals, the
@@ -71,18 +54,13 @@ async fn three_workers_under_a_limit_just_below_the_providers_hear_no_429_and_ev
     let server = PacedModelServer::start(Paced { per_second: Some(4), ..Default::default() }).await;
     let env = TestEnv::new().await;
     let limit = "[[limits]]\nname = \"paced\"\nbase_url = \"BASE\"\nrequests_per_minute = 120\nwindow_secs = 1\n";
-    env.apply_profiles(&profiles(&server, &limit.replace("BASE", &server.base_url)))
-        .await;
+    env.apply_profiles(&profiles(&server, &limit.replace("BASE", &server.base_url))).await;
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
     let workers = three_workers(&env);
 
     let statuses = run_many(&env, 50).await;
     assert!(statuses.iter().all(|s| s == "completed"), "{statuses:?}");
-    assert_eq!(
-        server.arrivals().len(),
-        100,
-        "100 model calls, none retried"
-    );
+    assert_eq!(server.arrivals().len(), 100, "100 model calls, none retried");
     assert_eq!(server.refused(), 0, "the provider never answered 429");
     // No one-second window of admissions holds more than two calls.
     let crowded = env
@@ -96,18 +74,11 @@ async fn three_workers_under_a_limit_just_below_the_providers_hear_no_429_and_ev
         )
         .await;
     assert_eq!(crowded, 0, "a one-second window admitted more than two calls");
-    let admitted = env
-        .scalar_i64("SELECT count(*) FROM model_limit_calls WHERE limit_name = 'paced'", &[])
-        .await;
+    let admitted = env.scalar_i64("SELECT count(*) FROM model_limit_calls WHERE limit_name = 'paced'", &[]).await;
     assert_eq!(admitted, 100, "every call was admitted once");
 
     // Waiting is visible: the journal, and a metric labelled by the limit's name.
-    let waited = env
-        .scalar_i64(
-            "SELECT count(*) FROM events WHERE type = 'model_call_throttled'",
-            &[],
-        )
-        .await;
+    let waited = env.scalar_i64("SELECT count(*) FROM events WHERE type = 'model_call_throttled'", &[]).await;
     assert!(waited > 0, "100 calls at 2 a second wait their turn");
     let reasons = env.scalar_i64("SELECT count(*) FROM events WHERE type = 'model_call_waiting' AND payload->>'reason' <> 'requests_per_minute'", &[]).await;
     assert_eq!(reasons, 0, "only the request rate made calls wait");
@@ -116,31 +87,19 @@ async fn three_workers_under_a_limit_just_below_the_providers_hear_no_429_and_ev
         scraped.push_str(&scrape(addr).await);
     }
     assert!(
-        scraped.contains(
-            "baton_model_throttled_total{limit=\"paced\",reason=\"requests_per_minute\"}"
-        ),
+        scraped.contains("baton_model_throttled_total{limit=\"paced\",reason=\"requests_per_minute\"}"),
         "{scraped}"
     );
-    assert!(
-        !scraped.contains(&server.base_url),
-        "no endpoint or key in a label"
-    );
+    assert!(!scraped.contains(&server.base_url), "no endpoint or key in a label");
     drop(workers);
     fleet.stop().await;
 }
 
 #[tokio::test]
 async fn a_limit_of_two_concurrent_calls_holds_across_three_workers() {
-    let server = PacedModelServer::start(Paced {
-        delay: Duration::from_millis(150),
-        ..Default::default()
-    })
-    .await;
+    let server = PacedModelServer::start(Paced { delay: Duration::from_millis(150), ..Default::default() }).await;
     let env = TestEnv::new().await;
-    let limit = format!(
-        "[[limits]]\nname = \"pair\"\nbase_url = \"{}/\"\nconcurrent_calls = 2\n",
-        server.base_url
-    );
+    let limit = format!("[[limits]]\nname = \"pair\"\nbase_url = \"{}/\"\nconcurrent_calls = 2\n", server.base_url);
     env.apply_profiles(&profiles(&server, &limit)).await;
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
     let workers = three_workers(&env);
@@ -148,17 +107,8 @@ async fn a_limit_of_two_concurrent_calls_holds_across_three_workers() {
     let statuses = run_many(&env, 20).await;
     assert!(statuses.iter().all(|s| s == "completed"), "{statuses:?}");
     assert_eq!(server.arrivals().len(), 40);
-    assert_eq!(
-        server.most_in_flight(),
-        2,
-        "never more than two calls at once, and the limit was reached"
-    );
-    let in_flight = env
-        .scalar_i64(
-            "SELECT count(*) FROM model_limit_calls WHERE held_until IS NOT NULL",
-            &[],
-        )
-        .await;
+    assert_eq!(server.most_in_flight(), 2, "never more than two calls at once, and the limit was reached");
+    let in_flight = env.scalar_i64("SELECT count(*) FROM model_limit_calls WHERE held_until IS NOT NULL", &[]).await;
     assert_eq!(in_flight, 0, "every admitted call was ended");
     drop(workers);
     fleet.stop().await;
@@ -169,13 +119,12 @@ async fn a_token_limit_holds_against_the_usage_the_provider_reports() {
     // 50 tokens a call; 6,000 a minute held over each second is 100 a
     // second: two calls. Until a call reports its usage, a call is assumed
     // to take the whole quota, so the first ones go one at a time.
-    let server = PacedModelServer::start(Paced {
-        tokens: 50,
-        ..Default::default()
-    })
-    .await;
+    let server = PacedModelServer::start(Paced { tokens: 50, ..Default::default() }).await;
     let env = TestEnv::new().await;
-    let limit = format!("[[limits]]\nname = \"tokens\"\nbase_url = \"{}\"\ntokens_per_minute = 6000\nwindow_secs = 1\n", server.base_url);
+    let limit = format!(
+        "[[limits]]\nname = \"tokens\"\nbase_url = \"{}\"\ntokens_per_minute = 6000\nwindow_secs = 1\n",
+        server.base_url
+    );
     env.apply_profiles(&profiles(&server, &limit)).await;
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
     let workers = three_workers(&env);
@@ -196,14 +145,9 @@ async fn a_token_limit_holds_against_the_usage_the_provider_reports() {
         )
         .await;
     assert!(tokens <= 100, "{tokens} tokens admitted in one second");
-    let reported = env
-        .scalar_i64("SELECT count(*) FROM model_limit_calls WHERE reported AND tokens = 50", &[])
-        .await;
+    let reported = env.scalar_i64("SELECT count(*) FROM model_limit_calls WHERE reported AND tokens = 50", &[]).await;
     assert_eq!(reported, 30, "every call ended with the usage the provider reported");
-    assert!(
-        started.elapsed() >= Duration::from_secs(12),
-        "30 calls at two a second take fifteen seconds"
-    );
+    assert!(started.elapsed() >= Duration::from_secs(12), "30 calls at two a second take fifteen seconds");
     let reasons = env.scalar_i64("SELECT count(*) FROM events WHERE type = 'model_call_waiting' AND payload->>'reason' = 'tokens_per_minute'", &[]).await;
     assert!(reasons > 0);
     drop(workers);
@@ -217,7 +161,8 @@ async fn a_token_limit_holds_against_the_usage_the_provider_reports() {
 async fn a_providers_retry_after_pauses_every_worker_under_the_limit() {
     let server = PacedModelServer::start(Paced { refuse_first: 1, retry_after_secs: 2, ..Default::default() }).await;
     let env = TestEnv::new().await;
-    let limit = format!("[[limits]]\nname = \"paused\"\nbase_url = \"{}\"\nrequests_per_minute = 6000\n", server.base_url);
+    let limit =
+        format!("[[limits]]\nname = \"paused\"\nbase_url = \"{}\"\nrequests_per_minute = 6000\n", server.base_url);
     let file = profiles(&server, &limit).replace("max_attempts = 1", "max_attempts = 3");
     env.apply_profiles(&file).await;
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
@@ -227,7 +172,9 @@ async fn a_providers_retry_after_pauses_every_worker_under_the_limit() {
     // The first call is refused; once the limit is paused, two more requests arrive.
     env.send_request(&request("first", "normal", false)).await;
     eventually(WAIT, "the provider refused a call", || async {
-        let paused = env.scalar_i64("SELECT count(*) FROM model_limits WHERE name = 'paused' AND paused_until IS NOT NULL", &[]).await;
+        let paused = env
+            .scalar_i64("SELECT count(*) FROM model_limits WHERE name = 'paused' AND paused_until IS NOT NULL", &[])
+            .await;
         (server.refused() == 1 && paused == 1).then_some(())
     })
     .await;
@@ -248,7 +195,8 @@ async fn a_providers_retry_after_pauses_every_worker_under_the_limit() {
     let refused_run = arrivals.iter().find(|a| a.refused).expect("the refusal").run.clone();
     // Nobody called the provider before the pause it asked for had passed
     // (a loaded machine only makes the calls later).
-    let early: Vec<_> = arrivals.iter().filter(|a| !a.refused && a.at < refused_at + Duration::from_millis(1900)).collect();
+    let early: Vec<_> =
+        arrivals.iter().filter(|a| !a.refused && a.at < refused_at + Duration::from_millis(1900)).collect();
     assert!(early.is_empty(), "calls before the provider's pause ended: {early:?}");
     // The other runs' calls waited for the pause, and their journals say why.
     let others_waited = env

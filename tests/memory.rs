@@ -38,7 +38,8 @@ async fn consumers(env: &TestEnv, queue: Queue) -> u32 {
 /// A `/proc/PID/status` field, in KiB.
 fn status_kb(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
+    let line =
+        status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
@@ -57,7 +58,10 @@ async fn an_idle_invocation_worker_allocates_little() {
     })
     .await;
     for queue in INVOCATION_QUEUES {
-        eventually(WAIT, "the worker consumes its queues", || async { (consumers(&env, queue).await > 0).then_some(()) }).await;
+        eventually(WAIT, "the worker consumes its queues", || async {
+            (consumers(&env, queue).await > 0).then_some(())
+        })
+        .await;
     }
     let (anon, rss) = (status_kb(pid, "RssAnon:"), status_kb(pid, "VmRSS:"));
     let threads = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().count();

@@ -80,7 +80,10 @@ async fn the_demo_chain_moves_requests_hops_claims_and_run_duration() {
     assert!(delta("baton_claims_total", &[]) >= invocations as f64, "every invocation was claimed: {after}");
     assert_eq!(delta("baton_takeovers_total", &[]), 0.0);
     assert!(delta("baton_tool_calls_total", &[("tool", "agent_handoff"), ("outcome", "ok")]) >= 2.0);
-    assert!(delta("baton_model_request_duration_seconds_count", &[("profile", "writer"), ("outcome", "ok")]) >= 1.0, "by profile id");
+    assert!(
+        delta("baton_model_request_duration_seconds_count", &[("profile", "writer"), ("outcome", "ok")]) >= 1.0,
+        "by profile id"
+    );
     assert_eq!(delta("baton_bridge_replies_total", &[("status", "completed")]), 1.0);
     assert!(delta("baton_relay_publish_duration_seconds_count", &[]) >= 1.0);
     assert!(after.contains("baton_outbox_backlog "), "the relay's process reports the outbox: {after}");
@@ -120,7 +123,10 @@ async fn model_calls_and_tokens_are_counted_by_profile() {
     // Three completions of 40 prompt and 10 completion tokens each (tests/src/http.rs).
     assert_eq!(sample(&text, "baton_model_tokens_total", &[("profile", "solo"), ("kind", "prompt")]), 120.0, "{text}");
     assert_eq!(sample(&text, "baton_model_tokens_total", &[("profile", "solo"), ("kind", "completion")]), 30.0);
-    assert_eq!(sample(&text, "baton_model_request_duration_seconds_count", &[("profile", "solo"), ("outcome", "ok")]), 3.0);
+    assert_eq!(
+        sample(&text, "baton_model_request_duration_seconds_count", &[("profile", "solo"), ("outcome", "ok")]),
+        3.0
+    );
     assert_eq!(sample(&text, "baton_model_request_errors_total", &[("profile", "solo"), ("status", "503")]), 1.0);
     assert_eq!(sample(&text, "baton_tool_calls_total", &[("tool", "workspace_write"), ("outcome", "ok")]), 1.0);
     assert_no_ids(&text, &["metrics-tokens-1", "From the model."]);
@@ -133,7 +139,8 @@ async fn readyz_turns_503_when_the_database_is_unreachable_while_healthz_stays_2
     let stop = CancellationToken::new();
     let addr = listen(&mut env, &Role::ALL, &stop).await;
     let fleet = env.start_all();
-    eventually(Duration::from_secs(20), "ready", || async { (get(addr, "/readyz").await.0 == 200).then_some(()) }).await;
+    eventually(Duration::from_secs(20), "ready", || async { (get(addr, "/readyz").await.0 == 200).then_some(()) })
+        .await;
 
     // The test's database refuses connections from now on, and loses the ones it had.
     let db = env.settings.database_url.rsplit_once('/').unwrap().1.to_string();
@@ -185,7 +192,10 @@ fn every_dashboard_query_names_a_metric_baton_exports() {
         let words = expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
         for word in words.filter(|w| w.starts_with("baton_")) {
             let base = ["_bucket", "_count", "_sum"].iter().find_map(|s| word.strip_suffix(s)).unwrap_or(word);
-            assert!(baton::metrics::NAMES.contains(&base), "the dashboard queries `{word}`, which Baton does not export");
+            assert!(
+                baton::metrics::NAMES.contains(&base),
+                "the dashboard queries `{word}`, which Baton does not export"
+            );
             named.insert(base);
         }
     }

@@ -55,7 +55,8 @@ async fn runs_are_listed_newest_first_filtered_and_paged_and_the_json_matches_th
 
     let chat1 = overview::runs(&c, &RunFilter { chat: Some("chat-1".into()), ..Default::default() }).await.unwrap();
     assert_eq!(chat1.iter().map(|r| r.handoff_id.as_deref().unwrap()).collect::<Vec<_>>(), ["list-c", "list-a"]);
-    let failed = overview::runs(&c, &RunFilter { status: Some(RunStatus::Failed), ..Default::default() }).await.unwrap();
+    let failed =
+        overview::runs(&c, &RunFilter { status: Some(RunStatus::Failed), ..Default::default() }).await.unwrap();
     assert!(failed.is_empty());
     let other = overview::runs(&c, &RunFilter { target: Some("codex".into()), ..Default::default() }).await.unwrap();
     assert!(other.is_empty());
@@ -63,9 +64,14 @@ async fn runs_are_listed_newest_first_filtered_and_paged_and_the_json_matches_th
     assert!(overview::runs(&c, &RunFilter { since: Some(future), ..Default::default() }).await.unwrap().is_empty());
 
     let page1 = overview::runs(&c, &RunFilter { limit: 2, ..Default::default() }).await.unwrap();
-    let page2 = overview::runs(&c, &RunFilter { limit: 2, before: Some(page1[1].key()), ..Default::default() }).await.unwrap();
+    let page2 =
+        overview::runs(&c, &RunFilter { limit: 2, before: Some(page1[1].key()), ..Default::default() }).await.unwrap();
     assert_eq!(page1.len(), 2);
-    assert_eq!(page2.iter().map(|r| r.run_id).collect::<Vec<_>>(), [all[2].run_id], "the next page starts after the key");
+    assert_eq!(
+        page2.iter().map(|r| r.run_id).collect::<Vec<_>>(),
+        [all[2].run_id],
+        "the next page starts after the key"
+    );
 
     let listed = json_of(&env, &["runs", "list", "--json", "--chat", "chat-1", "--since", "1h"]).await;
     assert_eq!(listed, serde_json::to_value(&chat1).unwrap(), "`runs list --json` is what the database holds");
@@ -166,16 +172,22 @@ async fn dead_letters_are_listed_in_order_replayed_to_their_queue_and_discarded(
     assert_eq!(replayed.done, std::slice::from_ref(&second.id));
     let channel = env.conn.create_channel().await.unwrap();
     let finished = env.queue(Queue::RunsFinished);
-    let back = channel.basic_get(finished.as_str().into(), BasicGetOptions { no_ack: true }).await.unwrap().expect("replayed");
+    let back =
+        channel.basic_get(finished.as_str().into(), BasicGetOptions { no_ack: true }).await.unwrap().expect("replayed");
     assert_eq!(back.delivery.data, b"not a run 2");
-    assert_eq!(baton_bus::publish::header(&back.delivery.properties, "x-baton-error"), None, "the copy carries no death headers");
+    assert_eq!(
+        baton_bus::publish::header(&back.delivery.properties, "x-baton-error"),
+        None,
+        "the copy carries no death headers"
+    );
 
     baton(&env, &["dead", "discard", &first.id]).await;
     assert_eq!(ids(&dead::list(&bus, &queues, 100).await.unwrap()), [third.id.clone(), poison.id.clone()]);
     let out = baton(&env, &["dead", "replay", "--all", "--queue", "baton.invocations.delegate"]).await;
     assert!(out.contains("replayed 1"), "{out}");
     let delegate = env.queue(Queue::InvocationsDelegate);
-    let back = channel.basic_get(delegate.as_str().into(), BasicGetOptions { no_ack: true }).await.unwrap().expect("replayed");
+    let back =
+        channel.basic_get(delegate.as_str().into(), BasicGetOptions { no_ack: true }).await.unwrap().expect("replayed");
     assert_eq!(back.delivery.data, b"poison");
     let acted = dead::discard(&bus, &queues, Select::All, None).await.unwrap();
     assert_eq!(acted.done, std::slice::from_ref(&third.id));
@@ -197,7 +209,11 @@ async fn bridge_until_reply(consumer: &mut baton_bus::lapin::Consumer) -> Vec<(S
     use futures_lite::StreamExt;
     let mut seen = vec![];
     loop {
-        let delivery = tokio::time::timeout(Duration::from_secs(30), consumer.next()).await.expect("a bridge message").unwrap().unwrap();
+        let delivery = tokio::time::timeout(Duration::from_secs(30), consumer.next())
+            .await
+            .expect("a bridge message")
+            .unwrap()
+            .unwrap();
         delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
         let id = delivery.properties.message_id().as_ref().map(|m| m.to_string()).unwrap_or_default();
         let body: Value = serde_json::from_slice(&delivery.data).unwrap();
@@ -258,7 +274,10 @@ async fn a_failed_run_retried_resumes_from_its_last_step_and_the_bridge_gets_a_s
     assert_eq!(bodies.len(), 5, "one model call after the retry");
     let turns = |b: &Value| b["messages"].as_array().unwrap().len();
     assert_eq!(turns(&bodies[4]), turns(&bodies[2]), "the retried call continues the stored conversation");
-    assert!(turns(&bodies[0]) < turns(&bodies[1]) && turns(&bodies[1]) < turns(&bodies[2]), "no earlier turn asked again");
+    assert!(
+        turns(&bodies[0]) < turns(&bodies[1]) && turns(&bodies[1]) < turns(&bodies[2]),
+        "no earlier turn asked again"
+    );
     let journal = env.journal(run).await;
     assert!(journal.contains(&"run_retried".to_string()), "{journal:?}");
     assert_eq!(journal.iter().filter(|k| *k == "run_completed").count(), 1);

@@ -8,7 +8,6 @@ use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv
 
 const WAIT: Duration = Duration::from_secs(40);
 
-
 fn starts(log: &std::path::Path) -> usize {
     std::fs::read_to_string(log).map(|s| s.lines().count()).unwrap_or(0)
 }
@@ -55,7 +54,10 @@ async fn an_external_agents_result_outlasts_a_database_outage_and_the_agent_runs
 }
 
 async fn count(env: &TestEnv, sql: &str) -> i64 {
-    let (client, conn) = baton_store::tokio_postgres::connect(&env.settings.database_url, baton_store::tokio_postgres::NoTls).await.unwrap();
+    let (client, conn) =
+        baton_store::tokio_postgres::connect(&env.settings.database_url, baton_store::tokio_postgres::NoTls)
+            .await
+            .unwrap();
     tokio::spawn(conn);
     client.query_one(sql, &[]).await.unwrap().get(0)
 }
@@ -90,7 +92,9 @@ async fn a_worker_shut_down_during_a_database_outage_hands_its_claim_back_withou
 
     // prompt, write + result, commit + result: the handoff turn is being "thought".
     eventually(WAIT, "the writer reached its slow turn", || async {
-        (count(&env, "SELECT count(*) FROM steps s JOIN invocations i ON i.id = s.invocation_id WHERE i.kind = 'root'").await >= 5)
+        (count(&env, "SELECT count(*) FROM steps s JOIN invocations i ON i.id = s.invocation_id WHERE i.kind = 'root'")
+            .await
+            >= 5)
             .then_some(())
     })
     .await;
@@ -110,6 +114,10 @@ async fn a_worker_shut_down_during_a_database_outage_hands_its_claim_back_withou
     fleet.stop().await;
     let reply = messages.last().unwrap();
     assert_eq!(reply["status"], "completed", "{messages:?}");
-    assert_eq!(count(&env, "SELECT coalesce(sum(takeovers), 0)::bigint FROM invocations").await, 0, "no takeover counted");
+    assert_eq!(
+        count(&env, "SELECT coalesce(sum(takeovers), 0)::bigint FROM invocations").await,
+        0,
+        "no takeover counted"
+    );
     assert_eq!(count(&env, "SELECT count(*) FROM events WHERE type = 'host_error'").await, 0, "no host error");
 }

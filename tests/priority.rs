@@ -26,11 +26,7 @@ async fn all_complete(replies: &mut baton_bus::lapin::Consumer, n: usize) {
 async fn first_calls(env: &TestEnv, server: &PacedModelServer, handoff: &str) -> Instant {
     let run = env.run_of(handoff).await.to_string();
     let arrivals: Vec<Arrival> = server.arrivals();
-    arrivals
-        .iter()
-        .find(|a| a.run == run && a.turn == 1)
-        .map(|a| a.at)
-        .expect("the run called its model")
+    arrivals.iter().find(|a| a.run == run && a.turn == 1).map(|a| a.at).expect("the run called its model")
 }
 
 async fn test_env(slots: usize) -> TestEnv {
@@ -64,14 +60,8 @@ async fn a_high_request_sent_behind_forty_low_runs_starts_before_the_low_ones_st
     env.send_request(&request("urgent", "high", false)).await;
     // Once its message is on its queue, the next free slot is the high run's.
     eventually(WAIT, "the high run's message published", || async {
-        let published = env
-            .scalar_i64("SELECT count(*) FROM runs WHERE priority = 'high'", &[])
-            .await
-            == 1
-            && env
-                .scalar_i64("SELECT count(*) FROM outbox WHERE queue LIKE '%.high'", &[])
-                .await
-                == 0;
+        let published = env.scalar_i64("SELECT count(*) FROM runs WHERE priority = 'high'", &[]).await == 1
+            && env.scalar_i64("SELECT count(*) FROM outbox WHERE queue LIKE '%.high'", &[]).await == 0;
         published.then_some(())
     })
     .await;
@@ -110,17 +100,12 @@ async fn a_low_run_sent_before_a_hundred_high_ones_waits_for_at_most_four_of_the
     let mut replies = env.replies().await;
     // Two slow normal runs hold both slots, so what follows waits for one.
     for i in 0..2 {
-        env.send_request(&request(&format!("blocker-{i}"), "normal", true))
-            .await;
+        env.send_request(&request(&format!("blocker-{i}"), "normal", true)).await;
     }
-    eventually(WAIT, "both slots busy", || async {
-        (server.arrivals().len() >= 2).then_some(())
-    })
-    .await;
+    eventually(WAIT, "both slots busy", || async { (server.arrivals().len() >= 2).then_some(()) }).await;
     env.send_request(&request("patient", "low", false)).await;
     for i in 0..100 {
-        env.send_request(&request(&format!("urgent-{i}"), "high", false))
-            .await;
+        env.send_request(&request(&format!("urgent-{i}"), "high", false)).await;
     }
     all_complete(&mut replies, 103).await;
     fleet.stop().await;
@@ -134,9 +119,6 @@ async fn a_low_run_sent_before_a_hundred_high_ones_waits_for_at_most_four_of_the
     }
     // Overtaken at most MAX_OVERTAKES times once it waited for a slot (plus
     // one high run that may have reached the worker's line first).
-    assert!(
-        before <= MAX_OVERTAKES as usize + 1,
-        "the low run started after {before} high ones"
-    );
+    assert!(before <= MAX_OVERTAKES as usize + 1, "the low run started after {before} high ones");
     assert!(before >= 1, "high runs did overtake it: the wait was real");
 }

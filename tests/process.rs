@@ -13,7 +13,9 @@ const WAIT: Duration = Duration::from_secs(40);
 /// A writer that commits, then "thinks" for a while (the moment a test
 /// strikes), then writes again, commits and finishes.
 fn slow_writer(delay_ms: u64) -> String {
-    let slow = format!(r#"{{ tool = "workspace_write", args = {{ path = "output/main.md", content = "Second draft." }}, delay_ms = {delay_ms} }}"#);
+    let slow = format!(
+        r#"{{ tool = "workspace_write", args = {{ path = "output/main.md", content = "Second draft." }}, delay_ms = {delay_ms} }}"#
+    );
     let writer = profile(
         "writer",
         &["workspace_read", "workspace_write", "workspace_commit", "workspace_finish"],
@@ -51,13 +53,22 @@ async fn steps_at_least(env: &TestEnv, invocation: Uuid, n: i64) {
 async fn assert_ran_once(env: &TestEnv, invocation: Uuid, turns: i64, commits: i64) {
     let c = env.db().await;
     let steps = baton_store::steps::load(&c, invocation).await.unwrap();
-    let calls: Vec<&str> = steps.iter().filter(|s| s.kind == "tool_result").filter_map(|s| s.payload["toolCallId"].as_str()).collect();
+    let calls: Vec<&str> =
+        steps.iter().filter(|s| s.kind == "tool_result").filter_map(|s| s.payload["toolCallId"].as_str()).collect();
     let unique: HashSet<&&str> = calls.iter().collect();
     assert_eq!(calls.len(), unique.len(), "a tool call ran twice: {calls:?}");
     assert_eq!(steps.iter().filter(|s| s.kind == "model_turn").count() as i64, turns, "model turns");
     let run: Uuid = c.query_one("SELECT run_id FROM invocations WHERE id = $1", &[&invocation]).await.unwrap().get(0);
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM commits WHERE run_id = $1", &[&run]).await, commits, "commit ledger");
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM handoff_events WHERE type = 'reply_sent'", &[]).await, 1, "one reply");
+    assert_eq!(
+        env.scalar_i64("SELECT count(*) FROM commits WHERE run_id = $1", &[&run]).await,
+        commits,
+        "commit ledger"
+    );
+    assert_eq!(
+        env.scalar_i64("SELECT count(*) FROM handoff_events WHERE type = 'reply_sent'", &[]).await,
+        1,
+        "one reply"
+    );
 }
 
 #[tokio::test]
@@ -109,7 +120,10 @@ async fn a_stalled_worker_is_fenced_when_it_wakes_and_changes_nothing() {
     assert_eq!(zombie.exit_code(WAIT).await, Some(0), "the zombie shut down cleanly");
     rescuer.stop().await;
     fleet.stop().await;
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM steps WHERE invocation_id = $1", &[&root]).await, steps_after_rescue);
+    assert_eq!(
+        env.scalar_i64("SELECT count(*) FROM steps WHERE invocation_id = $1", &[&root]).await,
+        steps_after_rescue
+    );
     assert_ran_once(&env, root, 6, 2).await;
     let epoch = env.scalar_i64("SELECT claim_epoch FROM invocations WHERE id = $1", &[&root]).await;
     assert_eq!(epoch, 2);
@@ -123,7 +137,8 @@ fn assert_logged_in_spans(env: &TestEnv, worker: &str, message: &str, invocation
     let entry: serde_json::Value = serde_json::from_str(line).unwrap();
     assert_eq!(entry["fields"].as_object().unwrap().len(), 1, "only the message itself: {entry}");
     let spans = entry["spans"].as_array().unwrap();
-    let span = |name: &str| spans.iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("no {name} span: {entry}"));
+    let span =
+        |name: &str| spans.iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("no {name} span: {entry}"));
     assert_eq!(span("role")["role"], "invocation");
     assert_eq!(span("role")["worker"], worker);
     assert_eq!(span("invocation")["invocation"], invocation.to_string());
@@ -144,7 +159,10 @@ async fn sigterm_hands_the_claim_back_and_another_worker_resumes_at_once() {
     leaving.signal("TERM");
     assert_eq!(leaving.exit_code(Duration::from_secs(10)).await, Some(0), "exits without waiting for the 20 s turn");
     let released = env
-        .scalar_i64("SELECT count(*) FROM invocations WHERE id = $1 AND lease_owner IS NULL AND lease_expires_at < now()", &[&root])
+        .scalar_i64(
+            "SELECT count(*) FROM invocations WHERE id = $1 AND lease_owner IS NULL AND lease_expires_at < now()",
+            &[&root],
+        )
         .await;
     assert_eq!(released, 1, "the claim was handed back, not left to expire");
     assert_logged_in_spans(&env, "leaving", "claim released for another worker", root);
@@ -190,7 +208,8 @@ async fn a_parent_parks_on_one_worker_process_and_is_woken_on_another() {
     env.send_request(&sample_request_json("park-wake", "docs_agent", "en")).await;
     let root = root_of(&env).await;
     eventually(WAIT, "the lead is parked", || async {
-        (env.scalar_i64("SELECT count(*) FROM invocations WHERE id = $1 AND status = 'parked'", &[&root]).await == 1).then_some(())
+        (env.scalar_i64("SELECT count(*) FROM invocations WHERE id = $1 AND status = 'parked'", &[&root]).await == 1)
+            .then_some(())
     })
     .await;
     // A parked parent holds no worker: stopping this one loses nothing.
@@ -206,7 +225,9 @@ async fn a_parent_parks_on_one_worker_process_and_is_woken_on_another() {
         .unwrap()
         .into_iter()
         .filter(|e| e.kind == "agent_invocation_started" && e.invocation_id == Some(root))
-        .map(|e| (e.payload["resumed"].as_bool().unwrap_or(false), e.payload["worker"].as_str().unwrap_or("").to_string()))
+        .map(|e| {
+            (e.payload["resumed"].as_bool().unwrap_or(false), e.payload["worker"].as_str().unwrap_or("").to_string())
+        })
         .collect();
     assert_eq!(starts, vec![(false, "worker-a".to_string()), (true, "worker-b".to_string())]);
     let awaited = &env.tool_results(root).await[1];

@@ -24,7 +24,10 @@ async fn a_manual_handoff_waits_for_an_operator_who_pastes_the_result() {
     assert!(shown.contains("target: manual") && shown.contains("status: accepted"), "{shown}");
     assert!(shown.contains("# Request") && shown.contains("created"), "{shown}");
     let prompt = operator::handoff_prompt(&env.pool, "manual-ok").await.unwrap();
-    assert!(prompt.starts_with("# Request") && prompt.contains("## How to answer") && prompt.contains("Simplified Chinese"), "{prompt}");
+    assert!(
+        prompt.starts_with("# Request") && prompt.contains("## How to answer") && prompt.contains("Simplified Chinese"),
+        "{prompt}"
+    );
 
     operator::settle_handoff(&env.pool, "manual-ok", Settle::Result, "通知已写好，请查收。").await.unwrap();
     let messages = until_reply(&mut replies, WAIT).await;
@@ -66,7 +69,8 @@ async fn status_updates_reach_the_callback_url_in_order_despite_failures() {
     })
     .await;
     fleet.stop().await;
-    let statuses: Vec<(&str, i64)> = received.iter().map(|m| (m["status"].as_str().unwrap(), m["seq"].as_i64().unwrap())).collect();
+    let statuses: Vec<(&str, i64)> =
+        received.iter().map(|m| (m["status"].as_str().unwrap(), m["seq"].as_i64().unwrap())).collect();
     assert_eq!(statuses, vec![("accepted", 1), ("running", 2), ("completed", 3)]);
     assert_eq!(callback.attempts(), 5, "two failures were retried");
 }
@@ -83,7 +87,10 @@ async fn a_callback_that_never_answers_does_not_hold_up_the_run() {
     let messages = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;
     assert_eq!(messages.last().unwrap()["status"], "completed");
-    assert!(env.scalar_i64("SELECT count(*) FROM callbacks WHERE handoff_id = 'callback-dead'", &[]).await >= 1, "still queued for retry");
+    assert!(
+        env.scalar_i64("SELECT count(*) FROM callbacks WHERE handoff_id = 'callback-dead'", &[]).await >= 1,
+        "still queued for retry"
+    );
 }
 
 #[tokio::test]
@@ -109,8 +116,10 @@ async fn nothing_the_disclosure_policy_removes_reaches_the_model() {
     let env = TestEnv::new().await;
     env.apply_profiles(&profiles).await;
     let mut request = sample_request_json("disclosure-1", "docs_agent", "en");
-    request["userIntent"] = format!("Email {} or call {} about the notice; my key is {}", secrets[1], secrets[2], secrets[0]).into();
-    request["context"]["recentConversation"][0]["content"] = format!("Pay with card {} and log in at https://ops:{}@intranet.example.com", secrets[3], secrets[4]).into();
+    request["userIntent"] =
+        format!("Email {} or call {} about the notice; my key is {}", secrets[1], secrets[2], secrets[0]).into();
+    request["context"]["recentConversation"][0]["content"] =
+        format!("Pay with card {} and log in at https://ops:{}@intranet.example.com", secrets[3], secrets[4]).into();
     request["context"]["userMemories"] = json!([
         {"id": "m-secret", "scope": "user", "type": "fact", "content": secrets[5], "sensitivity": "high"},
         {"id": "m-ok", "scope": "user", "type": "preference", "content": "Prefers short notices.", "sensitivity": "low"}
@@ -119,7 +128,11 @@ async fn nothing_the_disclosure_policy_removes_reaches_the_model() {
     assert_eq!(messages.last().unwrap()["status"], "completed");
 
     let sent = server.bodies().iter().map(|b| b.to_string()).collect::<String>();
-    assert!(sent.contains("Prefers short notices."), "what is allowed still reaches the model: {}", server.bodies()[0]["messages"][1]);
+    assert!(
+        sent.contains("Prefers short notices."),
+        "what is allowed still reaches the model: {}",
+        server.bodies()[0]["messages"][1]
+    );
     for secret in secrets {
         assert!(!sent.contains(secret), "`{secret}` reached the model");
     }

@@ -45,14 +45,29 @@ async fn a_chain_driven_by_an_openai_compatible_model_completes_and_counts_token
         commit(),
         Reply::Tool("agent_handoff", json!({"agentId": "editor", "handoff": {"objective": "Polish output/main.md."}})),
         Reply::Tool("workspace_read", json!({"path": "output/main.md"})),
-        Reply::Tool("workspace_patch", json!({"path": "output/main.md", "old_string": "Draft", "new_string": "Final text"})),
+        Reply::Tool(
+            "workspace_patch",
+            json!({"path": "output/main.md", "old_string": "Draft", "new_string": "Final text"}),
+        ),
         commit(),
         finish(),
     ])
     .await;
     std::env::set_var("BATON_TEST_CHAIN_KEY", "sk-test-chain");
-    let writer = openai_profile("writer", &["workspace_write", "workspace_commit", "agent_handoff"], "can_handoff = true", &server, "api_key_env = \"BATON_TEST_CHAIN_KEY\"");
-    let editor = openai_profile("editor", &["workspace_read", "workspace_patch", "workspace_commit", "workspace_finish"], "", &server, "temperature = 0.2\nmax_tokens = 500");
+    let writer = openai_profile(
+        "writer",
+        &["workspace_write", "workspace_commit", "agent_handoff"],
+        "can_handoff = true",
+        &server,
+        "api_key_env = \"BATON_TEST_CHAIN_KEY\"",
+    );
+    let editor = openai_profile(
+        "editor",
+        &["workspace_read", "workspace_patch", "workspace_commit", "workspace_finish"],
+        "",
+        &server,
+        "temperature = 0.2\nmax_tokens = 500",
+    );
     let env = TestEnv::new().await;
     env.apply_profiles(&format!("[routes]\ndocs_agent = \"writer\"\n\n{writer}\n{editor}")).await;
     let messages = env.run_request("openai-chain").await;
@@ -66,7 +81,8 @@ async fn a_chain_driven_by_an_openai_compatible_model_completes_and_counts_token
     let first = &bodies[0];
     assert_eq!(first["messages"][0]["role"], "system");
     assert!(first["messages"][1]["content"].as_str().unwrap().starts_with("# Request"));
-    let tools: Vec<&str> = first["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    let tools: Vec<&str> =
+        first["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
     assert_eq!(tools, vec!["workspace_write", "workspace_commit", "agent_handoff"]);
     assert_eq!(bodies[1]["messages"][3]["role"], "tool", "the model reads its tool result back");
     assert_eq!(bodies[4]["temperature"], json!(0.2f32));
@@ -93,7 +109,14 @@ async fn a_chain_driven_by_an_openai_compatible_model_completes_and_counts_token
 
 #[tokio::test]
 async fn model_calls_are_retried_on_429_and_5xx_honouring_retry_after() {
-    let server = ModelServer::start(vec![Reply::Status(429, Some(1)), Reply::Status(503, None), write("Made it."), commit(), finish()]).await;
+    let server = ModelServer::start(vec![
+        Reply::Status(429, Some(1)),
+        Reply::Status(503, None),
+        write("Made it."),
+        commit(),
+        finish(),
+    ])
+    .await;
     let env = TestEnv::new().await;
     env.apply_profiles(&solo(&server, "")).await;
     let started = std::time::Instant::now();
@@ -122,7 +145,8 @@ async fn a_model_that_keeps_failing_fails_the_run_with_a_clear_error() {
 
 #[tokio::test]
 async fn a_model_call_that_hangs_times_out_and_is_tried_again() {
-    let server = ModelServer::start(vec![Reply::Hang(Duration::from_secs(4)), write("Second try."), commit(), finish()]).await;
+    let server =
+        ModelServer::start(vec![Reply::Hang(Duration::from_secs(4)), write("Second try."), commit(), finish()]).await;
     let env = TestEnv::new().await;
     env.apply_profiles(&solo(&server, "timeout_secs = 1")).await;
     let messages = env.run_request("timeout").await;
@@ -144,7 +168,8 @@ async fn an_external_agent_reads_the_brief_on_stdin_and_its_stdout_is_the_reply(
     let seen = dir.join("brief.md");
     let script = format!("cat > {}; echo 'Patched the flaky test and pushed a branch.'", seen.display());
     let env = TestEnv::new().await;
-    env.apply_profiles(&format!("[routes]\ndocs_agent = \"coder\"\n\n{}", command_profile("coder", &script, "", ""))).await;
+    env.apply_profiles(&format!("[routes]\ndocs_agent = \"coder\"\n\n{}", command_profile("coder", &script, "", "")))
+        .await;
     let messages = env.run_request("command-ok").await;
     let brief = std::fs::read_to_string(&seen).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
@@ -161,7 +186,11 @@ async fn an_external_agent_that_fails_or_hangs_fails_the_run_with_the_reason_in_
         ("command-hangs", "sleep 10", "timeout_secs = 1", "did not finish within"),
     ] {
         let env = TestEnv::new().await;
-        env.apply_profiles(&format!("[routes]\ndocs_agent = \"coder\"\n\n{}", command_profile("coder", script, extra, ""))).await;
+        env.apply_profiles(&format!(
+            "[routes]\ndocs_agent = \"coder\"\n\n{}",
+            command_profile("coder", script, extra, "")
+        ))
+        .await;
         let messages = env.run_request(id).await;
         assert_eq!(messages.last().unwrap()["status"], "failed", "{id}");
         let details = journal_payloads(&env, env.run_of(id).await, "host_error").await;

@@ -18,7 +18,8 @@ const MIB: usize = 1024 * 1024;
 
 /// A solo agent that writes `content`, commits and finishes.
 fn solo(content: &str) -> String {
-    let write = format!(r#"{{ tool = "workspace_write", args = {{ path = "output/main.md", content = "{content}" }} }}"#);
+    let write =
+        format!(r#"{{ tool = "workspace_write", args = {{ path = "output/main.md", content = "{content}" }} }}"#);
     let tools = ["workspace_write", "workspace_commit", "workspace_finish"];
     let script = [write.as_str(), r#"{ tool = "workspace_commit" }"#, r#"{ tool = "workspace_finish" }"#];
     format!("[routes]\ndocs_agent = \"solo\"\n\n{}", profile("solo", &tools, "", &script))
@@ -30,8 +31,10 @@ async fn ready(env: &TestEnv, queue: &str) -> u32 {
 }
 
 async fn until_the_outbox_is_empty(env: &TestEnv) {
-    eventually(WAIT, "the outbox is empty", || async { (env.scalar_i64("SELECT count(*) FROM outbox", &[]).await == 0).then_some(()) })
-        .await;
+    eventually(WAIT, "the outbox is empty", || async {
+        (env.scalar_i64("SELECT count(*) FROM outbox", &[]).await == 0).then_some(())
+    })
+    .await;
 }
 
 /// Plays a consumer that takes every message of a queue for `window` and
@@ -98,7 +101,10 @@ async fn a_message_the_broker_closes_the_channel_over_is_found_alone_and_dead_le
     let fleet = env.start(&[Role::Relay]);
     // Serializing 129 MiB in a debug build on a busy machine takes a while.
     let letter = next_json(&mut dead, 2 * WAIT).await;
-    eventually(WAIT, "the rows around it are published", || async { (ready(&env, &finished).await == 2).then_some(()) }).await;
+    eventually(WAIT, "the rows around it are published", || async {
+        (ready(&env, &finished).await == 2).then_some(())
+    })
+    .await;
     until_the_outbox_is_empty(&env).await;
     fleet.stop().await;
     let reason = letter["_error"].as_str().unwrap();
@@ -157,8 +163,11 @@ async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_roo
     let request = serde_json::to_vec(&sample_request_json("full-1", "docs_agent", "en")).unwrap();
     env.send_raw(&request, Some(&full)).await;
     eventually(WAIT, "the run finished and its reply waits in the outbox", || async {
-        let waiting = env.scalar_i64("SELECT count(*) FROM outbox WHERE attempts > 0 AND correlation_id = 'full-1'", &[]).await;
-        let replied = env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'full-1' AND reply_sent_at IS NOT NULL", &[]).await;
+        let waiting =
+            env.scalar_i64("SELECT count(*) FROM outbox WHERE attempts > 0 AND correlation_id = 'full-1'", &[]).await;
+        let replied = env
+            .scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'full-1' AND reply_sent_at IS NOT NULL", &[])
+            .await;
         (waiting > 0 && replied == 1).then_some(())
     })
     .await;
@@ -177,7 +186,8 @@ async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_roo
     }
     fleet.stop().await;
     assert_eq!(seen.iter().filter(|m| m["type"] == "reply").count(), 1, "{seen:?}");
-    let mut statuses: Vec<&str> = seen.iter().filter(|m| m["type"] == "status").filter_map(|m| m["status"].as_str()).collect();
+    let mut statuses: Vec<&str> =
+        seen.iter().filter(|m| m["type"] == "status").filter_map(|m| m["status"].as_str()).collect();
     statuses.sort_unstable();
     assert_eq!(statuses, ["accepted", "completed", "running"], "none lost, none twice: {seen:?}");
     assert_eq!(ready(&env, &env.queue(Queue::Dead)).await, 0, "nothing was dead-lettered");
@@ -248,7 +258,10 @@ async fn queued_invocations_without_workers_are_not_multiplied() {
     .unwrap();
     let queue = env.queue(Queue::InvocationsHandoff);
     let fleet = env.start(&[Role::Relay]);
-    eventually(WAIT, "every invocation published", || async { (i64::from(ready(&env, &queue).await) >= N).then_some(()) }).await;
+    eventually(WAIT, "every invocation published", || async {
+        (i64::from(ready(&env, &queue).await) >= N).then_some(())
+    })
+    .await;
     // 16 leases, 8 graces, no worker: the queue holds one message each.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let queued = i64::from(ready(&env, &queue).await);

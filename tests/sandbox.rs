@@ -49,7 +49,8 @@ fn zombie_children() -> Vec<String> {
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
         // pid (comm) state ppid …; comm may hold spaces, so read after the last ')'.
-        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+        let fields: Vec<&str> =
+            stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
         if fields.first() == Some(&"Z") && fields.get(1) == Some(&me.as_str()) {
             found.push(stat);
         }
@@ -58,7 +59,10 @@ fn zombie_children() -> Vec<String> {
 }
 
 async fn no_process_left(marker: &str) {
-    eventually(Duration::from_secs(5), "every process of the agent's group is gone", || async { processes_with(marker).is_empty().then_some(()) }).await;
+    eventually(Duration::from_secs(5), "every process of the agent's group is gone", || async {
+        processes_with(marker).is_empty().then_some(())
+    })
+    .await;
 }
 
 fn work_dir(env: &TestEnv) -> PathBuf {
@@ -106,7 +110,10 @@ async fn an_external_agent_sees_only_the_variables_its_profile_lists() {
     assert_eq!(vars.get("PATH"), Some(&baton_domain::sandbox::DEFAULT_PATH), "{text}");
     assert_eq!(vars.get("HOME"), vars.get("PWD"), "HOME is the agent's own directory: {text}");
     // Nothing but the listed, the fixed, PATH/HOME and what `sh` itself sets.
-    let unexpected: Vec<&&str> = vars.keys().filter(|k| !["BATON_TEST_AGENT_KEY", "AGENT_MODE", "PATH", "HOME", "PWD", "SHLVL", "OLDPWD", "_"].contains(k)).collect();
+    let unexpected: Vec<&&str> = vars
+        .keys()
+        .filter(|k| !["BATON_TEST_AGENT_KEY", "AGENT_MODE", "PATH", "HOME", "PWD", "SHLVL", "OLDPWD", "_"].contains(k))
+        .collect();
     assert!(unexpected.is_empty(), "unexpected variables {unexpected:?} in {text}");
 }
 
@@ -177,7 +184,11 @@ async fn an_agent_that_floods_its_output_is_stopped_at_the_cap_with_bounded_memo
     assert_eq!(reply["error"]["code"], "agent_output_limit", "{reply}");
     let text = reply["text"].as_str().unwrap();
     assert!(text.contains("ran out of output room (more than 64 KiB of output) and was stopped"), "{text}");
-    assert!(started.elapsed() < Duration::from_secs(20), "stopped at the cap, not at the timeout: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "stopped at the cap, not at the timeout: {:?}",
+        started.elapsed()
+    );
     no_process_left(&mark).await;
     let grown = peak_rss_kib().saturating_sub(before);
     assert!(grown < 64 * 1024, "the worker's peak memory grew by {grown} KiB while `yes` ran");
@@ -223,9 +234,13 @@ async fn a_deploy_hands_a_rerun_agent_to_another_worker_which_runs_it_again() {
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
     let mut replies = env.replies().await;
     deploy_during_the_agent(&env, "deploy-rerun", &mark).await;
-    let root: Uuid = env.db().await.query_one("SELECT id FROM invocations WHERE kind = 'root'", &[]).await.unwrap().get(0);
+    let root: Uuid =
+        env.db().await.query_one("SELECT id FROM invocations WHERE kind = 'root'", &[]).await.unwrap().get(0);
     let handed_back = env
-        .scalar_i64("SELECT count(*) FROM invocations WHERE id = $1 AND status = 'running' AND lease_owner IS NULL", &[&root])
+        .scalar_i64(
+            "SELECT count(*) FROM invocations WHERE id = $1 AND status = 'running' AND lease_owner IS NULL",
+            &[&root],
+        )
         .await;
     assert_eq!(handed_back, 1, "the claim was handed back, not left to expire");
 

@@ -112,7 +112,8 @@ struct LongFunctions {
 fn is_test_attr(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| {
         let path = a.path();
-        path.is_ident("test") || path.segments.last().is_some_and(|s| s.ident == "test")
+        path.is_ident("test")
+            || path.segments.last().is_some_and(|s| s.ident == "test")
             || (path.is_ident("cfg") && a.meta.require_list().is_ok_and(|l| l.tokens.to_string() == "test"))
     })
 }
@@ -189,7 +190,12 @@ fn module_edges(src_dir: &str) -> BTreeSet<(String, String)> {
 
 /// A cycle among `edges`, if there is one.
 fn find_cycle(edges: &BTreeSet<(String, String)>) -> Option<Vec<String>> {
-    fn visit(node: &str, edges: &BTreeSet<(String, String)>, path: &mut Vec<String>, done: &mut BTreeSet<String>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &BTreeSet<(String, String)>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
         if let Some(at) = path.iter().position(|n| n == node) {
             return Some(path[at..].iter().cloned().chain([node.to_string()]).collect());
         }

@@ -135,7 +135,8 @@ async fn one_trace_runs_from_the_bridge_traceparent_through_every_agent_to_the_r
     let mut baton = spawn(&env, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "200")]);
 
     let mut replies = env.replies().await;
-    send_traced(&env, &sample_request_json("traced-1", "docs_agent", "en"), format!("00-{TRACE}-{BRIDGE_SPAN}-01")).await;
+    send_traced(&env, &sample_request_json("traced-1", "docs_agent", "en"), format!("00-{TRACE}-{BRIDGE_SPAN}-01"))
+        .await;
     let reply_traceparent = loop {
         let (message, traceparent) = next_traced(&mut replies).await;
         if message["type"] == "reply" {
@@ -156,7 +157,8 @@ async fn one_trace_runs_from_the_bridge_traceparent_through_every_agent_to_the_r
     let by_id: HashMap<&str, &Span> = run.iter().map(|s| (s.id.as_str(), *s)).collect();
     let named = |name: &'static str| run.iter().filter(move |s| s.name == name).copied();
     let reply_parent = reply_traceparent.split('-').nth(2).unwrap();
-    let publish = by_id.get(reply_parent).unwrap_or_else(|| panic!("the reply's parent span was exported: {reply_traceparent}"));
+    let publish =
+        by_id.get(reply_parent).unwrap_or_else(|| panic!("the reply's parent span was exported: {reply_traceparent}"));
     assert_eq!(publish.name, "publish");
 
     let intake = named("intake").next().expect("an intake span in the bridge's trace");
@@ -169,7 +171,10 @@ async fn one_trace_runs_from_the_bridge_traceparent_through_every_agent_to_the_r
     let before = |later: &str, earlier: &str| {
         let span = invocations.iter().find(|s| agent_of(s) == later).unwrap();
         let chain = ancestry(span, &by_id);
-        assert!(chain.iter().any(|s| s.name == "invocation" && agent_of(s) == earlier), "{earlier} comes before {later}");
+        assert!(
+            chain.iter().any(|s| s.name == "invocation" && agent_of(s) == earlier),
+            "{earlier} comes before {later}"
+        );
         assert!(chain.iter().any(|s| s.id == intake.id), "{later} descends from intake");
     };
     before("editor", "writer");
@@ -177,7 +182,10 @@ async fn one_trace_runs_from_the_bridge_traceparent_through_every_agent_to_the_r
     before("finalizer", "editor");
     let collector = named("run").next().expect("the collector's span");
     let chain = ancestry(collector, &by_id);
-    assert!(chain.iter().any(|s| s.name == "invocation" && agent_of(s) == "finalizer"), "the collector follows the finalizer");
+    assert!(
+        chain.iter().any(|s| s.name == "invocation" && agent_of(s) == "finalizer"),
+        "the collector follows the finalizer"
+    );
     assert!(ancestry(publish, &by_id).iter().any(|s| s.id == collector.id), "the reply was written by the collector");
     // Every agent's work names the bridge's handoff (the claim span above it).
     for invocation in &invocations {
@@ -189,7 +197,9 @@ async fn one_trace_runs_from_the_bridge_traceparent_through_every_agent_to_the_r
     let model = named("model").next().expect("model spans");
     assert_eq!(by_id[model.parent.as_str()].name, "invocation");
     assert!(model.attributes.contains_key("tokens"), "{model:?}");
-    let tool = named("tool").find(|s| s.attributes.get("tool").is_some_and(|t| t == "agent_delegate")).expect("the delegate call's span");
+    let tool = named("tool")
+        .find(|s| s.attributes.get("tool").is_some_and(|t| t == "agent_delegate"))
+        .expect("the delegate call's span");
     assert_eq!(agent_of(by_id[tool.parent.as_str()]), "editor");
 }
 

@@ -74,46 +74,20 @@ impl Outcome {
 
 /// Chains a cell runs: enough for `hops` hops, and at least one more than the slots.
 pub fn chains_for(chain: Chain, hops: usize, in_flight: usize) -> usize {
-    hops.div_ceil(chain.stages() as usize - 1)
-        .max(in_flight + 1)
+    hops.div_ceil(chain.stages() as usize - 1).max(in_flight + 1)
 }
 
-pub async fn run(
-    bench: &Bench,
-    spec: Spec,
-    groups: &Groups,
-    hops: usize,
-    max: Duration,
-) -> anyhow::Result<Outcome> {
+pub async fn run(bench: &Bench, spec: Spec, groups: &Groups, hops: usize, max: Duration) -> anyhow::Result<Outcome> {
     let chains = chains_for(spec.chain, hops, spec.in_flight);
     let heads = driver::heads(bench, spec.side, spec.chain, chains).await?;
     let before = cpu::read(groups);
-    let drive = driver::drive(
-        bench,
-        spec.side,
-        spec.chain,
-        spec.in_flight,
-        heads,
-        chains,
-        max,
-    )
-    .await?;
+    let drive = driver::drive(bench, spec.side, spec.chain, spec.in_flight, heads, chains, max).await?;
     let after = cpu::read(groups);
     let all = journal::hops(&bench.pool, spec.side, &drive.keys).await?;
-    Ok(summarize(
-        spec,
-        &drive,
-        &all,
-        after.ms_per_hop_since(&before, all.len()),
-    ))
+    Ok(summarize(spec, &drive, &all, after.ms_per_hop_since(&before, all.len())))
 }
 
-fn summarize(
-    spec: Spec,
-    drive: &driver::Drive,
-    all: &[Hop],
-    cpu_ms: BTreeMap<&'static str, f64>,
-) -> Outcome {
+fn summarize(spec: Spec, drive: &driver::Drive, all: &[Hop], cpu_ms: BTreeMap<&'static str, f64>) -> Outcome {
     let (busy_from, busy_to) = drive.all_busy;
     let ramp = (busy_to - busy_from) / 10;
     let (from, to) = (busy_from + ramp, busy_to);
@@ -125,19 +99,12 @@ fn summarize(
     let secs = ((to - from).num_microseconds().unwrap_or(0) as f64 / 1e6).max(1e-3);
     let hops_per_sec = window.len() as f64 / secs;
     // A chain's time counts when the chain was mostly inside the window.
-    let mut timed: Vec<_> = drive
-        .chains
-        .iter()
-        .filter(|c| inside(c.started + (c.ended - c.started) / 2))
-        .collect();
+    let mut timed: Vec<_> = drive.chains.iter().filter(|c| inside(c.started + (c.ended - c.started) / 2)).collect();
     if timed.is_empty() {
         timed = drive.chains.iter().collect();
     }
-    let chain_ms = journal::mean(
-        timed
-            .iter()
-            .map(|c| (c.ended - c.started).num_microseconds().unwrap_or(0) as f64 / 1000.0),
-    );
+    let chain_ms =
+        journal::mean(timed.iter().map(|c| (c.ended - c.started).num_microseconds().unwrap_or(0) as f64 / 1000.0));
     Outcome {
         spec,
         hops: all.len(),
@@ -148,9 +115,7 @@ fn summarize(
         chain_ms,
         cycle_ms: journal::mean(window.iter().map(|h| h.claim_to_claim_ms)),
         claim_to_claim: journal::percentiles(window.iter().map(|h| h.claim_to_claim_ms).collect()),
-        commit_to_claim: journal::percentiles(
-            window.iter().map(|h| h.commit_to_claim_ms).collect(),
-        ),
+        commit_to_claim: journal::percentiles(window.iter().map(|h| h.commit_to_claim_ms).collect()),
         cpu_ms,
     }
 }

@@ -83,11 +83,7 @@ pub async fn amqp(upstream: SocketAddr, counts: Arc<Counts>) -> anyhow::Result<P
     listen(upstream, counts, Protocol::Amqp).await
 }
 
-async fn listen(
-    upstream: SocketAddr,
-    counts: Arc<Counts>,
-    protocol: Protocol,
-) -> anyhow::Result<Proxy> {
+async fn listen(upstream: SocketAddr, counts: Arc<Counts>, protocol: Protocol) -> anyhow::Result<Proxy> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let task = tokio::spawn(async move {
@@ -161,34 +157,13 @@ struct Frames {
 
 impl Frames {
     fn postgres_client() -> Self {
-        Self {
-            side: Side::PostgresClient,
-            pending: vec![],
-            untyped: true,
-            header: false,
-            in_tx: false,
-            completed: 0,
-        }
+        Self { side: Side::PostgresClient, pending: vec![], untyped: true, header: false, in_tx: false, completed: 0 }
     }
     fn postgres_server() -> Self {
-        Self {
-            side: Side::PostgresServer,
-            pending: vec![],
-            untyped: false,
-            header: false,
-            in_tx: false,
-            completed: 0,
-        }
+        Self { side: Side::PostgresServer, pending: vec![], untyped: false, header: false, in_tx: false, completed: 0 }
     }
     fn amqp_client() -> Self {
-        Self {
-            side: Side::AmqpClient,
-            pending: vec![],
-            untyped: false,
-            header: true,
-            in_tx: false,
-            completed: 0,
-        }
+        Self { side: Side::AmqpClient, pending: vec![], untyped: false, header: true, in_tx: false, completed: 0 }
     }
 
     fn feed(&mut self, data: &[u8], counts: &Counts) {
@@ -211,9 +186,7 @@ impl Frames {
         let len = match self.side {
             Side::AmqpClient if self.header => 8,
             Side::AmqpClient => 8 + u32::from_be_bytes(buf.get(3..7)?.try_into().ok()?) as usize,
-            Side::PostgresClient if self.untyped => {
-                u32::from_be_bytes(buf.get(0..4)?.try_into().ok()?) as usize
-            }
+            Side::PostgresClient if self.untyped => u32::from_be_bytes(buf.get(0..4)?.try_into().ok()?) as usize,
             _ => 1 + u32::from_be_bytes(buf.get(1..5)?.try_into().ok()?) as usize,
         };
         (buf.len() >= len).then_some(len)
@@ -231,9 +204,7 @@ impl Frames {
             }
             Side::PostgresClient if self.untyped => {
                 // An SSL or GSS request is followed by the real startup message.
-                let code = frame
-                    .get(4..8)
-                    .map(|c| u32::from_be_bytes(c.try_into().unwrap_or_default()));
+                let code = frame.get(4..8).map(|c| u32::from_be_bytes(c.try_into().unwrap_or_default()));
                 self.untyped = matches!(code, Some(80877103 | 80877104));
             }
             Side::PostgresClient => match frame[0] {
@@ -274,14 +245,8 @@ impl Frames {
 /// `scheme://user@host:port/path` with its `host:port` replaced by `addr`.
 pub fn through(url: &str, addr: SocketAddr) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let (authority, path) = rest
-        .split_once('/')
-        .map(|(a, p)| (a, format!("/{p}")))
-        .unwrap_or((rest, String::new()));
-    let user = authority
-        .rsplit_once('@')
-        .map(|(u, _)| format!("{u}@"))
-        .unwrap_or_default();
+    let (authority, path) = rest.split_once('/').map(|(a, p)| (a, format!("/{p}"))).unwrap_or((rest, String::new()));
+    let user = authority.rsplit_once('@').map(|(u, _)| format!("{u}@")).unwrap_or_default();
     format!("{scheme}://{user}{addr}{path}")
 }
 
@@ -289,15 +254,8 @@ pub fn through(url: &str, addr: SocketAddr) -> String {
 pub async fn upstream(url: &str, default_port: u16) -> anyhow::Result<SocketAddr> {
     let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
     let authority = rest.split('/').next().unwrap_or_default();
-    let host = authority
-        .rsplit_once('@')
-        .map(|(_, h)| h)
-        .unwrap_or(authority);
-    let host = if host.contains(':') {
-        host.to_string()
-    } else {
-        format!("{host}:{default_port}")
-    };
+    let host = authority.rsplit_once('@').map(|(_, h)| h).unwrap_or(authority);
+    let host = if host.contains(':') { host.to_string() } else { format!("{host}:{default_port}") };
     let found = tokio::net::lookup_host(host.as_str()).await?.next();
     found.ok_or_else(|| anyhow::anyhow!("{host} does not resolve"))
 }
@@ -313,10 +271,7 @@ mod tests {
             through("postgres://postgres@127.0.0.1:5432/baton_bench", addr),
             "postgres://postgres@127.0.0.1:4000/baton_bench"
         );
-        assert_eq!(
-            through("amqp://guest:guest@localhost:5672/%2f", addr),
-            "amqp://guest:guest@127.0.0.1:4000/%2f"
-        );
+        assert_eq!(through("amqp://guest:guest@localhost:5672/%2f", addr), "amqp://guest:guest@127.0.0.1:4000/%2f");
     }
 
     fn message(kind: u8, body: &[u8]) -> Vec<u8> {
@@ -342,15 +297,7 @@ mod tests {
         client.feed(&stream[..7], &counts);
         client.feed(&stream[7..20], &counts);
         client.feed(&stream[20..], &counts);
-        assert_eq!(
-            counts.snapshot(),
-            Snapshot {
-                statements: 2,
-                round_trips: 1,
-                commits: 0,
-                publishes: 0
-            }
-        );
+        assert_eq!(counts.snapshot(), Snapshot { statements: 2, round_trips: 1, commits: 0, publishes: 0 });
     }
 
     #[test]
@@ -380,27 +327,9 @@ mod tests {
     fn amqp_publishes_are_counted_from_method_frames() {
         let counts = Counts::default();
         let mut client = Frames::amqp_client();
-        let publish = [
-            &[1u8, 0, 1][..],
-            &8u32.to_be_bytes(),
-            &[0, 60, 0, 40, 0, 0, 0, 0],
-            &[0xCE],
-        ]
-        .concat();
-        let ack = [
-            &[1u8, 0, 1][..],
-            &8u32.to_be_bytes(),
-            &[0, 60, 0, 80, 0, 0, 0, 0],
-            &[0xCE],
-        ]
-        .concat();
-        let stream = [
-            b"AMQP\x00\x00\x09\x01".to_vec(),
-            publish.clone(),
-            ack,
-            publish,
-        ]
-        .concat();
+        let publish = [&[1u8, 0, 1][..], &8u32.to_be_bytes(), &[0, 60, 0, 40, 0, 0, 0, 0], &[0xCE]].concat();
+        let ack = [&[1u8, 0, 1][..], &8u32.to_be_bytes(), &[0, 60, 0, 80, 0, 0, 0, 0], &[0xCE]].concat();
+        let stream = [b"AMQP\x00\x00\x09\x01".to_vec(), publish.clone(), ack, publish].concat();
         client.feed(&stream, &counts);
         assert_eq!(counts.snapshot().publishes, 2);
     }

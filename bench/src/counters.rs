@@ -56,24 +56,11 @@ pub async fn measure(
     hops: usize,
     in_flight: usize,
 ) -> anyhow::Result<Vec<PerHop>> {
-    let sides: &[Side] = if raw.is_some() {
-        &[Side::Raw, Side::RawOutbox, Side::Baton]
-    } else {
-        &[Side::Baton]
-    };
-    let mut bench =
-        Bench::prepare(settings, Procs::new(baton, raw), "http://127.0.0.1:9/v1").await?;
+    let sides: &[Side] = if raw.is_some() { &[Side::Raw, Side::RawOutbox, Side::Baton] } else { &[Side::Baton] };
+    let mut bench = Bench::prepare(settings, Procs::new(baton, raw), "http://127.0.0.1:9/v1").await?;
     let counts = Arc::new(Counts::default());
-    let pg = count::postgres(
-        count::upstream(&settings.database_url, 5432).await?,
-        counts.clone(),
-    )
-    .await?;
-    let amqp = count::amqp(
-        count::upstream(&settings.amqp_url, 5672).await?,
-        counts.clone(),
-    )
-    .await?;
+    let pg = count::postgres(count::upstream(&settings.database_url, 5432).await?, counts.clone()).await?;
+    let amqp = count::amqp(count::upstream(&settings.amqp_url, 5672).await?, counts.clone()).await?;
     let mut proxied = settings.clone();
     proxied.database_url = count::through(&settings.database_url, pg.addr);
     proxied.amqp_url = count::through(&settings.amqp_url, amqp.addr);
@@ -112,38 +99,16 @@ async fn one_side(
     let stat_before = xact_commit(&bench.settings.database_url).await?;
     match side {
         Side::Baton => {
-            bench.procs.spawn(
-                proxied,
-                &crate::procs::SUPPORT_ROLES,
-                "support",
-                &[],
-            )?;
-            bench.procs.spawn_worker(
-                proxied,
-                side,
-                &["up", "--role", "invocation"],
-                "worker-0",
-                &[],
-            )?;
+            bench.procs.spawn(proxied, &crate::procs::SUPPORT_ROLES, "support", &[])?;
+            bench.procs.spawn_worker(proxied, side, &["up", "--role", "invocation"], "worker-0", &[])?;
         }
         _ => {
-            bench
-                .procs
-                .spawn_worker(proxied, side, &["raw-worker"], "raw-0", &[])?;
+            bench.procs.spawn_worker(proxied, side, &["raw-worker"], "raw-0", &[])?;
         }
     }
     procs::wait_for_consumers(&bench.settings, side, 1).await?;
     let before = quiet(counts).await;
-    let drive = driver::drive(
-        bench,
-        side,
-        Chain::Steady,
-        in_flight,
-        heads,
-        chains,
-        super::SCENARIO_TIMEOUT,
-    )
-    .await?;
+    let drive = driver::drive(bench, side, Chain::Steady, in_flight, heads, chains, super::SCENARIO_TIMEOUT).await?;
     let delta = quiet(counts).await - before;
     bench.procs.stop_all().await;
     backends_gone(&bench.settings.database_url).await?;
@@ -182,13 +147,7 @@ async fn quiet(counts: &Counts) -> Snapshot {
 
 async fn xact_commit(url: &str) -> anyhow::Result<i64> {
     let (client, name) = super::admin(url).await?;
-    Ok(client
-        .query_one(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = $1",
-            &[&name],
-        )
-        .await?
-        .get(0))
+    Ok(client.query_one("SELECT xact_commit FROM pg_stat_database WHERE datname = $1", &[&name]).await?.get(0))
 }
 
 /// Waits until no session is connected to the database (a backend reports
@@ -197,20 +156,12 @@ async fn backends_gone(url: &str) -> anyhow::Result<()> {
     let (client, name) = super::admin(url).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let n: i64 = client
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
-                &[&name],
-            )
-            .await?
-            .get(0);
+        let n: i64 =
+            client.query_one("SELECT count(*) FROM pg_stat_activity WHERE datname = $1", &[&name]).await?.get(0);
         if n == 0 {
             return Ok(());
         }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "{n} sessions still on {name}"
-        );
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "{n} sessions still on {name}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -26,12 +26,7 @@ pub fn seconds(pid: u32) -> Option<f64> {
 }
 
 pub fn read(groups: &Groups) -> Reading {
-    Reading(
-        groups
-            .iter()
-            .map(|(name, pids)| (*name, pids.iter().filter_map(|p| seconds(*p)).sum()))
-            .collect(),
-    )
+    Reading(groups.iter().map(|(name, pids)| (*name, pids.iter().filter_map(|p| seconds(*p)).sum())).collect())
 }
 
 impl Reading {
@@ -39,12 +34,7 @@ impl Reading {
     pub fn ms_per_hop_since(&self, before: &Reading, hops: usize) -> BTreeMap<&'static str, f64> {
         self.0
             .iter()
-            .map(|(name, s)| {
-                (
-                    *name,
-                    (s - before.0.get(name).copied().unwrap_or(0.0)) * 1000.0 / hops.max(1) as f64,
-                )
-            })
+            .map(|(name, s)| (*name, (s - before.0.get(name).copied().unwrap_or(0.0)) * 1000.0 / hops.max(1) as f64))
             .collect()
     }
 }
@@ -55,23 +45,13 @@ pub fn rabbitmq_pids() -> Vec<u32> {
         return vec![];
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim() == "beam.smp")
-        })
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "beam.smp"))
         .collect()
 }
 
 /// The backends connected to a database.
 pub async fn postgres_pids(pool: &baton_store::Pool, database: &str) -> anyhow::Result<Vec<u32>> {
-    let rows = pool
-        .get()
-        .await?
-        .query(
-            "SELECT pid FROM pg_stat_activity WHERE datname = $1",
-            &[&database],
-        )
-        .await?;
+    let rows = pool.get().await?.query("SELECT pid FROM pg_stat_activity WHERE datname = $1", &[&database]).await?;
     Ok(rows.iter().map(|r| r.get::<_, i32>(0) as u32).collect())
 }
 

@@ -80,12 +80,7 @@ struct Shared {
 const CHAIN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A raw side's chain heads, inserted before its cell (none for Baton).
-pub async fn heads(
-    bench: &Bench,
-    side: Side,
-    chain: Chain,
-    chains: usize,
-) -> anyhow::Result<Vec<RawHop>> {
+pub async fn heads(bench: &Bench, side: Side, chain: Chain, chains: usize) -> anyhow::Result<Vec<RawHop>> {
     match side {
         Side::Baton => Ok(vec![]),
         _ => raw::prepare_heads(&bench.pool, chains, chain.stages(), side == Side::RawOutbox).await,
@@ -122,11 +117,7 @@ pub async fn drive(
     });
     let mut slots = tokio::task::JoinSet::new();
     for _ in 0..in_flight {
-        let (shared, publisher, bench) = (
-            shared.clone(),
-            bench.publisher.clone(),
-            bench.clone_for_slot(),
-        );
+        let (shared, publisher, bench) = (shared.clone(), bench.publisher.clone(), bench.clone_for_slot());
         slots.spawn(async move { slot(&shared, &publisher, &bench).await });
     }
     let mut per_slot = vec![];
@@ -135,20 +126,11 @@ pub async fn drive(
     }
     let _ = stop.send(());
     let _ = listener.await;
-    let first_starts = per_slot
-        .iter()
-        .filter_map(|s: &Vec<ChainTime>| s.first().map(|c| c.started));
+    let first_starts = per_slot.iter().filter_map(|s: &Vec<ChainTime>| s.first().map(|c| c.started));
     let last_ends = per_slot.iter().filter_map(|s| s.last().map(|c| c.ended));
-    let all_busy = (
-        first_starts.max().context("no chain ran")?,
-        last_ends.min().context("no chain ended")?,
-    );
+    let all_busy = (first_starts.max().context("no chain ran")?, last_ends.min().context("no chain ended")?);
     let keys = std::mem::take(&mut *shared.keys.lock().expect("not poisoned"));
-    Ok(Drive {
-        keys,
-        chains: per_slot.into_iter().flatten().collect(),
-        all_busy,
-    })
+    Ok(Drive { keys, chains: per_slot.into_iter().flatten().collect(), all_busy })
 }
 
 /// What a slot needs of the bench, owned.
@@ -157,11 +139,7 @@ pub struct SlotEnv {
     pub reply_queue: String,
 }
 
-async fn slot(
-    shared: &Shared,
-    publisher: &Publisher,
-    env: &SlotEnv,
-) -> anyhow::Result<Vec<ChainTime>> {
+async fn slot(shared: &Shared, publisher: &Publisher, env: &SlotEnv) -> anyhow::Result<Vec<ChainTime>> {
     let mut times = vec![];
     loop {
         let n = shared.started.fetch_add(1, Ordering::Relaxed);
@@ -173,11 +151,7 @@ async fn slot(
             _ => shared.heads[n].chain.to_string(),
         };
         let (tx, rx) = oneshot::channel();
-        shared
-            .waiting
-            .lock()
-            .expect("not poisoned")
-            .insert(key.clone(), tx);
+        shared.waiting.lock().expect("not poisoned").insert(key.clone(), tx);
         shared.keys.lock().expect("not poisoned").push(key.clone());
         let started = Utc::now();
         match shared.side {
@@ -187,23 +161,13 @@ async fn slot(
         let outcome = tokio::time::timeout(CHAIN_TIMEOUT, rx)
             .await
             .with_context(|| format!("chain {key} did not end within {CHAIN_TIMEOUT:?}"))?;
-        outcome
-            .context("the listener stopped")?
-            .map_err(|why| anyhow::anyhow!("chain {key} failed: {why}"))?;
-        times.push(ChainTime {
-            started,
-            ended: Utc::now(),
-        });
+        outcome.context("the listener stopped")?.map_err(|why| anyhow::anyhow!("chain {key} failed: {why}"))?;
+        times.push(ChainTime { started, ended: Utc::now() });
     }
 }
 
 /// Sends a bridge request that starts a chain; each is a chat of its own.
-pub async fn send_request(
-    publisher: &Publisher,
-    env: &SlotEnv,
-    id: &str,
-    target: &str,
-) -> anyhow::Result<()> {
+pub async fn send_request(publisher: &Publisher, env: &SlotEnv, id: &str, target: &str) -> anyhow::Result<()> {
     let mut request = sample_request_json(id, target, "en");
     request["conversationKey"] = id.into();
     let body = serde_json::to_vec(&request)?;
@@ -256,10 +220,7 @@ fn chain_end(side: Side, body: &[u8]) -> Option<(String, Result<(), String>)> {
     let outcome = if status == Some(HandoffStatus::Completed) {
         Ok(())
     } else {
-        Err(format!(
-            "it ended {}: {}",
-            message["status"], message["text"]
-        ))
+        Err(format!("it ended {}: {}", message["status"], message["text"]))
     };
     Some((key, outcome))
 }

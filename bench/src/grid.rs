@@ -36,11 +36,7 @@ pub struct Results {
 
 pub fn workloads(args: &BenchArgs) -> Vec<Chain> {
     let mut out = vec![];
-    for (name, chain) in [
-        ("steady", Chain::Steady),
-        ("e2e", Chain::EndToEnd),
-        ("http", Chain::SteadyHttp),
-    ] {
+    for (name, chain) in [("steady", Chain::Steady), ("e2e", Chain::EndToEnd), ("http", Chain::SteadyHttp)] {
         if args.workloads.iter().any(|w| w == name) {
             out.push(chain);
         }
@@ -58,12 +54,7 @@ fn sides(chain: Chain) -> &'static [Side] {
 
 pub async fn measure_all(bench: &mut Bench, args: &BenchArgs) -> anyhow::Result<Results> {
     let mut results = Results::default();
-    bench.procs.spawn(
-        &bench.settings,
-        &crate::procs::SUPPORT_ROLES,
-        "support",
-        &[],
-    )?;
+    bench.procs.spawn(&bench.settings, &crate::procs::SUPPORT_ROLES, "support", &[])?;
     for &workers in &args.workers {
         let first = start_workers(bench, workers).await?;
         if results.memory.idle_kb.is_none() {
@@ -76,12 +67,7 @@ pub async fn measure_all(bench: &mut Bench, args: &BenchArgs) -> anyhow::Result<
             for &in_flight in &args.in_flight {
                 for rep in 1..=args.reps {
                     for &side in sides(chain) {
-                        let spec = Spec {
-                            side,
-                            chain,
-                            workers,
-                            in_flight,
-                        };
+                        let spec = Spec { side, chain, workers, in_flight };
                         let outcome = run_cell(bench, spec, args.hops, args.max_secs).await?;
                         say(&outcome.progress_line(rep));
                         results.cells.push((rep, outcome));
@@ -105,13 +91,7 @@ pub async fn measure_all(bench: &mut Bench, args: &BenchArgs) -> anyhow::Result<
 async fn start_workers(bench: &mut Bench, count: usize) -> anyhow::Result<u32> {
     let mut first = None;
     for i in 0..count {
-        bench.procs.spawn_worker(
-            &bench.settings,
-            Side::Raw,
-            &["raw-worker"],
-            &format!("raw-{i}"),
-            &[],
-        )?;
+        bench.procs.spawn_worker(&bench.settings, Side::Raw, &["raw-worker"], &format!("raw-{i}"), &[])?;
         let pid = bench.procs.spawn_worker(
             &bench.settings,
             Side::Baton,
@@ -128,16 +108,9 @@ async fn start_workers(bench: &mut Bench, count: usize) -> anyhow::Result<u32> {
 
 /// A few chains on each side first: connections opened, statements prepared.
 async fn warm_up(bench: &Bench, workers: usize) -> anyhow::Result<()> {
-    say(&format!(
-        "{workers} worker process(es) per side: warming up"
-    ));
+    say(&format!("{workers} worker process(es) per side: warming up"));
     for side in [Side::Raw, Side::Baton] {
-        let spec = Spec {
-            side,
-            chain: Chain::EndToEnd,
-            workers,
-            in_flight: 16,
-        };
+        let spec = Spec { side, chain: Chain::EndToEnd, workers, in_flight: 16 };
         cell::run(bench, spec, &vec![], 64, Duration::from_secs(5)).await?;
     }
     Ok(())
@@ -148,49 +121,29 @@ async fn groups(bench: &Bench) -> anyhow::Result<Groups> {
     Ok(vec![
         ("baton processes", baton),
         ("raw workers", raw),
-        (
-            "postgres backends",
-            cpu::postgres_pids(&bench.pool, &bench.database).await?,
-        ),
+        ("postgres backends", cpu::postgres_pids(&bench.pool, &bench.database).await?),
         ("rabbitmq", cpu::rabbitmq_pids()),
         ("driver", vec![std::process::id()]),
     ])
 }
 
-async fn run_cell(
-    bench: &Bench,
-    spec: Spec,
-    hops: usize,
-    max_secs: u64,
-) -> anyhow::Result<Outcome> {
+async fn run_cell(bench: &Bench, spec: Spec, hops: usize, max_secs: u64) -> anyhow::Result<Outcome> {
     let groups = groups(bench).await?;
     cell::run(bench, spec, &groups, hops, Duration::from_secs(max_secs)).await
 }
 
 /// Loads history, then measures steady state once more with one worker per side.
 async fn measure_growth(bench: &mut Bench, args: &BenchArgs) -> anyhow::Result<Vec<Outcome>> {
-    say(&format!(
-        "loading {} finished invocations (with tasks and events) and as many raw rows",
-        args.growth
-    ));
+    say(&format!("loading {} finished invocations (with tasks and events) and as many raw rows", args.growth));
     let took = growth::load(&bench.pool, args.growth).await?;
     say(&format!("loaded in {:.0}s", took.as_secs_f64()));
     start_workers(bench, 1).await?;
     let mut out = vec![];
     for &in_flight in &args.in_flight {
         for side in [Side::Raw, Side::Baton] {
-            let outcome = run_cell(
-                bench,
-                Spec {
-                    side,
-                    chain: Chain::Steady,
-                    workers: 1,
-                    in_flight,
-                },
-                args.hops,
-                args.max_secs,
-            )
-            .await?;
+            let outcome =
+                run_cell(bench, Spec { side, chain: Chain::Steady, workers: 1, in_flight }, args.hops, args.max_secs)
+                    .await?;
             say(&format!("with history: {}", outcome.progress_line(1)));
             out.push(outcome);
         }
@@ -202,9 +155,7 @@ async fn measure_growth(bench: &mut Bench, args: &BenchArgs) -> anyhow::Result<V
 /// Parks `count` parents on agent_await (their children stay queued: this
 /// worker consumes only the handoff queue) and reads the worker's memory.
 async fn park(bench: &mut Bench, count: usize) -> anyhow::Result<(usize, u64, u64)> {
-    say(&format!(
-        "parking {count} parents on agent_await through the fleet"
-    ));
+    say(&format!("parking {count} parents on agent_await through the fleet"));
     let pid = bench.procs.spawn_worker(
         &bench.settings,
         Side::Baton,
@@ -216,8 +167,7 @@ async fn park(bench: &mut Bench, count: usize) -> anyhow::Result<(usize, u64, u6
     let before = procs::rss_kb(pid).unwrap_or(0);
     let env = bench.clone_for_slot();
     for i in 0..count {
-        super::driver::send_request(&bench.publisher, &env, &format!("park-{i}"), "claude_code")
-            .await?;
+        super::driver::send_request(&bench.publisher, &env, &format!("park-{i}"), "claude_code").await?;
     }
     let deadline = Instant::now() + SCENARIO_TIMEOUT * 3;
     loop {
@@ -225,19 +175,13 @@ async fn park(bench: &mut Bench, count: usize) -> anyhow::Result<(usize, u64, u6
             .pool
             .get()
             .await?
-            .query_one(
-                "SELECT count(*) FROM invocations WHERE status = 'parked'",
-                &[],
-            )
+            .query_one("SELECT count(*) FROM invocations WHERE status = 'parked'", &[])
             .await?
             .get(0);
         if parked as usize >= count {
             break;
         }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "only {parked} of {count} parents parked in time"
-        );
+        anyhow::ensure!(Instant::now() < deadline, "only {parked} of {count} parents parked in time");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let after = procs::rss_kb(pid).unwrap_or(0);

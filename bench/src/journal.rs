@@ -30,29 +30,17 @@ SELECT extract(epoch FROM (s.claimed - s.prev))::float8 * 1000, extract(epoch FR
  WHERE s.prev IS NOT NULL";
 
 /// Every hop of the chains with these keys (request ids, or raw chain ids).
-pub async fn hops(
-    pool: &baton_store::Pool,
-    side: Side,
-    keys: &[String],
-) -> anyhow::Result<Vec<Hop>> {
+pub async fn hops(pool: &baton_store::Pool, side: Side, keys: &[String]) -> anyhow::Result<Vec<Hop>> {
     let c = pool.get().await?;
     let rows = if side.is_raw() {
         let chains: Vec<Uuid> = keys.iter().map(|k| k.parse()).collect::<Result<_, _>>()?;
         c.query(raw::HOPS_SQL, &[&chains]).await?
     } else {
-        c.query(
-            BATON_HOPS_SQL,
-            &[&keys, &INVOCATION_STARTED, &HANDOFF_ACCEPTED],
-        )
-        .await?
+        c.query(BATON_HOPS_SQL, &[&keys, &INVOCATION_STARTED, &HANDOFF_ACCEPTED]).await?
     };
     Ok(rows
         .iter()
-        .map(|r| Hop {
-            claim_to_claim_ms: r.get(0),
-            commit_to_claim_ms: r.get(1),
-            claimed: r.get(2),
-        })
+        .map(|r| Hop { claim_to_claim_ms: r.get(0), commit_to_claim_ms: r.get(1), claimed: r.get(2) })
         .collect())
 }
 

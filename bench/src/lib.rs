@@ -86,13 +86,7 @@ pub struct BenchArgs {
 impl BenchArgs {
     fn apply_quick(mut self) -> Self {
         if self.quick {
-            (
-                self.workers,
-                self.in_flight,
-                self.reps,
-                self.hops,
-                self.max_secs,
-            ) = (vec![1], vec![16], 1, 300, 4);
+            (self.workers, self.in_flight, self.reps, self.hops, self.max_secs) = (vec![1], vec![16], 1, 300, 4);
             self.counter_hops = self.counter_hops.min(300);
         }
         self
@@ -102,10 +96,7 @@ impl BenchArgs {
 /// The bench's own database and queue prefix, beside the configured ones.
 pub fn bench_settings(base: &Settings, database: &str) -> Settings {
     let mut s = base.clone();
-    let (head, _) = base
-        .database_url
-        .rsplit_once('/')
-        .unwrap_or((&base.database_url, ""));
+    let (head, _) = base.database_url.rsplit_once('/').unwrap_or((&base.database_url, ""));
     s.database_url = format!("{head}/{database}");
     s.queue_prefix = format!("{}bench.", base.queue_prefix);
     s.worker_id = "bench".into();
@@ -125,19 +116,11 @@ pub async fn run(base: &Settings, args: BenchArgs) -> anyhow::Result<()> {
     let mut results = outcome?;
     cleanup?;
     if args.counter_hops > 0 {
-        say(&format!(
-            "per-hop counters: {} hops at 16 in flight through counting proxies",
-            args.counter_hops
-        ));
+        say(&format!("per-hop counters: {} hops at 16 in flight through counting proxies", args.counter_hops));
         let settings = bench_settings(base, "baton_bench_counters");
-        results.counters = counters::measure(
-            &settings,
-            procs::baton_binary()?,
-            Some(std::env::current_exe()?),
-            args.counter_hops,
-            16,
-        )
-        .await?;
+        results.counters =
+            counters::measure(&settings, procs::baton_binary()?, Some(std::env::current_exe()?), args.counter_hops, 16)
+                .await?;
     }
     println!("\n{}", report::render(&results, &args, started.elapsed()));
     Ok(())
@@ -161,11 +144,7 @@ pub(crate) fn say(text: &str) {
 impl Bench {
     /// A fresh database (migrated, with the bench's profiles and the raw
     /// schema) and fresh queues under the settings' prefix.
-    pub async fn prepare(
-        settings: &Settings,
-        procs: Procs,
-        model_url: &str,
-    ) -> anyhow::Result<Self> {
+    pub async fn prepare(settings: &Settings, procs: Procs, model_url: &str) -> anyhow::Result<Self> {
         say("preparing a fresh bench database and queues");
         recreate_database(&settings.database_url).await?;
         let pool = baton_store::pool(&settings.database_url, 8)?;
@@ -173,54 +152,30 @@ impl Bench {
         let profiles = ProfilesFile::parse(&profiles::file(model_url))?;
         baton_store::profiles::apply_atomically(&mut pool.get().await?, &profiles).await?;
         pool.get().await?.batch_execute(raw::SCHEMA).await?;
-        let conn = baton_bus::Connection::open(&settings.amqp_url, "baton-bench")
-            .await
-            .context("connecting to RabbitMQ")?;
+        let conn =
+            baton_bus::Connection::open(&settings.amqp_url, "baton-bench").await.context("connecting to RabbitMQ")?;
         let queues = settings.queues();
         let reply_queue = queues.prefixed("bench.replies");
         // Whatever an interrupted bench left behind goes first.
         let _ = conn.delete(&queues).await;
-        for q in [
-            raw::hop_queue(settings),
-            raw::done_queue(settings),
-            reply_queue.clone(),
-        ] {
+        for q in [raw::hop_queue(settings), raw::done_queue(settings), reply_queue.clone()] {
             conn.delete_queue(&q).await?;
         }
         conn.declare(&queues).await?;
         raw::declare(&conn.amqp().create_channel().await?, settings).await?;
         conn.declare_queue(&reply_queue).await?;
         let publisher = conn.publisher().await?;
-        let database = settings
-            .database_url
-            .rsplit_once('/')
-            .map(|(_, d)| d.to_string())
-            .unwrap_or_default();
-        Ok(Self {
-            settings: settings.clone(),
-            pool,
-            conn,
-            publisher,
-            reply_queue,
-            procs,
-            database,
-        })
+        let database = settings.database_url.rsplit_once('/').map(|(_, d)| d.to_string()).unwrap_or_default();
+        Ok(Self { settings: settings.clone(), pool, conn, publisher, reply_queue, procs, database })
     }
 
     pub(crate) fn clone_for_slot(&self) -> driver::SlotEnv {
-        driver::SlotEnv {
-            settings: self.settings.clone(),
-            reply_queue: self.reply_queue.clone(),
-        }
+        driver::SlotEnv { settings: self.settings.clone(), reply_queue: self.reply_queue.clone() }
     }
 
     pub async fn cleanup(&self, keep_database: bool) -> anyhow::Result<()> {
         let _ = self.conn.delete(&self.settings.queues()).await;
-        for q in [
-            raw::hop_queue(&self.settings),
-            raw::done_queue(&self.settings),
-            self.reply_queue.clone(),
-        ] {
+        for q in [raw::hop_queue(&self.settings), raw::done_queue(&self.settings), self.reply_queue.clone()] {
             let _ = self.conn.delete_queue(&q).await;
         }
         self.conn.close("bench done").await;
@@ -234,32 +189,23 @@ impl Bench {
 
 /// A client on the server's `postgres` database, and the name of the one in `url`.
 pub async fn admin(url: &str) -> anyhow::Result<(baton_store::tokio_postgres::Client, String)> {
-    let (head, name) = url
-        .rsplit_once('/')
-        .context("a database URL ends in /name")?;
-    let (client, conn) = baton_store::tokio_postgres::connect(
-        &format!("{head}/postgres"),
-        baton_store::tokio_postgres::NoTls,
-    )
-    .await?;
+    let (head, name) = url.rsplit_once('/').context("a database URL ends in /name")?;
+    let (client, conn) =
+        baton_store::tokio_postgres::connect(&format!("{head}/postgres"), baton_store::tokio_postgres::NoTls).await?;
     tokio::spawn(conn);
     Ok((client, name.to_string()))
 }
 
 pub async fn drop_database(url: &str) -> anyhow::Result<()> {
     let (client, name) = admin(url).await?;
-    client
-        .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-        .await?;
+    client.batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).await?;
     Ok(())
 }
 
 async fn recreate_database(url: &str) -> anyhow::Result<()> {
     drop_database(url).await?;
     let (client, name) = admin(url).await?;
-    client
-        .batch_execute(&format!("CREATE DATABASE \"{name}\""))
-        .await?;
+    client.batch_execute(&format!("CREATE DATABASE \"{name}\"")).await?;
     Ok(())
 }
 

@@ -5,11 +5,7 @@ use baton_bench::BenchArgs;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "baton-bench",
-    version,
-    about = "Measure Baton's hop against a raw lapin + Postgres baseline"
-)]
+#[command(name = "baton-bench", version, about = "Measure Baton's hop against a raw lapin + Postgres baseline")]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
@@ -46,9 +42,7 @@ async fn raw_worker(settings: &Settings) -> anyhow::Result<()> {
     let shutdown = tokio_util::sync::CancellationToken::new();
     let stop = shutdown.clone();
     tokio::spawn(async move {
-        if let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        {
+        if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             term.recv().await;
         }
         stop.cancel();

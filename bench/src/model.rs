@@ -33,15 +33,12 @@ impl Drop for ModelServer {
 /// "You are bench stage K of N." somewhere in the conversation.
 fn stage_of(body: &Value) -> Option<(u32, u32)> {
     let messages = body["messages"].as_array()?;
-    messages
-        .iter()
-        .filter_map(|m| m["content"].as_str())
-        .find_map(|text| {
-            let rest = &text[text.find("bench stage ")? + "bench stage ".len()..];
-            let (k, rest) = rest.split_once(" of ")?;
-            let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
-            Some((k.parse().ok()?, n.parse().ok()?))
-        })
+    messages.iter().filter_map(|m| m["content"].as_str()).find_map(|text| {
+        let rest = &text[text.find("bench stage ")? + "bench stage ".len()..];
+        let (k, rest) = rest.split_once(" of ")?;
+        let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        Some((k.parse().ok()?, n.parse().ok()?))
+    })
 }
 
 fn call(name: &str, args: Value) -> Value {
@@ -56,10 +53,7 @@ async fn complete(Json(body): Json<Value>) -> Json<Value> {
             json!({"agentId": format!("h{}", k + 1), "handoff": {"objective": format!("Stage {}.", k + 1)}}),
         )],
         Some(_) => vec![
-            call(
-                "workspace_write",
-                json!({"path": "output/main.md", "content": "done"}),
-            ),
+            call("workspace_write", json!({"path": "output/main.md", "content": "done"})),
             call("workspace_commit", json!({})),
             call("workspace_finish", json!({})),
         ],

@@ -41,13 +41,7 @@ pub struct Procs {
     workers: Vec<(Side, Child)>,
 }
 
-fn command(
-    program: PathBuf,
-    settings: &Settings,
-    args: &[&str],
-    name: &str,
-    env: &[(&str, &str)],
-) -> Command {
+fn command(program: PathBuf, settings: &Settings, args: &[&str], name: &str, env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("DATABASE_URL", &settings.database_url)
@@ -70,12 +64,7 @@ fn command(
 impl Procs {
     /// `raw`: the program whose `raw-worker` command runs the raw baseline.
     pub fn new(baton: PathBuf, raw: Option<PathBuf>) -> Self {
-        Self {
-            baton,
-            raw,
-            support: vec![],
-            workers: vec![],
-        }
+        Self { baton, raw, support: vec![], workers: vec![] }
     }
 
     /// The pids of the Baton processes (support roles and workers), and of the raw workers.
@@ -97,9 +86,8 @@ impl Procs {
         name: &str,
         env: &[(&str, &str)],
     ) -> anyhow::Result<u32> {
-        let child = command(self.baton.clone(), settings, args, name, env)
-            .spawn()
-            .context("starting a baton process")?;
+        let child =
+            command(self.baton.clone(), settings, args, name, env).spawn().context("starting a baton process")?;
         let pid = child.id().context("the process has a pid")?;
         self.support.push(child);
         Ok(pid)
@@ -118,9 +106,7 @@ impl Procs {
             Side::Baton => self.baton.clone(),
             _ => self.raw.clone().context("no raw worker program")?,
         };
-        let child = command(program, settings, args, name, env)
-            .spawn()
-            .context("starting a worker process")?;
+        let child = command(program, settings, args, name, env).spawn().context("starting a worker process")?;
         let pid = child.id().context("the process has a pid")?;
         self.workers.push((side, child));
         Ok(pid)
@@ -141,16 +127,11 @@ impl Procs {
 async fn stop(children: &mut Vec<Child>) {
     for child in children.iter() {
         if let Some(pid) = child.id() {
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
+            let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
         }
     }
     for mut child in children.drain(..) {
-        if tokio::time::timeout(Duration::from_secs(15), child.wait())
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(Duration::from_secs(15), child.wait()).await.is_err() {
             let _ = child.kill().await;
         }
     }
@@ -203,11 +184,7 @@ impl RssSampler {
 }
 
 /// Waits until `count` workers consume the side's first queue.
-pub async fn wait_for_consumers(
-    settings: &Settings,
-    side: Side,
-    count: usize,
-) -> anyhow::Result<()> {
+pub async fn wait_for_consumers(settings: &Settings, side: Side, count: usize) -> anyhow::Result<()> {
     let queue = match side {
         Side::Raw | Side::RawOutbox => super::raw::hop_queue(settings),
         Side::Baton => settings.queues().name(Queue::InvocationsHandoff),
@@ -220,10 +197,7 @@ pub async fn wait_for_consumers(
             conn.close("ok").await;
             return Ok(());
         }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "workers did not start consuming {queue}"
-        );
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "workers did not start consuming {queue}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

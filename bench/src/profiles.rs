@@ -134,11 +134,7 @@ mod tests {
 
     #[test]
     fn every_generated_chain_is_a_valid_profiles_file() {
-        let file = baton_domain::profiles::ProfilesFile::parse(&file("http://127.0.0.1:1/v1"))
-            .expect("valid profiles");
-        assert_eq!(
-            file.profiles.len(),
-            (E2E_STAGES + 2 * STEADY_STAGES + 2) as usize
-        );
+        let file = baton_domain::profiles::ProfilesFile::parse(&file("http://127.0.0.1:1/v1")).expect("valid profiles");
+        assert_eq!(file.profiles.len(), (E2E_STAGES + 2 * STEADY_STAGES + 2) as usize);
     }
 }

@@ -8,9 +8,7 @@
 //! transaction and deletes it once the broker confirmed the publish: the
 //! price of the outbox guarantee on its own, with no Baton logic around it.
 
-use baton_bus::lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions,
-};
+use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 use baton_bus::lapin::types::{AMQPValue, FieldTable};
 use baton_bus::{Outgoing, Publisher};
 use baton_store::Pool;
@@ -52,44 +50,21 @@ pub fn done_queue(settings: &Settings) -> String {
 }
 
 /// Declares the baseline's two queues like the fleet's (durable quorum).
-pub async fn declare(
-    channel: &baton_bus::lapin::Channel,
-    settings: &Settings,
-) -> anyhow::Result<()> {
+pub async fn declare(channel: &baton_bus::lapin::Channel, settings: &Settings) -> anyhow::Result<()> {
     for name in [hop_queue(settings), done_queue(settings)] {
         let mut args = FieldTable::default();
-        args.insert(
-            "x-queue-type".into(),
-            AMQPValue::LongString("quorum".into()),
-        );
-        let opts = QueueDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
-        channel
-            .queue_declare(name.as_str().into(), opts, args)
-            .await?;
+        args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+        let opts = QueueDeclareOptions { durable: true, ..Default::default() };
+        channel.queue_declare(name.as_str().into(), opts, args).await?;
     }
     Ok(())
 }
 
 /// Inserts `count` chains' first rows in one statement, so starting a chain
 /// during a measurement is one publish.
-pub async fn prepare_heads(
-    pool: &Pool,
-    count: usize,
-    stages: i32,
-    outbox: bool,
-) -> anyhow::Result<Vec<RawHop>> {
-    let heads: Vec<RawHop> = (0..count)
-        .map(|_| RawHop {
-            id: Uuid::now_v7(),
-            chain: Uuid::now_v7(),
-            stage: 1,
-            stages,
-            outbox,
-        })
-        .collect();
+pub async fn prepare_heads(pool: &Pool, count: usize, stages: i32, outbox: bool) -> anyhow::Result<Vec<RawHop>> {
+    let heads: Vec<RawHop> =
+        (0..count).map(|_| RawHop { id: Uuid::now_v7(), chain: Uuid::now_v7(), stage: 1, stages, outbox }).collect();
     let ids: Vec<Uuid> = heads.iter().map(|h| h.id).collect();
     let chains: Vec<Uuid> = heads.iter().map(|h| h.chain).collect();
     pool.get()
@@ -100,20 +75,10 @@ pub async fn prepare_heads(
 }
 
 /// Publishes a prepared chain head.
-pub async fn start_chain(
-    publisher: &Publisher,
-    settings: &Settings,
-    head: &RawHop,
-) -> anyhow::Result<()> {
+pub async fn start_chain(publisher: &Publisher, settings: &Settings, head: &RawHop) -> anyhow::Result<()> {
     let body = serde_json::to_vec(head)?;
     let queue = hop_queue(settings);
-    publisher
-        .publish(&Outgoing {
-            queue: &queue,
-            body: &body,
-            ..Default::default()
-        })
-        .await?;
+    publisher.publish(&Outgoing { queue: &queue, body: &body, ..Default::default() }).await?;
     Ok(())
 }
 
@@ -123,21 +88,12 @@ pub async fn work(settings: &Settings, shutdown: CancellationToken) -> anyhow::R
     let pool = baton_store::pool(&settings.database_url, settings.pool_size)?;
     let publisher = Publisher::open(&conn).await?;
     let channel = conn.create_channel().await?;
-    channel
-        .basic_qos(settings.invocation_prefetch, BasicQosOptions::default())
-        .await?;
+    channel.basic_qos(settings.invocation_prefetch, BasicQosOptions::default()).await?;
     let queue = hop_queue(settings);
     let mut consumer = channel
-        .basic_consume(
-            queue.as_str().into(),
-            "".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
+        .basic_consume(queue.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
         .await?;
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(
-        settings.max_concurrent_invocations,
-    ));
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(settings.max_concurrent_invocations));
     loop {
         let delivery = tokio::select! {
             biased;
@@ -158,12 +114,7 @@ pub async fn work(settings: &Settings, shutdown: CancellationToken) -> anyhow::R
     Ok(())
 }
 
-async fn hop(
-    pool: &Pool,
-    publisher: &Publisher,
-    settings: &Settings,
-    data: &[u8],
-) -> anyhow::Result<()> {
+async fn hop(pool: &Pool, publisher: &Publisher, settings: &Settings, data: &[u8]) -> anyhow::Result<()> {
     let msg: RawHop = serde_json::from_slice(data)?;
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
@@ -172,26 +123,15 @@ async fn hop(
           WHERE id = (SELECT id FROM raw_items WHERE id = $1 AND status = 'created' FOR UPDATE SKIP LOCKED) RETURNING stage",
     );
     let event = tx.prepare_cached("INSERT INTO raw_events (item, kind) VALUES ($1, $2)");
-    let next_row = tx.prepare_cached(
-        "INSERT INTO raw_items (id, chain, stage, status) VALUES ($1, $2, $3, 'created')",
-    );
+    let next_row = tx.prepare_cached("INSERT INTO raw_items (id, chain, stage, status) VALUES ($1, $2, $3, 'created')");
     let (claim, event, next_row) = (claim.await?, event.await?, next_row.await?);
-    if tx
-        .query_opt(&claim, &[&msg.id, &settings.worker_id])
-        .await?
-        .is_none()
-    {
+    if tx.query_opt(&claim, &[&msg.id, &settings.worker_id]).await?.is_none() {
         return Ok(()); // a duplicate: nothing to do
     }
     tx.execute(&event, &[&msg.id, &"started"]).await?;
-    let next = (msg.stage < msg.stages).then(|| RawHop {
-        id: Uuid::now_v7(),
-        stage: msg.stage + 1,
-        ..msg
-    });
+    let next = (msg.stage < msg.stages).then(|| RawHop { id: Uuid::now_v7(), stage: msg.stage + 1, ..msg });
     if let Some(next) = &next {
-        tx.execute(&next_row, &[&next.id, &next.chain, &next.stage])
-            .await?;
+        tx.execute(&next_row, &[&next.id, &next.chain, &next.stage]).await?;
         tx.execute(&event, &[&msg.id, &"accepted"]).await?;
     }
     let (queue, body) = match next {
@@ -199,23 +139,13 @@ async fn hop(
         None => (done_queue(settings), serde_json::to_vec(&msg)?),
     };
     if msg.outbox {
-        let insert = tx
-            .prepare_cached("INSERT INTO raw_outbox (id, queue, body) VALUES ($1, $2, $3)")
-            .await?;
+        let insert = tx.prepare_cached("INSERT INTO raw_outbox (id, queue, body) VALUES ($1, $2, $3)").await?;
         tx.execute(&insert, &[&msg.id, &queue, &body]).await?;
     }
     tx.commit().await?;
-    publisher
-        .publish(&Outgoing {
-            queue: &queue,
-            body: &body,
-            ..Default::default()
-        })
-        .await?;
+    publisher.publish(&Outgoing { queue: &queue, body: &body, ..Default::default() }).await?;
     if msg.outbox {
-        let delete = client
-            .prepare_cached("DELETE FROM raw_outbox WHERE id = $1")
-            .await?;
+        let delete = client.prepare_cached("DELETE FROM raw_outbox WHERE id = $1").await?;
         client.execute(&delete, &[&msg.id]).await?;
     }
     Ok(())

@@ -31,9 +31,7 @@ impl Reps<'_> {
 
     fn spread(&self, f: impl Fn(&Outcome) -> f64) -> String {
         let v: Vec<f64> = self.0.iter().map(|o| f(o)).collect();
-        let (lo, hi) = v
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
+        let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
         if v.len() < 2 {
             String::new()
         } else {
@@ -48,14 +46,7 @@ impl Reps<'_> {
 }
 
 fn reps<'a>(results: &'a Results, spec: Spec) -> Reps<'a> {
-    Reps(
-        results
-            .cells
-            .iter()
-            .filter(|(_, o)| o.spec == spec)
-            .map(|(_, o)| o)
-            .collect(),
-    )
+    Reps(results.cells.iter().filter(|(_, o)| o.spec == spec).map(|(_, o)| o).collect())
 }
 
 /// Unique cells of a workload, in the order they were run.
@@ -71,20 +62,8 @@ fn specs(results: &Results, chain: Chain) -> Vec<Spec> {
 }
 
 fn raw_hops_per_sec(results: &Results, spec: Spec) -> f64 {
-    let chain = if spec.chain == Chain::SteadyHttp {
-        Chain::Steady
-    } else {
-        spec.chain
-    };
-    reps(
-        results,
-        Spec {
-            side: Side::Raw,
-            chain,
-            ..spec
-        },
-    )
-    .med(|o| o.hops_per_sec)
+    let chain = if spec.chain == Chain::SteadyHttp { Chain::Steady } else { spec.chain };
+    reps(results, Spec { side: Side::Raw, chain, ..spec }).med(|o| o.hops_per_sec)
 }
 
 fn workload_table(out: &mut String, results: &Results, chain: Chain) {
@@ -118,34 +97,18 @@ fn workload_table(out: &mut String, results: &Results, chain: Chain) {
 }
 
 fn cpu_table(out: &mut String, results: &Results) {
-    let names: Vec<&'static str> = results
-        .cells
-        .first()
-        .map(|(_, o)| o.cpu_ms.keys().copied().collect())
-        .unwrap_or_default();
-    let _ = writeln!(
-        out,
-        "\n### CPU per hop (ms, median over repetitions, whole cell)\n"
-    );
-    let _ = writeln!(
-        out,
-        "| workload | workers | in flight | side | {} | total |",
-        names.join(" | ")
-    );
+    let names: Vec<&'static str> =
+        results.cells.first().map(|(_, o)| o.cpu_ms.keys().copied().collect()).unwrap_or_default();
+    let _ = writeln!(out, "\n### CPU per hop (ms, median over repetitions, whole cell)\n");
+    let _ = writeln!(out, "| workload | workers | in flight | side | {} | total |", names.join(" | "));
     let _ = writeln!(out, "|---|---|---|---|{}---|", "---|".repeat(names.len()));
     for chain in [Chain::Steady, Chain::EndToEnd, Chain::SteadyHttp] {
         for spec in specs(results, chain) {
             let r = reps(results, spec);
-            let per: BTreeMap<&str, f64> = names
-                .iter()
-                .map(|n| (*n, r.med(|o| o.cpu_ms.get(n).copied().unwrap_or(0.0))))
-                .collect();
+            let per: BTreeMap<&str, f64> =
+                names.iter().map(|n| (*n, r.med(|o| o.cpu_ms.get(n).copied().unwrap_or(0.0)))).collect();
             let cols: Vec<String> = names.iter().map(|n| format!("{:.2}", per[n])).collect();
-            let total: f64 = per
-                .iter()
-                .filter(|(n, _)| **n != "driver")
-                .map(|(_, v)| v)
-                .sum();
+            let total: f64 = per.iter().filter(|(n, _)| **n != "driver").map(|(_, v)| v).sum();
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} | {:.2} |",
@@ -164,11 +127,11 @@ fn counters_table(out: &mut String, results: &Results) {
     if results.counters.is_empty() {
         return;
     }
+    let _ = writeln!(out, "\n### Per hop, counted on the wire (steady state, 1 worker, 16 in flight)\n");
     let _ = writeln!(
         out,
-        "\n### Per hop, counted on the wire (steady state, 1 worker, 16 in flight)\n"
+        "| side | hops | commits | commits (pg_stat_database, whole cell) | statements | round trips | publishes |"
     );
-    let _ = writeln!(out, "| side | hops | commits | commits (pg_stat_database, whole cell) | statements | round trips | publishes |");
     let _ = writeln!(out, "|---|---|---|---|---|---|---|");
     for c in &results.counters {
         let _ = writeln!(
@@ -187,8 +150,7 @@ fn counters_table(out: &mut String, results: &Results) {
 
 pub fn render(results: &Results, args: &BenchArgs, took: Duration) -> String {
     let mut out = String::new();
-    let _ =
-        writeln!(
+    let _ = writeln!(
         out,
         "## Hop benchmark, {} ({} cores, {}); {} repetition(s) per cell, raw and Baton interleaved",
         chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
@@ -205,11 +167,7 @@ pub fn render(results: &Results, args: &BenchArgs, took: Duration) -> String {
         workload_table(&mut out, results, chain);
     }
     if !results.growth.is_empty() {
-        let _ = writeln!(
-            out,
-            "\n### steady state over {} finished invocations\n",
-            args.growth
-        );
+        let _ = writeln!(out, "\n### steady state over {} finished invocations\n", args.growth);
         for o in &results.growth {
             let _ = writeln!(out, "- {}", o.progress_line(1));
         }
@@ -219,7 +177,8 @@ pub fn render(results: &Results, args: &BenchArgs, took: Duration) -> String {
     let m = &results.memory;
     let _ = writeln!(out, "\nInvocation worker memory (RSS):");
     if let Some(idle) = m.idle_kb {
-        let anon = m.idle_anon_kb.map(|a| format!(" ({} allocated, the rest code and libraries)", mb(a))).unwrap_or_default();
+        let anon =
+            m.idle_anon_kb.map(|a| format!(" ({} allocated, the rest code and libraries)", mb(a))).unwrap_or_default();
         let _ = writeln!(out, "- idle: {}{anon}", mb(idle));
     }
     let _ = writeln!(out, "- peak under load: {}", mb(m.loaded_kb));

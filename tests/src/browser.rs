@@ -81,11 +81,10 @@ impl Browser {
         let driver = start_driver(&driver_path, port, test);
         let url = format!("http://127.0.0.1:{port}");
         wait_for_port(port, Duration::from_secs(20)).await;
-        let client = ClientBuilder::new(HttpConnector::new())
-            .capabilities(capabilities())
-            .connect(&url)
-            .await
-            .unwrap_or_else(|e| panic!("opening a headless Chromium session through {}: {e}", driver_path.display()));
+        let client =
+            ClientBuilder::new(HttpConnector::new()).capabilities(capabilities()).connect(&url).await.unwrap_or_else(
+                |e| panic!("opening a headless Chromium session through {}: {e}", driver_path.display()),
+            );
         client.set_window_size(1280, 1000).await.expect("window size");
         Some(Browser { client, driver, test: test.to_string() })
     }
@@ -102,7 +101,8 @@ impl Browser {
 
     /// [`Browser::wait_for`] with its own deadline.
     pub async fn wait_for_within(&self, css: &str, within: Duration) -> Element {
-        let found = self.client.wait().at_most(within).every(Duration::from_millis(100)).for_element(Locator::Css(css)).await;
+        let found =
+            self.client.wait().at_most(within).every(Duration::from_millis(100)).for_element(Locator::Css(css)).await;
         match found {
             Ok(element) => element,
             Err(e) => self.fail(&format!("no `{css}` on the page within {within:?}: {e}")).await,
@@ -212,8 +212,9 @@ impl Browser {
 
 /// `target/console-screenshots/`, under `CARGO_TARGET_DIR` when it is set.
 pub fn screenshot_dir() -> PathBuf {
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("target"));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("target"));
     target.join("console-screenshots")
 }
 

@@ -21,8 +21,8 @@ use uuid::Uuid;
 
 pub mod browser;
 pub mod http;
-pub mod webhook;
 pub mod paced;
+pub mod webhook;
 
 pub use baton_domain::request::sample_request_json;
 
@@ -104,7 +104,10 @@ impl TestEnv {
 
     pub async fn consume(&self, queue: &str) -> Consumer {
         let channel = self.conn.create_channel().await.unwrap();
-        channel.basic_consume(queue.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await.unwrap()
+        channel
+            .basic_consume(queue.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
+            .await
+            .unwrap()
     }
 
     pub async fn replies(&self) -> Consumer {
@@ -119,7 +122,11 @@ impl TestEnv {
         self.pool.get().await.unwrap()
     }
 
-    pub async fn scalar_i64(&self, sql: &str, params: &[&(dyn baton_store::tokio_postgres::types::ToSql + Sync)]) -> i64 {
+    pub async fn scalar_i64(
+        &self,
+        sql: &str,
+        params: &[&(dyn baton_store::tokio_postgres::types::ToSql + Sync)],
+    ) -> i64 {
         self.db().await.query_one(sql, params).await.unwrap().get(0)
     }
 
@@ -173,7 +180,8 @@ pub async fn next_json(consumer: &mut Consumer, within: Duration) -> Value {
         .expect("consumer closed")
         .expect("delivery error");
     delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
-    let mut value: Value = serde_json::from_slice(&delivery.data).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&delivery.data).into()));
+    let mut value: Value = serde_json::from_slice(&delivery.data)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&delivery.data).into()));
     let error = baton_bus::publish::header(&delivery.properties, "x-baton-error");
     if let Some(error) = error {
         value = serde_json::json!({"_body": value, "_error": error});
@@ -213,7 +221,9 @@ impl Drop for TestEnv {
                     }
                     let _ = conn.close(200, "bye".into()).await;
                 }
-                if let Ok((client, c)) = baton_store::tokio_postgres::connect(&admin, baton_store::tokio_postgres::NoTls).await {
+                if let Ok((client, c)) =
+                    baton_store::tokio_postgres::connect(&admin, baton_store::tokio_postgres::NoTls).await
+                {
                     tokio::spawn(c);
                     let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)")).await;
                 }
@@ -324,7 +334,8 @@ impl BatonProcess {
 
     /// Waits for the process to exit and returns its exit code.
     pub async fn exit_code(&mut self, within: Duration) -> Option<i32> {
-        let status = tokio::time::timeout(within, self.child.wait()).await.expect("the process did not exit in time").unwrap();
+        let status =
+            tokio::time::timeout(within, self.child.wait()).await.expect("the process did not exit in time").unwrap();
         status.code()
     }
 
@@ -342,7 +353,8 @@ impl TestEnv {
     /// A connection to the server's `postgres` database, for faults scoped to
     /// this test's own database (never the whole server).
     pub async fn admin(&self) -> baton_store::tokio_postgres::Client {
-        let (client, conn) = baton_store::tokio_postgres::connect(&self.admin_url, baton_store::tokio_postgres::NoTls).await.unwrap();
+        let (client, conn) =
+            baton_store::tokio_postgres::connect(&self.admin_url, baton_store::tokio_postgres::NoTls).await.unwrap();
         tokio::spawn(conn);
         client
     }
@@ -364,7 +376,8 @@ impl TestEnv {
         for (name, value) in extra {
             command.env(name, value);
         }
-        let child = command.stdout(log.try_clone().unwrap()).stderr(log).kill_on_drop(true).spawn().expect("spawn baton");
+        let child =
+            command.stdout(log.try_clone().unwrap()).stderr(log).kill_on_drop(true).spawn().expect("spawn baton");
         BatonProcess { child, worker_id: worker_id.to_string() }
     }
 
@@ -380,9 +393,15 @@ impl TestEnv {
         let admin = self.admin().await;
         let db = self.db_name();
         let value = if on { "on" } else { "off" };
-        admin.batch_execute(&format!("ALTER DATABASE \"{db}\" SET default_transaction_read_only = {value}")).await.unwrap();
         admin
-            .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", &[&db])
+            .batch_execute(&format!("ALTER DATABASE \"{db}\" SET default_transaction_read_only = {value}"))
+            .await
+            .unwrap();
+        admin
+            .execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+                &[&db],
+            )
             .await
             .unwrap();
     }

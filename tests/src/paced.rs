@@ -79,23 +79,14 @@ pub struct PacedModelServer {
 
 impl PacedModelServer {
     pub async fn start(paced: Paced) -> Self {
-        let shared = Arc::new(Shared {
-            paced,
-            seen: Seen::default(),
-        });
-        let app = Router::new()
-            .route("/v1/chat/completions", post(complete))
-            .with_state(shared.clone());
+        let shared = Arc::new(Shared { paced, seen: Seen::default() });
+        let app = Router::new().route("/v1/chat/completions", post(complete)).with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
-        Self {
-            base_url,
-            shared,
-            task,
-        }
+        Self { base_url, shared, task }
     }
 
     pub fn arrivals(&self) -> Vec<Arrival> {
@@ -136,11 +127,7 @@ impl Drop for InFlight<'_> {
     }
 }
 
-async fn complete(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    Json(body): Json<Value>,
-) -> Response {
+async fn complete(State(shared): State<Arc<Shared>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
     let _counted = InFlight::enter(&shared.seen);
     let now = Instant::now();
     let run = headers
@@ -151,40 +138,23 @@ async fn complete(
         .next()
         .unwrap_or("")
         .to_string();
-    let tool_results = body["messages"]
-        .as_array()
-        .map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count());
+    let tool_results = body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count());
     let turn = if tool_results == 0 { 1 } else { 2 };
     let refused = {
         let mut arrivals = shared.seen.arrivals.lock().unwrap();
-        let last_second = arrivals
-            .iter()
-            .filter(|a| !a.refused && now - a.at < Duration::from_secs(1))
-            .count();
+        let last_second = arrivals.iter().filter(|a| !a.refused && now - a.at < Duration::from_secs(1)).count();
         let refused = arrivals.len() < shared.paced.refuse_first
             || shared.paced.per_second.is_some_and(|limit| last_second >= limit);
-        arrivals.push(Arrival {
-            at: now,
-            run,
-            turn,
-            refused,
-        });
+        arrivals.push(Arrival { at: now, run, turn, refused });
         refused
     };
     if refused {
         let mut response = (StatusCode::TOO_MANY_REQUESTS, "slow down").into_response();
-        response
-            .headers_mut()
-            .insert("retry-after", shared.paced.retry_after_secs.to_string().parse().unwrap());
+        response.headers_mut().insert("retry-after", shared.paced.retry_after_secs.to_string().parse().unwrap());
         return response;
     }
     let slow = body.to_string().contains("SLOWLY");
-    tokio::time::sleep(if slow {
-        shared.paced.slow
-    } else {
-        shared.paced.delay
-    })
-    .await;
+    tokio::time::sleep(if slow { shared.paced.slow } else { shared.paced.delay }).await;
     let message = if turn == 1 {
         json!({"role": "assistant", "content": null, "tool_calls": [
             call("workspace_write", json!({"path": "output/main.md", "content": "Done."})),

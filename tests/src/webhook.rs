@@ -73,7 +73,8 @@ impl Receiver {
     pub async fn start() -> Self {
         let (open, gate) = watch::channel(false);
         let state = Arc::new(ReceiverState { arrivals: Mutex::default(), flaky_failures: Mutex::new(2), gate });
-        let app = Router::new().route("/hook/{name}", post(hook)).route("/moved", post(moved)).with_state(state.clone());
+        let app =
+            Router::new().route("/hook/{name}", post(hook)).route("/moved", post(moved)).with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let origin = format!("http://{}", listener.local_addr().unwrap());
         let task = tokio::spawn(async move {
@@ -104,7 +105,12 @@ impl Drop for Receiver {
     }
 }
 
-async fn hook(State(state): State<Arc<ReceiverState>>, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn hook(
+    State(state): State<Arc<ReceiverState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     state.arrivals.lock().unwrap().push(Arrival { path: name.clone(), headers, body, at: std::time::Instant::now() });
     match name.as_str() {
         "slow" => {

@@ -16,7 +16,9 @@ use baton_domain::request::HandoffStatus;
 use baton_domain::state::{InvocationStatus, RunStatus};
 use baton_store::journal::Event;
 use baton_store::questions::{self, Question};
-use baton_store::{begin, bridge, client as db, commit, invocations, outbox, profiles, requests, runs, GenericClient, Pool};
+use baton_store::{
+    begin, bridge, client as db, commit, invocations, outbox, profiles, requests, runs, GenericClient, Pool,
+};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -93,14 +95,23 @@ async fn decide(c: &impl GenericClient, answer: &BridgeAnswer, policy: &Disclosu
     }
     let (text, found) = disclosure::redact_text(&answer.text, policy.for_target(request.target_agent.as_str()));
     questions::answer(c, question.id, &text).await?;
-    requests::add_event(c, &request.id, "answer_received", None, Some(&format!("answer {} to question {}", answer.id, question.id))).await?;
+    requests::add_event(
+        c,
+        &request.id,
+        "answer_received",
+        None,
+        Some(&format!("answer {} to question {}", answer.id, question.id)),
+    )
+    .await?;
     if !found.is_empty() {
         let what: Vec<&str> = found.iter().map(|f| f.reason()).collect();
         let note = format!("{} removal(s) from answer {}: {}", what.len(), answer.id, what.join("; "));
         requests::add_event(c, &request.id, "disclosure_filtered", None, Some(&note)).await?;
     }
     bridge::status(c, &request, HandoffStatus::Running, Some("the user answered")).await?;
-    if parked.is_some_and(|inv| inv.status == InvocationStatus::Parked) && invocations::wake(c, question.invocation_id).await? {
+    if parked.is_some_and(|inv| inv.status == InvocationStatus::Parked)
+        && invocations::wake(c, question.invocation_id).await?
+    {
         outbox::enqueue_fleet(c, &FleetMessage::wake(question.run_id, question.invocation_id)).await?;
         let woken = Event::new(journal::INVOCATION_WOKEN, Some(question.invocation_id), json!({"by": "answer"}));
         baton_store::journal::append(c, question.run_id, &[woken]).await?;

@@ -185,11 +185,14 @@ impl Reader<'_> {
         let defaults = baton_store::SessionConfig::default();
         let zero = Duration::ZERO;
         baton_store::SessionConfig {
-            statement_timeout: Some(self.millis("BATON_DB_STATEMENT_TIMEOUT_MS", defaults.statement_timeout.unwrap_or(zero))),
-            lock_timeout: Some(self.millis("BATON_DB_LOCK_TIMEOUT_MS", defaults.lock_timeout.unwrap_or(zero))),
-            idle_in_transaction_timeout: Some(
-                self.millis("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", defaults.idle_in_transaction_timeout.unwrap_or(zero)),
+            statement_timeout: Some(
+                self.millis("BATON_DB_STATEMENT_TIMEOUT_MS", defaults.statement_timeout.unwrap_or(zero)),
             ),
+            lock_timeout: Some(self.millis("BATON_DB_LOCK_TIMEOUT_MS", defaults.lock_timeout.unwrap_or(zero))),
+            idle_in_transaction_timeout: Some(self.millis(
+                "BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS",
+                defaults.idle_in_transaction_timeout.unwrap_or(zero),
+            )),
             keepalive: self.millis("BATON_DB_KEEPALIVE_MS", defaults.keepalive),
             application_name: None,
         }
@@ -260,7 +263,9 @@ impl Settings {
             worker_id: r.text("BATON_WORKER_ID", &format!("{host}-{}", std::process::id())),
             db_session: r.db_session(),
             shutdown_grace: r.millis("BATON_SHUTDOWN_GRACE_MS", Duration::from_millis(20_000)),
-            agent_work_dir: r.raw("BATON_AGENT_WORK_DIR").map_or_else(|| std::env::temp_dir().join("baton-agents"), Into::into),
+            agent_work_dir: r
+                .raw("BATON_AGENT_WORK_DIR")
+                .map_or_else(|| std::env::temp_dir().join("baton-agents"), Into::into),
             admin_addr: r.socket_addr("BATON_ADMIN_ADDR", "127.0.0.1:8080"),
             admin_token: r.raw("BATON_ADMIN_TOKEN").map(|t| Secret::new(t.trim())),
             metrics_addr: r.socket_addr("BATON_METRICS_ADDR", "127.0.0.1:9464"),
@@ -524,7 +529,13 @@ mod parsing {
 
     #[test]
     fn well_formed_values_are_taken_and_empty_ones_count_as_unset() {
-        let s = parse(&[("BATON_LEASE_MS", " 3000 "), ("BATON_PREFETCH", "2"), ("BATON_DB_POOL_SIZE", ""), ("BATON_DB_LOCK_TIMEOUT_MS", "0")]).unwrap();
+        let s = parse(&[
+            ("BATON_LEASE_MS", " 3000 "),
+            ("BATON_PREFETCH", "2"),
+            ("BATON_DB_POOL_SIZE", ""),
+            ("BATON_DB_LOCK_TIMEOUT_MS", "0"),
+        ])
+        .unwrap();
         assert_eq!(s.lease, Duration::from_secs(3));
         assert_eq!(s.prefetch, 2);
         assert_eq!(s.pool_size, 16);
@@ -533,7 +544,10 @@ mod parsing {
 
     #[test]
     fn a_malformed_number_names_the_variable_its_value_and_what_is_expected() {
-        assert_eq!(problems(&[("BATON_LEASE_MS", "15s")]), ["BATON_LEASE_MS=15s is not a whole number of milliseconds"]);
+        assert_eq!(
+            problems(&[("BATON_LEASE_MS", "15s")]),
+            ["BATON_LEASE_MS=15s is not a whole number of milliseconds"]
+        );
         assert_eq!(problems(&[("BATON_PREFETCH", "70000")]), ["BATON_PREFETCH=70000 is not a whole number"]);
         assert_eq!(problems(&[("BATON_MAX_TAKEOVERS", "-1")]), ["BATON_MAX_TAKEOVERS=-1 is not a whole number"]);
         assert_eq!(
@@ -545,13 +559,21 @@ mod parsing {
     #[test]
     fn the_metrics_address_is_an_ip_and_port() {
         assert_eq!(parse(&[]).unwrap().metrics_addr, "127.0.0.1:9464".parse().unwrap());
-        assert_eq!(parse(&[("BATON_METRICS_ADDR", "0.0.0.0:9100")]).unwrap().metrics_addr, "0.0.0.0:9100".parse().unwrap());
-        assert_eq!(problems(&[("BATON_METRICS_ADDR", "localhost")]), ["BATON_METRICS_ADDR=localhost is not an IP address with a port (127.0.0.1:8080)"]);
+        assert_eq!(
+            parse(&[("BATON_METRICS_ADDR", "0.0.0.0:9100")]).unwrap().metrics_addr,
+            "0.0.0.0:9100".parse().unwrap()
+        );
+        assert_eq!(
+            problems(&[("BATON_METRICS_ADDR", "localhost")]),
+            ["BATON_METRICS_ADDR=localhost is not an IP address with a port (127.0.0.1:8080)"]
+        );
     }
 
     #[test]
     fn every_bad_variable_is_named_at_once() {
-        let error = parse(&[("BATON_LEASE_MS", "abc"), ("BATON_DB_KEEPALIVE_MS", "1m"), ("BATON_INVOCATION_QUEUES", "handof")]).unwrap_err();
+        let error =
+            parse(&[("BATON_LEASE_MS", "abc"), ("BATON_DB_KEEPALIVE_MS", "1m"), ("BATON_INVOCATION_QUEUES", "handof")])
+                .unwrap_err();
         assert_eq!(error.problems.len(), 3, "{error}");
         let text = error.to_string();
         for name in ["BATON_LEASE_MS=abc", "BATON_DB_KEEPALIVE_MS=1m", "BATON_INVOCATION_QUEUES=handof"] {
@@ -594,7 +616,10 @@ mod parsing {
         let s = parse(&[("BATON_LEASE_MS", "3000"), ("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "3000")]).unwrap();
         let warnings = s.warnings();
         assert_eq!(warnings.len(), 1);
-        assert!(warnings[0].contains("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS=3000") && warnings[0].contains("BATON_LEASE_MS=3000"));
+        assert!(
+            warnings[0].contains("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS=3000")
+                && warnings[0].contains("BATON_LEASE_MS=3000")
+        );
         let off = parse(&[("BATON_LEASE_MS", "3000"), ("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "0")]).unwrap();
         assert!(off.warnings().is_empty(), "a timeout turned off is not compared");
         let below = parse(&[("BATON_LEASE_MS", "3000"), ("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "2999")]).unwrap();

@@ -125,7 +125,14 @@ async fn send_and_wait(settings: &Settings, broker: &Connection, args: &DemoArgs
     let body = serde_json::to_vec(&sample_request_json(&id, &args.target, &args.language))?;
     let publisher = broker.publisher().await?;
     let queue = settings.queues().name(Queue::BridgeRequests);
-    let out = Outgoing { queue: &queue, body: &body, message_id: Some(&id), reply_to: Some(replies.queue()), mandatory: true, ..Default::default() };
+    let out = Outgoing {
+        queue: &queue,
+        body: &body,
+        message_id: Some(&id),
+        reply_to: Some(replies.queue()),
+        mandatory: true,
+        ..Default::default()
+    };
     if let baton_bus::Published::Returned(why) = publisher.publish(&out).await? {
         bail!("the request was not delivered: {why}");
     }
@@ -172,7 +179,8 @@ async fn answer(publisher: &baton_bus::Publisher, queue: &str, question: &Value)
 fn print_reply(reply: &Value) {
     println!("\nReply the bridge received");
     println!("{}", "-".repeat(90));
-    let agents: Vec<&str> = reply["result"]["agents"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let agents: Vec<&str> =
+        reply["result"]["agents"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     println!("status:   {}", reply["status"].as_str().unwrap_or("?"));
     println!("language: {}", reply["language"].as_str().unwrap_or("?"));
     println!("chat:     {}", reply["replyToChatId"].as_str().unwrap_or("-"));

@@ -137,7 +137,9 @@ async fn probe_postgres(pool: &baton_store::Pool) -> Result<(), String> {
         let client = baton_store::client(pool).await.map_err(|e| e.to_string())?;
         client.simple_query("SELECT 1").await.map(drop).map_err(|e| e.to_string())
     };
-    tokio::time::timeout(PROBE_TIMEOUT, check).await.unwrap_or_else(|_| Err(format!("no answer within {PROBE_TIMEOUT:?}")))
+    tokio::time::timeout(PROBE_TIMEOUT, check)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {PROBE_TIMEOUT:?}")))
 }
 
 async fn probe_rabbitmq(settings: &Settings, broker: &mut Option<Connection>) -> Result<(), String> {

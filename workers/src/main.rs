@@ -8,7 +8,11 @@ use baton_domain::profiles::ProfilesFile;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "baton", version, about = "A RabbitMQ + Postgres worker fleet for multi-agent handoffs from chat bridges")]
+#[command(
+    name = "baton",
+    version,
+    about = "A RabbitMQ + Postgres worker fleet for multi-agent handoffs from chat bridges"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -50,7 +50,8 @@ pub const NAMES: [&str; 19] = [
 ];
 
 /// Histogram buckets in seconds: from a fast claim to a long run.
-const BUCKETS: [f64; 16] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0];
+const BUCKETS: [f64; 16] =
+    [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0];
 
 /// The process's exporter, installed on first use (one per process).
 pub fn handle() -> &'static PrometheusHandle {
@@ -75,17 +76,41 @@ fn describe() {
     describe_counter!(TAKEOVERS, "Claims taken from a worker that neither finished nor handed back.");
     describe_gauge!(OUTBOX_BACKLOG, "Rows waiting in the outbox.");
     describe_gauge!(OUTBOX_OLDEST_AGE, Unit::Seconds, "Age of the oldest row in the outbox.");
-    describe_histogram!(RELAY_PUBLISH_SECONDS, Unit::Seconds, "The relay's publish of one batch, until the broker confirmed it.");
+    describe_histogram!(
+        RELAY_PUBLISH_SECONDS,
+        Unit::Seconds,
+        "The relay's publish of one batch, until the broker confirmed it."
+    );
     describe_counter!(RELAY_NACKS, "Messages the broker refused for now (nack); kept and tried again.");
     describe_counter!(CALLBACKS, "HTTP status callbacks, by outcome (sent, failed, refused).");
     describe_counter!(BRIDGE_REPLIES, "Replies published to bridges, by status.");
-    describe_histogram!(baton_agent::metrics::MODEL_REQUEST_SECONDS, Unit::Seconds, "Model calls (retries included), by profile and outcome.");
-    describe_counter!(baton_agent::metrics::MODEL_REQUEST_ERRORS, "Failed model call attempts, by profile and status code.");
+    describe_histogram!(
+        baton_agent::metrics::MODEL_REQUEST_SECONDS,
+        Unit::Seconds,
+        "Model calls (retries included), by profile and outcome."
+    );
+    describe_counter!(
+        baton_agent::metrics::MODEL_REQUEST_ERRORS,
+        "Failed model call attempts, by profile and status code."
+    );
     describe_counter!(baton_agent::metrics::MODEL_TOKENS, "Tokens the models reported, by profile and kind.");
-    describe_counter!(baton_agent::metrics::TOOL_CALLS, "Tool calls, by tool and outcome (ok, or a recoverable error).");
-    describe_counter!(baton_agent::metrics::MODEL_THROTTLED, "Model calls that waited under a fleet-wide limit, by the limit's name and why.");
-    describe_histogram!(baton_agent::metrics::MODEL_THROTTLE_WAIT_SECONDS, Unit::Seconds, "How long throttled model calls waited, by limit.");
-    describe_counter!(baton_bus::metrics::DEAD_LETTERS, "Messages moved to baton.dead, by source queue and reason code.");
+    describe_counter!(
+        baton_agent::metrics::TOOL_CALLS,
+        "Tool calls, by tool and outcome (ok, or a recoverable error)."
+    );
+    describe_counter!(
+        baton_agent::metrics::MODEL_THROTTLED,
+        "Model calls that waited under a fleet-wide limit, by the limit's name and why."
+    );
+    describe_histogram!(
+        baton_agent::metrics::MODEL_THROTTLE_WAIT_SECONDS,
+        Unit::Seconds,
+        "How long throttled model calls waited, by limit."
+    );
+    describe_counter!(
+        baton_bus::metrics::DEAD_LETTERS,
+        "Messages moved to baton.dead, by source queue and reason code."
+    );
 }
 
 /// A request answered: its source, the root agent, the outcome.

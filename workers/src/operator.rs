@@ -60,7 +60,11 @@ pub async fn handoff_show(pool: &Pool, id: &str) -> anyhow::Result<String> {
     }
     out.push_str(&format!("\n{}\nEvents:\n", render_request_brief(&parsed)));
     for e in baton_store::requests::events(&c, id).await? {
-        let detail = [e.status.map(HandoffStatus::as_str), e.message.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ");
+        let detail = [e.status.map(HandoffStatus::as_str), e.message.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(": ");
         out.push_str(&format!("  {}  {:<18} {detail}\n", e.at.format("%Y-%m-%d %H:%M:%S"), e.kind));
     }
     Ok(out)
@@ -118,7 +122,9 @@ pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> a
             runs::set_final_text(&tx, run, text).await?;
             (RunStatus::Completed, None, journal::RUN_COMPLETED)
         }
-        Settle::Cancel => (RunStatus::Cancelled, Some(json!({"code": "cancelled", "message": text})), journal::RUN_CANCELLED),
+        Settle::Cancel => {
+            (RunStatus::Cancelled, Some(json!({"code": "cancelled", "message": text})), journal::RUN_CANCELLED)
+        }
     };
     runs::finish(&tx, run, status, error.as_ref()).await?;
     let events = [

@@ -20,7 +20,8 @@ pub async fn check_schema(settings: &Settings) -> anyhow::Result<()> {
                 tokio::time::sleep(delay).await;
             }
             Err(e) => {
-                return Err(e).with_context(|| format!("refusing to start against {}", settings.database_url_redacted()));
+                return Err(e)
+                    .with_context(|| format!("refusing to start against {}", settings.database_url_redacted()));
             }
         }
     }

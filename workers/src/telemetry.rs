@@ -108,7 +108,12 @@ pub fn continue_trace(span: &tracing::Span, traceparent: Option<String>, tracest
 
 /// [`continue_trace`] of a stored request's run (a bridge's answer or cancel
 /// joins the trace of the request it is about), else of the delivery's headers.
-pub async fn continue_request(span: &tracing::Span, pool: &baton_store::Pool, handoff_id: &str, delivery: &baton_bus::Delivery) {
+pub async fn continue_request(
+    span: &tracing::Span,
+    pool: &baton_store::Pool,
+    handoff_id: &str,
+    delivery: &baton_bus::Delivery,
+) {
     let stored = match pool.get().await {
         Ok(client) => baton_store::requests::trace(&client, handoff_id).await.ok().flatten(),
         Err(_) => None,

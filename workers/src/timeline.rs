@@ -21,10 +21,18 @@ pub fn render(events: &[EventRow]) -> String {
 
 /// The few payload fields worth a glance, on one short line.
 pub fn detail(payload: &serde_json::Value) -> String {
-    let keys = ["tool", "agentId", "path", "kind", "code", "limit", "reason", "waitedMs", "message", "exit", "provider", "resumed"];
+    let keys = [
+        "tool", "agentId", "path", "kind", "code", "limit", "reason", "waitedMs", "message", "exit", "provider",
+        "resumed",
+    ];
     let parts: Vec<String> = keys
         .iter()
-        .filter_map(|k| payload.get(*k).filter(|v| !v.is_null()).map(|v| format!("{k}={}", v.as_str().map(str::to_string).unwrap_or(v.to_string()))))
+        .filter_map(|k| {
+            payload
+                .get(*k)
+                .filter(|v| !v.is_null())
+                .map(|v| format!("{k}={}", v.as_str().map(str::to_string).unwrap_or(v.to_string())))
+        })
         .collect();
     let line = parts.join(" ");
     if line.chars().count() > 60 {
@@ -39,8 +47,14 @@ pub fn render_spend(spend: &baton_store::budgets::RunSpend) -> String {
     let (b, s) = (&spend.budget, &spend.spent);
     format!(
         "spent: {} of {} model calls, {} of {} tool calls, {} of {} tokens, {}s of {}s",
-        s.model_calls, b.max_model_calls, s.tool_calls, b.max_tool_calls, s.tokens, b.max_tokens,
-        s.elapsed.as_secs(), b.max_wall_clock_secs
+        s.model_calls,
+        b.max_model_calls,
+        s.tool_calls,
+        b.max_tool_calls,
+        s.tokens,
+        b.max_tokens,
+        s.elapsed.as_secs(),
+        b.max_wall_clock_secs
     )
 }
 
@@ -88,8 +102,10 @@ mod tests {
 
     #[test]
     fn the_spend_line_shows_each_figure_against_its_limit() {
-        let spent = Spent { tokens: 150, model_calls: 3, tool_calls: 6, elapsed: std::time::Duration::from_millis(2400) };
-        let line = super::render_spend(&RunSpend { budget: RunBudget { max_tool_calls: 5, ..Default::default() }, spent });
+        let spent =
+            Spent { tokens: 150, model_calls: 3, tool_calls: 6, elapsed: std::time::Duration::from_millis(2400) };
+        let line =
+            super::render_spend(&RunSpend { budget: RunBudget { max_tool_calls: 5, ..Default::default() }, spent });
         assert_eq!(line, "spent: 3 of 200 model calls, 6 of 5 tool calls, 150 of 2000000 tokens, 2s of 3600s");
     }
 
@@ -112,7 +128,10 @@ mod tests {
         let line = super::render_throttled(&events).unwrap();
         assert_eq!(line, "throttled: 1 model call waited 1.5s in all under limit `deepseek`; a model call is waiting for its turn now");
         events.push(event(4, "model_call_throttled", serde_json::json!({"limit": "deepseek", "waitedMs": 500})));
-        assert_eq!(super::render_throttled(&events).unwrap(), "throttled: 2 model calls waited 2.0s in all under limit `deepseek`");
+        assert_eq!(
+            super::render_throttled(&events).unwrap(),
+            "throttled: 2 model calls waited 2.0s in all under limit `deepseek`"
+        );
         assert_eq!(super::render_throttled(&events[..0]), None);
         assert!(super::detail(&events[0].payload).contains("reason=requests_per_minute"));
     }

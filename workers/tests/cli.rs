@@ -18,8 +18,14 @@ fn profiles_check_says_which_profiles_are_ready() {
         let line = text.lines().find(|l| l.starts_with(id)).unwrap_or_else(|| panic!("{id} missing:\n{text}"));
         assert!(line.ends_with("ready"), "{line}");
     }
-    let callbacks = text.lines().find(|l| l.starts_with("callbacks.sources.weixin")).unwrap_or_else(|| panic!("no callbacks line:\n{text}"));
-    assert!(callbacks.ends_with("requires configuration: environment variable BATON_CALLBACK_SECRET_WEIXIN"), "{callbacks}");
+    let callbacks = text
+        .lines()
+        .find(|l| l.starts_with("callbacks.sources.weixin"))
+        .unwrap_or_else(|| panic!("no callbacks line:\n{text}"));
+    assert!(
+        callbacks.ends_with("requires configuration: environment variable BATON_CALLBACK_SECRET_WEIXIN"),
+        "{callbacks}"
+    );
 }
 
 #[test]

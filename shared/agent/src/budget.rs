@@ -44,14 +44,23 @@ impl Tracker {
     /// The wall-clock limit, as reached now.
     pub(crate) fn out_of_time(&self) -> Exhausted {
         let max = self.spend.budget.max_wall_clock_secs;
-        Exhausted { limit: Limit::WallClock, spent: max.max((self.spend.spent.elapsed + self.read_at.elapsed()).as_secs()), max }
+        Exhausted {
+            limit: Limit::WallClock,
+            spent: max.max((self.spend.spent.elapsed + self.read_at.elapsed()).as_secs()),
+            max,
+        }
     }
 }
 
 /// Counts what a step transaction wrote (`model_calls` is 1 for a step that
 /// stored a model turn; its tokens are already on the invocation) and reads
 /// back the run's totals. Runs after the step's fence.
-pub(crate) async fn record(tx: &Transaction<'_>, invocation: uuid::Uuid, steps: &[Step], model_calls: i32) -> Result<Option<Tracker>, Error> {
+pub(crate) async fn record(
+    tx: &Transaction<'_>,
+    invocation: uuid::Uuid,
+    steps: &[Step],
+    model_calls: i32,
+) -> Result<Option<Tracker>, Error> {
     let tool_calls = steps.iter().filter(|s| s.kind == transcript::TOOL_RESULT).count() as i32;
     let spending = Spending { model_calls, tool_calls };
     if spending == Spending::default() {

@@ -6,8 +6,8 @@ use baton_domain::prompt::system_prompt;
 use baton_domain::tools::{self, ToolName};
 use baton_store::invocations::Invocation;
 use baton_store::journal::Event;
-use baton_store::steps::Step;
 use baton_store::profiles;
+use baton_store::steps::Step;
 use serde_json::{json, Value};
 
 use crate::transcript;
@@ -23,7 +23,11 @@ pub fn prompt_step(inv: &Invocation, profile: &Profile, surface: &[ToolName], sk
     let id = Some(inv.id);
     let evs = vec![
         Event::new(journal::CONTEXT_ASSEMBLED, id, json!({"briefChars": inv.brief.chars().count()})),
-        Event::new(journal::SKILL_SCOPES_RESOLVED, id, json!({"profileId": profile.id, "skills": skills.iter().map(|s| &s.id).collect::<Vec<_>>()})),
+        Event::new(
+            journal::SKILL_SCOPES_RESOLVED,
+            id,
+            json!({"profileId": profile.id, "skills": skills.iter().map(|s| &s.id).collect::<Vec<_>>()}),
+        ),
         Event::new(journal::MODEL_BINDING_RESOLVED, id, json!({"provider": profile.model.provider_name()})),
     ];
     (json!({"messages": messages}), evs)
@@ -61,9 +65,13 @@ impl FirstStep {
 pub(crate) fn tool_names(profile: &Profile) -> Vec<ToolName> {
     match profile.model {
         baton_domain::profiles::ModelBinding::Command { .. } => {
-            vec![ToolName::WorkspaceRead, ToolName::WorkspaceWrite, ToolName::WorkspaceCommit, ToolName::WorkspaceFinish]
+            vec![
+                ToolName::WorkspaceRead,
+                ToolName::WorkspaceWrite,
+                ToolName::WorkspaceCommit,
+                ToolName::WorkspaceFinish,
+            ]
         }
         _ => profile.tool_names(),
     }
 }
-

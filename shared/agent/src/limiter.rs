@@ -58,10 +58,7 @@ pub struct Pass {
 
 impl Limiter {
     pub fn new(pool: Pool) -> Self {
-        Self {
-            pool,
-            turns: Mutex::default(),
-        }
+        Self { pool, turns: Mutex::default() }
     }
 
     fn turn(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -71,17 +68,11 @@ impl Limiter {
 
     /// Waits until a call under `limit` may start, then counts it as in
     /// flight for at most `hold`.
-    pub async fn admit(
-        &self,
-        limit: &ModelLimit,
-        caller: Caller,
-        hold: Duration,
-    ) -> Result<Pass, NotAdmitted> {
+    pub async fn admit(&self, limit: &ModelLimit, caller: Caller, hold: Duration) -> Result<Pass, NotAdmitted> {
         let turn = self.turn(&limit.name);
         let _turn = turn.lock().await;
         let started = Instant::now();
-        let (mut waited_for, mut poll, mut db_since) =
-            (None::<WaitReason>, POLL_MIN, None::<Instant>);
+        let (mut waited_for, mut poll, mut db_since) = (None::<WaitReason>, POLL_MIN, None::<Instant>);
         loop {
             let call = Uuid::now_v7();
             let attempt = match self.pool.get().await {
@@ -91,13 +82,9 @@ impl Limiter {
             let (wait, reason) = match attempt {
                 Ok(Admission::Admitted) => {
                     if let Some(reason) = waited_for {
-                        self.note_throttled(limit, caller, reason, started.elapsed())
-                            .await;
+                        self.note_throttled(limit, caller, reason, started.elapsed()).await;
                     }
-                    return Ok(Pass {
-                        pool: self.pool.clone(),
-                        call: Some(call),
-                    });
+                    return Ok(Pass { pool: self.pool.clone(), call: Some(call) });
                 }
                 Ok(Admission::Wait(wait, reason)) => (wait, reason),
                 Err(e) => {
@@ -143,45 +130,18 @@ impl Limiter {
         }
     }
 
-    async fn note_waiting(
-        &self,
-        limit: &ModelLimit,
-        caller: Caller,
-        reason: WaitReason,
-        wait: Option<Duration>,
-    ) {
+    async fn note_waiting(&self, limit: &ModelLimit, caller: Caller, reason: WaitReason, wait: Option<Duration>) {
         crate::metrics::model_throttled(&limit.name, reason.as_str());
         tracing::info!(limit = %limit.name, reason = reason.as_str(), ?wait, "model call waits its turn");
-        let payload = json!({"limit": limit.name, "reason": reason.as_str(), "waitMs": wait.map(|w| w.as_millis() as u64)});
-        self.note(
-            caller,
-            Event::new(
-                journal::MODEL_CALL_WAITING,
-                Some(caller.invocation_id),
-                payload,
-            ),
-        )
-        .await;
+        let payload =
+            json!({"limit": limit.name, "reason": reason.as_str(), "waitMs": wait.map(|w| w.as_millis() as u64)});
+        self.note(caller, Event::new(journal::MODEL_CALL_WAITING, Some(caller.invocation_id), payload)).await;
     }
 
-    async fn note_throttled(
-        &self,
-        limit: &ModelLimit,
-        caller: Caller,
-        reason: WaitReason,
-        waited: Duration,
-    ) {
+    async fn note_throttled(&self, limit: &ModelLimit, caller: Caller, reason: WaitReason, waited: Duration) {
         crate::metrics::model_throttle_wait(&limit.name, waited);
         let payload = json!({"limit": limit.name, "reason": reason.as_str(), "waitedMs": waited.as_millis() as u64});
-        self.note(
-            caller,
-            Event::new(
-                journal::MODEL_CALL_THROTTLED,
-                Some(caller.invocation_id),
-                payload,
-            ),
-        )
-        .await;
+        self.note(caller, Event::new(journal::MODEL_CALL_THROTTLED, Some(caller.invocation_id), payload)).await;
     }
 
     /// A journal event of an observation (no state changes with it, so no

@@ -15,13 +15,15 @@ pub const TOOL_CALLS: &str = "baton_tool_calls_total";
 /// One model call (retries included) and how it ended: `ok` or `error`.
 pub fn model_request(profile: &str, took: Duration, ok: bool) {
     let outcome = if ok { "ok" } else { "error" };
-    ::metrics::histogram!(MODEL_REQUEST_SECONDS, "profile" => profile.to_owned(), "outcome" => outcome).record(took.as_secs_f64());
+    ::metrics::histogram!(MODEL_REQUEST_SECONDS, "profile" => profile.to_owned(), "outcome" => outcome)
+        .record(took.as_secs_f64());
 }
 
 /// One failed attempt at a model call: an HTTP status code, or `timeout`,
 /// `unreachable`, `invalid` when no usable status came back.
 pub fn model_error(profile: &str, status: &str) {
-    ::metrics::counter!(MODEL_REQUEST_ERRORS, "profile" => profile.to_owned(), "status" => status.to_owned()).increment(1);
+    ::metrics::counter!(MODEL_REQUEST_ERRORS, "profile" => profile.to_owned(), "status" => status.to_owned())
+        .increment(1);
 }
 
 /// The tokens a turn used, by kind, as its provider reported them.

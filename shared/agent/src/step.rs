@@ -46,7 +46,13 @@ impl Written {
         Self { next_seq: next_seq as i32, steps: vec![], tokens: 0, exit: None, budget: None }
     }
 
-    pub(crate) async fn append(&mut self, tx: &Transaction<'_>, invocation: uuid::Uuid, kind: &str, payload: Value) -> Result<(), Error> {
+    pub(crate) async fn append(
+        &mut self,
+        tx: &Transaction<'_>,
+        invocation: uuid::Uuid,
+        kind: &str,
+        payload: Value,
+    ) -> Result<(), Error> {
         steps::append(tx, invocation, self.next_seq, kind, &payload).await?;
         self.steps.push(Step { seq: self.next_seq, kind: kind.to_string(), payload });
         self.next_seq += 1;
@@ -218,7 +224,8 @@ pub(crate) async fn test_pause_in_step() {
     #[cfg(debug_assertions)]
     {
         static PAUSE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-        let pause = PAUSE.get_or_init(|| std::env::var("BATON_TEST_PAUSE_IN_STEP_MS").ok().and_then(|v| v.parse().ok()));
+        let pause =
+            PAUSE.get_or_init(|| std::env::var("BATON_TEST_PAUSE_IN_STEP_MS").ok().and_then(|v| v.parse().ok()));
         if let Some(ms) = *pause {
             tracing::warn!(ms, "test pause point: holding a step transaction open");
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;

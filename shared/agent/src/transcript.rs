@@ -134,14 +134,19 @@ mod tests {
         assert!(!asked_to_delegate(&[prompt.clone(), turn("workspace_write"), turn("agent_handoff")]));
         assert!(asked_to_delegate(&[prompt.clone(), turn("workspace_write"), turn("agent_delegate")]));
         // A result that merely mentions the tool is not a call of it.
-        let result = step(2, TOOL_RESULT, json!({"toolCallId": "a", "content": "agent_delegate", "name": "agent_delegate"}));
+        let result =
+            step(2, TOOL_RESULT, json!({"toolCallId": "a", "content": "agent_delegate", "name": "agent_delegate"}));
         assert!(!asked_to_delegate(&[prompt, result]));
     }
 
     #[test]
     fn messages_follow_the_openai_chat_shape() {
         let steps = vec![
-            step(0, PROMPT, json!({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]})),
+            step(
+                0,
+                PROMPT,
+                json!({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}),
+            ),
             step(1, MODEL_TURN, json!({"toolCalls": [{"id": "a", "name": "workspace_list", "arguments": {}}]})),
             step(2, TOOL_RESULT, json!({"toolCallId": "a", "content": "none"})),
         ];

@@ -13,8 +13,8 @@ use lapin::Channel;
 use tokio_util::sync::CancellationToken;
 
 use crate::publish::header;
-use baton_domain::fleet::Queue;
 use crate::{Connection, Error, Outgoing, Publisher, Queues, Result};
+use baton_domain::fleet::Queue;
 
 /// One message as a handler sees it: its body, the properties and headers
 /// roles read, and the ways to settle it.
@@ -92,7 +92,13 @@ impl DeadLetters {
 /// handler error. The handler settles each delivery; on shutdown the channel
 /// closes before the connection, so no ack in flight is lost, and unsettled
 /// deliveries go back to the queue.
-pub async fn consume<F, Fut, E>(conn: &Connection, queue: &str, prefetch: u16, shutdown: &CancellationToken, handle: F) -> Result<(), E>
+pub async fn consume<F, Fut, E>(
+    conn: &Connection,
+    queue: &str,
+    prefetch: u16,
+    shutdown: &CancellationToken,
+    handle: F,
+) -> Result<(), E>
 where
     F: Fn(Delivery) -> Fut,
     Fut: Future<Output = Result<(), E>>,

@@ -68,7 +68,8 @@ impl DeadLetter {
                 None => (None, header(props, "x-baton-error").unwrap_or_else(|| "(no reason recorded)".into())),
             },
         };
-        let message_id = props.message_id().as_ref().map(|m| m.to_string()).or_else(|| header(props, "x-baton-message-id"));
+        let message_id =
+            props.message_id().as_ref().map(|m| m.to_string()).or_else(|| header(props, "x-baton-message-id"));
         let text = String::from_utf8_lossy(body);
         let mut digest = Sha256::new();
         for part in [source_queue.as_deref().unwrap_or(""), &reason, message_id.as_deref().unwrap_or("")] {
@@ -201,14 +202,19 @@ pub async fn discard(conn: &Connection, queues: &Queues, select: Select<'_>, que
 
 /// Publishes a copy of a dead letter to its source queue and waits for the
 /// broker's confirm; `Err` says why it stays dead.
-async fn republish(channel: &Channel, delivery: &lapin::message::Delivery, letter: &DeadLetter) -> std::result::Result<(), String> {
+async fn republish(
+    channel: &Channel,
+    delivery: &lapin::message::Delivery,
+    letter: &DeadLetter,
+) -> std::result::Result<(), String> {
     let Some(queue) = &letter.replay_queue else {
         return Err("no source queue recorded".into());
     };
     let mut props = delivery.properties.clone();
     if let Some(headers) = props.headers().as_ref() {
         let kept = headers.inner().iter().filter(|(k, _)| !DEATH_HEADERS.contains(&k.as_str()));
-        let mut table: FieldTable = kept.map(|(k, v)| (k.clone(), v.clone())).collect::<std::collections::BTreeMap<_, _>>().into();
+        let mut table: FieldTable =
+            kept.map(|(k, v)| (k.clone(), v.clone())).collect::<std::collections::BTreeMap<_, _>>().into();
         table.insert("x-baton-replayed".into(), AMQPValue::LongString(letter.id.as_str().into()));
         props = props.with_headers(table);
     }
@@ -219,7 +225,9 @@ async fn republish(channel: &Channel, delivery: &lapin::message::Delivery, lette
     };
     match published.await {
         Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => Ok(()),
-        Ok(Confirmation::Ack(Some(returned))) => Err(format!("no queue `{queue}` took it ({} {})", returned.reply_code, returned.reply_text)),
+        Ok(Confirmation::Ack(Some(returned))) => {
+            Err(format!("no queue `{queue}` took it ({} {})", returned.reply_code, returned.reply_text))
+        }
         Ok(Confirmation::Nack(_)) => Err(format!("the broker refused it for `{queue}`")),
         Err(e) => Err(Error::Amqp(e).to_string()),
     }

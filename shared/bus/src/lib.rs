@@ -23,7 +23,7 @@ pub mod topology;
 pub use connection::Connection;
 pub use consume::{DeadLetters, Delivery};
 pub use lapin;
-pub use publish::{Outgoing, Pending, Publisher, Published, Settled};
+pub use publish::{Outgoing, Pending, Published, Publisher, Settled};
 pub use topology::Queues;
 
 #[derive(Debug, thiserror::Error)]

@@ -124,9 +124,7 @@ fn classify(confirmation: Confirmation, queue: &str) -> Settled {
 const SHORT_STRING_MAX: usize = 255;
 
 fn properties(m: &Outgoing<'_>) -> BasicProperties {
-    let mut props = BasicProperties::default()
-        .with_content_type("application/json".into())
-        .with_delivery_mode(2);
+    let mut props = BasicProperties::default().with_content_type("application/json".into()).with_delivery_mode(2);
     // A handoff id may have 128 characters of up to 4 bytes each. An id over
     // a short string's length cannot be a property (sent anyway, it makes
     // a frame the broker closes the connection over, at every try): it

@@ -100,7 +100,13 @@ impl Queues {
         }
         for dead in Queue::ALL.into_iter().filter(|q| q.is_dead_letter()).map(|q| self.name(q)) {
             channel
-                .queue_bind(dead.as_str().into(), dlx.as_str().into(), "".into(), QueueBindOptions::default(), FieldTable::default())
+                .queue_bind(
+                    dead.as_str().into(),
+                    dlx.as_str().into(),
+                    "".into(),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
                 .await?;
         }
         let _ = channel.close(200, "declared".into()).await;

@@ -35,10 +35,8 @@ pub fn render_handoff_brief(brief: &Map<String, Value>) -> String {
             section(&mut out, heading, &render_value(value));
         }
     }
-    let extra: Vec<(&String, &Value)> = brief
-        .iter()
-        .filter(|(k, v)| !KNOWN_SECTIONS.iter().any(|(known, _)| known == k) && !is_blank(v))
-        .collect();
+    let extra: Vec<(&String, &Value)> =
+        brief.iter().filter(|(k, v)| !KNOWN_SECTIONS.iter().any(|(known, _)| known == k) && !is_blank(v)).collect();
     if !extra.is_empty() {
         let body: Vec<String> = extra.iter().map(|(k, v)| format!("- {k}: {}", inline(v))).collect();
         section(&mut out, "Additional Instructions", &body.join("\n"));
@@ -53,15 +51,17 @@ pub fn render_request_brief(request: &HandoffRequest) -> String {
     section(&mut out, "What the user wants", request.user_intent.trim());
     let ctx = &request.context;
     if !ctx.recent_conversation.is_empty() {
-        let turns = ctx.recent_conversation.iter().map(|t| format!("**{}**: {}", role_label(&t.role), t.content.trim()));
+        let turns =
+            ctx.recent_conversation.iter().map(|t| format!("**{}**: {}", role_label(&t.role), t.content.trim()));
         section(&mut out, "Recent Conversation", &turns.collect::<Vec<_>>().join("\n"));
     }
-    let memories: Vec<&str> =
-        ctx.user_memories.iter().chain(&ctx.project_memories).map(|m| m.content.trim()).collect();
+    let memories: Vec<&str> = ctx.user_memories.iter().chain(&ctx.project_memories).map(|m| m.content.trim()).collect();
     if !memories.is_empty() {
         section(&mut out, "What We Know", &bullets(memories.into_iter()));
     }
-    for (heading, text) in [("Session Summary", &ctx.session_summary), ("Earlier Agent Work", &ctx.agent_runtime_summary)] {
+    for (heading, text) in
+        [("Session Summary", &ctx.session_summary), ("Earlier Agent Work", &ctx.agent_runtime_summary)]
+    {
         if let Some(text) = text.as_deref().filter(|t| !t.trim().is_empty()) {
             section(&mut out, heading, text.trim());
         }
@@ -189,7 +189,10 @@ mod tests {
         brief.insert("tone".into(), json!("warm and brief"));
         brief.insert("audience".into(), json!(["parents", "teachers"]));
         let text = render_handoff_brief(&brief);
-        assert!(text.contains("## Additional Instructions\n- audience: parents; teachers\n- tone: warm and brief"), "{text}");
+        assert!(
+            text.contains("## Additional Instructions\n- audience: parents; teachers\n- tone: warm and brief"),
+            "{text}"
+        );
     }
 
     #[test]

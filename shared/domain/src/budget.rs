@@ -189,7 +189,9 @@ impl Exhausted {
             (Limit::Tokens, Language::En) => format!("the agents reached this request's limit of {n} model tokens"),
             (Limit::ModelCalls, Language::En) => format!("the agents reached this request's limit of {n} model calls"),
             (Limit::ToolCalls, Language::En) => format!("the agents reached this request's limit of {n} tool calls"),
-            (Limit::WallClock, Language::En) => format!("the agents reached this request's time limit of {}", duration_en(max)),
+            (Limit::WallClock, Language::En) => {
+                format!("the agents reached this request's time limit of {}", duration_en(max))
+            }
             (Limit::Tokens, Language::ZhCn) => format!("智能体已用完本次请求的模型用量上限（{n} 个 token）"),
             (Limit::ModelCalls, Language::ZhCn) => format!("智能体已达到本次请求的模型调用次数上限（{n} 次）"),
             (Limit::ToolCalls, Language::ZhCn) => format!("智能体已达到本次请求的工具调用次数上限（{n} 次）"),
@@ -299,7 +301,10 @@ mod tests {
         )
         .unwrap();
         let codex = config.for_target("codex");
-        assert_eq!(codex, RunBudget { max_tokens: 1000, max_model_calls: 50, max_tool_calls: 1000, max_wall_clock_secs: 60 });
+        assert_eq!(
+            codex,
+            RunBudget { max_tokens: 1000, max_model_calls: 50, max_tool_calls: 1000, max_wall_clock_secs: 60 }
+        );
         let other = config.for_target("docs_agent");
         assert_eq!(other, RunBudget { max_model_calls: 50, ..Default::default() });
         assert_eq!(BudgetsConfig::default().for_target("x"), RunBudget::default());
@@ -307,7 +312,8 @@ mod tests {
 
     #[test]
     fn zero_limits_unknown_routes_and_unknown_keys_are_refused() {
-        let config: BudgetsConfig = toml::from_str("[default]\nmax_tool_calls = 0\n[routes.ghost]\nmax_tokens = 5\n").unwrap();
+        let config: BudgetsConfig =
+            toml::from_str("[default]\nmax_tool_calls = 0\n[routes.ghost]\nmax_tokens = 5\n").unwrap();
         let routes = BTreeMap::from([("docs_agent".to_string(), "writer".to_string())]);
         let problems = config.problems(&routes).join("; ");
         assert!(problems.contains("`default` sets `max_tool_calls` to 0"), "{problems}");

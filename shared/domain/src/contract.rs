@@ -31,7 +31,8 @@ use crate::wire_enum;
 /// refuse it): a numeric offset has its colon, its minutes and an ASCII sign. Written on every time a bridge sends (the
 /// schemas say `"format": "date-time"` and this `pattern`), so a JSON Schema
 /// validator's date-time (ajv's takes `+0800` and `+08`) and Baton's agree.
-pub const TIMESTAMP_PATTERN: &str = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$";
+pub const TIMESTAMP_PATTERN: &str =
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$";
 
 static TIMESTAMP: LazyLock<Regex> = LazyLock::new(|| Regex::new(TIMESTAMP_PATTERN).expect("a valid pattern"));
 
@@ -125,27 +126,16 @@ mod tests {
 
     #[test]
     fn each_message_tag_is_one_word() {
-        assert_eq!(
-            serde_json::to_value(StatusType::default()).unwrap(),
-            "status"
-        );
-        assert_eq!(
-            ReplyType::ALL.len()
-                + QuestionType::ALL.len()
-                + AnswerType::ALL.len()
-                + CancelType::ALL.len(),
-            4
-        );
+        assert_eq!(serde_json::to_value(StatusType::default()).unwrap(), "status");
+        assert_eq!(ReplyType::ALL.len() + QuestionType::ALL.len() + AnswerType::ALL.len() + CancelType::ALL.len(), 4);
         assert!(serde_json::from_value::<StatusType>(serde_json::json!("reply")).is_err());
     }
 
     #[test]
     fn the_codes_named_elsewhere_are_error_codes() {
-        for code in [
-            crate::budget::BUDGET_EXHAUSTED,
-            crate::conversation::strategy::BUSY,
-            crate::sandbox::codes::TIMEOUT,
-        ] {
+        for code in
+            [crate::budget::BUDGET_EXHAUSTED, crate::conversation::strategy::BUSY, crate::sandbox::codes::TIMEOUT]
+        {
             assert!(ErrorCode::parse(code).is_some(), "{code}");
         }
         assert_eq!(ErrorCode::parse("something.new"), None);
@@ -156,7 +146,15 @@ mod tests {
         for good in ["2025-06-06T09:30:00+08:00", "2025-06-06t01:30:00.123z", "2024-02-29T00:00:00-05:30"] {
             assert!(parse_timestamp(good).is_ok(), "{good}");
         }
-        for bad in ["2025-06-06 01:30:00Z", "2025-06-06T09:30:00+0800", "2025-06-06T09:30:00+08", "2025-06-06T09:30:00\u{2212}08:00", "2025-06-06", "2025-02-30T00:00:00Z", "２０２５-06-06T09:30:00Z"] {
+        for bad in [
+            "2025-06-06 01:30:00Z",
+            "2025-06-06T09:30:00+0800",
+            "2025-06-06T09:30:00+08",
+            "2025-06-06T09:30:00\u{2212}08:00",
+            "2025-06-06",
+            "2025-02-30T00:00:00Z",
+            "２０２５-06-06T09:30:00Z",
+        ] {
             assert!(parse_timestamp(bad).is_err(), "{bad}");
         }
     }

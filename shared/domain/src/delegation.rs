@@ -86,7 +86,9 @@ pub fn parse_delegate(args: &Value) -> Result<DelegateArgs, ToolError> {
     }
     for (field, text) in [("objective", Some(&call.task.objective)), ("title", call.task.title.as_ref())] {
         if text.is_some_and(|s| s.chars().count() > MAX_TEXT_CHARS) {
-            return Err(ToolError::invalid_arguments(format!("`task.{field}` is longer than {MAX_TEXT_CHARS} characters.")));
+            return Err(ToolError::invalid_arguments(format!(
+                "`task.{field}` is longer than {MAX_TEXT_CHARS} characters."
+            )));
         }
     }
     let budget = check_budget(call.budget.unwrap_or_default())?;
@@ -103,13 +105,20 @@ fn check_budget(budget: Budget) -> Result<Budget, ToolError> {
         return Err(ToolError::invalid_arguments("Each budget limit must be at least 1."));
     }
     if budget.deadline_ms.is_some_and(|d| d > MAX_DEADLINE_MS) {
-        return Err(ToolError::invalid_arguments(format!("`budget.deadlineMs` is at most {MAX_DEADLINE_MS} (one day).")));
+        return Err(ToolError::invalid_arguments(format!(
+            "`budget.deadlineMs` is at most {MAX_DEADLINE_MS} (one day)."
+        )));
     }
     Ok(budget)
 }
 
 /// May this agent delegate, and will the target take the task from it?
-pub fn check_delegate(caller: &Profile, kind: InvocationKind, agent_id: &str, target: Option<&Profile>) -> Result<(), ToolError> {
+pub fn check_delegate(
+    caller: &Profile,
+    kind: InvocationKind,
+    agent_id: &str,
+    target: Option<&Profile>,
+) -> Result<(), ToolError> {
     let denied = |m: String| ToolError::new(codes::DELEGATION_POLICY_DENIED, m);
     if !kind.is_foreground() || !caller.delegation.can_delegate || !caller.has_tool(ToolName::AgentDelegate) {
         return Err(denied("You cannot delegate work in this run. Do the task yourself.".into()));
@@ -140,7 +149,9 @@ pub fn check_delegate(caller: &Profile, kind: InvocationKind, agent_id: &str, ta
 pub fn check_capacity(started: usize, open: usize) -> Result<(), ToolError> {
     let exhausted = |m: String| ToolError::new(codes::DELEGATION_BUDGET_EXHAUSTED, m);
     if started >= MAX_CHILDREN_PER_PARENT {
-        return Err(exhausted(format!("You have already delegated {started} tasks, the most allowed. Finish the work yourself.")));
+        return Err(exhausted(format!(
+            "You have already delegated {started} tasks, the most allowed. Finish the work yourself."
+        )));
     }
     if open >= MAX_CONCURRENT_CHILDREN {
         return Err(exhausted(format!(
@@ -153,7 +164,9 @@ pub fn check_capacity(started: usize, open: usize) -> Result<(), ToolError> {
 /// The `# Delegated Task` brief a child reads.
 pub fn render_task_brief(task: &Map<String, Value>, from: &str) -> String {
     let mut out = format!("# Delegated Task\n\nAgent {from} asked you to do this task and return the result.\n");
-    for (key, heading) in [("title", "Title"), ("objective", "Objective"), ("context", "Context"), ("expectedOutput", "Expected Output")] {
+    for (key, heading) in
+        [("title", "Title"), ("objective", "Objective"), ("context", "Context"), ("expectedOutput", "Expected Output")]
+    {
         if let Some(text) = task.get(key).and_then(Value::as_str).filter(|t| !t.trim().is_empty()) {
             let _ = write!(out, "\n## {heading}\n{}\n", text.trim());
         }
@@ -318,7 +331,9 @@ impl Confidence {
 pub fn parse_return(args: &Value) -> Result<Capsule, ToolError> {
     // Nulls mean "left out", as they did before the arguments were typed.
     let given = match args {
-        Value::Object(map) => Value::Object(map.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect()),
+        Value::Object(map) => {
+            Value::Object(map.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect())
+        }
         other => other.clone(),
     };
     let mut capsule: Capsule = tool_args::parse(&given)?;
@@ -358,7 +373,11 @@ pub fn render_results(tasks: &[TaskView<'_>], timed_out: bool) -> String {
                 ("Questions for you", &c.questions_for_caller),
             ] {
                 if !items.is_empty() {
-                    let _ = writeln!(out, "{label}:\n{}", items.iter().map(|i| format!("- {i}")).collect::<Vec<_>>().join("\n"));
+                    let _ = writeln!(
+                        out,
+                        "{label}:\n{}",
+                        items.iter().map(|i| format!("- {i}")).collect::<Vec<_>>().join("\n")
+                    );
                 }
             }
             if let Some(conf) = &c.confidence {
@@ -373,9 +392,13 @@ pub fn render_results(tasks: &[TaskView<'_>], timed_out: bool) -> String {
 
 /// The result file kept in the workspace for people and later agents.
 pub fn render_result_file(key: &str, agent: &str, capsule: &Capsule) -> String {
-    let view = TaskView { key, agent, status: capsule.status.task_status(), capsule: Some(capsule.clone()), error: None };
+    let view =
+        TaskView { key, agent, status: capsule.status.task_status(), capsule: Some(capsule.clone()), error: None };
     let text = render_results(&[view], false);
-    text.trim_end_matches("Use these results in your work; commit and finish when the reply is ready.").trim_end().to_string() + "\n"
+    text.trim_end_matches("Use these results in your work; commit and finish when the reply is ready.")
+        .trim_end()
+        .to_string()
+        + "\n"
 }
 
 #[cfg(test)]
@@ -386,9 +409,13 @@ mod tests {
     #[test]
     fn delegate_needs_an_objective_and_sane_budgets() {
         assert!(parse_delegate(&json!({"agentId": "c", "task": {}})).is_err());
-        let err = parse_delegate(&json!({"agentId": "c", "task": {"objective": "x"}, "budget": {"maxRounds": 0}})).unwrap_err();
+        let err = parse_delegate(&json!({"agentId": "c", "task": {"objective": "x"}, "budget": {"maxRounds": 0}}))
+            .unwrap_err();
         assert!(err.message.contains("at least 1"));
-        let ok = parse_delegate(&json!({"agentId": "c", "task": {"objective": "x"}, "budget": {"maxRounds": 2, "deadlineMs": 500}})).unwrap();
+        let ok = parse_delegate(
+            &json!({"agentId": "c", "task": {"objective": "x"}, "budget": {"maxRounds": 2, "deadlineMs": 500}}),
+        )
+        .unwrap();
         assert_eq!(ok.budget.max_rounds, Some(2));
         assert_eq!(ok.budget.deadline_ms, Some(500));
     }
@@ -408,7 +435,10 @@ mod tests {
         use TaskStatus::*;
         assert!(!await_ready(AwaitMode::NextCompleted, &[(Completed, true), (Running, false)]));
         assert!(await_ready(AwaitMode::NextCompleted, &[(Completed, true), (Failed, false)]));
-        assert!(await_ready(AwaitMode::NextCompleted, &[(Completed, true), (Completed, true)]), "nothing left to wait for");
+        assert!(
+            await_ready(AwaitMode::NextCompleted, &[(Completed, true), (Completed, true)]),
+            "nothing left to wait for"
+        );
     }
 
     #[test]
@@ -422,7 +452,10 @@ mod tests {
         assert!(!wait_is_over(AwaitMode::AllCompleted, None, &children));
         assert!(wait_is_over(AwaitMode::AllCompleted, Some(&["checker".into()]), &children));
         assert!(!wait_is_over(AwaitMode::NextCompleted, Some(&["checker-002".into()]), &children));
-        assert!(wait_is_over(AwaitMode::AllCompleted, Some(&["checker-002".into(), "nobody".into()]), &children), "an unknown handle ends the wait");
+        assert!(
+            wait_is_over(AwaitMode::AllCompleted, Some(&["checker-002".into(), "nobody".into()]), &children),
+            "an unknown handle ends the wait"
+        );
     }
 
     #[test]
@@ -445,10 +478,21 @@ mod tests {
 
     #[test]
     fn results_read_as_markdown_capsules_with_handles_not_ids() {
-        let capsule = parse_return(&json!({"summary": "Dates are right.", "findings": ["Friday is correct"], "confidence": "high"})).unwrap();
-        let views = [TaskView { key: "checker", agent: "checker", status: TaskStatus::Completed, capsule: Some(capsule), error: None }];
+        let capsule = parse_return(
+            &json!({"summary": "Dates are right.", "findings": ["Friday is correct"], "confidence": "high"}),
+        )
+        .unwrap();
+        let views = [TaskView {
+            key: "checker",
+            agent: "checker",
+            status: TaskStatus::Completed,
+            capsule: Some(capsule),
+            error: None,
+        }];
         let text = render_results(&views, false);
-        assert!(text.starts_with("## Task checker (Agent checker): completed\nSummary: Dates are right.\nFindings:\n- Friday is correct"));
+        assert!(text.starts_with(
+            "## Task checker (Agent checker): completed\nSummary: Dates are right.\nFindings:\n- Friday is correct"
+        ));
         assert!(text.contains("Confidence: high"));
     }
 

@@ -237,7 +237,10 @@ mod tests {
         assert_eq!(root.queue_at(Priority::High).as_str(), "baton.invocations.handoff.high");
         assert_eq!(root.queue_at(Priority::Normal), Queue::InvocationsHandoff);
         assert_eq!(root.queue_at(Priority::Low).as_str(), "baton.invocations.handoff.low");
-        assert_eq!(FleetMessage::run(run, inv, InvocationKind::Child).queue_at(Priority::High), Queue::InvocationsDelegateHigh);
+        assert_eq!(
+            FleetMessage::run(run, inv, InvocationKind::Child).queue_at(Priority::High),
+            Queue::InvocationsDelegateHigh
+        );
         assert_eq!(FleetMessage::wake(run, inv).queue_at(Priority::Low), Queue::InvocationsDelegateLow);
         assert_eq!(FleetMessage::finished(run).queue_at(Priority::High), Queue::RunsFinished);
         assert_eq!(FleetMessage::finished(run).prioritized_run(), None);
@@ -252,8 +255,14 @@ mod tests {
         let (run, inv) = (Uuid::now_v7(), Uuid::now_v7());
         let body = FleetMessage::run(run, inv, InvocationKind::Child).body();
         assert_eq!(body, json!({"invocationId": inv.to_string(), "runId": run.to_string()}));
-        assert_eq!(serde_json::from_value::<RunInvocation>(body).unwrap(), RunInvocation { invocation_id: inv, run_id: run });
-        assert_eq!(FleetMessage::wake(run, inv).body(), json!({"invocationId": inv.to_string(), "runId": run.to_string()}));
+        assert_eq!(
+            serde_json::from_value::<RunInvocation>(body).unwrap(),
+            RunInvocation { invocation_id: inv, run_id: run }
+        );
+        assert_eq!(
+            FleetMessage::wake(run, inv).body(),
+            json!({"invocationId": inv.to_string(), "runId": run.to_string()})
+        );
         let body = FleetMessage::finished(run).body();
         assert_eq!(body, json!({"runId": run.to_string()}));
         assert_eq!(serde_json::from_value::<RunFinished>(body).unwrap(), RunFinished { run_id: run });

@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{codes, ToolError};
-use crate::tool_args;
 use crate::profiles::Profile;
 use crate::state::InvocationKind;
+use crate::tool_args;
 use crate::tool_name::ToolName;
 
 /// Longest text accepted in a brief field, in characters.
@@ -93,7 +93,9 @@ pub fn parse_args(args: &Value) -> Result<HandoffArgs, ToolError> {
 
 fn validate_brief(brief: &HandoffBrief) -> Result<(), ToolError> {
     if brief.objective.trim().is_empty() {
-        return Err(ToolError::invalid_arguments("`handoff.objective` is required: say what the next agent must achieve."));
+        return Err(ToolError::invalid_arguments(
+            "`handoff.objective` is required: say what the next agent must achieve.",
+        ));
     }
     let texts = [
         ("objective", Some(&brief.objective)),
@@ -114,7 +116,9 @@ fn validate_brief(brief: &HandoffBrief) -> Result<(), ToolError> {
 /// The source side: may this agent hand off at all?
 pub fn check_source(source: &Profile, kind: InvocationKind) -> Result<(), ToolError> {
     if !kind.is_foreground() {
-        return Err(denied("You are working on a delegated task: return your result with task_return instead of handing off."));
+        return Err(denied(
+            "You are working on a delegated task: return your result with task_return instead of handing off.",
+        ));
     }
     if !source.delegation.can_handoff || !source.has_tool(ToolName::AgentHandoff) {
         return Err(denied("You are not allowed to hand off in this run. Finish the work yourself."));
@@ -140,7 +144,9 @@ pub fn check_depth(handoffs_so_far: u32, max_depth: u32) -> Result<(), ToolError
     }
     Err(ToolError::new(
         codes::HANDOFF_DEPTH_EXHAUSTED,
-        format!("This work has already been handed over {handoffs_so_far} time(s), the most allowed. Finish it yourself."),
+        format!(
+            "This work has already been handed over {handoffs_so_far} time(s), the most allowed. Finish it yourself."
+        ),
     ))
 }
 
@@ -149,12 +155,16 @@ pub fn check_target(caller_id: &str, agent_id: &str, target: Option<&Profile>) -
     let Some(target) = target else {
         return Err(ToolError::new(
             codes::TARGET_NOT_FOUND,
-            format!("There is no agent `{agent_id}`. Use agent_list with purpose \"handoff\" to see who can take over."),
+            format!(
+                "There is no agent `{agent_id}`. Use agent_list with purpose \"handoff\" to see who can take over."
+            ),
         ));
     };
     let policy = &target.delegation;
     if !policy.callable || !policy.allow_as_handoff_target {
-        return Err(denied(format!("Agent `{agent_id}` does not take over work from other agents. Choose another agent.")));
+        return Err(denied(format!(
+            "Agent `{agent_id}` does not take over work from other agents. Choose another agent."
+        )));
     }
     if !policy.accepts_caller(caller_id) {
         return Err(denied(format!("Agent `{agent_id}` does not take over work from you. Choose another agent.")));
@@ -191,7 +201,15 @@ mod tests {
             system_prompt: String::new(),
             tools: vec!["agent_handoff".into(), "workspace_finish".into()],
             skills: vec![],
-            model: ModelBinding::Scripted { script: vec![ScriptedTurn { tool: None, args: json!({}), text: Some("hi".into()), delay_ms: None, calls: vec![] }] },
+            model: ModelBinding::Scripted {
+                script: vec![ScriptedTurn {
+                    tool: None,
+                    args: json!({}),
+                    text: Some("hi".into()),
+                    delay_ms: None,
+                    calls: vec![],
+                }],
+            },
             delegation,
             ask_timeout: None,
             model_limit: None,
@@ -260,7 +278,15 @@ mod tests {
         let picky = profile("t", DelegationPolicy { allowed_callers: vec!["other".into()], ..Default::default() });
         assert_eq!(check_target("w", "t", Some(&picky)).unwrap_err().code, codes::HANDOFF_POLICY_DENIED);
         let mut bare = profile("t", DelegationPolicy::default());
-        bare.model = ModelBinding::Openai { base_url: None, model: None, api_key_env: None, temperature: None, max_tokens: None, timeout_secs: None, max_attempts: None };
+        bare.model = ModelBinding::Openai {
+            base_url: None,
+            model: None,
+            api_key_env: None,
+            temperature: None,
+            max_tokens: None,
+            timeout_secs: None,
+            max_attempts: None,
+        };
         assert_eq!(check_target("w", "t", Some(&bare)).unwrap_err().code, codes::TARGET_REQUIRES_CONFIGURATION);
         assert!(check_target("w", "t", Some(&profile("t", DelegationPolicy::default()))).is_ok());
     }

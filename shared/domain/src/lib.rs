@@ -31,14 +31,14 @@
 //! - [`error`]: recoverable tool errors.
 //! - [`wire`]: `wire_enum!`, the one way a closed set of strings (statuses, sources, tool names, languages) is declared.
 
+pub mod bridge;
 pub mod brief;
 pub mod budget;
+pub mod callback;
+pub mod contract;
+pub mod conversation;
 pub mod delegation;
 pub mod disclosure;
-pub mod bridge;
-pub mod contract;
-pub mod callback;
-pub mod conversation;
 pub mod error;
 pub mod fleet;
 pub mod handoff;
@@ -48,11 +48,11 @@ pub mod limits;
 pub mod outgoing;
 pub mod priority;
 pub mod profiles;
+pub mod prompt;
 pub mod reply;
 pub mod request;
-pub mod prompt;
-pub mod schema;
 pub mod sandbox;
+pub mod schema;
 pub mod state;
 pub mod tool_args;
 pub mod tool_name;

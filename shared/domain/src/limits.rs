@@ -85,18 +85,11 @@ impl ModelLimit {
         let window = self.window_secs.unwrap_or(60).max(1);
         let scale = |per_minute: u64| (per_minute * u64::from(window)).div_ceil(60).max(1);
         Quota {
-            requests: self
-                .requests_per_minute
-                .map(|r| scale(u64::from(r)).min(i32::MAX as u64) as i32),
-            tokens: self
-                .tokens_per_minute
-                .map(|t| scale(t).min(i64::MAX as u64) as i64),
+            requests: self.requests_per_minute.map(|r| scale(u64::from(r)).min(i32::MAX as u64) as i32),
+            tokens: self.tokens_per_minute.map(|t| scale(t).min(i64::MAX as u64) as i64),
             concurrent: self.concurrent_calls.map(|c| c.min(i32::MAX as u32) as i32),
             window: Duration::from_secs(u64::from(window)),
-            estimated_tokens: self
-                .estimated_tokens
-                .unwrap_or(DEFAULT_ESTIMATED_TOKENS)
-                .min(i64::MAX as u64) as i64,
+            estimated_tokens: self.estimated_tokens.unwrap_or(DEFAULT_ESTIMATED_TOKENS).min(i64::MAX as u64) as i64,
         }
     }
 
@@ -104,38 +97,24 @@ impl ModelLimit {
         let mut problems = vec![];
         let name_ok = !self.name.is_empty()
             && self.name.len() <= 64
-            && self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+            && self.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
         if !name_ok {
-            problems.push(format!(
-                "limit `{}`: a name is 1 to 64 letters, digits, `-`, `_` or `.`",
-                self.name
-            ));
+            problems.push(format!("limit `{}`: a name is 1 to 64 letters, digits, `-`, `_` or `.`", self.name));
         }
         if trimmed(&self.base_url).is_empty() {
             problems.push(format!("limit `{}` needs a base_url", self.name));
         }
-        let figures = [
-            self.requests_per_minute.map(u64::from),
-            self.tokens_per_minute,
-            self.concurrent_calls.map(u64::from),
-        ];
+        let figures =
+            [self.requests_per_minute.map(u64::from), self.tokens_per_minute, self.concurrent_calls.map(u64::from)];
         if figures.iter().all(Option::is_none) {
             problems.push(format!(
                 "limit `{}` sets none of requests_per_minute, tokens_per_minute, concurrent_calls",
                 self.name
             ));
         }
-        if figures.contains(&Some(0))
-            || self.window_secs == Some(0)
-            || self.estimated_tokens == Some(0)
-        {
-            problems.push(format!(
-                "limit `{}`: a figure set to 0 would stop every call; leave it out instead",
-                self.name
-            ));
+        if figures.contains(&Some(0)) || self.window_secs == Some(0) || self.estimated_tokens == Some(0) {
+            problems
+                .push(format!("limit `{}`: a figure set to 0 would stop every call; leave it out instead", self.name));
         }
         problems
     }
@@ -149,9 +128,7 @@ fn trimmed(url: &str) -> &str {
 /// for the whole endpoint; `None` when no limit matches.
 pub fn limit_for<'a>(limits: &'a [ModelLimit], target: &Target<'_>) -> Option<&'a ModelLimit> {
     let matching = || limits.iter().filter(|l| l.matches(target));
-    matching()
-        .find(|l| l.api_key_env.is_some())
-        .or_else(|| matching().next())
+    matching().find(|l| l.api_key_env.is_some()).or_else(|| matching().next())
 }
 
 /// What is wrong with a file's limits: each limit's own figures, names
@@ -164,10 +141,7 @@ pub fn problems(limits: &[ModelLimit]) -> Vec<String> {
             problems.push(format!("limit `{}` is defined twice", l.name));
         }
         if !targets.insert((trimmed(&l.base_url), l.api_key_env.as_deref())) {
-            problems.push(format!(
-                "limit `{}` holds for the same endpoint and key as another",
-                l.name
-            ));
+            problems.push(format!("limit `{}` holds for the same endpoint and key as another", l.name));
         }
     }
     problems
@@ -196,28 +170,10 @@ mod tests {
 
     #[test]
     fn a_key_specific_limit_wins_over_the_endpoints_and_other_endpoints_match_none() {
-        let limits = [
-            limit("all", "https://api.x/v1/", None),
-            limit("team", "https://api.x/v1", Some("TEAM_KEY")),
-        ];
-        assert_eq!(
-            limit_for(&limits, &openai("https://api.x/v1", Some("TEAM_KEY")))
-                .unwrap()
-                .name,
-            "team"
-        );
-        assert_eq!(
-            limit_for(&limits, &openai("https://api.x/v1/", Some("OTHER")))
-                .unwrap()
-                .name,
-            "all"
-        );
-        assert_eq!(
-            limit_for(&limits, &openai("https://api.x/v1", None))
-                .unwrap()
-                .name,
-            "all"
-        );
+        let limits = [limit("all", "https://api.x/v1/", None), limit("team", "https://api.x/v1", Some("TEAM_KEY"))];
+        assert_eq!(limit_for(&limits, &openai("https://api.x/v1", Some("TEAM_KEY"))).unwrap().name, "team");
+        assert_eq!(limit_for(&limits, &openai("https://api.x/v1/", Some("OTHER"))).unwrap().name, "all");
+        assert_eq!(limit_for(&limits, &openai("https://api.x/v1", None)).unwrap().name, "all");
         assert!(limit_for(&limits, &openai("https://api.y/v1", Some("TEAM_KEY"))).is_none());
         assert!(limit_for(&[], &openai("https://api.x/v1", None)).is_none());
     }
@@ -237,11 +193,7 @@ mod tests {
         l.window_secs = None;
         l.requests_per_minute = Some(1);
         assert_eq!(
-            (
-                l.quota().requests,
-                l.quota().window,
-                l.quota().estimated_tokens
-            ),
+            (l.quota().requests, l.quota().window, l.quota().estimated_tokens),
             (Some(1), Duration::from_secs(60), 1000)
         );
     }
@@ -252,20 +204,11 @@ mod tests {
         empty.requests_per_minute = None;
         let mut zero = limit("zero", "v", None);
         zero.concurrent_calls = Some(0);
-        let text = problems(&[
-            empty,
-            zero,
-            limit("bad name!", "w", None),
-            limit("twin", "w/", None),
-        ])
-        .join("; ");
+        let text = problems(&[empty, zero, limit("bad name!", "w", None), limit("twin", "w/", None)]).join("; ");
         assert!(text.contains("limit `empty` sets none"), "{text}");
         assert!(text.contains("limit `zero`: a figure set to 0"), "{text}");
         assert!(text.contains("limit `bad name!`: a name is"), "{text}");
-        assert!(
-            text.contains("limit `twin` holds for the same endpoint"),
-            "{text}"
-        );
+        assert!(text.contains("limit `twin` holds for the same endpoint"), "{text}");
         assert!(problems(&[limit("a", "u", None), limit("b", "u", Some("K"))]).is_empty());
     }
 }

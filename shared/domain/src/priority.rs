@@ -22,10 +22,7 @@ pub struct Waiting {
 
 impl Waiting {
     pub fn new(priority: Priority) -> Self {
-        Self {
-            priority,
-            overtaken: 0,
-        }
+        Self { priority, overtaken: 0 }
     }
 }
 
@@ -99,13 +96,8 @@ mod tests {
 
     #[test]
     fn only_earlier_arrivals_count_as_overtaken() {
-        let mut waiting = [Priority::Low, Priority::High, Priority::Low]
-            .map(Waiting::new)
-            .to_vec();
+        let mut waiting = [Priority::Low, Priority::High, Priority::Low].map(Waiting::new).to_vec();
         grant(&mut waiting, 1);
-        assert_eq!(
-            waiting.iter().map(|w| w.overtaken).collect::<Vec<_>>(),
-            vec![1, 0]
-        );
+        assert_eq!(waiting.iter().map(|w| w.overtaken).collect::<Vec<_>>(), vec![1, 0]);
     }
 }

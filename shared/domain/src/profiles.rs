@@ -369,10 +369,9 @@ base_url = "http://localhost:1/v1"
 
     #[test]
     fn unknown_tools_and_dangling_routes_are_refused() {
-        let text = SAMPLE.replace("\"agent_handoff\"]", "\"agent_teleport\"]").replace(
-            "docs_agent = \"writer\"",
-            "docs_agent = \"ghost\"",
-        );
+        let text = SAMPLE
+            .replace("\"agent_handoff\"]", "\"agent_teleport\"]")
+            .replace("docs_agent = \"writer\"", "docs_agent = \"ghost\"");
         let err = ProfilesFile::parse(&text).unwrap_err().to_string();
         assert!(err.contains("unknown tool `agent_teleport`"), "{err}");
         assert!(err.contains("unknown profile `ghost`"), "{err}");
@@ -380,25 +379,39 @@ base_url = "http://localhost:1/v1"
 
     #[test]
     fn run_budgets_are_read_per_route_and_checked() {
-        let text = format!("{SAMPLE}\n[budgets.default]\nmax_model_calls = 40\n[budgets.routes.docs_agent]\nmax_tokens = 9000\n");
+        let text = format!(
+            "{SAMPLE}\n[budgets.default]\nmax_model_calls = 40\n[budgets.routes.docs_agent]\nmax_tokens = 9000\n"
+        );
         let file = ProfilesFile::parse(&text).unwrap();
         let docs = file.budgets.for_target("docs_agent");
         assert_eq!((docs.max_model_calls, docs.max_tokens), (40, 9000));
-        assert_eq!(ProfilesFile::parse(SAMPLE).unwrap().budgets.for_target("docs_agent"), crate::budget::RunBudget::default());
-        let err = ProfilesFile::parse(&format!("{SAMPLE}\n[budgets.routes.codex]\nmax_tokens = 0\n")).unwrap_err().to_string();
+        assert_eq!(
+            ProfilesFile::parse(SAMPLE).unwrap().budgets.for_target("docs_agent"),
+            crate::budget::RunBudget::default()
+        );
+        let err = ProfilesFile::parse(&format!("{SAMPLE}\n[budgets.routes.codex]\nmax_tokens = 0\n"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("to 0") && err.contains("`routes.codex` names a target"), "{err}");
     }
 
     #[test]
     fn conversation_strategies_are_read_per_route_and_checked() {
         use crate::conversation::strategy::Strategy;
-        let text = format!("{SAMPLE}\n[conversations]\ndefault = \"interrupt\"\n[conversations.routes]\ndocs_agent = \"reject\"\n");
+        let text = format!(
+            "{SAMPLE}\n[conversations]\ndefault = \"interrupt\"\n[conversations.routes]\ndocs_agent = \"reject\"\n"
+        );
         let file = ProfilesFile::parse(&text).unwrap();
-        assert_eq!((file.conversations.for_target("docs_agent"), file.conversations.for_target("codex")), (Strategy::Reject, Strategy::Interrupt));
+        assert_eq!(
+            (file.conversations.for_target("docs_agent"), file.conversations.for_target("codex")),
+            (Strategy::Reject, Strategy::Interrupt)
+        );
         assert_eq!(ProfilesFile::parse(SAMPLE).unwrap().conversations.for_target("docs_agent"), Strategy::Enqueue);
         let err = ProfilesFile::parse(&text.replace("\"reject\"", "\"queue\"")).unwrap_err().to_string();
         assert!(err.contains("queue"), "{err}");
-        let err = ProfilesFile::parse(&format!("{SAMPLE}\n[conversations.routes]\ncodex = \"reject\"\n")).unwrap_err().to_string();
+        let err = ProfilesFile::parse(&format!("{SAMPLE}\n[conversations.routes]\ncodex = \"reject\"\n"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`routes.codex` names a target"), "{err}");
     }
 
@@ -422,7 +435,10 @@ on_interrupt = "rerun"
         let back: ModelBinding = serde_json::from_value(stored).unwrap();
         assert_eq!(back, file.profiles[0].model);
         let ModelBinding::Command { env, on_interrupt, .. } = &back else { panic!("{back:?}") };
-        assert_eq!((env.as_slice(), *on_interrupt), (&["OPENAI_API_KEY".to_string()][..], crate::sandbox::OnInterrupt::Rerun));
+        assert_eq!(
+            (env.as_slice(), *on_interrupt),
+            (&["OPENAI_API_KEY".to_string()][..], crate::sandbox::OnInterrupt::Rerun)
+        );
         // A plain binding is stored as before, so older workers still read it.
         let plain = ModelBinding::Command {
             command: vec!["sh".into()],
@@ -432,22 +448,31 @@ on_interrupt = "rerun"
             max_output_bytes: None,
             on_interrupt: Default::default(),
         };
-        assert_eq!(serde_json::to_value(&plain).unwrap(), serde_json::json!({"provider": "command", "command": ["sh"], "timeout_secs": null}));
-        let bad = boxed.replace("max_output_bytes = 4096", "max_output_bytes = 0").replace("\"OPENAI_API_KEY\"", "\"A=B\"");
+        assert_eq!(
+            serde_json::to_value(&plain).unwrap(),
+            serde_json::json!({"provider": "command", "command": ["sh"], "timeout_secs": null})
+        );
+        let bad =
+            boxed.replace("max_output_bytes = 4096", "max_output_bytes = 0").replace("\"OPENAI_API_KEY\"", "\"A=B\"");
         let err = ProfilesFile::parse(&bad).unwrap_err().to_string();
         assert!(err.contains("`A=B` is not an environment variable name") && err.contains("max_output_bytes"), "{err}");
     }
 
     #[test]
     fn limits_are_read_and_resolved_per_profile() {
-        let text = format!("{SAMPLE}\n[[limits]]\nname = \"local\"\nbase_url = \"http://localhost:1/v1/\"\nconcurrent_calls = 2\n");
+        let text = format!(
+            "{SAMPLE}\n[[limits]]\nname = \"local\"\nbase_url = \"http://localhost:1/v1/\"\nconcurrent_calls = 2\n"
+        );
         let file = ProfilesFile::parse(&text).unwrap();
         assert_eq!(file.limit_for(&file.profiles[1]).map(|l| l.name.as_str()), Some("local"));
         assert_eq!(file.limit_for(&file.profiles[0]), None, "a scripted profile is under no limit");
         let err = ProfilesFile::parse(&text.replace("concurrent_calls = 2", "")).unwrap_err().to_string();
         assert!(err.contains("limit `local` sets none"), "{err}");
         // Set only by [[limits]]: a profile that names one is refused.
-        assert!(ProfilesFile::parse(&SAMPLE.replace("description = \"Drafts text.\"", "description = \"Drafts text.\"\nmodel_limit = 1")).is_err());
+        assert!(ProfilesFile::parse(
+            &SAMPLE.replace("description = \"Drafts text.\"", "description = \"Drafts text.\"\nmodel_limit = 1")
+        )
+        .is_err());
     }
 
     #[test]

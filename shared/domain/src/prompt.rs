@@ -9,7 +9,11 @@ use crate::tool_name::ToolName;
 pub fn system_prompt(profile: &Profile, surface: &[ToolName], skills: &[Skill]) -> String {
     let mut parts = vec![];
     let own = profile.system_prompt.trim();
-    parts.push(if own.is_empty() { format!("You are {}. {}", profile.name, profile.description) } else { own.to_string() });
+    parts.push(if own.is_empty() {
+        format!("You are {}. {}", profile.name, profile.description)
+    } else {
+        own.to_string()
+    });
     parts.push(
         "You work in a shared workspace with other agents. Write your work to workspace files (output/main.md holds the reply for the user)."
             .to_string(),
@@ -29,12 +33,14 @@ fn closing_guidance(surface: &[ToolName]) -> String {
         lines.push("When your task is done, call task_return with a clear summary. Do not answer in plain text.");
     }
     if has(ToolName::WorkspaceCommit) {
-        lines.push("Use workspace_commit to publish the reply the user will receive; you may commit again after edits.");
+        lines
+            .push("Use workspace_commit to publish the reply the user will receive; you may commit again after edits.");
     }
     if has(ToolName::WorkspaceFinish) {
         lines.push("Do not answer in plain text: when the work is ready, commit it and call workspace_finish.");
     } else if has(ToolName::AgentHandoff) {
-        lines.push("When your part is done, hand the next stage to another agent with agent_handoff and a clear brief.");
+        lines
+            .push("When your part is done, hand the next stage to another agent with agent_handoff and a clear brief.");
     }
     if has(ToolName::AgentHandoff) {
         lines.push("After a successful handoff your part is complete: make no further tool calls.");
@@ -90,7 +96,11 @@ mod tests {
 
     #[test]
     fn enabled_skills_are_part_of_the_prompt() {
-        let skill = Skill { id: "plain-chinese".into(), description: String::new(), instructions: "Write short sentences.".into() };
+        let skill = Skill {
+            id: "plain-chinese".into(),
+            description: String::new(),
+            instructions: "Write short sentences.".into(),
+        };
         let text = system_prompt(&profile(), &[ToolName::WorkspaceFinish], &[skill]);
         assert!(text.contains("## Skills\n### plain-chinese\nWrite short sentences."), "{text}");
     }

@@ -59,7 +59,8 @@ pub fn environment(
     lookup: impl Fn(&str) -> Option<String>,
     work_dir: &str,
 ) -> BTreeMap<String, String> {
-    let mut env: BTreeMap<String, String> = pass.iter().filter_map(|name| lookup(name).map(|v| (name.clone(), v))).collect();
+    let mut env: BTreeMap<String, String> =
+        pass.iter().filter_map(|name| lookup(name).map(|v| (name.clone(), v))).collect();
     env.extend(values.iter().map(|(k, v)| (k.clone(), v.clone())));
     env.entry("PATH".into()).or_insert_with(|| DEFAULT_PATH.into());
     env.entry("HOME".into()).or_insert_with(|| work_dir.into());
@@ -69,8 +70,18 @@ pub fn environment(
 /// Why a profile's environment settings are unusable (empty when fine).
 pub fn environment_problems(pass: &[String], values: &BTreeMap<String, String>) -> Vec<String> {
     let bad = |name: &str| name.is_empty() || name.contains('=') || name.contains('\0');
-    let mut problems: Vec<String> = pass.iter().chain(values.keys()).filter(|n| bad(n)).map(|n| format!("`{n}` is not an environment variable name")).collect();
-    problems.extend(values.iter().filter(|(_, v)| v.contains('\0')).map(|(k, _)| format!("the value of `{k}` contains a NUL character")));
+    let mut problems: Vec<String> = pass
+        .iter()
+        .chain(values.keys())
+        .filter(|n| bad(n))
+        .map(|n| format!("`{n}` is not an environment variable name"))
+        .collect();
+    problems.extend(
+        values
+            .iter()
+            .filter(|(_, v)| v.contains('\0'))
+            .map(|(k, _)| format!("the value of `{k}` contains a NUL character")),
+    );
     problems
 }
 
@@ -141,7 +152,8 @@ pub fn output_limit_message(cap: u64) -> String {
     format!("the external agent ran out of output room (more than {} of output) and was stopped", bytes(cap))
 }
 
-pub const INTERRUPTED_MESSAGE: &str = "the external agent was interrupted (its worker shut down or stopped) before it finished, \
+pub const INTERRUPTED_MESSAGE: &str =
+    "the external agent was interrupted (its worker shut down or stopped) before it finished, \
 and it is not re-run because it may have changed things already";
 
 pub fn exited_message(status: &str) -> String {
@@ -191,7 +203,10 @@ mod tests {
 
     #[test]
     fn a_listed_path_and_fixed_values_win_over_defaults() {
-        let values = BTreeMap::from([("HOME".to_string(), "/home/agent".to_string()), ("LANG".to_string(), "C.UTF-8".to_string())]);
+        let values = BTreeMap::from([
+            ("HOME".to_string(), "/home/agent".to_string()),
+            ("LANG".to_string(), "C.UTF-8".to_string()),
+        ]);
         let env = environment(&["PATH".into()], &values, worker_env, "/w/agent-1");
         assert_eq!(env["PATH"], "/opt/bin:/usr/bin");
         assert_eq!(env["HOME"], "/home/agent");
@@ -230,8 +245,14 @@ mod tests {
 
     #[test]
     fn messages_are_sentences_a_person_reads() {
-        assert_eq!(timeout_message(Duration::from_secs(1)), "the external agent did not finish within 1 second and was stopped");
-        assert_eq!(timeout_message(Duration::from_secs(600)), "the external agent did not finish within 10 minutes and was stopped");
+        assert_eq!(
+            timeout_message(Duration::from_secs(1)),
+            "the external agent did not finish within 1 second and was stopped"
+        );
+        assert_eq!(
+            timeout_message(Duration::from_secs(600)),
+            "the external agent did not finish within 10 minutes and was stopped"
+        );
         assert!(output_limit_message(1024 * 1024).contains("ran out of output room (more than 1 MiB of output)"));
         assert!(output_limit_message(65_536).contains("64 KiB"));
     }

@@ -78,7 +78,11 @@ impl fmt::Display for Mismatch {
                 labels(&self.changed)
             );
         }
-        write!(f, "the database is behind this binary: {} not applied ({versions}); run `baton migrate` first", labels(&self.missing))
+        write!(
+            f,
+            "the database is behind this binary: {} not applied ({versions}); run `baton migrate` first",
+            labels(&self.missing)
+        )
     }
 }
 

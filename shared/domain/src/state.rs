@@ -75,10 +75,7 @@ impl InvocationKind {
 
 impl InvocationStatus {
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            Self::Transferred | Self::Completed | Self::Failed | Self::Cancelled
-        )
+        matches!(self, Self::Transferred | Self::Completed | Self::Failed | Self::Cancelled)
     }
 
     /// The statuses an invocation can still leave (created, running, parked).
@@ -159,7 +156,10 @@ mod tests {
         }
         assert_eq!(TaskStatus::parse("queued"), Some(TaskStatus::Queued));
         assert_eq!(InvocationKind::parse("nope"), None);
-        assert_eq!(InvocationStatus::live().collect::<Vec<_>>(), [InvocationStatus::Created, InvocationStatus::Running, InvocationStatus::Parked]);
+        assert_eq!(
+            InvocationStatus::live().collect::<Vec<_>>(),
+            [InvocationStatus::Created, InvocationStatus::Running, InvocationStatus::Parked]
+        );
         assert_eq!(TaskStatus::unfinished().collect::<Vec<_>>(), [TaskStatus::Queued, TaskStatus::Running]);
     }
 

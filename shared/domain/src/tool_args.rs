@@ -170,13 +170,17 @@ impl AskUserArgs {
             return Err(ToolError::invalid_arguments("`question` must not be empty."));
         }
         if call.question.chars().count() > MAX_QUESTION_CHARS {
-            return Err(ToolError::invalid_arguments(format!("`question` is too long: keep it under {MAX_QUESTION_CHARS} characters.")));
+            return Err(ToolError::invalid_arguments(format!(
+                "`question` is too long: keep it under {MAX_QUESTION_CHARS} characters."
+            )));
         }
         if call.options.len() > MAX_OPTIONS {
             return Err(ToolError::invalid_arguments(format!("`options` may list at most {MAX_OPTIONS} answers.")));
         }
         if call.options.iter().any(|o| o.chars().count() > MAX_OPTION_CHARS) {
-            return Err(ToolError::invalid_arguments(format!("Each of `options` must be short: at most {MAX_OPTION_CHARS} characters.")));
+            return Err(ToolError::invalid_arguments(format!(
+                "Each of `options` must be short: at most {MAX_OPTION_CHARS} characters."
+            )));
         }
         Ok(call)
     }

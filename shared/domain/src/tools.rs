@@ -8,8 +8,8 @@ use crate::delegation::{AwaitCall, Capsule, DelegateCall};
 use crate::handoff::HandoffCall;
 use crate::state::InvocationKind;
 use crate::tool_args::{description_and_parameters, AgentListArgs, AskUserArgs, FinishArgs};
-use crate::workspace::{CommitArgs, ListArgs, PatchArgs, ReadArgs, WriteArgs};
 pub use crate::tool_name::ToolName;
+use crate::workspace::{CommitArgs, ListArgs, PatchArgs, ReadArgs, WriteArgs};
 
 /// The tools an invocation actually sees: its profile's list, narrowed by its
 /// role. Children lose commit, finish and the `agent_*` tools and gain
@@ -64,9 +64,8 @@ mod tests {
     use super::*;
 
     /// Words that would leak the runtime into what a model reads.
-    const RUNTIME_TERMS: [&str; 9] = [
-        "invocation", "task_id", "task id", "queue", "provider", "session", "runid", "uuid", "/tmp",
-    ];
+    const RUNTIME_TERMS: [&str; 9] =
+        ["invocation", "task_id", "task id", "queue", "provider", "session", "runid", "uuid", "/tmp"];
 
     #[test]
     fn agent_tool_specs_keep_runtime_terms_out_of_model_descriptions() {
@@ -152,7 +151,9 @@ mod tests {
     fn ask_user_refuses_an_empty_question_and_too_many_options() {
         let empty = AskUserArgs::parse(&json!({"question": "  "})).unwrap_err();
         assert_eq!(empty.message, "`question` must not be empty.");
-        let options = AskUserArgs::parse(&json!({"question": "Which?", "options": ["a", "b", "c", "d", "e", "f", "g"]})).unwrap_err();
+        let options =
+            AskUserArgs::parse(&json!({"question": "Which?", "options": ["a", "b", "c", "d", "e", "f", "g"]}))
+                .unwrap_err();
         assert_eq!(options.code, crate::error::codes::INVALID_ARGUMENTS);
         let long = AskUserArgs::parse(&json!({"question": "x".repeat(2001)})).unwrap_err();
         assert!(long.message.contains("too long"), "{}", long.message);
@@ -179,14 +180,22 @@ mod tests {
                 args.as_object_mut().unwrap().remove(required.as_str().unwrap());
                 let error = parse_as(tool, &args).unwrap_err();
                 assert_eq!(error.code, crate::error::codes::INVALID_ARGUMENTS);
-                assert_eq!(error.message, format!("`{}` is required.", required.as_str().unwrap()), "{}", tool.as_str());
+                assert_eq!(
+                    error.message,
+                    format!("`{}` is required.", required.as_str().unwrap()),
+                    "{}",
+                    tool.as_str()
+                );
             }
         }
     }
 
     #[test]
     fn a_wrong_type_is_a_recoverable_error_naming_the_field() {
-        let error = parse_as(ToolName::AgentDelegate, &json!({"agentId": "c", "task": {"objective": "x"}, "budget": {"maxTokens": -1}}));
+        let error = parse_as(
+            ToolName::AgentDelegate,
+            &json!({"agentId": "c", "task": {"objective": "x"}, "budget": {"maxTokens": -1}}),
+        );
         let error = error.unwrap_err();
         assert_eq!(error.code, crate::error::codes::INVALID_ARGUMENTS);
         assert!(error.message.starts_with("`budget.maxTokens` is not valid"), "{}", error.message);
@@ -207,12 +216,18 @@ mod tests {
                 "objective": "Check", "title": "T", "context": "C", "expectedOutput": "E", "tone": "brief"},
                 "budget": {"maxRounds": 3, "maxToolCalls": 9, "maxTokens": 5000, "deadlineMs": 60_000}}),
             ToolName::AgentAwait => json!({"taskIds": ["checker"], "mode": "allCompleted", "timeoutMs": 1000}),
-            ToolName::TaskReturn => json!({"summary": "Done.", "status": "failed", "confidence": "low", "findings": ["f"],
-                "warnings": ["w"], "suggestedNextActions": ["s"], "questionsForCaller": ["q"], "artifacts": ["output/x.md"]}),
+            ToolName::TaskReturn => {
+                json!({"summary": "Done.", "status": "failed", "confidence": "low", "findings": ["f"],
+                "warnings": ["w"], "suggestedNextActions": ["s"], "questionsForCaller": ["q"], "artifacts": ["output/x.md"]})
+            }
             ToolName::WorkspaceList => json!({"path": "output/", "depth": 3}),
-            ToolName::WorkspaceRead => json!({"path": "output/a.md", "start_line": 1, "line_count": 2, "start_char": 0, "max_chars": 5}),
+            ToolName::WorkspaceRead => {
+                json!({"path": "output/a.md", "start_line": 1, "line_count": 2, "start_char": 0, "max_chars": 5})
+            }
             ToolName::WorkspaceWrite => json!({"path": "output/a.md", "content": "x", "mode": "append"}),
-            ToolName::WorkspacePatch => json!({"path": "output/a.md", "old_string": "a", "new_string": "b", "replace_all": true}),
+            ToolName::WorkspacePatch => {
+                json!({"path": "output/a.md", "old_string": "a", "new_string": "b", "replace_all": true})
+            }
             ToolName::WorkspaceCommit => json!({"path": "output/a.md", "mode": "append", "reason": "r"}),
             ToolName::WorkspaceFinish => json!({"reason": "r"}),
             ToolName::AskUser => json!({"question": "Publish now?", "options": ["yes", "no"]}),
@@ -245,7 +260,8 @@ mod tests {
     /// The example's keys are the schema's properties, at every level; an
     /// object that keeps extra fields says so with `additionalProperties`.
     fn same_properties(tool: ToolName, schema: &Value, example: &Value, at: &str) {
-        let properties = schema["properties"].as_object().unwrap_or_else(|| panic!("{} {at}: no properties", tool.as_str()));
+        let properties =
+            schema["properties"].as_object().unwrap_or_else(|| panic!("{} {at}: no properties", tool.as_str()));
         let open = schema["additionalProperties"] == true;
         let given = example.as_object().unwrap();
         for key in properties.keys() {

@@ -34,7 +34,9 @@ pub const MAX_PATH_BYTES: usize = 512;
 pub const MAX_NAME_BYTES: usize = 255;
 
 fn normalize(raw: &str) -> Result<String, ToolError> {
-    let invalid = |why: &str| ToolError::new(codes::INVALID_PATH, format!("`{}` is not a valid workspace path: {why}.", shown(raw)));
+    let invalid = |why: &str| {
+        ToolError::new(codes::INVALID_PATH, format!("`{}` is not a valid workspace path: {why}.", shown(raw)))
+    };
     let trimmed = raw.trim();
     if trimmed.is_empty() {
         return Err(invalid("it is empty"));
@@ -71,8 +73,11 @@ fn is_hidden_control(c: char) -> bool {
 /// bad path cannot flood or garble what the agent reads.
 fn shown(raw: &str) -> String {
     const SHOWN_CHARS: usize = 80;
-    let escaped: String =
-        raw.chars().take(SHOWN_CHARS).map(|c| if is_hidden_control(c) { c.escape_unicode().to_string() } else { c.to_string() }).collect();
+    let escaped: String = raw
+        .chars()
+        .take(SHOWN_CHARS)
+        .map(|c| if is_hidden_control(c) { c.escape_unicode().to_string() } else { c.to_string() })
+        .collect();
     if raw.chars().nth(SHOWN_CHARS).is_some() {
         format!("{escaped}…")
     } else {
@@ -129,9 +134,13 @@ impl ReadWindow {
         let num = |n: Option<u64>| n.map(|n| n as usize);
         match (num(args.start_line), num(args.line_count), num(args.start_char), num(args.max_chars)) {
             (None, None, None, None) => Ok(ReadWindow::Whole),
-            (Some(_), _, Some(_), _) | (Some(_), _, _, Some(_)) | (_, Some(_), Some(_), _) | (_, Some(_), _, Some(_)) => Err(
-                ToolError::new(codes::MIXED_READ_RANGE, "Use either start_line/line_count or start_char/max_chars, not both."),
-            ),
+            (Some(_), _, Some(_), _)
+            | (Some(_), _, _, Some(_))
+            | (_, Some(_), Some(_), _)
+            | (_, Some(_), _, Some(_)) => Err(ToolError::new(
+                codes::MIXED_READ_RANGE,
+                "Use either start_line/line_count or start_char/max_chars, not both.",
+            )),
             (start, count, None, None) => {
                 let (start, count) = (start.unwrap_or(1), count.unwrap_or(MAX_READ_LINES));
                 if start == 0 || count == 0 || count > MAX_READ_LINES {
@@ -145,7 +154,10 @@ impl ReadWindow {
             (None, None, start, max) => {
                 let max = max.unwrap_or(MAX_READ_CHARS);
                 if max == 0 || max > MAX_READ_CHARS {
-                    return Err(ToolError::new(codes::INVALID_LINE_RANGE, format!("max_chars is 1 to {MAX_READ_CHARS}.")));
+                    return Err(ToolError::new(
+                        codes::INVALID_LINE_RANGE,
+                        format!("max_chars is 1 to {MAX_READ_CHARS}."),
+                    ));
                 }
                 Ok(ReadWindow::Chars { start: start.unwrap_or(0), max })
             }
@@ -196,7 +208,10 @@ pub fn apply_patch(content: &str, old: &str, new: &str, replace_all: bool) -> Re
         return Err(ToolError::invalid_arguments("`old_string` must not be empty."));
     }
     match content.matches(old).count() {
-        0 => Err(ToolError::new(codes::PATCH_OLD_STRING_NOT_FOUND, "`old_string` does not appear in the file; read it again and copy the text exactly.")),
+        0 => Err(ToolError::new(
+            codes::PATCH_OLD_STRING_NOT_FOUND,
+            "`old_string` does not appear in the file; read it again and copy the text exactly.",
+        )),
         1 => Ok(content.replacen(old, new, 1)),
         n if replace_all => {
             let _ = n;
@@ -341,7 +356,15 @@ mod tests {
 
     #[test]
     fn paths_refuse_control_characters() {
-        for bad in ["output/a\nb.md", "output/\u{1b}[31mred.md", "output/a\tb", "output/x\u{7f}", "output/\u{85}x", "output/\u{202e}dm.exe", "output/a\rb"] {
+        for bad in [
+            "output/a\nb.md",
+            "output/\u{1b}[31mred.md",
+            "output/a\tb",
+            "output/x\u{7f}",
+            "output/\u{85}x",
+            "output/\u{202e}dm.exe",
+            "output/a\rb",
+        ] {
             let error = visible_path(bad).unwrap_err();
             assert_eq!(error.code, codes::INVALID_PATH, "{bad:?}");
             assert!(error.message.contains("control characters"), "{bad:?}: {}", error.message);
@@ -395,7 +418,11 @@ mod tests {
 
     #[test]
     fn listings_show_visible_files_only() {
-        let files = vec![("output/main.md".to_string(), 5), ("input/request.json".to_string(), 9), ("scratch/a/b/c.md".to_string(), 1)];
+        let files = vec![
+            ("output/main.md".to_string(), 5),
+            ("input/request.json".to_string(), 9),
+            ("scratch/a/b/c.md".to_string(), 1),
+        ];
         let text = render_listing(&files, "", 2);
         assert!(text.contains("output/main.md (5 bytes)"));
         assert!(!text.contains("input/"));

@@ -29,7 +29,12 @@ fn route(request: &Request, message_id: String, body: Value, mandatory: bool) ->
 
 /// Records a status change and queues the `BridgeStatus` message (mandatory,
 /// like the reply: one that no queue takes goes to the dead-letter queue).
-pub async fn status(c: &impl GenericClient, request: &Request, status: HandoffStatus, note: Option<&str>) -> crate::Result<()> {
+pub async fn status(
+    c: &impl GenericClient,
+    request: &Request,
+    status: HandoffStatus,
+    note: Option<&str>,
+) -> crate::Result<()> {
     let seq = requests::set_status(c, &request.id, status).await?;
     let body = bridge::status(&request.id, status, seq, request.reply_chat_id.as_deref(), now());
     let message = route(request, bridge::status_message_id(&request.id, seq), body, true);
@@ -40,7 +45,11 @@ pub async fn status(c: &impl GenericClient, request: &Request, status: HandoffSt
         }
     };
     // Pipelined: three rows of different tables, none waiting for another.
-    tokio::try_join!(requests::add_event(c, &request.id, "status_changed", Some(status), note), callback, outbox::enqueue(c, &message))?;
+    tokio::try_join!(
+        requests::add_event(c, &request.id, "status_changed", Some(status), note),
+        callback,
+        outbox::enqueue(c, &message)
+    )?;
     Ok(())
 }
 
@@ -57,7 +66,12 @@ pub async fn reply(c: &impl GenericClient, request: &Request, input: &bridge::Re
 
 /// [`reply`] for the run's `attempt`, read by the caller
 /// ([`crate::retry::attempt`]), in one round trip.
-pub async fn reply_at(c: &impl GenericClient, request: &Request, input: &bridge::ReplyInput<'_>, attempt: i32) -> crate::Result<()> {
+pub async fn reply_at(
+    c: &impl GenericClient,
+    request: &Request,
+    input: &bridge::ReplyInput<'_>,
+    attempt: i32,
+) -> crate::Result<()> {
     let body = bridge::reply(input);
     let message_id = bridge::attempt_reply_message_id(&request.id, attempt);
     let message = route(request, message_id, body, true);

@@ -24,7 +24,8 @@ pub struct Callback {
 }
 
 pub async fn enqueue(c: &impl GenericClient, handoff_id: &str, url: &str, body: &Value) -> Result<()> {
-    sql::execute(c, "INSERT INTO callbacks (handoff_id, url, body) VALUES ($1, $2, $3)", &[&handoff_id, &url, body]).await?;
+    sql::execute(c, "INSERT INTO callbacks (handoff_id, url, body) VALUES ($1, $2, $3)", &[&handoff_id, &url, body])
+        .await?;
     Ok(())
 }
 
@@ -50,7 +51,14 @@ pub async fn take_due(c: &impl GenericClient, limit: i64, lease: Duration) -> Re
     .await?;
     let mut due: Vec<Callback> = rows
         .iter()
-        .map(|r| Callback { id: r.get(0), handoff_id: r.get(1), source: r.get(2), url: r.get(3), body: r.get(4), attempts: r.get(5) })
+        .map(|r| Callback {
+            id: r.get(0),
+            handoff_id: r.get(1),
+            source: r.get(2),
+            url: r.get(3),
+            body: r.get(4),
+            attempts: r.get(5),
+        })
         .collect();
     due.sort_by_key(|cb| cb.id);
     Ok(due)

@@ -119,7 +119,10 @@ pub fn pool_with(database_url: &str, max_size: usize, session: &SessionConfig) -
 pub async fn connect(
     database_url: &str,
     session: &SessionConfig,
-) -> Result<(tokio_postgres::Client, tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>)> {
+) -> Result<(
+    tokio_postgres::Client,
+    tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+)> {
     Ok(config(database_url, session)?.connect(tokio_postgres::NoTls).await?)
 }
 
@@ -155,7 +158,12 @@ mod tests {
         let pg = config("postgres://u@h/db?options=-c%20search_path%3Dx", &session).unwrap();
         let options = pg.get_options().unwrap();
         assert!(options.starts_with("-c search_path=x "), "{options}");
-        for part in ["statement_timeout=30000", "lock_timeout=10000", "idle_in_transaction_session_timeout=10000", "tcp_keepalives_idle=30"] {
+        for part in [
+            "statement_timeout=30000",
+            "lock_timeout=10000",
+            "idle_in_transaction_session_timeout=10000",
+            "tcp_keepalives_idle=30",
+        ] {
             assert!(options.contains(part), "{part} missing from {options}");
         }
         assert_eq!(pg.get_application_name(), Some("baton-test"));

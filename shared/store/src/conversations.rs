@@ -51,7 +51,12 @@ pub async fn pending_cancel(c: &impl GenericClient, handoff_id: &str) -> Result<
 
 /// Marks every kept cancel of the handoff as applied.
 pub async fn mark_applied(c: &impl GenericClient, handoff_id: &str) -> Result<()> {
-    sql::execute(c, "UPDATE bridge_cancels SET applied_at = now() WHERE handoff_id = $1 AND applied_at IS NULL", &[&handoff_id]).await?;
+    sql::execute(
+        c,
+        "UPDATE bridge_cancels SET applied_at = now() WHERE handoff_id = $1 AND applied_at IS NULL",
+        &[&handoff_id],
+    )
+    .await?;
     Ok(())
 }
 
@@ -101,7 +106,12 @@ pub async fn set_live(c: &impl GenericClient, key: &str, run: Uuid) -> Result<()
 
 /// A run ended: the conversation it held (locked now) is free; its key.
 pub async fn release(c: &impl GenericClient, run: Uuid) -> Result<Option<String>> {
-    let row = sql::query_opt(c, "UPDATE conversations SET live_run = NULL, updated_at = now() WHERE live_run = $1 RETURNING key", &[&run]).await?;
+    let row = sql::query_opt(
+        c,
+        "UPDATE conversations SET live_run = NULL, updated_at = now() WHERE live_run = $1 RETURNING key",
+        &[&run],
+    )
+    .await?;
     Ok(row.map(|r| r.get(0)))
 }
 

@@ -71,7 +71,8 @@ impl Error {
 /// - `58000`, `58030` system and I/O errors on the server.
 pub fn transient_sqlstate(code: &str) -> bool {
     const CLASSES: [&str; 3] = ["08", "53", "40"];
-    const CODES: [&str; 11] = ["57014", "57P01", "57P02", "57P03", "57P05", "25006", "25P03", "55P03", "55006", "58000", "58030"];
+    const CODES: [&str; 11] =
+        ["57014", "57P01", "57P02", "57P03", "57P05", "25006", "25P03", "55P03", "55006", "58000", "58030"];
     (CLASSES.iter().any(|class| code.starts_with(class)) && code != "40002") || CODES.contains(&code)
 }
 
@@ -88,9 +89,14 @@ pub fn transient_postgres(e: &tokio_postgres::Error) -> bool {
     // tokio-postgres exposes no error kind; these are its words for a failed
     // connection, a timeout and a server that broke the protocol mid-way.
     let text = e.to_string();
-    ["error connecting to server", "error communicating with the server", "timeout waiting for server", "unexpected message from server"]
-        .iter()
-        .any(|words| text.starts_with(words))
+    [
+        "error connecting to server",
+        "error communicating with the server",
+        "timeout waiting for server",
+        "unexpected message from server",
+    ]
+    .iter()
+    .any(|words| text.starts_with(words))
 }
 
 /// A pool error: waiting for a connection (the pool is busy or the server
@@ -116,7 +122,9 @@ mod tests {
 
     #[test]
     fn passing_server_situations_are_transient() {
-        for code in ["08006", "08001", "57014", "25006", "55P03", "53300", "57P03", "57P01", "57P02", "40001", "40P01", "25P03"] {
+        for code in
+            ["08006", "08001", "57014", "25006", "55P03", "53300", "57P03", "57P01", "57P02", "40001", "40P01", "25P03"]
+        {
             assert!(transient_sqlstate(code), "{code} should be transient");
         }
     }

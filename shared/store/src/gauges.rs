@@ -2,7 +2,6 @@
 //! invocations run or wait, how far the outbox is behind, how long a
 //! successor waited for its first claim.
 
-
 use crate::{sql, GenericClient, Result};
 
 /// Invocations running and parked, and requests blocked on a question.

@@ -57,7 +57,8 @@ pub struct NewInvocation<'a> {
     pub deadline_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-const COLUMNS: &str = "i.id, i.run_id, i.parent_invocation_id, i.incoming_task_id, i.profile_id, i.kind, i.status, i.brief, \
+const COLUMNS: &str =
+    "i.id, i.run_id, i.parent_invocation_id, i.incoming_task_id, i.profile_id, i.kind, i.status, i.brief, \
      i.claim_epoch, i.budget, i.deadline_at, i.tokens_used, i.await_spec, i.takeovers";
 
 fn from_row(row: &Row) -> Result<Invocation> {
@@ -131,7 +132,12 @@ pub struct ClaimFacts {
 }
 
 /// [`claim`], with its [`ClaimFacts`], read by the same statement.
-pub async fn claim_measured(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duration) -> Result<Option<(Invocation, ClaimFacts)>> {
+pub async fn claim_measured(
+    c: &impl GenericClient,
+    id: Uuid,
+    owner: &str,
+    lease: Duration,
+) -> Result<Option<(Invocation, ClaimFacts)>> {
     let sql = format!(
         "UPDATE invocations i
             SET status = $4, claim_epoch = i.claim_epoch + 1, lease_owner = $2, woken = false, wake_at = NULL,
@@ -272,7 +278,12 @@ pub async fn cancel_live(c: &impl GenericClient, run_id: Uuid) -> Result<u64> {
 }
 
 /// Parks a parent until its children finish or `wake_at`; the worker is freed.
-pub async fn park(c: &impl GenericClient, id: Uuid, spec: &AwaitSpec, wake_at: chrono::DateTime<chrono::Utc>) -> Result<()> {
+pub async fn park(
+    c: &impl GenericClient,
+    id: Uuid,
+    spec: &AwaitSpec,
+    wake_at: chrono::DateTime<chrono::Utc>,
+) -> Result<()> {
     sql::execute(
         c,
         "UPDATE invocations SET status = $4, await_spec = $2, wake_at = $3, woken = false,

@@ -57,16 +57,16 @@ pub mod schema;
 pub mod sent;
 pub mod settings;
 pub mod spawn;
+mod sql;
 pub mod start;
 pub mod steps;
 pub mod tasks;
 pub mod workspace;
-mod sql;
 
 pub use connect::{begin, client, commit, pool, pool_with, SessionConfig};
-pub use outbox::after_commit;
 pub use deadpool_postgres::{Client, GenericClient, Pool, PoolError, Transaction};
 pub use error::{transient_pool, transient_postgres, transient_sqlstate, Error};
+pub use outbox::after_commit;
 pub use schema::{ensure_database, migrate};
 pub use tokio_postgres;
 

@@ -43,7 +43,12 @@ pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Ve
 /// A broken host contract (or a spent budget): the invocation fails, visibly.
 /// A child's failure fails only its task, which its parent reads as a
 /// result; an owner's failure fails the run, and the bridge is told.
-pub async fn fail_invocation(c: &impl GenericClient, inv: &Invocation, code: &str, message: &str) -> Result<Vec<Event>> {
+pub async fn fail_invocation(
+    c: &impl GenericClient,
+    inv: &Invocation,
+    code: &str,
+    message: &str,
+) -> Result<Vec<Event>> {
     let error: Value = json!({"code": code, "message": message});
     if inv.kind == InvocationKind::Child {
         lock_parent(c, inv).await?;
@@ -105,7 +110,12 @@ async fn cancel_tasks(c: &impl GenericClient, run_id: Uuid, parent: Option<Uuid>
 
 /// A child ended (returned, failed, ran out of budget): its task and itself
 /// end, and its parent is woken if that was what it waited for.
-pub async fn end_child(c: &impl GenericClient, inv: &Invocation, status: TaskStatus, error: Option<&Value>) -> Result<Vec<Event>> {
+pub async fn end_child(
+    c: &impl GenericClient,
+    inv: &Invocation,
+    status: TaskStatus,
+    error: Option<&Value>,
+) -> Result<Vec<Event>> {
     let mut events = vec![];
     let (inv_status, inv_event) = match status {
         TaskStatus::Completed => (InvocationStatus::Completed, journal::INVOCATION_COMPLETED),

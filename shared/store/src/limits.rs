@@ -24,27 +24,13 @@ pub enum Admission {
 /// Admits call `call` under `limit`, or says how long to wait. An admitted
 /// call counts as in flight for `hold` at most (a worker that dies while
 /// calling stops counting then), until [`done`].
-pub async fn admit(
-    c: &impl GenericClient,
-    limit: &ModelLimit,
-    call: Uuid,
-    hold: Duration,
-) -> Result<Admission> {
+pub async fn admit(c: &impl GenericClient, limit: &ModelLimit, call: Uuid, hold: Duration) -> Result<Admission> {
     let q = limit.quota();
     let (window, hold) = (q.window.as_secs_f64(), hold.as_secs_f64());
     let row = sql::query_one(
         c,
         "SELECT wait_secs, reason FROM baton_limit_admit($1, $2, $3, $4, $5, $6, $7, $8)",
-        &[
-            &limit.name,
-            &call,
-            &q.requests,
-            &q.tokens,
-            &q.concurrent,
-            &window,
-            &q.estimated_tokens,
-            &hold,
-        ],
+        &[&limit.name, &call, &q.requests, &q.tokens, &q.concurrent, &window, &q.estimated_tokens, &hold],
     )
     .await?;
     let (wait, reason): (Option<f64>, Option<String>) = (row.get(0), row.get(1));
@@ -69,12 +55,7 @@ pub async fn done(c: &impl GenericClient, call: Uuid, tokens: Option<i64>) -> Re
 
 /// Pauses every call under `limit` for `pause` (a provider's `Retry-After`).
 pub async fn pause(c: &impl GenericClient, limit: &str, pause: Duration) -> Result<()> {
-    sql::execute(
-        c,
-        "SELECT baton_limit_pause($1, $2)",
-        &[&limit, &pause.as_secs_f64()],
-    )
-    .await?;
+    sql::execute(c, "SELECT baton_limit_pause($1, $2)", &[&limit, &pause.as_secs_f64()]).await?;
     Ok(())
 }
 

@@ -71,7 +71,8 @@ pub async fn insert(c: &impl GenericClient, q: &NewQuestion<'_>) -> Result<Quest
     );
     let options = serde_json::to_value(q.options)?;
     let secs = q.timeout.as_secs_f64();
-    let params: sql::Params = &[&q.id, &q.handoff_id, &q.run_id, &q.invocation_id, &q.tool_call_id, &q.question, &options, &OPEN, &secs];
+    let params: sql::Params =
+        &[&q.id, &q.handoff_id, &q.run_id, &q.invocation_id, &q.tool_call_id, &q.question, &options, &OPEN, &secs];
     from_row(&sql::query_one(c, &sql, params).await?)
 }
 
@@ -83,7 +84,10 @@ pub async fn of_call(c: &impl GenericClient, invocation_id: Uuid, tool_call_id: 
 
 /// A handoff's question by the id its bridge knows (`lock` takes its row lock).
 pub async fn get(c: &impl GenericClient, handoff_id: &str, question_id: Uuid, lock: bool) -> Result<Option<Question>> {
-    let sql = format!("SELECT {COLUMNS} FROM questions WHERE handoff_id = $1 AND id = $2 {}", if lock { "FOR UPDATE" } else { "" });
+    let sql = format!(
+        "SELECT {COLUMNS} FROM questions WHERE handoff_id = $1 AND id = $2 {}",
+        if lock { "FOR UPDATE" } else { "" }
+    );
     sql::query_opt(c, &sql, &[&handoff_id, &question_id]).await?.as_ref().map(from_row).transpose()
 }
 
@@ -111,7 +115,13 @@ async fn close(c: &impl GenericClient, id: Uuid, state: QuestionState, answer: O
 
 /// Records an answer by its id, with what became of it; `false` when an
 /// answer with this id was recorded before (a duplicate).
-pub async fn record_answer(c: &impl GenericClient, id: &str, handoff_id: &str, question_id: &str, outcome: &str) -> Result<bool> {
+pub async fn record_answer(
+    c: &impl GenericClient,
+    id: &str,
+    handoff_id: &str,
+    question_id: &str,
+    outcome: &str,
+) -> Result<bool> {
     let n = sql::execute(
         c,
         "INSERT INTO bridge_answers (id, handoff_id, question_id, outcome) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING",

@@ -125,7 +125,9 @@ pub async fn lock(c: &impl GenericClient, id: &str) -> Result<Option<Request>> {
 /// Locks the request of a run (as [`lock`]), found through the run: one
 /// statement that needs no read of the run first.
 pub async fn lock_of_run(c: &impl GenericClient, run_id: Uuid) -> Result<Option<Request>> {
-    let sql = format!("SELECT {COLUMNS} FROM handoff_requests WHERE id = (SELECT handoff_id FROM runs WHERE id = $1) FOR UPDATE");
+    let sql = format!(
+        "SELECT {COLUMNS} FROM handoff_requests WHERE id = (SELECT handoff_id FROM runs WHERE id = $1) FOR UPDATE"
+    );
     sql::query_opt(c, &sql, &[&run_id]).await?.as_ref().map(from_row).transpose()
 }
 
@@ -168,7 +170,11 @@ pub async fn add_event(
 }
 
 /// Several handoff events in one statement, in the order given.
-pub async fn add_events(c: &impl GenericClient, handoff_id: &str, events: &[(&str, Option<HandoffStatus>, Option<&str>)]) -> Result<()> {
+pub async fn add_events(
+    c: &impl GenericClient,
+    handoff_id: &str,
+    events: &[(&str, Option<HandoffStatus>, Option<&str>)],
+) -> Result<()> {
     if events.is_empty() {
         return Ok(());
     }

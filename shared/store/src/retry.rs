@@ -47,7 +47,8 @@ pub async fn retry_run(c: &impl GenericClient, run_id: Uuid) -> Result<Retry> {
     let Some(status) = lock_status(c, run_id).await? else {
         return Ok(Retry::NoRun);
     };
-    let status: RunStatus = status.parse().map_err(|_| crate::Error::Corrupt(format!("runs {run_id}: status '{status}'")))?;
+    let status: RunStatus =
+        status.parse().map_err(|_| crate::Error::Corrupt(format!("runs {run_id}: status '{status}'")))?;
     if status != RunStatus::Failed {
         return Ok(Retry::NotFailed(status));
     }

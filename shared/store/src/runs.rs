@@ -120,7 +120,9 @@ pub async fn unreplied(c: &impl GenericClient, grace: Duration, cap: Duration, b
 
 /// Tokens the run's invocations used, summed.
 pub async fn tokens_used(c: &impl GenericClient, id: Uuid) -> Result<i64> {
-    let row = sql::query_one(c, "SELECT coalesce(sum(tokens_used), 0)::bigint FROM invocations WHERE run_id = $1", &[&id]).await?;
+    let row =
+        sql::query_one(c, "SELECT coalesce(sum(tokens_used), 0)::bigint FROM invocations WHERE run_id = $1", &[&id])
+            .await?;
     Ok(row.get(0))
 }
 

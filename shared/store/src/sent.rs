@@ -17,7 +17,13 @@ pub struct Sent {
 }
 
 /// Keeps a copy of a message queued for `handoff_id`'s bridge.
-pub async fn record(c: &impl GenericClient, handoff_id: &str, message_id: Option<&str>, queue: &str, body: &Value) -> Result<()> {
+pub async fn record(
+    c: &impl GenericClient,
+    handoff_id: &str,
+    message_id: Option<&str>,
+    queue: &str,
+    body: &Value,
+) -> Result<()> {
     sql::execute(
         c,
         "INSERT INTO bridge_messages (handoff_id, message_id, queue, body) VALUES ($1, $2, $3, $4)",

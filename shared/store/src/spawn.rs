@@ -17,7 +17,11 @@ use crate::{outbox, Result};
 /// Inserts the invocation, then its task (which refers to it), queues the
 /// message that runs it (pipelined beside), and returns the journal events
 /// for the caller to append with its own.
-pub async fn invocation(c: &impl GenericClient, new: &NewInvocation<'_>, task: Option<&NewTask<'_>>) -> Result<Vec<Event>> {
+pub async fn invocation(
+    c: &impl GenericClient,
+    new: &NewInvocation<'_>,
+    task: Option<&NewTask<'_>>,
+) -> Result<Vec<Event>> {
     let run = FleetMessage::run(new.run_id, new.id, new.kind);
     let (events, ()) = tokio::try_join!(write(c, new, task), outbox::enqueue_fleet(c, &run))?;
     Ok(events)
@@ -32,7 +36,8 @@ async fn write(c: &impl GenericClient, new: &NewInvocation<'_>, task: Option<&Ne
     let mut events = vec![Event::new(journal::INVOCATION_CREATED, Some(new.id), created)];
     if let Some(task) = task {
         tasks::insert(c, task).await?;
-        let registered = json!({"taskId": task.id, "continuation": task.continuation.as_str(), "workspaceKey": task.workspace_key});
+        let registered =
+            json!({"taskId": task.id, "continuation": task.continuation.as_str(), "workspaceKey": task.workspace_key});
         events.push(Event::new(journal::TASK_REGISTERED, Some(new.id), registered));
     }
     Ok(events)

@@ -4,8 +4,8 @@
 //! when its live run ends, in the same transaction.
 
 use baton_domain::bridge::ReplyInput;
-use baton_domain::contract::ErrorCode;
 use baton_domain::brief::render_request_brief;
+use baton_domain::contract::ErrorCode;
 use baton_domain::journal;
 use baton_domain::reply::Outcome;
 use baton_domain::request::{HandoffRequest, HandoffStatus, TargetAgent};
@@ -30,7 +30,12 @@ pub async fn request(c: &impl GenericClient, stored: &Request, request: &Handoff
 
 /// [`request`], with the route, profile and budget settings taken from
 /// `known` (a current [`profiles::Snapshot`]) instead of read again.
-pub async fn request_as(c: &impl GenericClient, stored: &Request, request: &HandoffRequest, known: Option<&Snapshot>) -> Result<Option<Uuid>> {
+pub async fn request_as(
+    c: &impl GenericClient,
+    stored: &Request,
+    request: &HandoffRequest,
+    known: Option<&Snapshot>,
+) -> Result<Option<Uuid>> {
     if request.target_agent == TargetAgent::Manual {
         bridge::status(c, stored, HandoffStatus::Accepted, Some("waiting for an operator")).await?;
         return Ok(None);
@@ -87,8 +92,16 @@ pub async fn request_as(c: &impl GenericClient, stored: &Request, request: &Hand
     };
     let created = spawn::invocation(c, &new, None).await?;
     let mut events = vec![
-        Event::new(journal::RUN_CREATED, None, json!({"handoffId": request.id, "source": request.source.as_str(), "budget": budget})),
-        Event::new(journal::PROFILE_RESOLVED, Some(root), json!({"targetAgent": request.target_agent.as_str(), "profileId": profile.id})),
+        Event::new(
+            journal::RUN_CREATED,
+            None,
+            json!({"handoffId": request.id, "source": request.source.as_str(), "budget": budget}),
+        ),
+        Event::new(
+            journal::PROFILE_RESOLVED,
+            Some(root),
+            json!({"targetAgent": request.target_agent.as_str(), "profileId": profile.id}),
+        ),
         Event::new(journal::WORKSPACE_INITIALIZED, None, json!({})),
     ];
     events.extend(created);

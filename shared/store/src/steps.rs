@@ -14,12 +14,9 @@ pub struct Step {
 }
 
 pub async fn load(c: &impl GenericClient, invocation_id: Uuid) -> Result<Vec<Step>> {
-    let rows = sql::query(
-        c,
-        "SELECT seq, kind, payload FROM steps WHERE invocation_id = $1 ORDER BY seq",
-        &[&invocation_id],
-    )
-    .await?;
+    let rows =
+        sql::query(c, "SELECT seq, kind, payload FROM steps WHERE invocation_id = $1 ORDER BY seq", &[&invocation_id])
+            .await?;
     Ok(rows.iter().map(|r| Step { seq: r.get(0), kind: r.get(1), payload: r.get(2) }).collect())
 }
 

@@ -137,7 +137,12 @@ pub async fn for_run(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<Task>> 
 
 /// How many tasks of the run went to `target` (its workspace handles count them).
 pub async fn count_for_target(c: &impl GenericClient, run_id: Uuid, target: &str) -> Result<usize> {
-    let row = sql::query_one(c, "SELECT count(*) FROM tasks WHERE run_id = $1 AND target_profile_id = $2", &[&run_id, &target]).await?;
+    let row = sql::query_one(
+        c,
+        "SELECT count(*) FROM tasks WHERE run_id = $1 AND target_profile_id = $2",
+        &[&run_id, &target],
+    )
+    .await?;
     Ok(row.get::<_, i64>(0) as usize)
 }
 
@@ -157,13 +162,18 @@ pub async fn of_child(c: &impl GenericClient, child: Uuid) -> Result<Option<Task
 
 pub async fn set_result(c: &impl GenericClient, id: Uuid, result: &Capsule, result_ref: &str) -> Result<()> {
     let result = serde_json::to_value(result)?;
-    sql::execute(c, "UPDATE tasks SET result = $2, result_ref = $3 WHERE id = $1", &[&id, &result, &result_ref]).await?;
+    sql::execute(c, "UPDATE tasks SET result = $2, result_ref = $3 WHERE id = $1", &[&id, &result, &result_ref])
+        .await?;
     Ok(())
 }
 
 /// Cancels the unfinished delegated tasks of one parent, or every unfinished
 /// task of the run when `parent` is `None`; returns (task id, child invocation id).
-pub async fn cancel_unfinished(c: &impl GenericClient, run_id: Uuid, parent: Option<Uuid>) -> Result<Vec<(Uuid, Uuid)>> {
+pub async fn cancel_unfinished(
+    c: &impl GenericClient,
+    run_id: Uuid,
+    parent: Option<Uuid>,
+) -> Result<Vec<(Uuid, Uuid)>> {
     let rows = sql::query(
         c,
         "UPDATE tasks SET status = $3, finished_at = now()

@@ -56,7 +56,13 @@ pub async fn is_folder(c: &impl GenericClient, run_id: Uuid, path: &str) -> Resu
     Ok(row.is_some())
 }
 
-pub async fn mark_read(c: &impl GenericClient, invocation_id: Uuid, path: &str, sha256: &str, whole: bool) -> Result<()> {
+pub async fn mark_read(
+    c: &impl GenericClient,
+    invocation_id: Uuid,
+    path: &str,
+    sha256: &str,
+    whole: bool,
+) -> Result<()> {
     sql::execute(
         c,
         "INSERT INTO workspace_reads (invocation_id, path, sha256, whole) VALUES ($1, $2, $3, $4)
@@ -106,12 +112,9 @@ pub async fn commit(c: &impl GenericClient, n: &NewCommit<'_>) -> Result<i32> {
 
 /// The reply as of the latest commit, if any.
 pub async fn latest_reply(c: &impl GenericClient, run_id: Uuid) -> Result<Option<String>> {
-    let row = sql::query_opt(
-        c,
-        "SELECT reply FROM commits WHERE run_id = $1 ORDER BY ordinal DESC LIMIT 1",
-        &[&run_id],
-    )
-    .await?;
+    let row =
+        sql::query_opt(c, "SELECT reply FROM commits WHERE run_id = $1 ORDER BY ordinal DESC LIMIT 1", &[&run_id])
+            .await?;
     Ok(row.map(|r| r.get(0)))
 }
 

@@ -81,7 +81,8 @@ impl Auth {
         let (Some(token), Some(session)) = (&self.token, &self.session) else {
             return Ok(());
         };
-        let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        let bearer =
+            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
         if let Some(given) = bearer {
             return if same(given.trim(), token) { Ok(()) } else { Err(true) };
         }
@@ -125,7 +126,11 @@ pub async fn require(Shared(state): Shared<Arc<State>>, request: Request, next: 
         return (StatusCode::PAYLOAD_TOO_LARGE, "the form is too large").into_response();
     };
     if !form_csrf(&bytes).is_some_and(|given| same(&given, state.auth.csrf())) {
-        return (StatusCode::FORBIDDEN, state.views.error("This form has no valid CSRF token: reload the page and try again.")).into_response();
+        return (
+            StatusCode::FORBIDDEN,
+            state.views.error("This form has no valid CSRF token: reload the page and try again."),
+        )
+            .into_response();
     }
     next.run(Request::from_parts(parts, Body::from(bytes))).await
 }
@@ -155,7 +160,8 @@ pub struct Login {
 /// `POST /login`: the right token sets the session cookie; a wrong one is 401.
 pub async fn login(Shared(state): Shared<Arc<State>>, Form(form): Form<Login>) -> Response {
     if !same(&form.csrf, state.auth.login_csrf()) {
-        return (StatusCode::FORBIDDEN, state.views.error("The login form has no valid CSRF token: reload it.")).into_response();
+        return (StatusCode::FORBIDDEN, state.views.error("The login form has no valid CSRF token: reload it."))
+            .into_response();
     }
     match state.auth.session_cookie(&form.token) {
         Some(cookie) => ([(header::SET_COOKIE, cookie)], Redirect::to("/runs")).into_response(),

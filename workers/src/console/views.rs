@@ -48,7 +48,11 @@ impl Views {
             Ok(html) => Html(html).into_response(),
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), template = name, "console page failed to render");
-                (StatusCode::INTERNAL_SERVER_ERROR, self.error("This page failed to render; the console's log says why.")).into_response()
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    self.error("This page failed to render; the console's log says why."),
+                )
+                    .into_response()
             }
         }
     }
@@ -63,23 +67,26 @@ impl Views {
 
     fn plain(&self, name: &str, message: &str) -> Html<String> {
         let rendered = self.env.get_template(name).and_then(|t| t.render(context! { message }));
-        Html(rendered.unwrap_or_else(|_| "<!doctype html><title>Baton</title><p>The console could not render this page.</p>".into()))
+        Html(rendered.unwrap_or_else(|_| {
+            "<!doctype html><title>Baton</title><p>The console could not render this page.</p>".into()
+        }))
     }
 }
 
 /// Markdown to HTML for briefs. Raw HTML in the source is shown as text,
 /// never passed through, and only web, mail and in-page links are kept.
 pub fn markdown(text: &str) -> String {
-    let events = Parser::new_ext(text, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH).map(|event| match event {
-        Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
-        Event::Start(Tag::Link { link_type, dest_url, title, id }) => {
-            Event::Start(Tag::Link { link_type, dest_url: safe_url(dest_url), title, id })
-        }
-        Event::Start(Tag::Image { link_type, dest_url, title, id }) => {
-            Event::Start(Tag::Image { link_type, dest_url: safe_url(dest_url), title, id })
-        }
-        other => other,
-    });
+    let events =
+        Parser::new_ext(text, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH).map(|event| match event {
+            Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
+            Event::Start(Tag::Link { link_type, dest_url, title, id }) => {
+                Event::Start(Tag::Link { link_type, dest_url: safe_url(dest_url), title, id })
+            }
+            Event::Start(Tag::Image { link_type, dest_url, title, id }) => {
+                Event::Start(Tag::Image { link_type, dest_url: safe_url(dest_url), title, id })
+            }
+            other => other,
+        });
     let mut html = String::new();
     pulldown_cmark::html::push_html(&mut html, events);
     html

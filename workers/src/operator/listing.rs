@@ -85,15 +85,32 @@ pub fn waiting_table(rows: &[Waiting], now: DateTime<Utc>) -> String {
     }
     let mut out = format!("{:<40}  {:<8}  {:<8}  {:<16}  {:>8}\n", "handoff", "waits", "source", "chat", "age");
     for w in rows {
-        let waits = serde_json::to_value(w.waiting_for).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        let waits =
+            serde_json::to_value(w.waiting_for).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
         let chat = w.chat.as_deref().unwrap_or("-");
-        let _ = writeln!(out, "{:<40}  {:<8}  {:<8}  {:<16}  {:>8}", w.handoff_id, waits, w.source, cut(chat, 16), short(now - w.since()));
+        let _ = writeln!(
+            out,
+            "{:<40}  {:<8}  {:<8}  {:<16}  {:>8}",
+            w.handoff_id,
+            waits,
+            w.source,
+            cut(chat, 16),
+            short(now - w.since())
+        );
         if let Some(q) = &w.question {
             let options = if q.options.is_empty() { String::new() } else { format!(" [{}]", q.options.join(" | ")) };
-            let _ = writeln!(out, "    {} asks: {}{options} (expires {})", q.agent, cut(&q.text.replace('\n', " "), 100), q.expires_at.format("%Y-%m-%d %H:%M:%S"));
+            let _ = writeln!(
+                out,
+                "    {} asks: {}{options} (expires {})",
+                q.agent,
+                cut(&q.text.replace('\n', " "), 100),
+                q.expires_at.format("%Y-%m-%d %H:%M:%S")
+            );
         }
     }
-    out.push_str("\n`baton handoff prompt ID` prints its prompt; `baton handoff paste-result ID FILE` answers a manual one;\n");
+    out.push_str(
+        "\n`baton handoff prompt ID` prints its prompt; `baton handoff paste-result ID FILE` answers a manual one;\n",
+    );
     out.push_str("a question is answered by the bridge, or in the console (`/handoffs/ID`).\n");
     out
 }
@@ -116,7 +133,8 @@ pub async fn run_json(c: &impl GenericClient, run_id: Uuid, transcript: bool) ->
         });
         if transcript {
             let steps = baton_store::steps::load(c, inv.id).await?;
-            v["steps"] = steps.into_iter().map(|s| json!({"seq": s.seq, "kind": s.kind, "payload": s.payload})).collect();
+            v["steps"] =
+                steps.into_iter().map(|s| json!({"seq": s.seq, "kind": s.kind, "payload": s.payload})).collect();
         }
         invocations.push(v);
     }
@@ -139,10 +157,20 @@ pub fn transcript_text(shown: &Value) -> String {
             let line = match step["kind"].as_str().unwrap_or("") {
                 "prompt" => format!("prompt: {}", one_line(&p["messages"][1]["content"], 160)),
                 "model_turn" => {
-                    let calls: Vec<String> = p["toolCalls"].as_array().into_iter().flatten().map(|c| format!("{}({})", text(&c["name"]), one_line(&c["arguments"], 80))).collect();
+                    let calls: Vec<String> = p["toolCalls"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|c| format!("{}({})", text(&c["name"]), one_line(&c["arguments"], 80)))
+                        .collect();
                     format!("model: {} {}", one_line(&p["content"], 120), calls.join(" "))
                 }
-                "tool_result" => format!("{} {}: {}", if p["isError"] == true { "tool error" } else { "tool" }, text(&p["name"]), one_line(&p["content"], 120)),
+                "tool_result" => format!(
+                    "{} {}: {}",
+                    if p["isError"] == true { "tool error" } else { "tool" },
+                    text(&p["name"]),
+                    one_line(&p["content"], 120)
+                ),
                 other => format!("{other}: {}", one_line(p, 120)),
             };
             let _ = writeln!(out, "{:>4}  {}", step["seq"], line.trim_end());

@@ -21,8 +21,12 @@ pub async fn retry_run(pool: &Pool, run_id: Uuid) -> anyhow::Result<i32> {
         Retry::Resumed { attempt, handoff_id, events, .. } => (attempt, handoff_id, events),
         Retry::NoRun => bail!("no run {run_id}"),
         Retry::NotFailed(status) => bail!("run {run_id} is {status}: only a failed run can be retried"),
-        Retry::NothingToResume => bail!("run {run_id} failed before any agent started: there is no step to resume from"),
-        Retry::ConversationBusy(live) => bail!("run {run_id}'s chat has moved on: run {live} holds its turn; retry once that run ends"),
+        Retry::NothingToResume => {
+            bail!("run {run_id} failed before any agent started: there is no step to resume from")
+        }
+        Retry::ConversationBusy(live) => {
+            bail!("run {run_id}'s chat has moved on: run {live} holds its turn; retry once that run ends")
+        }
     };
     journal::append(&tx, run_id, &events).await?;
     if let Some(request) = match &handoff_id {

@@ -17,14 +17,24 @@ use crate::config::Settings;
 
 /// Handles one `BridgeAnswer` delivery: applied or recorded, then
 /// acknowledged; a body that is not a valid answer is dead-lettered with the reason.
-pub async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
+pub async fn handle(
+    pool: &Pool,
+    publisher: &Publisher,
+    settings: &Settings,
+    shutdown: &CancellationToken,
+    delivery: Delivery,
+) -> anyhow::Result<()> {
     let answer = match answer::parse(delivery.body()) {
         Ok(answer) => answer,
-        Err(reason) => return dead_letter(publisher, settings, &delivery, &format!("not a valid answer: {reason}")).await,
+        Err(reason) => {
+            return dead_letter(publisher, settings, &delivery, &format!("not a valid answer: {reason}")).await
+        }
     };
     let span = tracing::info_span!("answer", handoff = %answer.handoff_id, answer = %answer.id);
     crate::telemetry::continue_request(&span, pool, &answer.handoff_id, &delivery).await;
-    let stored = retry_transient("storing an answer", settings.transient_patience, shutdown, || apply(pool, &answer, Answerer::Bridge));
+    let stored = retry_transient("storing an answer", settings.transient_patience, shutdown, || {
+        apply(pool, &answer, Answerer::Bridge)
+    });
     let stored = tracing::Instrument::instrument(stored, span.clone()).await;
     let _entered = span.enter();
     match stored {
@@ -35,12 +45,23 @@ pub async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shu
         Err(e) if super::is_transient(&e) => Err(e),
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "answer could not be stored");
-            dead_letter(publisher, settings, &delivery, "the answer could not be stored; an operator can see why in the logs").await
+            dead_letter(
+                publisher,
+                settings,
+                &delivery,
+                "the answer could not be stored; an operator can see why in the logs",
+            )
+            .await
         }
     }
 }
 
-async fn dead_letter(publisher: &Publisher, settings: &Settings, delivery: &Delivery, reason: &str) -> anyhow::Result<()> {
+async fn dead_letter(
+    publisher: &Publisher,
+    settings: &Settings,
+    delivery: &Delivery,
+    reason: &str,
+) -> anyhow::Result<()> {
     let reason = bounded_reason(&disclosure::redact_strictly(reason));
     tracing::warn!(%reason, "answer refused");
     let kept = disclosure::redact_refused_body(delivery.body(), disclosure::REFUSED_BODY_KEPT_BYTES);

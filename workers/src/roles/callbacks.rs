@@ -115,7 +115,10 @@ async fn attempt(client: &reqwest::Client, config: &CallbacksConfig, cb: &Callba
 
 /// The secret in the variable the profiles file names.
 fn secret_in(variable: &str) -> Result<Secret, Refusal> {
-    let text = std::env::var(variable).ok().filter(|t| !t.trim().is_empty()).ok_or_else(|| Refusal::SecretUnset(variable.to_string()))?;
+    let text = std::env::var(variable)
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+        .ok_or_else(|| Refusal::SecretUnset(variable.to_string()))?;
     Secret::parse(&text).map_err(|e| Refusal::SecretInvalid(variable.to_string(), e))
 }
 
@@ -134,7 +137,11 @@ async fn judge(response: reqwest::Response) -> Outcome {
     }
     let said = baton_agent::http::snippet(response, ERROR_SNIPPET_BYTES).await;
     let said: String = said.chars().filter(|c| !c.is_control()).take(200).collect();
-    Outcome::Retry(if said.trim().is_empty() { format!("HTTP {status}") } else { format!("HTTP {status}: {}", said.trim()) })
+    Outcome::Retry(if said.trim().is_empty() {
+        format!("HTTP {status}")
+    } else {
+        format!("HTTP {status}: {}", said.trim())
+    })
 }
 
 /// What an answer's status alone settles: sent, or given up for good.
@@ -212,11 +219,24 @@ mod tests {
     fn a_2xx_is_sent_a_redirect_or_gone_is_given_up_and_anything_else_is_tried_again() {
         assert_eq!(settled_by(StatusCode::OK), Some(Outcome::Sent));
         assert_eq!(settled_by(StatusCode::NO_CONTENT), Some(Outcome::Sent));
-        for status in [StatusCode::MOVED_PERMANENTLY, StatusCode::FOUND, StatusCode::TEMPORARY_REDIRECT, StatusCode::PERMANENT_REDIRECT] {
-            assert!(matches!(settled_by(status), Some(Outcome::GiveUp(why)) if why.contains("not followed")), "{status}");
+        for status in [
+            StatusCode::MOVED_PERMANENTLY,
+            StatusCode::FOUND,
+            StatusCode::TEMPORARY_REDIRECT,
+            StatusCode::PERMANENT_REDIRECT,
+        ] {
+            assert!(
+                matches!(settled_by(status), Some(Outcome::GiveUp(why)) if why.contains("not followed")),
+                "{status}"
+            );
         }
         assert!(matches!(settled_by(StatusCode::GONE), Some(Outcome::GiveUp(_))));
-        for status in [StatusCode::NOT_FOUND, StatusCode::TOO_MANY_REQUESTS, StatusCode::INTERNAL_SERVER_ERROR, StatusCode::BAD_GATEWAY] {
+        for status in [
+            StatusCode::NOT_FOUND,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            StatusCode::BAD_GATEWAY,
+        ] {
             assert_eq!(settled_by(status), None, "{status} is tried again");
         }
     }

@@ -30,7 +30,13 @@ pub enum Applied {
     Ignored,
 }
 
-pub(super) async fn handle(pool: &Pool, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
+pub(super) async fn handle(
+    pool: &Pool,
+    publisher: &Publisher,
+    settings: &Settings,
+    shutdown: &CancellationToken,
+    delivery: Delivery,
+) -> anyhow::Result<()> {
     let cancel = match parse_cancel(delivery.body()) {
         Ok(cancel) => cancel,
         Err(error) => return super::intake::reject(pool, publisher, settings, &delivery, error).await,
@@ -104,7 +110,12 @@ async fn cancel_handoff(c: &impl GenericClient, cancel: &BridgeCancel) -> anyhow
 
 /// A request with no run (waiting for its turn, or for an operator) ends
 /// here: it leaves its conversation's queue and is answered `cancelled`.
-async fn cancel_request(c: &impl GenericClient, cancel: &BridgeCancel, stored: &Request, reason: &str) -> anyhow::Result<Applied> {
+async fn cancel_request(
+    c: &impl GenericClient,
+    cancel: &BridgeCancel,
+    stored: &Request,
+    reason: &str,
+) -> anyhow::Result<Applied> {
     conversations::leave_queue(c, &stored.id).await?;
     record(c, cancel, "cancel_received", "the request was cancelled before it ran").await?;
     baton_store::start::cancel(c, stored, Some(reason)).await?;

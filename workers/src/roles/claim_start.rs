@@ -17,13 +17,18 @@ use crate::bridge;
 
 /// A first claim's reads: the incoming task started (if it was queued), and
 /// the profile, skills and prompt; `None` for a resumed claim.
-pub(super) async fn first_start(c: &impl GenericClient, inv: &Invocation) -> anyhow::Result<Option<(Option<uuid::Uuid>, Option<FirstStep>)>> {
+pub(super) async fn first_start(
+    c: &impl GenericClient,
+    inv: &Invocation,
+) -> anyhow::Result<Option<(Option<uuid::Uuid>, Option<FirstStep>)>> {
     if inv.claim_epoch > 1 {
         return Ok(None);
     }
     let task_started = async {
         match inv.incoming_task_id {
-            Some(task) => Ok::<_, anyhow::Error>(tasks::transition(c, task, TaskStatus::Running, None).await?.then_some(task)),
+            Some(task) => {
+                Ok::<_, anyhow::Error>(tasks::transition(c, task, TaskStatus::Running, None).await?.then_some(task))
+            }
             None => Ok(None),
         }
     };
@@ -47,7 +52,11 @@ pub(super) async fn started_events(
     if let Some(task) = task {
         evs.push(Event::new(journal::TASK_STARTED, id, json!({"taskId": task})));
     }
-    evs.push(Event::new(journal::INVOCATION_STARTED, id, json!({"kind": inv.kind.as_str(), "profileId": inv.profile_id, "worker": worker})));
+    evs.push(Event::new(
+        journal::INVOCATION_STARTED,
+        id,
+        json!({"kind": inv.kind.as_str(), "profileId": inv.profile_id, "worker": worker}),
+    ));
     evs.extend(prompt.iter().flat_map(|p| p.events.iter().cloned()));
     if inv.kind == InvocationKind::Root {
         if let Some(handoff) = run.and_then(|r| r.handoff_id.as_ref()) {
@@ -61,7 +70,13 @@ pub(super) async fn started_events(
 
 /// Fails an invocation this transaction just claimed, with the host's own
 /// words (`detail`) in the journal and `text` for agents and the bridge.
-pub(super) async fn fail_claimed(tx: &impl GenericClient, inv: &Invocation, code: &str, text: &str, detail: &str) -> anyhow::Result<()> {
+pub(super) async fn fail_claimed(
+    tx: &impl GenericClient,
+    inv: &Invocation,
+    code: &str,
+    text: &str,
+    detail: &str,
+) -> anyhow::Result<()> {
     let mut evs = vec![Event::new(journal::HOST_ERROR, Some(inv.id), json!({"code": code, "detail": detail}))];
     evs.extend(baton_store::lifecycle::fail_invocation(tx, inv, code, text).await?);
     baton_store::journal::append(tx, inv.run_id, &evs).await?;

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use baton_bus::{DeadLetters, Delivery};
-use tracing::Instrument;
 use baton_domain::bridge::ReplyInput;
 use baton_domain::budget::Exhausted;
 use baton_domain::contract::ErrorCode;
@@ -14,11 +13,12 @@ use baton_domain::reply::Outcome;
 use baton_domain::request::HandoffStatus;
 use baton_domain::state::RunStatus;
 use baton_domain::Language;
-use baton_store::runs::Run;
-use baton_store::{invocations, requests, runs, Pool};
 use baton_store::after_commit::scope;
+use baton_store::runs::Run;
 use baton_store::{begin, client as db, commit};
+use baton_store::{invocations, requests, runs, Pool};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::direct::Direct;
 use super::lanes::consume_keyed;
@@ -35,7 +35,9 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let (publishing, direct) = Direct::start(&conn, &pool, settings).await?;
     let role = Arc::new((pool.clone(), dead, settings.clone(), publishing));
     // Runs are collected side by side, one message of a run after the other.
-    let keys = |d: &Delivery| serde_json::from_slice::<RunFinished>(d.body()).map(|m| vec![m.run_id.to_string()]).unwrap_or_default();
+    let keys = |d: &Delivery| {
+        serde_json::from_slice::<RunFinished>(d.body()).map(|m| vec![m.run_id.to_string()]).unwrap_or_default()
+    };
     let result = consume_keyed(&conn, &queue, settings.prefetch, settings.intake_lanes(), shutdown, keys, |d, stop| {
         let role = role.clone();
         async move {
@@ -49,16 +51,31 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     result
 }
 
-async fn handle(pool: &Pool, dead: &DeadLetters, settings: &Settings, shutdown: &CancellationToken, d: Delivery) -> anyhow::Result<()> {
+async fn handle(
+    pool: &Pool,
+    dead: &DeadLetters,
+    settings: &Settings,
+    shutdown: &CancellationToken,
+    d: Delivery,
+) -> anyhow::Result<()> {
     let hop = tracing::info_span!("collector");
     crate::telemetry::continue_from(&hop, &d);
     match serde_json::from_slice::<RunFinished>(d.body()) {
-        Ok(message) => match retry_transient("collecting a run", settings.transient_patience, shutdown, || collect(pool, message)).instrument(hop).await {
-            Ok(()) => Ok(d.ack().await?),
-            Err(e) if super::is_transient(&e) => Err(e),
-            Err(e) => Ok(d.dead_letter(dead, Queue::RunsFinished.as_str(), &format!("could not collect the run: {e:#}")).await?),
-        },
-        Err(e) => Ok(d.dead_letter(dead, Queue::RunsFinished.as_str(), &format!("not a run-finished message: {e}")).await?),
+        Ok(message) => {
+            match retry_transient("collecting a run", settings.transient_patience, shutdown, || collect(pool, message))
+                .instrument(hop)
+                .await
+            {
+                Ok(()) => Ok(d.ack().await?),
+                Err(e) if super::is_transient(&e) => Err(e),
+                Err(e) => Ok(d
+                    .dead_letter(dead, Queue::RunsFinished.as_str(), &format!("could not collect the run: {e:#}"))
+                    .await?),
+            }
+        }
+        Err(e) => {
+            Ok(d.dead_letter(dead, Queue::RunsFinished.as_str(), &format!("not a run-finished message: {e}")).await?)
+        }
     }
 }
 

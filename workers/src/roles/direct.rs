@@ -47,11 +47,23 @@ pub(crate) struct Direct {
 impl Direct {
     /// Opens a confirm channel of its own on `conn` and starts publishing.
     /// With a grace of zero, nothing is published in process.
-    pub(crate) async fn start(conn: &Connection, pool: &Pool, settings: &Settings) -> anyhow::Result<(Publishing, Self)> {
+    pub(crate) async fn start(
+        conn: &Connection,
+        pool: &Pool,
+        settings: &Settings,
+    ) -> anyhow::Result<(Publishing, Self)> {
         let (publishing, rows) = Publishing::new(settings.outbox_grace);
         let publisher = conn.publisher().await?;
         let stop = CancellationToken::new();
-        let mut worker = Worker { pool: pool.clone(), publisher, settings: settings.clone(), rows, waiting: vec![], confirmed: vec![], delete_at: None };
+        let mut worker = Worker {
+            pool: pool.clone(),
+            publisher,
+            settings: settings.clone(),
+            rows,
+            waiting: vec![],
+            confirmed: vec![],
+            delete_at: None,
+        };
         let stopped = stop.clone();
         let task = tokio::spawn(async move {
             if let Err(e) = worker.serve(&stopped).await {
@@ -126,8 +138,10 @@ impl Worker {
         // A message waiting longer than this is the relay's, which takes it
         // once its grace is over and its turn has come.
         let patience = self.settings.outbox_grace / 2;
-        let mut rows: Vec<(Instant, Row)> =
-            std::mem::take(&mut self.waiting).into_iter().filter(|(since, _)| now.duration_since(*since) < patience).collect();
+        let mut rows: Vec<(Instant, Row)> = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .filter(|(since, _)| now.duration_since(*since) < patience)
+            .collect();
         rows.extend(fresh.into_iter().map(|row| (now, row)));
         if rows.iter().all(|(_, r)| r.message.correlation_id.is_none()) {
             let rows: Vec<Row> = rows.into_iter().map(|(_, row)| row).collect();
@@ -147,7 +161,8 @@ impl Worker {
         // earlier one is left (under the row lock the relay takes too): a
         // round that sends one may free the next.
         loop {
-            let bridge: Vec<i64> = rows.iter().filter(|(_, r)| r.message.correlation_id.is_some()).map(|(_, r)| r.id).collect();
+            let bridge: Vec<i64> =
+                rows.iter().filter(|(_, r)| r.message.correlation_id.is_some()).map(|(_, r)| r.id).collect();
             let mut client = db(&self.pool).await?;
             let tx = begin(&mut client).await?;
             let free = outbox::take_own(&tx, &bridge).await?;
@@ -181,7 +196,10 @@ impl Worker {
 
     async fn publish(&mut self, rows: &[Row]) -> anyhow::Result<(Vec<i64>, Vec<i64>)> {
         let (mut done, mut refused) = (vec![], vec![]);
-        let prepared = rows.iter().map(|r| prepare(&self.settings, &r.message).map(|p| p.traced(r))).collect::<anyhow::Result<Vec<_>>>()?;
+        let prepared = rows
+            .iter()
+            .map(|r| prepare(&self.settings, &r.message).map(|p| p.traced(r)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let started = std::time::Instant::now();
         let mut sent = vec![];
         for (row, p) in rows.iter().zip(&prepared) {

@@ -1,23 +1,23 @@
 //! Intake: validates bridge requests, stores them once per id, and starts a
 //! run with its root invocation, all in one transaction.
 
+use baton_bus::consume::consume;
+use baton_bus::{DeadLetters, Delivery};
 use baton_bus::{Outgoing, Publisher};
+use baton_domain::bridge::{self as wire, ReplyInput};
+use baton_domain::contract::ErrorCode;
 use baton_domain::conversation::cancel::message_type;
 use baton_domain::conversation::strategy::{self, Turn};
 use baton_domain::disclosure;
-use baton_domain::bridge::{self as wire, ReplyInput};
 use baton_domain::fleet::Queue;
-use baton_domain::contract::ErrorCode;
 use baton_domain::reply::Outcome;
 use baton_domain::request::{bounded_reason, parse_request, HandoffRequest, HandoffStatus, RequestError, TargetAgent};
 use baton_domain::Language;
+use baton_store::after_commit::{scope, Publishing};
 use baton_store::profiles::Snapshot;
 use baton_store::requests::{self, NewRequest, Request};
-use baton_store::{conversations, lifecycle, outbox, profiles, GenericClient, Pool};
-use baton_store::after_commit::{scope, Publishing};
 use baton_store::{begin, client as db, commit};
-use baton_bus::consume::consume;
-use baton_bus::{DeadLetters, Delivery};
+use baton_store::{conversations, lifecycle, outbox, profiles, GenericClient, Pool};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -37,17 +37,42 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     tracing::info!(%queue, concurrency = settings.intake_lanes(), "intake consuming");
     // The profiles file as this process last read it, checked at each request.
     let cache = profiles::Cache::default();
-    let role = Arc::new(Intake { pool: pool.clone(), publisher: publisher.clone(), settings: settings.clone(), publishing: publishing.clone(), cache: cache.clone() });
+    let role = Arc::new(Intake {
+        pool: pool.clone(),
+        publisher: publisher.clone(),
+        settings: settings.clone(),
+        publishing: publishing.clone(),
+        cache: cache.clone(),
+    });
     // Requests are handled side by side, in arrival order per handoff and per
     // conversation; each in a publishing scope of its own. The rare requests
     // the broker dead-lettered are taken one at a time.
-    let requests = consume_keyed(&conn, &queue, settings.prefetch, settings.intake_lanes(), shutdown, |d| lanes::request_keys(d.body()), |d, stop| {
-        let role = role.clone();
-        async move { scope(role.publishing.clone(), handle(&role.pool, &role.cache, &role.publisher, &role.settings, &stop, d)).await }
-    });
+    let requests = consume_keyed(
+        &conn,
+        &queue,
+        settings.prefetch,
+        settings.intake_lanes(),
+        shutdown,
+        |d| lanes::request_keys(d.body()),
+        |d, stop| {
+            let role = role.clone();
+            async move {
+                scope(
+                    role.publishing.clone(),
+                    handle(&role.pool, &role.cache, &role.publisher, &role.settings, &stop, d),
+                )
+                .await
+            }
+        },
+    );
     let result = tokio::try_join!(
         requests,
-        scope(publishing, consume(&conn, &dead, settings.prefetch, shutdown, |d| answer_dead_letter(&pool, &cache, &publisher, settings, shutdown, d))),
+        scope(
+            publishing,
+            consume(&conn, &dead, settings.prefetch, shutdown, |d| answer_dead_letter(
+                &pool, &cache, &publisher, settings, shutdown, d
+            ))
+        ),
     )
     .map(|_| ());
     direct.stop().await;
@@ -72,7 +97,14 @@ struct Intake {
 /// no limit). Messages of the fleet's other queues are only hints (Postgres
 /// and the relay's sweeps re-publish what they said), so their copy in
 /// `baton.dead` is enough.
-async fn answer_dead_letter(pool: &Pool, cache: &profiles::Cache, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
+async fn answer_dead_letter(
+    pool: &Pool,
+    cache: &profiles::Cache,
+    publisher: &Publisher,
+    settings: &Settings,
+    shutdown: &CancellationToken,
+    delivery: Delivery,
+) -> anyhow::Result<()> {
     let from = delivery.header("x-first-death-queue");
     if from.as_deref() != Some(settings.queues().name(Queue::BridgeRequests).as_str()) {
         return Ok(delivery.ack().await?);
@@ -93,14 +125,22 @@ fn dead_letter_note(settings: &Settings, delivery: &Delivery) -> Option<String> 
     Some(format!("the broker dead-lettered this request ({reason}); intake took it from {}", Queue::DeadRequests))
 }
 
-async fn handle(pool: &Pool, cache: &profiles::Cache, publisher: &Publisher, settings: &Settings, shutdown: &CancellationToken, delivery: Delivery) -> anyhow::Result<()> {
+async fn handle(
+    pool: &Pool,
+    cache: &profiles::Cache,
+    publisher: &Publisher,
+    settings: &Settings,
+    shutdown: &CancellationToken,
+    delivery: Delivery,
+) -> anyhow::Result<()> {
     // Control messages are told apart by `type`; a body without one is a request.
     match message_type(delivery.body()).as_deref() {
         None => {}
         Some("cancel") => return super::cancels::handle(pool, publisher, settings, shutdown, delivery).await,
         Some("answer") => return super::answers::handle(pool, publisher, settings, shutdown, delivery).await,
         Some(other) => {
-            let reason = format!("field `type` is {other:?}; a bridge sends a request (no type), an \"answer\" or a \"cancel\"");
+            let reason =
+                format!("field `type` is {other:?}; a bridge sends a request (no type), an \"answer\" or a \"cancel\"");
             let error = RequestError { reason, handoff_id: None, reply_to_chat_id: None, language: None };
             return reject(pool, publisher, settings, &delivery, error).await;
         }
@@ -110,7 +150,9 @@ async fn handle(pool: &Pool, cache: &profiles::Cache, publisher: &Publisher, set
     match parsed {
         Ok(request) => {
             let note = dead_letter_note(settings, &delivery);
-            let stored = retry_transient("storing a request", settings.transient_patience, shutdown, || accept(pool, cache, &request, reply_to, note.as_deref()));
+            let stored = retry_transient("storing a request", settings.transient_patience, shutdown, || {
+                accept(pool, cache, &request, reply_to, note.as_deref())
+            });
             // The run's trace: the bridge's `traceparent`, or a new one.
             let span = tracing::info_span!("intake", handoff_id = %request.id, agent = request.target_agent.as_str());
             crate::telemetry::continue_from(&span, &delivery);
@@ -137,7 +179,11 @@ async fn handle(pool: &Pool, cache: &profiles::Cache, publisher: &Publisher, set
 
 /// A bridge's `reply_to` must be its own queue: a status or reply published
 /// to one of the fleet's queues would be read there as work.
-fn check_reply_to(settings: &Settings, reply_to: Option<&str>, request: HandoffRequest) -> Result<HandoffRequest, RequestError> {
+fn check_reply_to(
+    settings: &Settings,
+    reply_to: Option<&str>,
+    request: HandoffRequest,
+) -> Result<HandoffRequest, RequestError> {
     match reply_to {
         Some(queue) if settings.queues().is_fleet_queue(queue) => Err(RequestError {
             reason: format!("the reply_to property names `{queue}`, one of the fleet's own queues; name the bridge's own reply queue, or none"),
@@ -154,7 +200,13 @@ fn check_reply_to(settings: &Settings, reply_to: Option<&str>, request: HandoffR
 /// request already stored it is a bad re-delivery: that request stands and
 /// its run goes on, so the body is acknowledged and recorded as a handoff
 /// event, and no `failed` reply contradicts what the outbox tells the bridge.
-pub(super) async fn reject(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: &Delivery, mut error: RequestError) -> anyhow::Result<()> {
+pub(super) async fn reject(
+    pool: &Pool,
+    publisher: &Publisher,
+    settings: &Settings,
+    delivery: &Delivery,
+    mut error: RequestError,
+) -> anyhow::Result<()> {
     error.reason = bounded_reason(&disclosure::redact_strictly(&error.reason));
     if let Some(id) = &error.handoff_id {
         match record_invalid_redelivery(pool, id, &error.reason).await {
@@ -167,7 +219,9 @@ pub(super) async fn reject(pool: &Pool, publisher: &Publisher, settings: &Settin
             // An id the database cannot even look up (a NUL character) was
             // never stored: refuse the body like any other, rather than
             // failing on it at every delivery.
-            Err(e) => tracing::warn!(error = %format!("{e:#}"), "a refused request's id cannot be looked up; refusing it as new"),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "a refused request's id cannot be looked up; refusing it as new")
+            }
         }
     }
     answer_and_dead_letter(pool, publisher, settings, delivery, &error).await
@@ -195,7 +249,13 @@ const INVALID_REDELIVERY: &str = "invalid_redelivery";
 /// handoff id can be read: with the chat id when that can be read too, and
 /// without it when not (`callback: []`), since the bridge still knows the
 /// handoff by its id (and by `correlation_id`).
-async fn answer_and_dead_letter(pool: &Pool, publisher: &Publisher, settings: &Settings, delivery: &Delivery, error: &RequestError) -> anyhow::Result<()> {
+async fn answer_and_dead_letter(
+    pool: &Pool,
+    publisher: &Publisher,
+    settings: &Settings,
+    delivery: &Delivery,
+    error: &RequestError,
+) -> anyhow::Result<()> {
     let reason = bounded_reason(&disclosure::redact_strictly(&error.reason));
     if let Some(id) = &error.handoff_id {
         let language = error.language.unwrap_or(Language::En);
@@ -226,7 +286,9 @@ async fn answer_and_dead_letter(pool: &Pool, publisher: &Publisher, settings: &S
             Ok(baton_bus::Published::Returned(why)) => {
                 tracing::warn!(handoff = %id, why, "the failed reply found no queue; it stays in baton.dead with the request");
             }
-            Err(baton_bus::Error::Nacked(_)) => leave_for_relay(pool, settings, delivery, id, message_id, reply).await?,
+            Err(baton_bus::Error::Nacked(_)) => {
+                leave_for_relay(pool, settings, delivery, id, message_id, reply).await?
+            }
             Err(e) => return Err(e.into()),
         }
     }
@@ -240,7 +302,14 @@ async fn answer_and_dead_letter(pool: &Pool, publisher: &Publisher, settings: &S
 /// backoff: failing here would redeliver the request, again and again, ahead
 /// of every other one. If even the outbox cannot take it, the reason stays
 /// in `baton.dead` with the request.
-async fn leave_for_relay(pool: &Pool, settings: &Settings, delivery: &Delivery, id: &str, message_id: String, body: serde_json::Value) -> anyhow::Result<()> {
+async fn leave_for_relay(
+    pool: &Pool,
+    settings: &Settings,
+    delivery: &Delivery,
+    id: &str,
+    message_id: String,
+    body: serde_json::Value,
+) -> anyhow::Result<()> {
     let queue = reply_queue(settings, delivery);
     let external = (queue != settings.queues().name(Queue::BridgeReplies)).then_some(queue);
     let message = outbox::Message {
@@ -253,9 +322,13 @@ async fn leave_for_relay(pool: &Pool, settings: &Settings, delivery: &Delivery, 
     };
     let stored: anyhow::Result<()> = async { Ok(outbox::enqueue(&db(pool).await?, &message).await?) }.await;
     match stored {
-        Ok(()) => tracing::warn!(handoff = %id, "the bridge's queue refused the failed reply for now; the relay retries it"),
+        Ok(()) => {
+            tracing::warn!(handoff = %id, "the bridge's queue refused the failed reply for now; the relay retries it")
+        }
         Err(e) if super::is_transient(&e) => return Err(e),
-        Err(e) => tracing::error!(handoff = %id, error = %format!("{e:#}"), "the failed reply could not be kept; it stays in baton.dead with the request"),
+        Err(e) => {
+            tracing::error!(handoff = %id, error = %format!("{e:#}"), "the failed reply could not be kept; it stays in baton.dead with the request")
+        }
     }
     Ok(())
 }
@@ -271,7 +344,13 @@ fn reply_queue(settings: &Settings, delivery: &Delivery) -> String {
 }
 
 #[tracing::instrument(name = "handoff", skip_all, fields(handoff = %original.id, handoff_id = %original.id))]
-async fn accept(pool: &Pool, cache: &profiles::Cache, original: &HandoffRequest, reply_to: Option<&str>, dead_lettered: Option<&str>) -> anyhow::Result<()> {
+async fn accept(
+    pool: &Pool,
+    cache: &profiles::Cache,
+    original: &HandoffRequest,
+    reply_to: Option<&str>,
+    dead_lettered: Option<&str>,
+) -> anyhow::Result<()> {
     let mut client = db(pool).await?;
     // The disclosure policy runs before anything is stored or shown: no
     // agent, prompt, external tool or operator view sees what it removes.
@@ -355,11 +434,17 @@ type PendingCancel = Option<(String, Option<String>)>;
 /// is busy: then it waits, is refused or interrupts the live run, under the
 /// route's strategy, decided under the conversation's row lock. `read` is
 /// the stored request and its pending cancel when the caller read them.
-async fn start(c: &impl GenericClient, request: &HandoffRequest, known: &Snapshot, read: Option<(Request, PendingCancel)>) -> anyhow::Result<()> {
+async fn start(
+    c: &impl GenericClient,
+    request: &HandoffRequest,
+    known: &Snapshot,
+    read: Option<(Request, PendingCancel)>,
+) -> anyhow::Result<()> {
     let (stored, pending) = match read {
         Some(read) => read,
         None => {
-            let (stored, cancel) = tokio::try_join!(requests::get(c, &request.id), conversations::pending_cancel(c, &request.id))?;
+            let (stored, cancel) =
+                tokio::try_join!(requests::get(c, &request.id), conversations::pending_cancel(c, &request.id))?;
             (stored.expect("inserted in this transaction"), cancel)
         }
     };
@@ -395,7 +480,8 @@ async fn start(c: &impl GenericClient, request: &HandoffRequest, known: &Snapsho
     let Some(run) = live.filter(|_| turn != Turn::Start) else {
         return Ok(baton_store::start::next_in_conversation_as(c, key, Some(known)).await?);
     };
-    let note = format!("waiting for this chat's live run ({strategy}; arrival {} in the chat)", seq.unwrap_or_default());
+    let note =
+        format!("waiting for this chat's live run ({strategy}; arrival {} in the chat)", seq.unwrap_or_default());
     requests::add_event(c, &request.id, "queued", None, Some(&note)).await?;
     requests::add_event(c, &request.id, "accepted", Some(HandoffStatus::Accepted), None).await?;
     bridge::status(c, &stored, HandoffStatus::Accepted, Some("waiting for this chat's earlier request to end")).await?;
@@ -411,7 +497,11 @@ fn status_url(request: &HandoffRequest) -> Option<&str> {
 }
 
 /// One `disclosure_filtered` event listing what the policy removed, if anything.
-async fn record_disclosure(c: &impl GenericClient, id: &str, removed: &[baton_domain::request::Redaction]) -> anyhow::Result<()> {
+async fn record_disclosure(
+    c: &impl GenericClient,
+    id: &str,
+    removed: &[baton_domain::request::Redaction],
+) -> anyhow::Result<()> {
     if let Some(note) = disclosure_note(removed) {
         requests::add_event(c, id, DISCLOSURE_FILTERED, None, Some(&note)).await?;
     }

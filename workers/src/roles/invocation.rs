@@ -12,17 +12,17 @@ use baton_bus::{DeadLetters, Delivery};
 use baton_domain::fleet::{FleetMessage, Queue, RunInvocation};
 use baton_domain::request::Priority;
 use baton_domain::state::InvocationKind;
-use baton_store::invocations::{self, Invocation};
-use baton_store::{runs, Pool};
 use baton_store::after_commit::scope;
+use baton_store::invocations::{self, Invocation};
 use baton_store::{begin, client as db, commit};
+use baton_store::{runs, Pool};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::slots::Slots;
 use super::claim_start::{claim_failure, fail_claimed, first_start, started_events};
 use super::direct::Direct;
+use super::slots::Slots;
 use super::{connect_with, retry_transient, Role};
 use crate::config::Settings;
 
@@ -112,7 +112,8 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
     let queues = settings.queues();
     // Each kind (handoff, delegate) has a queue per priority; a worker
     // consumes all three of each kind it takes.
-    let wanted = |delegate: bool| settings.invocation_queues.iter().any(|q| q == if delegate { "delegate" } else { "handoff" });
+    let wanted =
+        |delegate: bool| settings.invocation_queues.iter().any(|q| q == if delegate { "delegate" } else { "handoff" });
     let lanes = [false, true].map(|delegate| Priority::ALL.map(|p| (delegate, p)));
     let consumers = lanes.concat().into_iter().map(|(delegate, priority)| {
         let enabled = wanted(delegate);
@@ -143,24 +144,31 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                 let hop = tracing::info_span!("claim", queue = %queue_ref, handoff_id = tracing::field::Empty);
                 crate::telemetry::continue_from(&hop, &d);
                 // Its outbox rows are published by this process right after each commit.
-                loops.spawn(scope(publishing.clone(), async move {
-                    let _permit = permit;
-                    if stop.is_cancelled() {
-                        return; // unclaimed and unacked: it goes back to the queue
-                    }
-                    match receive(&worker, &dead, &d, &queue, &stop).await {
-                        Ok(Some(Claimed::Run(inv, preloaded))) => worker.execute(inv, preloaded.map(|p| *p), stop, deadline).await,
-                        Ok(Some(Claimed::Ended(_))) => {}
-                        Ok(None) => {}
-                        Err(e) => broken.fail(format!("{e:#}")),
-                    }
-                }).instrument(hop));
+                loops.spawn(
+                    scope(publishing.clone(), async move {
+                        let _permit = permit;
+                        if stop.is_cancelled() {
+                            return; // unclaimed and unacked: it goes back to the queue
+                        }
+                        match receive(&worker, &dead, &d, &queue, &stop).await {
+                            Ok(Some(Claimed::Run(inv, preloaded))) => {
+                                worker.execute(inv, preloaded.map(|p| *p), stop, deadline).await
+                            }
+                            Ok(Some(Claimed::Ended(_))) => {}
+                            Ok(None) => {}
+                            Err(e) => broken.fail(format!("{e:#}")),
+                        }
+                    })
+                    .instrument(hop),
+                );
                 Ok(())
             })
             .await
         }
     });
-    let Ok([a, b, c, d, e, f]) = <[_; 6]>::try_from(consumers.collect::<Vec<_>>()) else { unreachable!("two kinds, three priorities") };
+    let Ok([a, b, c, d, e, f]) = <[_; 6]>::try_from(consumers.collect::<Vec<_>>()) else {
+        unreachable!("two kinds, three priorities")
+    };
     let result = tokio::try_join!(a, b, c, d, e, f).map(|_| ());
     if shutdown.is_cancelled() {
         // In-flight loops see the same shutdown and stop at a persisted step,
@@ -174,7 +182,13 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
 
 /// Parses and claims; acks once the claim (or the finding that there is
 /// nothing to do) is committed.
-async fn receive(worker: &Worker, dead: &DeadLetters, d: &Delivery, queue: &str, stop: &CancellationToken) -> anyhow::Result<Option<Claimed>> {
+async fn receive(
+    worker: &Worker,
+    dead: &DeadLetters,
+    d: &Delivery,
+    queue: &str,
+    stop: &CancellationToken,
+) -> anyhow::Result<Option<Claimed>> {
     let message: RunInvocation = match serde_json::from_slice(d.body()) {
         Ok(m) => m,
         Err(e) => {
@@ -182,7 +196,11 @@ async fn receive(worker: &Worker, dead: &DeadLetters, d: &Delivery, queue: &str,
             return Ok(None);
         }
     };
-    let claimed = match retry_transient("claiming an invocation", worker.settings.transient_patience, stop, || worker.claim_to_run(message)).await {
+    let claimed = match retry_transient("claiming an invocation", worker.settings.transient_patience, stop, || {
+        worker.claim_to_run(message)
+    })
+    .await
+    {
         Ok(claimed) => claimed,
         Err(e) if super::is_transient(&e) => return Err(e),
         // A claim that can never succeed (a profile this version cannot
@@ -256,7 +274,10 @@ impl Worker {
     async fn claim_folding(&self, message: RunInvocation, fold: bool) -> anyhow::Result<Option<Claimed>> {
         let mut client = db(&self.pool).await?;
         let tx = begin(&mut client).await?;
-        let Some((inv, facts)) = invocations::claim_measured(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease).await? else {
+        let Some((inv, facts)) =
+            invocations::claim_measured(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease)
+                .await?
+        else {
             commit(tx).await?;
             tracing::debug!(invocation = %message.invocation_id, "nothing to claim");
             return Ok(None);
@@ -264,17 +285,17 @@ impl Worker {
         if inv.takeovers > self.settings.max_takeovers {
             // A stage whose workers keep dying stops here instead of looping.
             let text = "the agent stopped because its workers kept failing";
-            fail_claimed(&tx, &inv, "host.too_many_takeovers", text, &format!("taken over {} times", inv.takeovers)).await?;
+            fail_claimed(&tx, &inv, "host.too_many_takeovers", text, &format!("taken over {} times", inv.takeovers))
+                .await?;
             commit(tx).await?;
             return Ok(None);
         }
         // Pipelined: one round trip for every read of the claim (the task
         // started, the profile and prompt, the run, the run's spend).
-        let (first, run, spend) = tokio::try_join!(
-            first_start(&tx, &inv),
-            async { Ok(runs::get(&tx, inv.run_id).await?) },
-            async { Ok(baton_store::budgets::get(&tx, inv.run_id).await?) },
-        )?;
+        let (first, run, spend) =
+            tokio::try_join!(first_start(&tx, &inv), async { Ok(runs::get(&tx, inv.run_id).await?) }, async {
+                Ok(baton_store::budgets::get(&tx, inv.run_id).await?)
+            },)?;
         let evs = started_events(&tx, &inv, &self.settings.worker_id, &first, run.as_ref()).await?;
         // A first claim's prompt and start events are written by the runner,
         // which may take the first turn in this transaction too.
@@ -284,11 +305,13 @@ impl Worker {
         };
         let span = invocation_span(&inv);
         let (preloaded, ended) = match preloaded {
-            Some(loaded) => match self.runner.start_claimed(&tx, &inv, loaded, evs, fold).instrument(span.clone()).await {
-                Ok((loaded, exit)) => (Some(loaded), exit),
-                Err(e) if e.is_transient() || !fold => return Err(e.into()),
-                Err(e) => return Err(Unfolded(e).into()),
-            },
+            Some(loaded) => {
+                match self.runner.start_claimed(&tx, &inv, loaded, evs, fold).instrument(span.clone()).await {
+                    Ok((loaded, exit)) => (Some(loaded), exit),
+                    Err(e) if e.is_transient() || !fold => return Err(e.into()),
+                    Err(e) => return Err(Unfolded(e).into()),
+                }
+            }
             None => {
                 baton_store::journal::append(&tx, inv.run_id, &evs).await?;
                 (None, None)
@@ -319,7 +342,9 @@ impl Worker {
     pub async fn fail_unclaimable(&self, message: RunInvocation, error: &anyhow::Error) -> anyhow::Result<()> {
         let mut client = db(&self.pool).await?;
         let tx = begin(&mut client).await?;
-        let Some(inv) = invocations::claim(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease).await? else {
+        let Some(inv) =
+            invocations::claim(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease).await?
+        else {
             return Ok(()); // someone else holds or ended it meanwhile
         };
         let (code, text) = claim_failure(&inv, error);
@@ -333,12 +358,24 @@ impl Worker {
     /// `shutdown` it stops at its next persisted step (an external agent
     /// already running goes on); at `deadline` an external agent is killed,
     /// and a moment later whatever still runs is dropped and handed back.
-    pub async fn execute(&self, inv: Invocation, preloaded: Option<Preloaded>, shutdown: CancellationToken, deadline: CancellationToken) {
+    pub async fn execute(
+        &self,
+        inv: Invocation,
+        preloaded: Option<Preloaded>,
+        shutdown: CancellationToken,
+        deadline: CancellationToken,
+    ) {
         let span = invocation_span(&inv);
         self.execute_claimed(inv, preloaded, shutdown, deadline).instrument(span).await
     }
 
-    async fn execute_claimed(&self, inv: Invocation, preloaded: Option<Preloaded>, shutdown: CancellationToken, deadline: CancellationToken) {
+    async fn execute_claimed(
+        &self,
+        inv: Invocation,
+        preloaded: Option<Preloaded>,
+        shutdown: CancellationToken,
+        deadline: CancellationToken,
+    ) {
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
         let kill = CancellationToken::new();
@@ -347,7 +384,8 @@ impl Worker {
         let beat = heartbeat(self.leases.clone(), inv.id, inv.claim_epoch, self.settings.lease, lost.clone());
         let _heartbeat = AbortOnDrop(tokio::spawn(beat.in_current_span()));
         let _watcher = AbortOnDrop({
-            let (stop, kill, lost, shutdown, deadline) = (stop.clone(), kill.clone(), lost.clone(), shutdown.clone(), deadline.clone());
+            let (stop, kill, lost, shutdown, deadline) =
+                (stop.clone(), kill.clone(), lost.clone(), shutdown.clone(), deadline.clone());
             tokio::spawn(async move {
                 tokio::select! { _ = lost.cancelled() => {}, _ = shutdown.cancelled() => {} }
                 stop.cancel();

@@ -3,8 +3,8 @@
 
 mod answers;
 pub mod callbacks;
-mod claim_start;
 pub mod cancels;
+mod claim_start;
 pub mod collector;
 mod direct;
 pub mod intake;
@@ -171,7 +171,11 @@ pub(crate) async fn connect_with(settings: &Settings, role: Role, pool: &Pool) -
         .await
         .with_context(|| format!("connecting to RabbitMQ at {}", settings.amqp_url_redacted()))?;
     conn.declare(&settings.queues()).await?;
-    drop(baton_store::client(pool).await.with_context(|| format!("connecting to PostgreSQL at {}", settings.database_url_redacted()))?);
+    drop(
+        baton_store::client(pool)
+            .await
+            .with_context(|| format!("connecting to PostgreSQL at {}", settings.database_url_redacted()))?,
+    );
     connected(role, true);
     Ok(conn)
 }
@@ -207,7 +211,12 @@ pub(crate) fn backoff() -> impl Iterator<Item = Duration> {
 /// Runs `attempt` again while it fails transiently, with backoff, for up to
 /// `patience` (or until shutdown); any other outcome is returned at once.
 /// Each attempt is whole (a transaction of its own), so running it again is safe.
-pub(crate) async fn retry_transient<T, F, Fut>(what: &str, patience: Duration, shutdown: &CancellationToken, mut attempt: F) -> anyhow::Result<T>
+pub(crate) async fn retry_transient<T, F, Fut>(
+    what: &str,
+    patience: Duration,
+    shutdown: &CancellationToken,
+    mut attempt: F,
+) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<T>>,
@@ -258,11 +267,12 @@ mod tests {
     #[tokio::test]
     async fn a_permanent_failure_is_returned_at_once() {
         let tries = AtomicUsize::new(0);
-        let done: anyhow::Result<()> = retry_transient("test", Duration::from_secs(30), &CancellationToken::new(), || async {
-            tries.fetch_add(1, Ordering::SeqCst);
-            Err(baton_store::Error::Corrupt("a bad row".into()).into())
-        })
-        .await;
+        let done: anyhow::Result<()> =
+            retry_transient("test", Duration::from_secs(30), &CancellationToken::new(), || async {
+                tries.fetch_add(1, Ordering::SeqCst);
+                Err(baton_store::Error::Corrupt("a bad row".into()).into())
+            })
+            .await;
         assert!(done.is_err() && !is_transient(&done.unwrap_err()));
         assert_eq!(tries.load(Ordering::SeqCst), 1);
     }

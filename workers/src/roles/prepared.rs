@@ -63,7 +63,8 @@ pub(super) fn prepare(settings: &Settings, m: &Message) -> anyhow::Result<Prepar
             prepared.cut_from = Some(size);
         }
         Verdict::TooBig => {
-            prepared.refused = Some(format!("the message is {size} bytes, over the limit of {max} (BATON_MAX_MESSAGE_BYTES)"));
+            prepared.refused =
+                Some(format!("the message is {size} bytes, over the limit of {max} (BATON_MAX_MESSAGE_BYTES)"));
         }
     }
     Ok(prepared)

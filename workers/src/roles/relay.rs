@@ -19,10 +19,10 @@ use baton_domain::fleet::{FleetMessage, Queue};
 use baton_domain::outgoing as bound;
 use baton_store::outbox::{self, Message, Row};
 use baton_store::tokio_postgres::{self, AsyncMessage};
-use baton_store::{invocations, GenericClient, Pool};
 use baton_store::{begin, client as db, commit};
-use serde_json::json;
+use baton_store::{invocations, GenericClient, Pool};
 use futures_lite::StreamExt;
+use serde_json::json;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -43,7 +43,8 @@ const CONFIRM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 pub(crate) fn session(settings: &Settings) -> baton_store::SessionConfig {
     let mut session = settings.db_session_of(Role::Relay.name());
     let floor = CONFIRM_TIMEOUT + std::time::Duration::from_secs(10);
-    session.idle_in_transaction_timeout = session.idle_in_transaction_timeout.map(|t| if t.is_zero() { t } else { t.max(floor) });
+    session.idle_in_transaction_timeout =
+        session.idle_in_transaction_timeout.map(|t| if t.is_zero() { t } else { t.max(floor) });
     session
 }
 
@@ -55,7 +56,8 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let mut relay = Relay { pool, conn, publisher, settings: settings.clone() };
     tracing::info!("relay publishing");
     let callbacks_stop = shutdown.child_token();
-    let callbacks = tokio::spawn(super::callbacks::deliver(relay.pool.clone(), settings.relay_poll, callbacks_stop.clone()));
+    let callbacks =
+        tokio::spawn(super::callbacks::deliver(relay.pool.clone(), settings.relay_poll, callbacks_stop.clone()));
     let result = relay.serve(&wake, &listener, shutdown).await;
     callbacks_stop.cancel();
     let _ = callbacks.await;
@@ -106,7 +108,12 @@ enum Fate {
 }
 
 impl Relay {
-    async fn serve(&mut self, wake: &Notify, listener: &CancellationToken, shutdown: &CancellationToken) -> anyhow::Result<()> {
+    async fn serve(
+        &mut self,
+        wake: &Notify,
+        listener: &CancellationToken,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<()> {
         let mut sweep = tokio::time::interval(self.settings.relay_poll);
         loop {
             // Until nothing is due (a handoff's next message becomes due only
@@ -137,7 +144,10 @@ impl Relay {
         if rows.is_empty() {
             return Ok(0);
         }
-        let prepared = rows.iter().map(|r| prepare(&self.settings, &r.message).map(|p| p.traced(r))).collect::<anyhow::Result<Vec<_>>>()?;
+        let prepared = rows
+            .iter()
+            .map(|r| prepare(&self.settings, &r.message).map(|p| p.traced(r)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let started = std::time::Instant::now();
         let mut fates = self.publish_together(&rows, &prepared).await?;
         crate::metrics::relay_published(started.elapsed());
@@ -343,7 +353,12 @@ impl Relay {
             requeue(&tx, run_id, &FleetMessage::wake(run_id, id)).await?;
         }
         // Ended runs whose reply was never written: tell the collector again.
-        let unreplied = baton_store::runs::unreplied(&tx, self.settings.unclaimed_grace, self.settings.republish_max, finished_backlog);
+        let unreplied = baton_store::runs::unreplied(
+            &tx,
+            self.settings.unclaimed_grace,
+            self.settings.republish_max,
+            finished_backlog,
+        );
         for run_id in unreplied.await? {
             tracing::info!(run = %run_id, "re-publishing an unreplied finished run");
             requeue(&tx, run_id, &FleetMessage::finished(run_id)).await?;

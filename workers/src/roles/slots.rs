@@ -40,14 +40,7 @@ struct Pending<'a> {
 
 impl Slots {
     pub fn new(n: usize) -> Self {
-        Self {
-            inner: Arc::new(Mutex::new(Inner {
-                free: n,
-                waiting: vec![],
-                senders: vec![],
-                next_id: 0,
-            })),
-        }
+        Self { inner: Arc::new(Mutex::new(Inner { free: n, waiting: vec![], senders: vec![], next_id: 0 })) }
     }
 
     /// Waits for a slot for work of `priority`.
@@ -56,9 +49,7 @@ impl Slots {
             let mut inner = self.inner.lock().expect("not poisoned");
             if inner.free > 0 && inner.waiting.is_empty() {
                 inner.free -= 1;
-                return Slot {
-                    inner: self.inner.clone(),
-                };
+                return Slot { inner: self.inner.clone() };
             }
             let (tx, rx) = oneshot::channel();
             let id = inner.next_id;
@@ -67,18 +58,12 @@ impl Slots {
             inner.senders.push((id, tx));
             (id, rx)
         };
-        let mut pending = Pending {
-            slots: self,
-            id,
-            granted: Some(rx),
-        };
+        let mut pending = Pending { slots: self, id, granted: Some(rx) };
         let granted = pending.granted.as_mut().expect("set above");
         // The sender lives until it hands this waiter its slot.
         let _ = granted.await;
         pending.granted = None;
-        Slot {
-            inner: self.inner.clone(),
-        }
+        Slot { inner: self.inner.clone() }
     }
 
     /// Slots not held right now (for tests and logs).
@@ -149,10 +134,7 @@ mod tests {
         for w in waiters {
             w.await.unwrap();
         }
-        assert_eq!(
-            *order.lock().unwrap(),
-            vec![Priority::High, Priority::Normal, Priority::Low]
-        );
+        assert_eq!(*order.lock().unwrap(), vec![Priority::High, Priority::Normal, Priority::Low]);
         assert_eq!(slots.available(), 1);
     }
 
@@ -160,8 +142,7 @@ mod tests {
     async fn a_waiter_dropped_on_shutdown_leaves_no_slot_behind() {
         let slots = Slots::new(1);
         let held = slots.acquire(Priority::Low).await;
-        let waiting =
-            tokio::time::timeout(Duration::from_millis(20), slots.acquire(Priority::High)).await;
+        let waiting = tokio::time::timeout(Duration::from_millis(20), slots.acquire(Priority::High)).await;
         assert!(waiting.is_err(), "no slot was free");
         drop(held);
         assert_eq!(slots.available(), 1);

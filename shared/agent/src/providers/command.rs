@@ -63,7 +63,9 @@ pub struct Spec<'a> {
 #[async_trait]
 impl Provider for CommandAgent {
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelTurn, ProviderError> {
-        let ModelBinding::Command { command, timeout_secs, env, env_values, max_output_bytes, .. } = &request.profile.model else {
+        let ModelBinding::Command { command, timeout_secs, env, env_values, max_output_bytes, .. } =
+            &request.profile.model
+        else {
             return Err(ProviderError::Failed("not a command binding".into()));
         };
         if request.turn_index > 0 {
@@ -100,7 +102,11 @@ fn is_child(request: &ModelRequest<'_>) -> bool {
 
 /// The tool calls that record the result the way this stage must end.
 fn calls(request: &ModelRequest<'_>, result: &str) -> Vec<ToolCall> {
-    let call = |n: usize, name: &str, arguments: Value| ToolCall { id: format!("call_{n}"), name: name.to_string(), arguments };
+    let call = |n: usize, name: &str, arguments: Value| ToolCall {
+        id: format!("call_{n}"),
+        name: name.to_string(),
+        arguments,
+    };
     if is_child(request) {
         return vec![call(1, "task_return", json!({"summary": result}))];
     }
@@ -161,7 +167,8 @@ pub async fn run(spec: &Spec<'_>, stdin: &str) -> Result<String, ProviderError> 
     group.kill();
     let _ = child.wait().await;
     let _ = dir.close();
-    let ended = watched.map_err(|_| stopped(sandbox::codes::TIMEOUT, sandbox::timeout_message(spec.timeout), program))??;
+    let ended =
+        watched.map_err(|_| stopped(sandbox::codes::TIMEOUT, sandbox::timeout_message(spec.timeout), program))??;
     if !ended.status.success() {
         let message = sandbox::exited_message(&ended.status.to_string());
         let detail = format!("`{program}` exited with {}: {}", ended.status, tail(&ended.stderr));
@@ -282,7 +289,8 @@ mod tests {
     async fn run_sh(script: &str, timeout: Duration, cap: u64) -> Result<String, ProviderError> {
         let root = std::env::temp_dir().join("baton-agent-unit");
         let (command, values) = (sh(script), BTreeMap::new());
-        let spec = Spec { command: &command, env: &[], env_values: &values, timeout, max_output_bytes: cap, work_root: &root };
+        let spec =
+            Spec { command: &command, env: &[], env_values: &values, timeout, max_output_bytes: cap, work_root: &root };
         run(&spec, "hello").await
     }
 

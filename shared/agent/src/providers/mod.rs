@@ -157,7 +157,11 @@ impl Provider for Scripted {
 
     fn instant(&self, request: &ModelRequest<'_>) -> Option<Result<ModelTurn, ProviderError>> {
         match &request.profile.model {
-            ModelBinding::Scripted { script } if script.get(request.turn_index).is_none_or(|t| t.delay_ms.is_none()) => Some(play(request)),
+            ModelBinding::Scripted { script }
+                if script.get(request.turn_index).is_none_or(|t| t.delay_ms.is_none()) =>
+            {
+                Some(play(request))
+            }
             _ => None,
         }
     }
@@ -173,12 +177,18 @@ fn play(request: &ModelRequest<'_>) -> Result<ModelTurn, ProviderError> {
     };
     let turn_no = request.turn_index + 1;
     let tool_calls = match &turn.tool {
-        Some(name) => vec![ToolCall { id: format!("call_{turn_no}"), name: name.clone(), arguments: turn.args.clone() }],
+        Some(name) => {
+            vec![ToolCall { id: format!("call_{turn_no}"), name: name.clone(), arguments: turn.args.clone() }]
+        }
         None => turn
             .calls
             .iter()
             .enumerate()
-            .map(|(i, c)| ToolCall { id: format!("call_{turn_no}_{}", i + 1), name: c.tool.clone(), arguments: c.args.clone() })
+            .map(|(i, c)| ToolCall {
+                id: format!("call_{turn_no}_{}", i + 1),
+                name: c.tool.clone(),
+                arguments: c.args.clone(),
+            })
             .collect(),
     };
     let usage = Usage { prompt_tokens: Some(0), completion_tokens: Some(0), ..Default::default() };

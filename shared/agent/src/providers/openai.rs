@@ -38,7 +38,12 @@ pub struct OpenAi {
 
 impl Default for OpenAi {
     fn default() -> Self {
-        Self { client: reqwest::Client::new(), min_backoff: Duration::from_millis(500), max_response_bytes: MAX_RESPONSE_BYTES, limiter: None }
+        Self {
+            client: reqwest::Client::new(),
+            min_backoff: Duration::from_millis(500),
+            max_response_bytes: MAX_RESPONSE_BYTES,
+            limiter: None,
+        }
     }
 }
 
@@ -58,14 +63,19 @@ struct Endpoint<'a> {
 }
 
 fn endpoint(binding: &ModelBinding) -> Result<Endpoint<'_>, ProviderError> {
-    let ModelBinding::Openai { base_url, model, api_key_env, temperature, max_tokens, timeout_secs, max_attempts } = binding else {
+    let ModelBinding::Openai { base_url, model, api_key_env, temperature, max_tokens, timeout_secs, max_attempts } =
+        binding
+    else {
         return Err(ProviderError::Failed("not an openai binding".into()));
     };
     let (Some(base), Some(model)) = (base_url.as_deref(), model.as_deref()) else {
         return Err(ProviderError::Failed("the profile needs base_url and model".into()));
     };
     let key = match api_key_env.as_deref() {
-        Some(name) => Some(std::env::var(name).map_err(|_| ProviderError::Failed(format!("environment variable {name} is not set")))?),
+        Some(name) => Some(
+            std::env::var(name)
+                .map_err(|_| ProviderError::Failed(format!("environment variable {name} is not set")))?,
+        ),
         None => None,
     };
     Ok(Endpoint {
@@ -163,8 +173,12 @@ impl OpenAi {
         }
         let response = match call.send().await {
             Ok(r) => r,
-            Err(err) if err.is_timeout() => return Attempt::Retry(format!("no answer within {:?}", e.timeout), None, "timeout".into()),
-            Err(err) if err.is_connect() || err.is_request() => return Attempt::Retry(format!("could not reach {}: {err}", e.url), None, "unreachable".into()),
+            Err(err) if err.is_timeout() => {
+                return Attempt::Retry(format!("no answer within {:?}", e.timeout), None, "timeout".into())
+            }
+            Err(err) if err.is_connect() || err.is_request() => {
+                return Attempt::Retry(format!("could not reach {}: {err}", e.url), None, "unreachable".into())
+            }
             Err(err) => return Attempt::Fatal(err.to_string(), "unreachable".into()),
         };
         let status = response.status();
@@ -174,20 +188,26 @@ impl OpenAi {
         // connection (tried again while attempts remain), never held whole.
         let text = match crate::http::read_capped(response, self.max_response_bytes).await {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Err(err) if err.is_timeout() => return Attempt::Retry(format!("no answer within {:?}", e.timeout), None, "timeout".into()),
+            Err(err) if err.is_timeout() => {
+                return Attempt::Retry(format!("no answer within {:?}", e.timeout), None, "timeout".into())
+            }
             Err(err) => return Attempt::Retry(format!("HTTP {status}: {err}"), None, code),
         };
         let snippet: String = text.chars().take(300).collect();
         if status.as_u16() == 429 || status.is_server_error() {
             return match retry_after {
-                Some(after) if after > MAX_RETRY_AFTER => Attempt::Fatal(format!("HTTP {status}; the server asks to wait {after:?}"), code),
+                Some(after) if after > MAX_RETRY_AFTER => {
+                    Attempt::Fatal(format!("HTTP {status}; the server asks to wait {after:?}"), code)
+                }
                 after => Attempt::Retry(format!("HTTP {status}: {snippet}"), after, code),
             };
         }
         if !status.is_success() {
             return Attempt::Fatal(format!("HTTP {status}: {snippet}"), code);
         }
-        serde_json::from_str(&text).map(Attempt::Done).unwrap_or_else(|err| Attempt::Fatal(format!("the response is not JSON ({err}): {snippet}"), "invalid".into()))
+        serde_json::from_str(&text).map(Attempt::Done).unwrap_or_else(|err| {
+            Attempt::Fatal(format!("the response is not JSON ({err}): {snippet}"), "invalid".into())
+        })
     }
 }
 
@@ -195,7 +215,10 @@ impl OpenAi {
 async fn end_call(pass: Option<Pass>, outcome: &Attempt) {
     let Some(pass) = pass else { return };
     let tokens = match outcome {
-        Attempt::Done(response) => response.get("usage").and_then(|u| serde_json::from_value::<super::Usage>(u.clone()).ok()).map(|u| u.tokens()),
+        Attempt::Done(response) => response
+            .get("usage")
+            .and_then(|u| serde_json::from_value::<super::Usage>(u.clone()).ok())
+            .map(|u| u.tokens()),
         _ => None,
     };
     pass.done(tokens).await;

@@ -17,7 +17,11 @@ impl Runner {
     /// knows it was started. Finding the marker already there means an
     /// earlier start was interrupted (a dead worker, a deploy): it is run
     /// again from scratch or the invocation fails, as the profile chose.
-    pub(super) async fn before_external(&self, c: &mut Claimed<'_>, on_interrupt: OnInterrupt) -> Result<Option<Exit>, Error> {
+    pub(super) async fn before_external(
+        &self,
+        c: &mut Claimed<'_>,
+        on_interrupt: OnInterrupt,
+    ) -> Result<Option<Exit>, Error> {
         let interrupted = c.steps.last().is_some_and(|s| s.kind == transcript::EXTERNAL_STARTED);
         if !interrupted {
             self.mark_external_start(c).await?;
@@ -28,7 +32,11 @@ impl Runner {
             self.fail(c.inv, sandbox::codes::INTERRUPTED, sandbox::INTERRUPTED_MESSAGE, None).await?;
             return Ok(Some(Exit::Failed(sandbox::INTERRUPTED_MESSAGE.into())));
         }
-        let ev = Event::new(journal::EXTERNAL_AGENT_RERUN, Some(c.inv.id), json!({"reason": "an earlier start was interrupted"}));
+        let ev = Event::new(
+            journal::EXTERNAL_AGENT_RERUN,
+            Some(c.inv.id),
+            json!({"reason": "an earlier start was interrupted"}),
+        );
         self.step(c).log([ev]).commit().await?;
         Ok(None)
     }
@@ -83,4 +91,3 @@ where
         }
     }
 }
-

@@ -42,15 +42,19 @@ impl Runner {
             return Ok((c.into_preloaded(), None));
         };
         let payload = sanitize(serde_json::to_value(&turn).map_err(|e| Error::Contract(e.to_string()))?);
-        let calls: Vec<ToolCall> = serde_json::from_value(payload["toolCalls"].clone()).map_err(|e| Error::Contract(e.to_string()))?;
+        let calls: Vec<ToolCall> =
+            serde_json::from_value(payload["toolCalls"].clone()).map_err(|e| Error::Contract(e.to_string()))?;
         // The start events go first in the journal, with the turn's own.
         let step = self.turn_step(&c, &turn, payload, calls.len()).log_before(started);
         let (cr, this, calls) = (&c, self, &calls);
-        let turned = step.within(tx, |Scope { tx, w, .. }| Box::pin(async move { this.run_calls(tx, cr, calls, w).await }));
+        let turned =
+            step.within(tx, |Scope { tx, w, .. }| Box::pin(async move { this.run_calls(tx, cr, calls, w).await }));
         // Pipelined: the prompt goes out with the turn's own writes.
         let written = match tokio::join!(turned, prompt) {
             (Ok(written), Ok(())) => written,
-            (written, prompted) => return Err(first_cause([prompted, written.map(drop)]).expect_err("one of them failed")),
+            (written, prompted) => {
+                return Err(first_cause([prompted, written.map(drop)]).expect_err("one of them failed"))
+            }
         };
         let exit = written.exit.clone();
         c.absorb(written);
@@ -62,7 +66,10 @@ impl Runner {
     /// and closes last); the budgets are checked first, as the loop would.
     fn instant_turn(&self, c: &Claimed<'_>) -> Option<ModelTurn> {
         let turns = transcript::model_turns(&c.steps);
-        if transcript::position(&c.steps) != Position::NeedsModel || c.budget.check().is_some() || self.spent(c, turns).is_some() {
+        if transcript::position(&c.steps) != Position::NeedsModel
+            || c.budget.check().is_some()
+            || self.spent(c, turns).is_some()
+        {
             return None;
         }
         let provider = self.providers.for_binding(&c.profile.model).ok()?;

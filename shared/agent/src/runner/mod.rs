@@ -28,14 +28,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use crate::providers::{ModelTurn, ProviderError, Providers, ToolCall};
-use crate::transcript::{self, Position};
 use crate::first_step::{prompt_step, tool_names};
+use crate::providers::{ModelTurn, ProviderError, Providers, ToolCall};
 use crate::step::{name_calls, sanitize, test_pause_in_step, tokens_of, Scope, StepTx, Written};
+use crate::transcript::{self, Position};
+use crate::{budget, Error};
 use external::patiently;
 use tool_call::exit_of;
 use turn::{closes_before_its_last_call, stores_with_its_calls, Asking};
-use crate::{budget, Error};
 
 pub use crate::step::Exit;
 
@@ -155,7 +155,12 @@ impl Runner {
     /// fires (the shutdown deadline, a lost claim) is killed with its whole
     /// process group, then failed or handed back as its profile's
     /// `on_interrupt` says.
-    pub async fn run_until(&self, inv: &Invocation, stop: &CancellationToken, kill: &CancellationToken) -> Result<Exit, Error> {
+    pub async fn run_until(
+        &self,
+        inv: &Invocation,
+        stop: &CancellationToken,
+        kill: &CancellationToken,
+    ) -> Result<Exit, Error> {
         self.run_from(inv, None, stop, kill).await
     }
 
@@ -196,7 +201,13 @@ impl Runner {
         }
     }
 
-    async fn drive(&self, inv: &Invocation, preloaded: Option<Preloaded>, stop: &CancellationToken, kill: &CancellationToken) -> Result<Exit, Error> {
+    async fn drive(
+        &self,
+        inv: &Invocation,
+        preloaded: Option<Preloaded>,
+        stop: &CancellationToken,
+        kill: &CancellationToken,
+    ) -> Result<Exit, Error> {
         let mut claimed = match preloaded {
             Some(preloaded) => self.claimed(inv, preloaded),
             None => self.load(inv).await?,
@@ -222,14 +233,28 @@ impl Runner {
     async fn load<'a>(&self, inv: &'a Invocation) -> Result<Claimed<'a>, Error> {
         let client = self.pool.get().await?;
         // Pipelined: the queries go out before any answer comes back.
-        let (profile, steps, spend) =
-            tokio::try_join!(profiles::get(&client, &inv.profile_id), steps::load(&client, inv.id), budgets::get(&client, inv.run_id))?;
-        let profile = profile.ok_or_else(|| Error::Contract(format!("profile `{}` no longer exists", inv.profile_id)))?;
+        let (profile, steps, spend) = tokio::try_join!(
+            profiles::get(&client, &inv.profile_id),
+            steps::load(&client, inv.id),
+            budgets::get(&client, inv.run_id)
+        )?;
+        let profile =
+            profile.ok_or_else(|| Error::Contract(format!("profile `{}` no longer exists", inv.profile_id)))?;
         let budget = budget::Tracker::new(spend.ok_or_else(|| Error::Contract("the run no longer exists".into()))?);
         let surface = tools::surface(&tool_names(&profile), inv.kind);
         let (limits, _) = narrow(self.limits, inv.budget.as_ref());
         let skills = profiles::skills(&client, &profile.skills).await?;
-        Ok(Claimed { inv, epoch: inv.claim_epoch, profile, skills, surface, steps, limits, tokens: inv.tokens_used, budget })
+        Ok(Claimed {
+            inv,
+            epoch: inv.claim_epoch,
+            profile,
+            skills,
+            surface,
+            steps,
+            limits,
+            tokens: inv.tokens_used,
+            budget,
+        })
     }
 
     /// A first claim's invocation, from what its claim read.
@@ -255,10 +280,19 @@ impl Runner {
         Ok(())
     }
 
-    async fn model_turn(&self, c: &mut Claimed<'_>, stop: &CancellationToken, kill: &CancellationToken) -> Result<Option<Exit>, Error> {
+    async fn model_turn(
+        &self,
+        c: &mut Claimed<'_>,
+        stop: &CancellationToken,
+        kill: &CancellationToken,
+    ) -> Result<Option<Exit>, Error> {
         let turns = transcript::model_turns(&c.steps);
         if let Some(message) = self.spent(c, turns) {
-            let code = if c.inv.kind == InvocationKind::Child { "agent.child_budget_exhausted" } else { "agent.round_budget_exhausted" };
+            let code = if c.inv.kind == InvocationKind::Child {
+                "agent.child_budget_exhausted"
+            } else {
+                "agent.round_budget_exhausted"
+            };
             self.fail(c.inv, code, &message, None).await?;
             return Ok(Some(Exit::Failed(message)));
         }
@@ -362,7 +396,8 @@ impl Runner {
             return self.store_turn(c, turn).await;
         }
         let payload = sanitize(serde_json::to_value(turn).map_err(|e| Error::Contract(e.to_string()))?);
-        let calls: Vec<ToolCall> = serde_json::from_value(payload["toolCalls"].clone()).map_err(|e| Error::Contract(e.to_string()))?;
+        let calls: Vec<ToolCall> =
+            serde_json::from_value(payload["toolCalls"].clone()).map_err(|e| Error::Contract(e.to_string()))?;
         let (step, calls) = (self.turn_step(c, turn, payload, calls.len()), &calls);
         step.run(|Scope { tx, w, .. }| {
             Box::pin(async move {
@@ -375,7 +410,13 @@ impl Runner {
 
     /// A stored turn's calls, in order, in the turn's transaction, until one
     /// ends the loop; then the turn's spend.
-    async fn run_calls(&self, tx: &Transaction<'_>, c: &Claimed<'_>, calls: &[ToolCall], w: &mut Written) -> Result<(), Error> {
+    async fn run_calls(
+        &self,
+        tx: &Transaction<'_>,
+        c: &Claimed<'_>,
+        calls: &[ToolCall],
+        w: &mut Written,
+    ) -> Result<(), Error> {
         for call in calls {
             let effect = self.run_call(tx, c, call, w).await?;
             if let Some(exit) = exit_of(effect) {
@@ -433,7 +474,10 @@ impl Runner {
                 Box::pin(async move {
                     let mut evs = lifecycle::fail_invocation(tx, inv, code, message).await?;
                     if let Some(detail) = detail {
-                        evs.insert(0, Event::new(journal::HOST_ERROR, Some(inv.id), json!({"code": code, "detail": detail})));
+                        evs.insert(
+                            0,
+                            Event::new(journal::HOST_ERROR, Some(inv.id), json!({"code": code, "detail": detail})),
+                        );
                     }
                     events::append(tx, inv.run_id, &evs).await?;
                     Ok(())

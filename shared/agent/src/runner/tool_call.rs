@@ -40,7 +40,13 @@ impl Runner {
 
     /// Runs one call inside the caller's fenced transaction and records its
     /// result (a parked call has no result yet: it runs again when woken).
-    pub(super) async fn run_call(&self, tx: &Transaction<'_>, c: &Claimed<'_>, call: &ToolCall, w: &mut Written) -> Result<Effect, Error> {
+    pub(super) async fn run_call(
+        &self,
+        tx: &Transaction<'_>,
+        c: &Claimed<'_>,
+        call: &ToolCall,
+        w: &mut Written,
+    ) -> Result<Effect, Error> {
         let may_have_children = transcript::asked_to_delegate(&c.steps) || transcript::asked_to_delegate(&w.steps);
         let ctx = ToolCtx { invocation: c.inv, profile: &c.profile, surface: &c.surface, call, may_have_children };
         let made = transcript::tool_calls_made(&c.steps) + transcript::tool_calls_made(&w.steps);
@@ -79,4 +85,3 @@ pub(super) fn exit_of(effect: Effect) -> Option<Exit> {
         Effect::Parked => Some(Exit::Parked),
     }
 }
-

@@ -4,8 +4,8 @@ use baton_domain::brief::render_handoff_brief;
 use baton_domain::handoff::{self, HandoffArgs};
 use baton_domain::journal;
 use baton_domain::profiles::Profile;
-use baton_domain::tool_args::{self, AgentListArgs, ListPurpose as Purpose};
 use baton_domain::state::{Continuation, InvocationKind, InvocationStatus, TaskStatus};
+use baton_domain::tool_args::{self, AgentListArgs, ListPurpose as Purpose};
 use baton_store::invocations::{self, NewInvocation};
 use baton_store::journal::Event;
 use baton_store::tasks::{self, NewTask};
@@ -90,7 +90,9 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
     };
     let incoming_done = async {
         match inv.incoming_task_id {
-            Some(incoming) => Ok(tasks::transition(c, incoming, TaskStatus::Completed, None).await?.then_some(incoming)),
+            Some(incoming) => {
+                Ok(tasks::transition(c, incoming, TaskStatus::Completed, None).await?.then_some(incoming))
+            }
             None => Ok::<_, crate::Error>(None),
         }
     };
@@ -102,15 +104,16 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
         invocations::finish(c, inv.id, InvocationStatus::Transferred, None).await?;
         Ok::<_, crate::Error>(spawn::invocation(c, &new, Some(&task)).await?)
     };
-    let (spawned, _, incoming) = tokio::try_join!(
-        chain,
-        async { Ok(runs::count_handoff(c, inv.run_id).await?) },
-        incoming_done,
-    )?;
+    let (spawned, _, incoming) =
+        tokio::try_join!(chain, async { Ok(runs::count_handoff(c, inv.run_id).await?) }, incoming_done,)?;
     let mut events = vec![requested];
     events.extend(spawned);
     events.extend([
-        tool_event(ctx, journal::HANDOFF_ACCEPTED, json!({"agentId": target.id, "taskId": task_id, "invocationId": next})),
+        tool_event(
+            ctx,
+            journal::HANDOFF_ACCEPTED,
+            json!({"agentId": target.id, "taskId": task_id, "invocationId": next}),
+        ),
         tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({})),
         Event::new(journal::INVOCATION_TRANSFERRED, Some(inv.id), json!({"to": next, "agentId": target.id})),
         Event::new(journal::LOOP_FINISHED, Some(inv.id), json!({"exit": "transferred"})),

@@ -53,7 +53,8 @@ pub async fn ask_user(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         at: bridge::timestamp(),
     };
     bridge::question(c, &request, &input).await?;
-    let started = tool_event(ctx, journal::ASK_USER_STARTED, json!({"questionId": question_id, "expiresAt": input.expires_at}));
+    let started =
+        tool_event(ctx, journal::ASK_USER_STARTED, json!({"questionId": question_id, "expiresAt": input.expires_at}));
     park(c, ctx, &asked, started).await
 }
 
@@ -91,8 +92,18 @@ fn timed_out(ctx: &ToolCtx<'_>, id: Value) -> ToolOutcome {
 /// answer wakes it, or the question expires and the relay's sweep does.
 async fn park(c: &impl GenericClient, ctx: &ToolCtx<'_>, asked: &Question, started: Event) -> ToolResult {
     invocations::park_for_answer(c, ctx.invocation.id, asked.expires_at).await?;
-    let parked = Event::new(journal::INVOCATION_PARKED, Some(ctx.invocation.id), json!({"until": asked.expires_at.to_rfc3339()}));
-    Ok(ToolOutcome { content: String::new(), is_error: false, structured: Value::Null, effect: Effect::Parked, events: vec![started, parked] })
+    let parked = Event::new(
+        journal::INVOCATION_PARKED,
+        Some(ctx.invocation.id),
+        json!({"until": asked.expires_at.to_rfc3339()}),
+    );
+    Ok(ToolOutcome {
+        content: String::new(),
+        is_error: false,
+        structured: Value::Null,
+        effect: Effect::Parked,
+        events: vec![started, parked],
+    })
 }
 
 /// The request a run serves, if a bridge started it.

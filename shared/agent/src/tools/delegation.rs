@@ -29,7 +29,8 @@ pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
     let (child, task_id) = (Uuid::now_v7(), Uuid::now_v7());
     let key = super::agents::workspace_key(c, inv.run_id, &target.id).await?;
     let brief = dg::render_task_brief(&args.task, &ctx.profile.id);
-    let deadline = args.budget.deadline_ms.map(|ms| Utc::now() + Duration::milliseconds(ms.min(dg::MAX_DEADLINE_MS) as i64));
+    let deadline =
+        args.budget.deadline_ms.map(|ms| Utc::now() + Duration::milliseconds(ms.min(dg::MAX_DEADLINE_MS) as i64));
     let new = NewInvocation {
         id: child,
         run_id: inv.run_id,
@@ -72,7 +73,10 @@ pub(crate) fn select<'a>(children: &'a [Task], keys: Option<&[String]>) -> Resul
     keys.iter()
         .map(|k| {
             children.iter().find(|t| &t.workspace_key == k).ok_or_else(|| {
-                ToolError::new(codes::AWAIT_TASK_NOT_FOUND, format!("You have no delegated task `{k}`. Use the handle agent_delegate gave you."))
+                ToolError::new(
+                    codes::AWAIT_TASK_NOT_FOUND,
+                    format!("You have no delegated task `{k}`. Use the handle agent_delegate gave you."),
+                )
             })
         })
         .collect()
@@ -87,7 +91,11 @@ pub async fn await_tasks(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
     let inv = ctx.invocation;
     let children = tasks::children_of(c, inv.id).await?;
     if children.is_empty() {
-        return Err(ToolError::new(codes::NO_CHILD_TASKS, "You have not delegated any task; there is nothing to wait for.").into());
+        return Err(ToolError::new(
+            codes::NO_CHILD_TASKS,
+            "You have not delegated any task; there is nothing to wait for.",
+        )
+        .into());
     }
     let selected = select(&children, parsed.keys.as_deref())?;
     let deadline = deadline_of(inv.await_spec.as_ref(), &ctx.call.id, parsed.timeout_ms);
@@ -148,11 +156,21 @@ pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
     let record = json!({"schemaVersion": 1, "status": capsule.status, "summary": capsule.summary, "result": result});
     write_file(c, inv.run_id, &result_ref, &record.to_string()).await?;
     let summary_path = format!("summaries/{}-result.md", task.workspace_key);
-    write_file(c, inv.run_id, &summary_path, &dg::render_result_file(&task.workspace_key, &task.target_profile_id, &capsule)).await?;
+    write_file(
+        c,
+        inv.run_id,
+        &summary_path,
+        &dg::render_result_file(&task.workspace_key, &task.target_profile_id, &capsule),
+    )
+    .await?;
     tasks::set_result(c, task.id, &capsule, &result_ref).await?;
-    let mut events = vec![tool_event(ctx, journal::TASK_RETURN_RECORDED, json!({"status": capsule.status})), tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({}))];
+    let mut events = vec![
+        tool_event(ctx, journal::TASK_RETURN_RECORDED, json!({"status": capsule.status})),
+        tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({})),
+    ];
     let status = capsule.status.task_status();
-    let error = (status == TaskStatus::Failed).then(|| json!({"code": "agent.task_failed", "message": capsule.summary}));
+    let error =
+        (status == TaskStatus::Failed).then(|| json!({"code": "agent.task_failed", "message": capsule.summary}));
     events.extend(lifecycle::end_child(c, inv, status, error.as_ref()).await?);
     Ok(ToolOutcome {
         content: "Your result was returned. Your task is complete.".into(),

@@ -57,14 +57,21 @@ pub struct ToolOutcome {
 
 impl ToolOutcome {
     pub(crate) fn ok(ctx: &ToolCtx<'_>, content: impl Into<String>, structured: Value) -> Self {
-        let mut outcome = Self { content: content.into(), is_error: false, structured, effect: Effect::Continue, events: vec![] };
+        let mut outcome =
+            Self { content: content.into(), is_error: false, structured, effect: Effect::Continue, events: vec![] };
         outcome.events.push(tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({})));
         outcome
     }
 
     pub(crate) fn failed(ctx: &ToolCtx<'_>, error: ToolError) -> Self {
         let event = tool_event(ctx, journal::TOOL_CALL_FAILED, json!({"code": error.code, "message": error.message}));
-        Self { content: error.message.clone(), is_error: true, structured: error.structured(), effect: Effect::Continue, events: vec![event] }
+        Self {
+            content: error.message.clone(),
+            is_error: true,
+            structured: error.structured(),
+            effect: Effect::Continue,
+            events: vec![event],
+        }
     }
 
     pub(crate) fn with_event(mut self, event: Event) -> Self {

@@ -3,7 +3,9 @@
 use baton_domain::error::codes;
 use baton_domain::journal;
 use baton_domain::tool_args::{self, FinishArgs};
-use baton_domain::workspace::{self as ws, CommitArgs, CommitMode, ListArgs, PatchArgs, ReadArgs, ReadWindow, WriteArgs};
+use baton_domain::workspace::{
+    self as ws, CommitArgs, CommitMode, ListArgs, PatchArgs, ReadArgs, ReadWindow, WriteArgs,
+};
 use baton_domain::ToolError;
 use baton_store::journal::Event;
 use baton_store::workspace::{self as store, NewCommit};
@@ -28,7 +30,9 @@ async fn load(c: &impl GenericClient, ctx: &ToolCtx<'_>, path: &str) -> ToolResu
         return Ok(file);
     }
     if store::is_folder(c, run, path).await? {
-        return Err(ToolError::new(codes::PATH_IS_DIRECTORY, format!("`{path}` is a folder; use workspace_list.")).into());
+        return Err(
+            ToolError::new(codes::PATH_IS_DIRECTORY, format!("`{path}` is a folder; use workspace_list.")).into()
+        );
     }
     Err(ToolError::new(codes::FILE_NOT_FOUND, format!("`{path}` does not exist yet.")).into())
 }
@@ -86,7 +90,8 @@ pub async fn patch(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
     let path = ws::visible_path(&args.path)?;
     let file = load(c, ctx, &path).await?;
     check_read(c, ctx, &path, &file, (codes::PATCH_REQUIRES_READ, codes::PATCH_STALE_FILE)).await?;
-    let patched = ws::apply_patch(&file.content, &args.old_string, &args.new_string, args.replace_all.unwrap_or(false))?;
+    let patched =
+        ws::apply_patch(&file.content, &args.old_string, &args.new_string, args.replace_all.unwrap_or(false))?;
     let sha = ws::sha256_hex(&patched);
     store::write(c, ctx.invocation.run_id, &path, &patched, &sha).await?;
     store::mark_read(c, ctx.invocation.id, &path, &sha, true).await?;
@@ -100,7 +105,11 @@ pub async fn commit(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> 
     let (mode, reason) = (args.mode.unwrap_or_default(), args.reason);
     let file = load(c, ctx, &path).await?;
     if file.content.trim().is_empty() {
-        return Err(ToolError::new(codes::REQUIRED_ARTIFACT_EMPTY, format!("`{path}` is empty; write the reply first.")).into());
+        return Err(ToolError::new(
+            codes::REQUIRED_ARTIFACT_EMPTY,
+            format!("`{path}` is empty; write the reply first."),
+        )
+        .into());
     }
     let run = ctx.invocation.run_id;
     let previous = store::latest_reply(c, run).await?;
@@ -116,7 +125,11 @@ pub async fn commit(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> 
     };
     let ordinal = store::commit(c, &new).await?;
     baton_store::runs::set_final_text(c, run, &reply).await?;
-    let event = tool_event(ctx, journal::CHAT_COMMIT_COMPLETED, json!({"path": path, "mode": mode.as_str(), "ordinal": ordinal}));
+    let event = tool_event(
+        ctx,
+        journal::CHAT_COMMIT_COMPLETED,
+        json!({"path": path, "mode": mode.as_str(), "ordinal": ordinal}),
+    );
     let text = format!("Committed {path} as the reply. You may edit and commit again; close with workspace_finish.");
     Ok(ToolOutcome::ok(ctx, text, json!({"ordinal": ordinal, "path": path})).with_event(event))
 }

@@ -92,11 +92,16 @@ impl CallbacksConfig {
         let mut problems: Vec<String> = self.allowed_origins.iter().filter_map(|o| origin_problem(o)).collect();
         for (source, signing) in &self.sources {
             if Source::parse(source).is_none() {
-                problems.push(format!("callbacks `sources.{source}` is not a request source ({})", Source::ALL.map(|s| s.as_str()).join(", ")));
+                problems.push(format!(
+                    "callbacks `sources.{source}` is not a request source ({})",
+                    Source::ALL.map(|s| s.as_str()).join(", ")
+                ));
             }
             let name = &signing.secret_env;
             if name.is_empty() || name.contains(['=', '\0']) || name.starts_with("whsec_") {
-                problems.push(format!("callbacks `sources.{source}.secret_env` must name an environment variable, not hold the secret"));
+                problems.push(format!(
+                    "callbacks `sources.{source}.secret_env` must name an environment variable, not hold the secret"
+                ));
             }
         }
         problems
@@ -105,7 +110,13 @@ impl CallbacksConfig {
 
 /// An allow-list entry is an origin: http(s), a host, maybe a port, nothing else.
 fn origin_problem(entry: &str) -> Option<String> {
-    let bare = |u: &Url| u.path() == "/" && u.query().is_none() && u.fragment().is_none() && u.username().is_empty() && u.password().is_none();
+    let bare = |u: &Url| {
+        u.path() == "/"
+            && u.query().is_none()
+            && u.fragment().is_none()
+            && u.username().is_empty()
+            && u.password().is_none()
+    };
     match http_url(entry) {
         Some(u) if bare(&u) => None,
         _ => Some(format!("callbacks `allowed_origins` entry `{entry}` is not an origin like https://bridge.example.com or http://127.0.0.1:8088")),

@@ -89,7 +89,10 @@ mod tests {
         assert_eq!(signed, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
         let secret = Secret::parse("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap();
         let body = br#"{"email":"test@example.com","username":"test_user"}"#;
-        assert_eq!(signature(&secret, "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", 1649367553, body), "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=");
+        assert_eq!(
+            signature(&secret, "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", 1649367553, body),
+            "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw="
+        );
     }
 
     #[test]

@@ -46,7 +46,11 @@ pub fn parse(body: &[u8]) -> Result<BridgeAnswer, String> {
     }
     let answer: BridgeAnswer = serde_path_to_error::deserialize(&value).map_err(|e| {
         let path = e.path().to_string();
-        if path == "." { e.into_inner().to_string() } else { format!("`{path}`: {}", e.into_inner()) }
+        if path == "." {
+            e.into_inner().to_string()
+        } else {
+            format!("`{path}`: {}", e.into_inner())
+        }
     })?;
     for (name, id) in [("id", &answer.id), ("handoffId", &answer.handoff_id), ("questionId", &answer.question_id)] {
         let chars = id.chars().count();
@@ -77,7 +81,10 @@ mod tests {
     #[test]
     fn a_well_formed_answer_parses_and_ignores_unknown_fields() {
         let a = parse(&body(sample())).unwrap();
-        assert_eq!((a.id.as_str(), a.handoff_id.as_str(), a.question_id.as_str(), a.text.as_str()), ("a1", "h1", "q1", "yes"));
+        assert_eq!(
+            (a.id.as_str(), a.handoff_id.as_str(), a.question_id.as_str(), a.text.as_str()),
+            ("a1", "h1", "q1", "yes")
+        );
     }
 
     #[test]

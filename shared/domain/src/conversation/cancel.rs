@@ -76,7 +76,9 @@ fn read(body: &[u8]) -> Result<BridgeCancel, String> {
     check_id("handoffId", &wire.handoff_id)?;
     parse_timestamp(&wire.at).map_err(|e| format!("field `at` must be an RFC 3339 timestamp ({e})"))?;
     let reason = wire.reason.map(|r| bounded_reason(r.trim())).filter(|r| !r.is_empty());
-    if [&wire.id, &wire.handoff_id].iter().any(|s| s.contains('\0')) || reason.as_deref().is_some_and(|r| r.contains('\0')) {
+    if [&wire.id, &wire.handoff_id].iter().any(|s| s.contains('\0'))
+        || reason.as_deref().is_some_and(|r| r.contains('\0'))
+    {
         return Err("a string contains a NUL character (\\u0000)".into());
     }
     Ok(BridgeCancel { reason, ..wire })
@@ -101,7 +103,16 @@ mod tests {
     fn a_cancel_parses_with_and_without_a_reason() {
         let body = format!(r#"{{"type":"cancel","id":"c-1","handoffId":"h-1","reason":"  stop  ","at":"{AT}"}}"#);
         let cancel = parse_cancel(body.as_bytes()).unwrap();
-        assert_eq!(cancel, BridgeCancel { kind: CancelType::Cancel, id: "c-1".into(), handoff_id: "h-1".into(), reason: Some("stop".into()), at: AT.into() });
+        assert_eq!(
+            cancel,
+            BridgeCancel {
+                kind: CancelType::Cancel,
+                id: "c-1".into(),
+                handoff_id: "h-1".into(),
+                reason: Some("stop".into()),
+                at: AT.into()
+            }
+        );
         let bare = format!(r#"{{"type":"cancel","id":"c-1","handoffId":"h-1","at":"{AT}","extra":1}}"#);
         assert_eq!(parse_cancel(bare.as_bytes()).unwrap().reason, None);
     }
@@ -112,7 +123,10 @@ mod tests {
             (format!(r#"{{"type":"cancel","id":"","handoffId":"h","at":"{AT}"}}"#), "field `id`"),
             (format!(r#"{{"type":"cancel","id":"c","at":"{AT}"}}"#), "handoffId"),
             (r#"{"type":"cancel","id":"c","handoffId":"h","at":"yesterday"}"#.to_string(), "field `at`"),
-            (format!(r#"{{"type":"answer","id":"c","handoffId":"h","at":"{AT}"}}"#), "unknown variant `answer`, expected `cancel`"),
+            (
+                format!(r#"{{"type":"answer","id":"c","handoffId":"h","at":"{AT}"}}"#),
+                "unknown variant `answer`, expected `cancel`",
+            ),
         ] {
             let err = parse_cancel(body.as_bytes()).unwrap_err();
             assert!(err.reason.contains(expected), "{body}: {}", err.reason);

@@ -122,7 +122,8 @@ pub const TIMED_OUT_TEXT: &str = "The user did not answer in time. Decide how to
 you can explain, or finish and say what you still need from the user.";
 
 /// What the agent reads when nobody can answer (a run no user started).
-pub const NO_USER_TEXT: &str = "There is no user to ask in this work. Decide on your own, and say in your reply what you assumed.";
+pub const NO_USER_TEXT: &str =
+    "There is no user to ask in this work. Decide on your own, and say in your reply what you assumed.";
 
 #[cfg(test)]
 mod tests {

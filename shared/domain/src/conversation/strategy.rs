@@ -97,9 +97,18 @@ mod tests {
     #[test]
     fn a_route_overrides_the_default_which_is_enqueue() {
         assert_eq!(ConversationsConfig::default().for_target("codex"), Strategy::Enqueue);
-        let config = ConversationsConfig { default: Strategy::Interrupt, routes: [("docs_agent".into(), Strategy::Reject)].into() };
-        assert_eq!((config.for_target("docs_agent"), config.for_target("codex")), (Strategy::Reject, Strategy::Interrupt));
+        let config = ConversationsConfig {
+            default: Strategy::Interrupt,
+            routes: [("docs_agent".into(), Strategy::Reject)].into(),
+        };
+        assert_eq!(
+            (config.for_target("docs_agent"), config.for_target("codex")),
+            (Strategy::Reject, Strategy::Interrupt)
+        );
         let routes = [("codex".to_string(), "coder".to_string())].into();
-        assert_eq!(config.problems(&routes), vec!["conversations `routes.docs_agent` names a target that [routes] does not have"]);
+        assert_eq!(
+            config.problems(&routes),
+            vec!["conversations `routes.docs_agent` names a target that [routes] does not have"]
+        );
     }
 }

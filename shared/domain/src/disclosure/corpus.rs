@@ -24,10 +24,7 @@ pub(super) const CORPUS: &[(&str, &[Finding])] = &[
     (r#"{"access_token": "ya29.a0AfH6SMBx-long-token"}"#, &[Token]),
     ("client_secret = 's3cr3t-value-here'", &[Token]),
     ("Authorization: Bearer abcdef0123456789xyz", &[Token]),
-    (
-        "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
-        &[Token],
-    ),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", &[Token]),
     // --- passwords ---
     ("postgres://app:hunter2@db.internal:5432/app", &[UrlPassword]),
     ("redis://:s3cret@cache:6379", &[UrlPassword]),
@@ -114,17 +111,11 @@ pub(super) const CORPUS: &[(&str, &[Finding])] = &[
     ("Authorization: Basic dXNlcjpwYXNzd29yZA==", &[Token]),
     (r#""authorization": "Bearer abcdef0123456789xyz""#, &[Token]),
     ("authorization: token 0123456789abcdef0123", &[Token]),
-    (
-        "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA1abc\n-----END RSA PRIVATE KEY----- done",
-        &[PrivateKey],
-    ),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA1abc\n-----END RSA PRIVATE KEY----- done", &[PrivateKey]),
     ("key: -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA", &[PrivateKey]),
     ("privateKey=0x4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318", &[PrivateKey]),
     // --- several, in order of appearance ---
-    (
-        "a@b.io, 13812345678, sk-abcdefghijklmnopqrstuvwxyz012345",
-        &[Email, Phone, ApiKey],
-    ),
+    ("a@b.io, 13812345678, sk-abcdefghijklmnopqrstuvwxyz012345", &[Email, Phone, ApiKey]),
     // --- near-misses: nothing to redact ---
     ("身份证110105194912310021", &[]), // wrong MOD 11-2 check digit
     ("card 4111 1111 1111 1112", &[]), // fails Luhn
@@ -133,7 +124,7 @@ pub(super) const CORPUS: &[(&str, &[Finding])] = &[
     ("upgrade 1.2.3 to 13.8.1234.5678", &[]),
     ("due 2026-11-30", &[]),
     ("at 20261130123045", &[]),
-    ("at 20261130123049", &[]), // a timestamp that happens to pass Luhn
+    ("at 20261130123049", &[]),        // a timestamp that happens to pass Luhn
     ("order 202611301234567890", &[]), // date-prefixed 18-digit order number
     ("epoch ms 1764460800000", &[]),
     ("task-list and risk-free-investment-strategy-2026", &[]),
@@ -159,7 +150,7 @@ pub(super) const CORPUS: &[(&str, &[Finding])] = &[
     ("pi 3.14159265358979323", &[]),
     ("host 192.168.100.138", &[]),
     ("身份证 110101 19900307 123X", &[]), // wrong check character
-    ("ID 110101-19900230-1233", &[]),    // no 30 February
+    ("ID 110101-19900230-1233", &[]),     // no 30 February
     ("version 13.8.1234.5678 and v138.1234.5678", &[]),
     ("2026-11-30 13:45:00", &[]),
     ("2026-11-30T13:45:00+08:00", &[]),

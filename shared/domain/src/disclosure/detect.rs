@@ -74,12 +74,7 @@ pub(super) fn splice(text: &str, hits: &[Hit]) -> String {
 }
 
 /// Hits for every whole match of `re` that `keep` accepts.
-pub(super) fn whole_matches(
-    re: &Regex,
-    text: &str,
-    finding: Finding,
-    keep: impl Fn(Range<usize>) -> bool,
-) -> Vec<Hit> {
+pub(super) fn whole_matches(re: &Regex, text: &str, finding: Finding, keep: impl Fn(Range<usize>) -> bool) -> Vec<Hit> {
     re.find_iter(text)
         .map(|m| m.range())
         .filter(|range| keep(range.clone()))
@@ -119,11 +114,7 @@ pub(super) fn starts_word(text: &str, index: usize) -> bool {
 
 /// True when the match is neither the tail nor the head of a longer ASCII word.
 pub(super) fn stands_alone_as_word(text: &str, range: &Range<usize>) -> bool {
-    let glued_after = text
-        .as_bytes()
-        .get(range.end)
-        .copied()
-        .is_some_and(is_word_byte);
+    let glued_after = text.as_bytes().get(range.end).copied().is_some_and(is_word_byte);
     starts_word(text, range.start) && !glued_after
 }
 
@@ -134,12 +125,8 @@ pub(super) fn stands_alone_as_word(text: &str, range: &Range<usize>) -> bool {
 pub(super) fn stands_alone_as_number(text: &str, range: &Range<usize>) -> bool {
     let bytes = text.as_bytes();
     let before = byte_before(bytes, range.start, 1);
-    let glued_before =
-        before == Some(b'+') || continues_number(before, byte_before(bytes, range.start, 2));
-    let glued_after = continues_number(
-        bytes.get(range.end).copied(),
-        bytes.get(range.end + 1).copied(),
-    );
+    let glued_before = before == Some(b'+') || continues_number(before, byte_before(bytes, range.start, 2));
+    let glued_after = continues_number(bytes.get(range.end).copied(), bytes.get(range.end + 1).copied());
     !glued_before && !glued_after
 }
 

@@ -65,11 +65,7 @@ pub struct DisclosurePolicy {
 
 impl Default for DisclosurePolicy {
     fn default() -> Self {
-        Self {
-            max_sensitivity: Sensitivity::Medium,
-            redact_secrets: true,
-            redact_personal: true,
-        }
+        Self { max_sensitivity: Sensitivity::Medium, redact_secrets: true, redact_personal: true }
     }
 }
 
@@ -137,10 +133,7 @@ impl Finding {
     /// `redact_secrets`.
     #[must_use]
     pub fn is_personal(self) -> bool {
-        matches!(
-            self,
-            Self::Phone | Self::ChineseId | Self::BankCard | Self::Email
-        )
+        matches!(self, Self::Phone | Self::ChineseId | Self::BankCard | Self::Email)
     }
 }
 
@@ -172,22 +165,13 @@ pub struct Filtered {
 /// dropping earlier ones shifts the indexes of the rest.
 #[must_use]
 pub fn apply(policy: &DisclosurePolicy, request: &HandoffRequest) -> Filtered {
-    let mut filter = Filter {
-        policy,
-        removed: Vec::new(),
-    };
+    let mut filter = Filter { policy, removed: Vec::new() };
     let mut request = request.clone();
     filter.scrub("userIntent", &mut request.user_intent);
     filter.context(&mut request.context);
     filter.constraints(&mut request.constraints);
-    request
-        .context
-        .redactions
-        .extend(filter.removed.iter().cloned());
-    Filtered {
-        request,
-        removed: filter.removed,
-    }
+    request.context.redactions.extend(filter.removed.iter().cloned());
+    Filtered { request, removed: filter.removed }
 }
 
 /// One pass of [`apply`]: the policy plus the removals recorded so far.
@@ -199,10 +183,7 @@ struct Filter<'a> {
 impl Filter<'_> {
     fn context(&mut self, context: &mut ContextPackage) {
         for (index, turn) in context.recent_conversation.iter_mut().enumerate() {
-            self.scrub(
-                &format!("context.recentConversation[{index}].content"),
-                &mut turn.content,
-            );
+            self.scrub(&format!("context.recentConversation[{index}].content"), &mut turn.content);
         }
         self.memories("context.userMemories", &mut context.user_memories);
         self.memories("context.projectMemories", &mut context.project_memories);
@@ -245,8 +226,7 @@ impl Filter<'_> {
     /// Why a memory of this sensitivity may not leave, if it may not.
     fn too_sensitive(&self, sensitivity: Sensitivity) -> Option<String> {
         let limit = self.policy.max_sensitivity;
-        (rank(sensitivity) > rank(limit))
-            .then(|| format!("sensitivity {sensitivity} is above {limit}"))
+        (rank(sensitivity) > rank(limit)).then(|| format!("sensitivity {sensitivity} is above {limit}"))
     }
 
     /// Redacts `text` in place and records one redaction per finding.

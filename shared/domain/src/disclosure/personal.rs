@@ -17,8 +17,7 @@ use super::Finding;
 /// An address with a dotted domain. `user@localhost` has none and is kept:
 /// it names a local login (a database role, an ssh target), not a mailbox
 /// anyone outside the machine can reach. `@zhang` is a chat mention, kept.
-static EMAIL: LazyLock<Regex> =
-    LazyLock::new(|| compile(r"[A-Za-z0-9._%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}"));
+static EMAIL: LazyLock<Regex> = LazyLock::new(|| compile(r"[A-Za-z0-9._%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}"));
 
 pub(super) fn emails(text: &str) -> Vec<Hit> {
     whole_matches(&EMAIL, text, Finding::Email, |range| {
@@ -75,8 +74,7 @@ pub(super) fn is_valid_id_number(id: &str) -> bool {
     };
     let birth_date = &body[6..14];
     is_plausible_date(birth_date)
-        && id_check_char(body)
-            .is_some_and(|expected| check.eq_ignore_ascii_case(expected.encode_utf8(&mut [0; 4])))
+        && id_check_char(body).is_some_and(|expected| check.eq_ignore_ascii_case(expected.encode_utf8(&mut [0; 4])))
 }
 
 /// The ISO 7064 MOD 11-2 check character for the first 17 digits of an ID.
@@ -95,13 +93,11 @@ pub(super) fn id_check_char(body: &str) -> Option<char> {
 
 /// `YYYYMMDD`, a real calendar day between 1900 and 2099.
 fn is_plausible_date(yyyymmdd: &str) -> bool {
-    NaiveDate::parse_from_str(yyyymmdd, "%Y%m%d")
-        .is_ok_and(|date| (1900..=2099).contains(&date.year()))
+    NaiveDate::parse_from_str(yyyymmdd, "%Y%m%d").is_ok_and(|date| (1900..=2099).contains(&date.year()))
 }
 
 /// 13–19 digits, bare or in groups of four split by spaces or dashes.
-static CARD_NUMBER: LazyLock<Regex> =
-    LazyLock::new(|| compile(r"[0-9]{4}(?:[ -]?[0-9]{4}){2,3}(?:[ -]?[0-9]{1,3})?"));
+static CARD_NUMBER: LazyLock<Regex> = LazyLock::new(|| compile(r"[0-9]{4}(?:[ -]?[0-9]{4}){2,3}(?:[ -]?[0-9]{1,3})?"));
 
 pub(super) fn bank_cards(text: &str) -> Vec<Hit> {
     whole_matches(&CARD_NUMBER, text, Finding::BankCard, |range| {
@@ -171,16 +167,11 @@ pub(super) static MAINLAND_LANDLINE: LazyLock<Regex> = LazyLock::new(|| {
 
 /// International numbers written with a leading `+`: 8 to 15 digits in all
 /// (E.164 allows at most 15), with the usual separators between them.
-static INTERNATIONAL_PHONE: LazyLock<Regex> =
-    LazyLock::new(|| compile(r"\+[0-9](?:[ ().-]{0,2}[0-9]){7,14}"));
+static INTERNATIONAL_PHONE: LazyLock<Regex> = LazyLock::new(|| compile(r"\+[0-9](?:[ ().-]{0,2}[0-9]){7,14}"));
 
 pub(super) fn phones(text: &str) -> Vec<Hit> {
     [&*MAINLAND_MOBILE, &*MAINLAND_LANDLINE, &*INTERNATIONAL_PHONE]
         .into_iter()
-        .flat_map(|re| {
-            whole_matches(re, text, Finding::Phone, |range| {
-                stands_alone_as_number(text, &range)
-            })
-        })
+        .flat_map(|re| whole_matches(re, text, Finding::Phone, |range| stands_alone_as_number(text, &range)))
         .collect()
 }

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use regex::{Captures, Match, Regex};
 
-use super::detect::{compile, starts_word, stands_alone_as_word, whole_matches, Hit};
+use super::detect::{compile, stands_alone_as_word, starts_word, whole_matches, Hit};
 use super::Finding;
 
 // ---------------------------------------------------------------------------
@@ -28,10 +28,7 @@ pub(super) fn url_passwords(text: &str) -> Vec<Hit> {
     URL_PASSWORD
         .captures_iter(text)
         .filter_map(|caps| caps.name("password"))
-        .map(|m| Hit {
-            range: m.range(),
-            finding: Finding::UrlPassword,
-        })
+        .map(|m| Hit { range: m.range(), finding: Finding::UrlPassword })
         .collect()
 }
 
@@ -50,9 +47,7 @@ pub(super) static VENDOR_KEY: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 pub(super) fn vendor_keys(text: &str) -> Vec<Hit> {
-    whole_matches(&VENDOR_KEY, text, Finding::ApiKey, |range| {
-        stands_alone_as_word(text, &range)
-    })
+    whole_matches(&VENDOR_KEY, text, Finding::ApiKey, |range| stands_alone_as_word(text, &range))
 }
 
 /// A JSON Web Token: three base64url parts, the first a JSON object
@@ -61,9 +56,7 @@ static JWT: LazyLock<Regex> =
     LazyLock::new(|| compile(r"eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"));
 
 pub(super) fn jwts(text: &str) -> Vec<Hit> {
-    whole_matches(&JWT, text, Finding::Token, |range| {
-        stands_alone_as_word(text, &range)
-    })
+    whole_matches(&JWT, text, Finding::Token, |range| stands_alone_as_word(text, &range))
 }
 
 /// A PEM private key block (PKCS#1, PKCS#8, OpenSSH, EC …), whole. A block
@@ -96,10 +89,7 @@ fn credentials_after(pattern: &Regex, word: &str, text: &str) -> Vec<Hit> {
         .filter(|caps| caps.name(word).is_some_and(|m| starts_word(text, m.start())))
         .filter_map(|caps| caps.name("token"))
         .filter(|token| looks_like_credential(token.as_str()))
-        .map(|token| Hit {
-            range: token.range(),
-            finding: Finding::Token,
-        })
+        .map(|token| Hit { range: token.range(), finding: Finding::Token })
         .collect()
 }
 
@@ -144,9 +134,7 @@ static SECRET_ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
 /// `password=…`, `passwd: …`, `pwd=…`, `DB_PASSWORD=…`, `dbPassword: …`,
 /// `密码：…`.
 static PASSWORD_ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
-    compile(&format!(
-        r"(?i)(?P<key>{KEY_HEAD}(?:passw(?:or)?d|pwd|passphrase)|密码|口令){ASSIGNED_VALUE}"
-    ))
+    compile(&format!(r"(?i)(?P<key>{KEY_HEAD}(?:passw(?:or)?d|pwd|passphrase)|密码|口令){ASSIGNED_VALUE}"))
 });
 
 /// Shortest value a generic `token=`/`secret=` assignment must have: below
@@ -156,20 +144,14 @@ const MIN_SECRET_CHARS: usize = 12;
 pub(super) fn secret_assignments(text: &str) -> Vec<Hit> {
     assignments(&SECRET_ASSIGNMENT, text)
         .filter(|(_, value)| non_blank_chars(value.as_str()) >= MIN_SECRET_CHARS)
-        .map(|(key, value)| Hit {
-            range: value.range(),
-            finding: secret_kind(key),
-        })
+        .map(|(key, value)| Hit { range: value.range(), finding: secret_kind(key) })
         .collect()
 }
 
 pub(super) fn password_assignments(text: &str) -> Vec<Hit> {
     // Any non-empty value counts: a password may be as short as it likes.
     assignments(&PASSWORD_ASSIGNMENT, text)
-        .map(|(_, value)| Hit {
-            range: value.range(),
-            finding: Finding::Password,
-        })
+        .map(|(_, value)| Hit { range: value.range(), finding: Finding::Password })
         .collect()
 }
 
@@ -182,17 +164,13 @@ fn assignments<'t>(re: &'t Regex, text: &'t str) -> impl Iterator<Item = (&'t st
         let key = caps.name("key")?;
         let word = caps.name("word").unwrap_or(key);
         let value = assigned_value(&caps)?;
-        (starts_word(text, key.start())
-            && !value.as_str().trim().is_empty()
-            && !is_reference(value.as_str()))
-        .then_some((word.as_str(), value))
+        (starts_word(text, key.start()) && !value.as_str().trim().is_empty() && !is_reference(value.as_str()))
+            .then_some((word.as_str(), value))
     })
 }
 
 fn assigned_value<'t>(caps: &Captures<'t>) -> Option<Match<'t>> {
-    caps.name("dq")
-        .or_else(|| caps.name("sq"))
-        .or_else(|| caps.name("bare"))
+    caps.name("dq").or_else(|| caps.name("sq")).or_else(|| caps.name("bare"))
 }
 
 /// Values that only point at a secret kept elsewhere (`${DB_PASSWORD}`,
@@ -200,10 +178,7 @@ fn assigned_value<'t>(caps: &Captures<'t>) -> Option<Match<'t>> {
 /// agent needs to see those, and leaving them makes filtering idempotent.
 fn is_reference(value: &str) -> bool {
     let env_var = value.strip_prefix('$').is_some_and(|name| {
-        !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        !name.is_empty() && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
     });
     env_var
         || value.starts_with("${")

@@ -17,9 +17,7 @@ fn the_corpus_finds_exactly_what_it_should() {
         .iter()
         .filter_map(|&(input, expected)| {
             let (output, found) = redact(input);
-            (found != expected).then(|| {
-                format!("{input:?}: expected {expected:?}, got {found:?} -> {output:?}")
-            })
+            (found != expected).then(|| format!("{input:?}: expected {expected:?}, got {found:?} -> {output:?}"))
         })
         .collect();
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
@@ -82,18 +80,9 @@ fn placeholders_name_the_reason() {
 
 #[test]
 fn only_the_value_of_an_assignment_is_replaced() {
-    assert_eq!(
-        redact("api_key=abcd1234efgh5678").0,
-        "api_key=[redacted API key]"
-    );
-    assert_eq!(
-        redact("DB_PASSWORD='p@ss word' next").0,
-        "DB_PASSWORD='[redacted password]' next"
-    );
-    assert_eq!(
-        redact("Authorization: Bearer abcdef0123456789xyz").0,
-        "Authorization: Bearer [redacted access token]"
-    );
+    assert_eq!(redact("api_key=abcd1234efgh5678").0, "api_key=[redacted API key]");
+    assert_eq!(redact("DB_PASSWORD='p@ss word' next").0, "DB_PASSWORD='[redacted password]' next");
+    assert_eq!(redact("Authorization: Bearer abcdef0123456789xyz").0, "Authorization: Bearer [redacted access token]");
 }
 
 #[test]
@@ -106,10 +95,7 @@ fn a_url_keeps_scheme_user_and_host() {
 
 #[test]
 fn personal_values_are_replaced_whole() {
-    assert_eq!(
-        redact("手机13912345678，邮箱a@b.io").0,
-        "手机[redacted phone number]，邮箱[redacted e-mail address]"
-    );
+    assert_eq!(redact("手机13912345678，邮箱a@b.io").0, "手机[redacted phone number]，邮箱[redacted e-mail address]");
 }
 
 #[test]
@@ -140,21 +126,11 @@ fn luhn_accepts_test_cards_and_rejects_one_digit_off() {
 #[test]
 fn policy_switches_select_what_is_redacted() {
     let text = "a@b.io 13812345678 sk-abcdefghijklmnopqrstuvwxyz012345";
-    let no_personal = DisclosurePolicy {
-        redact_personal: false,
-        ..DisclosurePolicy::default()
-    };
+    let no_personal = DisclosurePolicy { redact_personal: false, ..DisclosurePolicy::default() };
     assert_eq!(redact_text(text, &no_personal).1, [ApiKey]);
-    let no_secrets = DisclosurePolicy {
-        redact_secrets: false,
-        ..DisclosurePolicy::default()
-    };
+    let no_secrets = DisclosurePolicy { redact_secrets: false, ..DisclosurePolicy::default() };
     assert_eq!(redact_text(text, &no_secrets).1, [Email, Phone]);
-    let neither = DisclosurePolicy {
-        redact_secrets: false,
-        redact_personal: false,
-        ..DisclosurePolicy::default()
-    };
+    let neither = DisclosurePolicy { redact_secrets: false, redact_personal: false, ..DisclosurePolicy::default() };
     assert_eq!(redact_text(text, &neither), (text.to_owned(), vec![]));
 }
 
@@ -165,8 +141,7 @@ fn the_policy_reads_from_toml_with_defaults() {
     assert_eq!(empty.max_sensitivity, Sensitivity::Medium);
     assert!(empty.redact_secrets && empty.redact_personal);
 
-    let custom: DisclosurePolicy =
-        toml::from_str("max_sensitivity = \"high\"\nredact_personal = false").unwrap();
+    let custom: DisclosurePolicy = toml::from_str("max_sensitivity = \"high\"\nredact_personal = false").unwrap();
     assert_eq!(custom.max_sensitivity, Sensitivity::High);
     assert!(custom.redact_secrets);
     assert!(!custom.redact_personal);
@@ -224,16 +199,12 @@ fn memory(id: &str, content: &str, sensitivity: Sensitivity) -> ContextMemoryRef
 }
 
 fn redaction(field: &str, reason: &str) -> Redaction {
-    Redaction {
-        field: field.to_owned(),
-        reason: reason.to_owned(),
-    }
+    Redaction { field: field.to_owned(), reason: reason.to_owned() }
 }
 
 /// A request with a secret or identifier in every filtered field.
 fn leaky_request() -> HandoffRequest {
-    let mut request: HandoffRequest =
-        serde_json::from_value(sample_request_json("h-1", "codex", "en")).unwrap();
+    let mut request: HandoffRequest = serde_json::from_value(sample_request_json("h-1", "codex", "en")).unwrap();
     request.user_intent = format!("deploy with key {OPENAI_KEY}");
     let context = &mut request.context;
     context.recent_conversation[0].content = "my number is 13812345678".to_owned();
@@ -243,11 +214,7 @@ fn leaky_request() -> HandoffRequest {
         memory("m-7", &format!("ID {ID}"), Sensitivity::High),
         memory("m-8", "card 4111 1111 1111 1111", Sensitivity::Medium),
     ];
-    context.project_memories = vec![memory(
-        "p-1",
-        "db at postgres://app:hunter2@db:5432",
-        Sensitivity::Low,
-    )];
+    context.project_memories = vec![memory("p-1", "db at postgres://app:hunter2@db:5432", Sensitivity::Low)];
     context.session_summary = Some("GITHUB_TOKEN=0123456789abcdef0123".to_owned());
     context.agent_runtime_summary = Some("password: tr0ub4dor".to_owned());
     context.redactions = vec![redaction("context.userMemories[m-0]", "bridge policy")];
@@ -280,10 +247,7 @@ fn apply_records_every_removal_with_its_field_path() {
         redaction("userIntent", "API key"),
         redaction("context.recentConversation[0].content", "phone number"),
         redaction("context.recentConversation[1].content", "e-mail address"),
-        redaction(
-            "context.userMemories[m-7]",
-            "sensitivity high is above medium",
-        ),
+        redaction("context.userMemories[m-7]", "sensitivity high is above medium"),
         redaction("context.userMemories[m-8].content", "bank card number"),
         redaction("context.projectMemories[p-1].content", "password in URL"),
         redaction("context.sessionSummary", "access token"),
@@ -299,35 +263,20 @@ fn apply_records_every_removal_with_its_field_path() {
 #[test]
 fn apply_drops_memories_above_the_limit_and_keeps_the_rest() {
     let filtered = apply(&DisclosurePolicy::default(), &leaky_request());
-    let ids: Vec<_> = filtered
-        .request
-        .context
-        .user_memories
-        .iter()
-        .map(|m| m.id.as_str())
-        .collect();
+    let ids: Vec<_> = filtered.request.context.user_memories.iter().map(|m| m.id.as_str()).collect();
     assert_eq!(ids, ["m-1", "m-8"]);
 
-    let permissive = DisclosurePolicy {
-        max_sensitivity: Sensitivity::High,
-        ..DisclosurePolicy::default()
-    };
+    let permissive = DisclosurePolicy { max_sensitivity: Sensitivity::High, ..DisclosurePolicy::default() };
     let kept = apply(&permissive, &leaky_request());
     assert_eq!(kept.request.context.user_memories.len(), 3);
-    assert_eq!(
-        kept.request.context.user_memories[1].content,
-        "ID [redacted mainland China ID number]"
-    );
+    assert_eq!(kept.request.context.user_memories[1].content, "ID [redacted mainland China ID number]");
 }
 
 #[test]
 fn apply_keeps_the_bridges_redactions_first() {
     let filtered = apply(&DisclosurePolicy::default(), &leaky_request());
     let recorded = &filtered.request.context.redactions;
-    assert_eq!(
-        recorded[0],
-        redaction("context.userMemories[m-0]", "bridge policy")
-    );
+    assert_eq!(recorded[0], redaction("context.userMemories[m-0]", "bridge policy"));
     assert_eq!(recorded[1..], filtered.removed[..]);
 }
 
@@ -342,18 +291,10 @@ fn nothing_secret_is_left_anywhere_in_the_filtered_request() {
 
 #[test]
 fn without_personal_redaction_contacts_stay_but_keys_go() {
-    let policy = DisclosurePolicy {
-        redact_personal: false,
-        ..DisclosurePolicy::default()
-    };
+    let policy = DisclosurePolicy { redact_personal: false, ..DisclosurePolicy::default() };
     let filtered = apply(&policy, &leaky_request());
     let json = serde_json::to_string(&filtered.request).unwrap();
-    for kept in [
-        "13812345678",
-        "a@b.io",
-        "zhang@example.com",
-        "4111 1111 1111 1111",
-    ] {
+    for kept in ["13812345678", "a@b.io", "zhang@example.com", "4111 1111 1111 1111"] {
         assert!(json.contains(kept), "{kept} was removed");
     }
     for gone in [OPENAI_KEY, "hunter2", "tr0ub4dor", "0123456789abcdef0123"] {
@@ -363,8 +304,7 @@ fn without_personal_redaction_contacts_stay_but_keys_go() {
 
 #[test]
 fn a_clean_request_passes_through_unchanged() {
-    let request: HandoffRequest =
-        serde_json::from_value(sample_request_json("h-2", "docs_agent", "zh-CN")).unwrap();
+    let request: HandoffRequest = serde_json::from_value(sample_request_json("h-2", "docs_agent", "zh-CN")).unwrap();
     let filtered = apply(&DisclosurePolicy::default(), &request);
     assert_eq!(filtered.request, request);
     assert!(filtered.removed.is_empty());

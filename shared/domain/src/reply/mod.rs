@@ -74,7 +74,6 @@ impl From<ReplyStatus> for HandoffStatus {
     }
 }
 
-
 /// A humanized chat message for the outcome, in the requested language.
 ///
 /// A completed handoff's final text is passed through (trimmed): the agents
@@ -85,9 +84,7 @@ pub fn humanize(outcome: &Outcome, language: Language) -> String {
         Outcome::Completed { final_text } => completed_text(final_text, language),
         Outcome::Failed { message, .. } => with_detail(FAILED, message, language),
         Outcome::Blocked { message } => with_detail(BLOCKED, message, language),
-        Outcome::Cancelled { reason } => {
-            with_detail(CANCELLED, reason.as_deref().unwrap_or_default(), language)
-        }
+        Outcome::Cancelled { reason } => with_detail(CANCELLED, reason.as_deref().unwrap_or_default(), language),
     }
 }
 
@@ -107,25 +104,18 @@ impl Phrase {
     }
 }
 
-const FAILED: Phrase = Phrase {
-    en: "Sorry, I couldn't finish this request",
-    zh_cn: "抱歉，这次请求没有完成",
-};
+const FAILED: Phrase =
+    Phrase { en: "Sorry, I couldn't finish this request", zh_cn: "抱歉，这次请求没有完成" };
 
 const BLOCKED: Phrase = Phrase {
     en: "This request is paused and needs someone to step in",
     zh_cn: "这次请求暂停了，需要有人协助处理",
 };
 
-const CANCELLED: Phrase = Phrase {
-    en: "This request was cancelled",
-    zh_cn: "这次请求已取消",
-};
+const CANCELLED: Phrase = Phrase { en: "This request was cancelled", zh_cn: "这次请求已取消" };
 
-const NOTHING_TO_REPORT: Phrase = Phrase {
-    en: "Done. There was nothing more to report",
-    zh_cn: "已完成，没有需要补充的内容",
-};
+const NOTHING_TO_REPORT: Phrase =
+    Phrase { en: "Done. There was nothing more to report", zh_cn: "已完成，没有需要补充的内容" };
 
 fn completed_text(final_text: &str, language: Language) -> String {
     let text = final_text.trim();
@@ -150,4 +140,3 @@ fn with_detail(lead: Phrase, detail: &str, language: Language) -> String {
         format!("{lead}{colon}{detail}")
     }
 }
-

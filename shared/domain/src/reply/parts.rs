@@ -15,16 +15,10 @@ pub struct ChannelLimits {
 impl ChannelLimits {
     /// WeChat: 2048 bytes per text message, and a user's message opens a
     /// window of 5 customer-service messages.
-    pub const WEIXIN: Self = Self {
-        max_part_bytes: 2048,
-        max_parts: 5,
-    };
+    pub const WEIXIN: Self = Self { max_part_bytes: 2048, max_parts: 5 };
 
     /// Channels without known limits get the whole text as one message.
-    pub const SINGLE: Self = Self {
-        max_part_bytes: usize::MAX,
-        max_parts: 1,
-    };
+    pub const SINGLE: Self = Self { max_part_bytes: usize::MAX, max_parts: 1 };
 
     /// The limits for a request's `source`.
     pub fn for_source(source: &str) -> Self {
@@ -121,12 +115,7 @@ enum Boundary {
 }
 
 impl Boundary {
-    const BEST_FIRST: [Boundary; 4] = [
-        Boundary::Paragraph,
-        Boundary::Line,
-        Boundary::Sentence,
-        Boundary::Space,
-    ];
+    const BEST_FIRST: [Boundary; 4] = [Boundary::Paragraph, Boundary::Line, Boundary::Sentence, Boundary::Space];
 }
 
 /// A trimmed text with the places it may be cut, worked out once.
@@ -147,11 +136,7 @@ impl<'a> Layout<'a> {
             .filter(|&(at, _)| !strictly_inside(&protected, at))
             .filter_map(|(at, next)| classify(text, at, next).map(|kind| (at, kind)))
             .collect();
-        Self {
-            text,
-            boundaries,
-            protected,
-        }
+        Self { text, boundaries, protected }
     }
 
     /// The trimmed part between two offsets.
@@ -167,8 +152,7 @@ impl<'a> Layout<'a> {
     /// Where to end a part that starts at `start` and may hold `budget` bytes.
     fn cut(&self, start: usize, budget: usize) -> usize {
         let end = self.window_end(start, budget);
-        self.best_boundary(start, end, budget)
-            .unwrap_or_else(|| self.hard_cut(start, end))
+        self.best_boundary(start, end, budget).unwrap_or_else(|| self.hard_cut(start, end))
     }
 
     /// The furthest char boundary within budget, but always past `start` so
@@ -194,12 +178,7 @@ impl<'a> Layout<'a> {
         let half_full = start.saturating_add(budget / 2);
         Boundary::BEST_FIRST
             .iter()
-            .find_map(|&kind| {
-                window
-                    .iter()
-                    .rev()
-                    .find(|&&(at, found)| found == kind && at >= half_full)
-            })
+            .find_map(|&kind| window.iter().rev().find(|&&(at, found)| found == kind && at >= half_full))
             .or_else(|| window.last())
             .map(|&(at, _)| at)
     }
@@ -214,11 +193,7 @@ impl<'a> Layout<'a> {
     /// A cut with no natural boundary: at `end`, unless that splits a
     /// protected unit which could still start the next part whole.
     fn hard_cut(&self, start: usize, end: usize) -> usize {
-        match self
-            .protected
-            .iter()
-            .find(|unit| strictly_inside_unit(unit, end))
-        {
+        match self.protected.iter().find(|unit| strictly_inside_unit(unit, end)) {
             Some(unit) if unit.start > start => unit.start,
             _ => end,
         }
@@ -229,11 +204,7 @@ impl<'a> Layout<'a> {
 fn classify(text: &str, at: usize, next: char) -> Option<Boundary> {
     if next == '\n' {
         let blank_line_follows = next_line_is_blank(&text[at + 1..]);
-        return Some(if blank_line_follows {
-            Boundary::Paragraph
-        } else {
-            Boundary::Line
-        });
+        return Some(if blank_line_follows { Boundary::Paragraph } else { Boundary::Line });
     }
     match text[..at].chars().next_back() {
         Some(prev) if CJK_STOPS.contains(&prev) => Some(Boundary::Sentence),
@@ -246,8 +217,7 @@ fn classify(text: &str, at: usize, next: char) -> Option<Boundary> {
 /// Whether the line starting at `rest` holds only whitespace. Text is
 /// trimmed, so a blank line is always followed by another newline.
 fn next_line_is_blank(rest: &str) -> bool {
-    rest.find('\n')
-        .is_some_and(|newline| rest[..newline].trim().is_empty())
+    rest.find('\n').is_some_and(|newline| rest[..newline].trim().is_empty())
 }
 
 /// Fenced code blocks and URLs, the units a cut must not split.
@@ -283,10 +253,7 @@ fn url_len(rest: &str) -> Option<usize> {
     if !(rest.starts_with("http://") || rest.starts_with("https://")) {
         return None;
     }
-    Some(
-        rest.find(|c: char| c.is_whitespace() || c == '`')
-            .unwrap_or(rest.len()),
-    )
+    Some(rest.find(|c: char| c.is_whitespace() || c == '`').unwrap_or(rest.len()))
 }
 
 fn strictly_inside(units: &[Range<usize>], at: usize) -> bool {
@@ -301,8 +268,5 @@ fn strictly_inside_unit(unit: &Range<usize>, at: usize) -> bool {
 /// The largest char boundary at or before `at`. (`str::floor_char_boundary`
 /// only became stable in Rust 1.91, and the workspace pins no toolchain.)
 fn floor_char_boundary(text: &str, at: usize) -> usize {
-    (0..=at)
-        .rev()
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(0)
+    (0..=at).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0)
 }

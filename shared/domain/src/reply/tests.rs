@@ -14,11 +14,7 @@ fn assert_well_formed(parts: &[String], limits: ChannelLimits) {
     for part in parts {
         assert!(!part.is_empty(), "empty part");
         assert_eq!(part, part.trim(), "untrimmed part");
-        assert!(
-            part.len() <= limits.max_part_bytes,
-            "part of {} bytes",
-            part.len()
-        );
+        assert!(part.len() <= limits.max_part_bytes, "part of {} bytes", part.len());
     }
 }
 
@@ -27,10 +23,7 @@ fn without_whitespace(text: &str) -> String {
 }
 
 fn assert_preserves(parts: &[String], text: &str) {
-    assert_eq!(
-        without_whitespace(&parts.concat()),
-        without_whitespace(text)
-    );
+    assert_eq!(without_whitespace(&parts.concat()), without_whitespace(text));
 }
 
 fn english_paragraph(sentences: usize) -> String {
@@ -41,21 +34,21 @@ fn english_paragraph(sentences: usize) -> String {
 }
 
 fn chinese_paragraph(sentences: usize) -> String {
-    (0..sentences)
-        .map(|i| format!("第{i}句话说明了这次交接的一些情况。"))
-        .collect()
+    (0..sentences).map(|i| format!("第{i}句话说明了这次交接的一些情况。")).collect()
 }
 
 fn contains_uuid(text: &str) -> bool {
     const DASHES: [usize; 4] = [8, 13, 18, 23];
     text.as_bytes().windows(36).any(|window| {
-        window.iter().enumerate().all(|(i, byte)| {
-            if DASHES.contains(&i) {
-                *byte == b'-'
-            } else {
-                byte.is_ascii_hexdigit()
-            }
-        })
+        window.iter().enumerate().all(
+            |(i, byte)| {
+                if DASHES.contains(&i) {
+                    *byte == b'-'
+                } else {
+                    byte.is_ascii_hexdigit()
+                }
+            },
+        )
     })
 }
 
@@ -63,25 +56,9 @@ fn contains_uuid(text: &str) -> bool {
 fn status_names_match_the_contract() {
     let reason = Some("user asked".to_string());
     let outcomes = [
-        (
-            Outcome::Completed {
-                final_text: "ok".into(),
-            },
-            "completed",
-        ),
-        (
-            Outcome::Failed {
-                code: crate::contract::ErrorCode::Failed,
-                message: "m".into(),
-            },
-            "failed",
-        ),
-        (
-            Outcome::Blocked {
-                message: "m".into(),
-            },
-            "blocked",
-        ),
+        (Outcome::Completed { final_text: "ok".into() }, "completed"),
+        (Outcome::Failed { code: crate::contract::ErrorCode::Failed, message: "m".into() }, "failed"),
+        (Outcome::Blocked { message: "m".into() }, "blocked"),
         (Outcome::Cancelled { reason }, "cancelled"),
     ];
     for (outcome, status) in outcomes {
@@ -91,17 +68,13 @@ fn status_names_match_the_contract() {
 
 #[test]
 fn humanized_completion_is_the_trimmed_final_text() {
-    let outcome = Outcome::Completed {
-        final_text: "  Here is your plan.\n".into(),
-    };
+    let outcome = Outcome::Completed { final_text: "  Here is your plan.\n".into() };
     assert_eq!(humanize(&outcome, Language::ZhCn), "Here is your plan.");
 }
 
 #[test]
 fn humanized_completion_with_blank_text_is_still_a_message() {
-    let outcome = Outcome::Completed {
-        final_text: " \n ".into(),
-    };
+    let outcome = Outcome::Completed { final_text: " \n ".into() };
     assert!(!humanize(&outcome, Language::En).is_empty());
     assert!(!humanize(&outcome, Language::ZhCn).is_empty());
 }
@@ -122,8 +95,12 @@ fn a_spent_budget_is_explained_in_both_languages() {
     assert_eq!(zh(ex(Limit::ToolCalls, 5)), "智能体已达到本次请求的工具调用次数上限（5 次）");
     assert_eq!(zh(ex(Limit::Tokens, 120)), "智能体已用完本次请求的模型用量上限（120 个 token）");
     assert_eq!(zh(ex(Limit::WallClock, 2)), "智能体已达到本次请求的运行时间上限（2 秒）");
-    let failed = Outcome::Failed { code: crate::contract::ErrorCode::BudgetExhausted, message: zh(ex(Limit::WallClock, 7200)) };
-    assert_eq!(humanize(&failed, Language::ZhCn), "抱歉，这次请求没有完成：智能体已达到本次请求的运行时间上限（2 小时）");
+    let failed =
+        Outcome::Failed { code: crate::contract::ErrorCode::BudgetExhausted, message: zh(ex(Limit::WallClock, 7200)) };
+    assert_eq!(
+        humanize(&failed, Language::ZhCn),
+        "抱歉，这次请求没有完成：智能体已达到本次请求的运行时间上限（2 小时）"
+    );
 }
 
 #[test]
@@ -136,42 +113,24 @@ fn humanized_failure_apologizes_with_the_message() {
         humanize(&outcome, Language::En),
         "Sorry, I couldn't finish this request: the research agent took too long"
     );
-    assert_eq!(
-        humanize(&outcome, Language::ZhCn),
-        "抱歉，这次请求没有完成：the research agent took too long"
-    );
+    assert_eq!(humanize(&outcome, Language::ZhCn), "抱歉，这次请求没有完成：the research agent took too long");
 }
 
 #[test]
 fn humanized_cancellation_without_reason_is_a_full_sentence() {
     let outcome = Outcome::Cancelled { reason: None };
-    assert_eq!(
-        humanize(&outcome, Language::En),
-        "This request was cancelled."
-    );
+    assert_eq!(humanize(&outcome, Language::En), "This request was cancelled.");
     assert_eq!(humanize(&outcome, Language::ZhCn), "这次请求已取消。");
 }
 
 #[test]
 fn humanized_outcomes_show_no_internal_ids_in_either_language() {
     let outcomes = [
-        Outcome::Completed {
-            final_text: "Your trip is booked.".into(),
-        },
-        Outcome::Failed {
-            code: crate::contract::ErrorCode::HostError,
-            message: "the booking site is down".into(),
-        },
-        Outcome::Failed {
-            code: crate::contract::ErrorCode::Failed,
-            message: String::new(),
-        },
-        Outcome::Blocked {
-            message: "a manager must approve the budget".into(),
-        },
-        Outcome::Cancelled {
-            reason: Some("the user changed their mind".into()),
-        },
+        Outcome::Completed { final_text: "Your trip is booked.".into() },
+        Outcome::Failed { code: crate::contract::ErrorCode::HostError, message: "the booking site is down".into() },
+        Outcome::Failed { code: crate::contract::ErrorCode::Failed, message: String::new() },
+        Outcome::Blocked { message: "a manager must approve the budget".into() },
+        Outcome::Cancelled { reason: Some("the user changed their mind".into()) },
         Outcome::Cancelled { reason: None },
     ];
     for outcome in &outcomes {
@@ -187,9 +146,7 @@ fn humanized_outcomes_show_no_internal_ids_in_either_language() {
 
 #[test]
 fn the_uuid_detector_used_above_detects_uuids() {
-    assert!(contains_uuid(
-        "run 0190f5c2-7a4b-7c3d-8e9f-0123456789ab failed"
-    ));
+    assert!(contains_uuid("run 0190f5c2-7a4b-7c3d-8e9f-0123456789ab failed"));
     assert!(!contains_uuid("Sorry, I couldn't finish this request."));
 }
 
@@ -271,21 +228,14 @@ fn line_breaks_are_preferred_over_sentence_ends() {
 
 #[test]
 fn a_url_is_never_split() {
-    let urls: Vec<String> = (0..12)
-        .map(|i| format!("https://example.com/reports/{i}/{}?page=1", "x".repeat(300)))
-        .collect();
-    let text: String = urls
-        .iter()
-        .map(|url| format!("{} see {url} ", "word ".repeat(40)))
-        .collect();
+    let urls: Vec<String> =
+        (0..12).map(|i| format!("https://example.com/reports/{i}/{}?page=1", "x".repeat(300))).collect();
+    let text: String = urls.iter().map(|url| format!("{} see {url} ", "word ".repeat(40))).collect();
     let parts = weixin_parts(&text);
     assert_well_formed(&parts, WEIXIN);
     assert_preserves(&parts, &text);
     for url in &urls {
-        assert!(
-            parts.iter().any(|part| part.contains(url.as_str())),
-            "{url} split"
-        );
+        assert!(parts.iter().any(|part| part.contains(url.as_str())), "{url} split");
     }
 }
 
@@ -301,17 +251,9 @@ fn a_hard_cut_stops_short_of_a_url() {
 #[test]
 fn a_fenced_code_block_is_kept_whole_when_it_fits() {
     let code_line = "let answer = compute(42); // keep this line intact.\n";
-    let block = format!(
-        "```rust\n{}\n{}```",
-        code_line.repeat(15),
-        code_line.repeat(15)
-    );
+    let block = format!("```rust\n{}\n{}```", code_line.repeat(15), code_line.repeat(15));
     assert!(block.len() < WEIXIN.max_part_bytes);
-    let text = format!(
-        "{}\n{block}\n{}",
-        english_paragraph(20),
-        english_paragraph(20)
-    );
+    let text = format!("{}\n{block}\n{}", english_paragraph(20), english_paragraph(20));
     let parts = weixin_parts(&text);
     assert_well_formed(&parts, WEIXIN);
     assert_preserves(&parts, &text);
@@ -341,9 +283,7 @@ fn overflow_ends_the_last_part_with_the_note_within_the_limit() {
         let note = truncation_note(language);
         let last = parts.last().unwrap();
         assert!(last.ends_with(&format!("\n{note}")), "{last}");
-        assert!(parts[..parts.len() - 1]
-            .iter()
-            .all(|part| !part.contains(note)));
+        assert!(parts[..parts.len() - 1].iter().all(|part| !part.contains(note)));
     }
 }
 
@@ -370,9 +310,7 @@ fn parts_preserve_the_text_when_it_fits() {
     for text in texts {
         let parts = weixin_parts(&text);
         assert_well_formed(&parts, WEIXIN);
-        assert!(parts
-            .iter()
-            .all(|part| !part.contains(truncation_note(Language::En))));
+        assert!(parts.iter().all(|part| !part.contains(truncation_note(Language::En))));
         assert_preserves(&parts, &text);
     }
 }

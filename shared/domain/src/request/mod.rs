@@ -34,8 +34,8 @@ mod strict;
 mod tests;
 
 pub use parse::parse_request;
-pub use sample::sample_request_json;
 use parse::{salvage_chat_id, salvage_id, salvage_language};
+pub use sample::sample_request_json;
 
 /// Largest body Baton will look at (1 MiB); anything bigger is dead-lettered
 /// unread so one oversized message cannot exhaust a worker's memory.
@@ -325,12 +325,7 @@ pub fn bounded_reason(reason: &str) -> String {
 impl RequestError {
     /// A refusal with nothing salvaged: the body was not readable JSON.
     fn bare(reason: String) -> Self {
-        Self {
-            reason,
-            handoff_id: None,
-            reply_to_chat_id: None,
-            language: None,
-        }
+        Self { reason, handoff_id: None, reply_to_chat_id: None, language: None }
     }
 
     /// A refusal of a JSON body, keeping whatever identifies the sender.

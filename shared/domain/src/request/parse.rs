@@ -18,8 +18,7 @@ use crate::language::Language;
 /// field, or carrying a value the contract forbids.
 pub fn parse_request(body: &[u8]) -> Result<HandoffRequest, RequestError> {
     let text = check_envelope(body).map_err(RequestError::bare)?;
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| RequestError::bare(format!("body is not JSON: {e}")))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| RequestError::bare(format!("body is not JSON: {e}")))?;
     if contains_nul(&value) {
         // Postgres text cannot store NUL; refuse it here with a clear reason.
         return Err(RequestError::salvaged("a string contains a NUL character (\\u0000)".to_owned(), &value));
@@ -53,21 +52,14 @@ fn check_envelope(body: &[u8]) -> Result<&str, String> {
 
 fn check_size(body: &[u8]) -> Result<(), String> {
     if body.len() > MAX_BODY_BYTES {
-        return Err(format!(
-            "body is {} bytes; the limit is {MAX_BODY_BYTES}",
-            body.len()
-        ));
+        return Err(format!("body is {} bytes; the limit is {MAX_BODY_BYTES}", body.len()));
     }
     Ok(())
 }
 
 fn check_utf8(body: &[u8]) -> Result<&str, String> {
-    std::str::from_utf8(body).map_err(|e| {
-        format!(
-            "body is not valid UTF-8 (invalid byte at offset {})",
-            e.valid_up_to()
-        )
-    })
+    std::str::from_utf8(body)
+        .map_err(|e| format!("body is not valid UTF-8 (invalid byte at offset {})", e.valid_up_to()))
 }
 
 fn check_depth(bytes: &[u8]) -> Result<(), String> {
@@ -178,10 +170,7 @@ fn check_id(id: &str) -> Result<(), String> {
     if id_length_ok(id) {
         return Ok(());
     }
-    Err(format!(
-        "field `id` must be 1 to {MAX_ID_CHARS} characters long (it is {})",
-        id.chars().count()
-    ))
+    Err(format!("field `id` must be 1 to {MAX_ID_CHARS} characters long (it is {})", id.chars().count()))
 }
 
 fn check_conversation_key(key: Option<&str>) -> Result<(), String> {

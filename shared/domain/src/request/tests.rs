@@ -64,10 +64,7 @@ fn a_full_valid_sample_parses_into_every_field() {
     assert_eq!(context.user_memories[0].r#type, "preference");
     assert_eq!(context.user_memories[0].sensitivity, Sensitivity::Low);
     assert!(context.session_summary.is_some());
-    assert_eq!(
-        request.constraints.forbidden_actions,
-        ["send_messages", "modify_files"]
-    );
+    assert_eq!(request.constraints.forbidden_actions, ["send_messages", "modify_files"]);
 }
 
 #[test]
@@ -107,20 +104,13 @@ fn a_body_over_one_mebibyte_is_refused_by_size() {
 fn invalid_utf8_is_refused_with_its_offset() {
     let mut body = br#"{"id": "abc"#.to_vec();
     body.push(0xFF);
-    assert_eq!(
-        parse_request(&body).unwrap_err().reason,
-        "body is not valid UTF-8 (invalid byte at offset 11)"
-    );
+    assert_eq!(parse_request(&body).unwrap_err().reason, "body is not valid UTF-8 (invalid byte at offset 11)");
 }
 
 #[test]
 fn text_that_is_not_json_is_refused_without_salvage() {
     let err = parse_request(b"hello there").unwrap_err();
-    assert!(
-        err.reason.starts_with("body is not JSON: "),
-        "{}",
-        err.reason
-    );
+    assert!(err.reason.starts_with("body is not JSON: "), "{}", err.reason);
     assert_eq!(err.handoff_id, None);
     assert_eq!(err.reply_to_chat_id, None);
     assert_eq!(err.language, None);
@@ -133,10 +123,7 @@ fn an_empty_body_is_refused_as_empty() {
 
 #[test]
 fn a_json_array_body_is_refused_as_not_an_object() {
-    assert_eq!(
-        parse_request(b"[1, 2]").unwrap_err().reason,
-        "body must be a JSON object, found an array"
-    );
+    assert_eq!(parse_request(b"[1, 2]").unwrap_err().reason, "body must be a JSON object, found an array");
 }
 
 #[test]
@@ -154,10 +141,7 @@ fn nesting_of_sixty_four_levels_is_accepted() {
 #[test]
 fn a_megabyte_of_brackets_is_refused_by_depth_not_by_serde() {
     let body = "[".repeat(MAX_BODY_BYTES);
-    assert_eq!(
-        parse_request(body.as_bytes()).unwrap_err().reason,
-        "JSON nests deeper than 64 levels"
-    );
+    assert_eq!(parse_request(body.as_bytes()).unwrap_err().reason, "JSON nests deeper than 64 levels");
 }
 
 #[test]
@@ -213,10 +197,7 @@ fn an_unsupported_language_names_the_nested_field() {
 fn a_mistyped_field_gets_serdes_reason_with_the_field_name() {
     let mut value = sample_json();
     value["userIntent"] = json!(5);
-    assert_eq!(
-        reason_for(&value),
-        "field `userIntent` is invalid: invalid type: integer `5`, expected a string"
-    );
+    assert_eq!(reason_for(&value), "field `userIntent` is invalid: invalid type: integer `5`, expected a string");
 }
 
 #[test]
@@ -234,10 +215,7 @@ fn a_bad_value_deep_in_the_context_is_named_by_its_full_path() {
 fn an_empty_id_is_refused() {
     let mut value = sample_json();
     value["id"] = json!("");
-    assert_eq!(
-        reason_for(&value),
-        "field `id` must be 1 to 128 characters long (it is 0)"
-    );
+    assert_eq!(reason_for(&value), "field `id` must be 1 to 128 characters long (it is 0)");
 }
 
 #[test]
@@ -256,10 +234,7 @@ fn an_id_of_128_characters_is_accepted_and_129_refused() {
     value["id"] = json!("界".repeat(128));
     assert!(parse_value(&value).is_ok());
     value["id"] = json!("x".repeat(129));
-    assert_eq!(
-        reason_for(&value),
-        "field `id` must be 1 to 128 characters long (it is 129)"
-    );
+    assert_eq!(reason_for(&value), "field `id` must be 1 to 128 characters long (it is 129)");
 }
 
 #[test]
@@ -285,9 +260,7 @@ fn a_timestamp_that_is_not_rfc3339_is_refused() {
     value["updatedAt"] = json!("yesterday at noon");
     let reason = reason_for(&value);
     assert!(
-        reason.starts_with(
-            "field `updatedAt` must be an RFC 3339 timestamp, got \"yesterday at noon\""
-        ),
+        reason.starts_with("field `updatedAt` must be an RFC 3339 timestamp, got \"yesterday at noon\""),
         "{reason}"
     );
 }
@@ -327,10 +300,7 @@ fn unknown_fields_are_ignored_at_every_level() {
     value["bridgeVersion"] = json!("2.1");
     value["context"]["extra"] = json!({ "a": [1, 2] });
     value["constraints"]["budget"] = json!(3);
-    assert_eq!(
-        parse_value(&value).unwrap(),
-        parse_value(&sample_json()).unwrap()
-    );
+    assert_eq!(parse_value(&value).unwrap(), parse_value(&sample_json()).unwrap());
 }
 
 /// Applies one edit to the sample: `Some(v)` sets the field at `path`
@@ -402,15 +372,27 @@ const BAD: &[(&str, &str, &str)] = &[
     ("/userIntent", "5", "field `userIntent` is invalid: invalid type: integer `5`, expected a string"),
     ("/createdAt", "1764460800", "field `createdAt` is invalid: invalid type: integer"),
     ("/callback/replyToChatId", "42", "field `callback.replyToChatId` is invalid: invalid type: integer"),
-    ("/constraints/allowedActions", r#""draft_text""#, "field `constraints.allowedActions` is invalid: invalid type: string"),
+    (
+        "/constraints/allowedActions",
+        r#""draft_text""#,
+        "field `constraints.allowedActions` is invalid: invalid type: string",
+    ),
     ("/constraints/allowedActions", "null", "field `constraints.allowedActions` is invalid: invalid type: null"),
-    ("/constraints/forbiddenActions/1", "7", "field `constraints.forbiddenActions[1]` is invalid: invalid type: integer"),
+    (
+        "/constraints/forbiddenActions/1",
+        "7",
+        "field `constraints.forbiddenActions[1]` is invalid: invalid type: integer",
+    ),
     (
         "/context/userMemories/0/sensitivity",
         r#""secret""#,
         "field `context.userMemories[0].sensitivity` is invalid: unknown variant `secret`",
     ),
-    ("/context/projectMemories", "{}", "field `context.projectMemories` is invalid: invalid type: map, expected a sequence"),
+    (
+        "/context/projectMemories",
+        "{}",
+        "field `context.projectMemories` is invalid: invalid type: map, expected a sequence",
+    ),
 ];
 
 fn edit_of(path: &str, to: &str) -> Value {
@@ -460,18 +442,8 @@ fn status_strings_parse_and_terminal_ones_are_known() {
         assert_eq!(HandoffStatus::parse(status.as_str()), Some(status));
     }
     assert_eq!(HandoffStatus::parse("done"), None);
-    let terminal: Vec<_> = HandoffStatus::ALL
-        .iter()
-        .filter(|s| s.is_terminal())
-        .collect();
-    assert_eq!(
-        terminal,
-        [
-            &HandoffStatus::Completed,
-            &HandoffStatus::Failed,
-            &HandoffStatus::Cancelled
-        ]
-    );
+    let terminal: Vec<_> = HandoffStatus::ALL.iter().filter(|s| s.is_terminal()).collect();
+    assert_eq!(terminal, [&HandoffStatus::Completed, &HandoffStatus::Failed, &HandoffStatus::Cancelled]);
 }
 
 #[test]

@@ -52,7 +52,18 @@ pub async fn enqueue_fleet(c: &impl GenericClient, m: &FleetMessage) -> Result<(
                 now() + make_interval(secs => $10)
            FROM (SELECT $9::uuid AS id) k LEFT JOIN runs r ON r.id = k.id
          RETURNING id, queue",
-        &[&high, &normal, &low, &m.body(), &traceparent, &Priority::High.as_str(), &Priority::Low.as_str(), &tracestate, &run_id, &grace],
+        &[
+            &high,
+            &normal,
+            &low,
+            &m.body(),
+            &traceparent,
+            &Priority::High.as_str(),
+            &Priority::Low.as_str(),
+            &tracestate,
+            &run_id,
+            &grace,
+        ],
     )
     .await?;
     if grace > 0.0 {
@@ -98,8 +109,17 @@ pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {
     // Published by this process right after the commit (see `after_commit`):
     // the row is the relay's only after the grace, and wakes no relay.
     let grace = after_commit::grace().map(|g| g.as_secs_f64()).unwrap_or(0.0);
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] =
-        [&m.queue, &m.external, &m.message_id, &m.correlation_id, &m.body, &m.mandatory, &traceparent, &tracestate, &grace];
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+        &m.queue,
+        &m.external,
+        &m.message_id,
+        &m.correlation_id,
+        &m.body,
+        &m.mandatory,
+        &traceparent,
+        &tracestate,
+        &grace,
+    ];
     let queued = sql::query_one(
         c,
         "INSERT INTO outbox (queue, external, message_id, correlation_id, body, mandatory, traceparent, tracestate, next_attempt_at)

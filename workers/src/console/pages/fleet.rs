@@ -73,7 +73,10 @@ async fn queues(state: &State) -> (Vec<QueueRow>, Option<String>) {
     match counted {
         Ok(rows) => (rows, None),
         Err(e) => {
-            let rows = Queue::ALL.iter().map(|q| QueueRow { logical: q.as_str(), name: names.name(*q), depth: None, consumers: None }).collect();
+            let rows = Queue::ALL
+                .iter()
+                .map(|q| QueueRow { logical: q.as_str(), name: names.name(*q), depth: None, consumers: None })
+                .collect();
             (rows, Some(format!("RabbitMQ did not answer: {e:#}")))
         }
     }
@@ -103,11 +106,20 @@ pub async fn show(Shared(state): Shared<Arc<State>>) -> PageResult {
         .map(|p| {
             let (ready, readiness) = readiness(p);
             let limit = p.model_limit.as_ref().map(|l| l.name.clone());
-            ProfileRow { id: p.id.clone(), name: p.name.clone(), provider: p.model.provider_name(), ready, readiness, limit }
+            ProfileRow {
+                id: p.id.clone(),
+                name: p.name.clone(),
+                provider: p.model.provider_name(),
+                ready,
+                readiness,
+                limit,
+            }
         })
         .collect();
     let limits: Vec<LimitRow> = baton_store::limits::usage(&c).await?.into_iter().map(limit_row).collect();
     let (queues, broker_problem) = queues(&state).await;
     let oldest = counts.outbox_oldest_secs.map(|s| span((s * 1000.0) as i64));
-    Ok(state.views.page("fleet.html", context! { nav => "fleet", counts, oldest, queues, broker_problem, profiles, limits }))
+    Ok(state
+        .views
+        .page("fleet.html", context! { nav => "fleet", counts, oldest, queues, broker_problem, profiles, limits }))
 }

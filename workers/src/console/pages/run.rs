@@ -30,7 +30,8 @@ pub struct Reason {
 /// `POST /runs/RUN/cancel`: every live invocation stops and the bridge is told `cancelled`.
 pub async fn cancel(Shared(state): Shared<Arc<State>>, Path(id): Path<String>, Form(form): Form<Reason>) -> PageResult {
     let id = run_id(&id)?;
-    let reason = Some(form.reason.trim()).filter(|r| !r.is_empty()).unwrap_or("cancelled by an operator in the console");
+    let reason =
+        Some(form.reason.trim()).filter(|r| !r.is_empty()).unwrap_or("cancelled by an operator in the console");
     if baton_store::runs::get(&state.db().await?, id).await?.is_none() {
         return Err(PageError::not_found(format!("no run {id}")));
     }

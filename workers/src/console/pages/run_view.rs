@@ -144,7 +144,10 @@ pub async fn load(c: &impl GenericClient, run: Run) -> anyhow::Result<RunView> {
         error: run.error.as_ref().map(|e| format!("{}: {}", e.code, e.message)),
         final_text: run.final_text.clone(),
         events: event_views(&events, &lanes),
-        briefs: invocations.iter().map(|i| BriefView { agent: i.profile_id.clone(), kind: i.kind.as_str().into(), brief: i.brief.clone() }).collect(),
+        briefs: invocations
+            .iter()
+            .map(|i| BriefView { agent: i.profile_id.clone(), kind: i.kind.as_str().into(), brief: i.brief.clone() })
+            .collect(),
         invocations: tree(&invocations, &steps, None),
         files: baton_store::workspace::list(c, run.id).await?,
         ledger: baton_store::workspace::ledger(c, run.id).await?,
@@ -161,7 +164,10 @@ pub async fn load(c: &impl GenericClient, run: Run) -> anyhow::Result<RunView> {
 /// Each agent in the order it first appears, with a colour of its own.
 fn lanes(events: &[EventRow], invocations: &[Invocation]) -> Vec<Lane> {
     let mut lanes: Vec<Lane> = vec![];
-    let agents = events.iter().map(|e| e.profile_id.as_deref().unwrap_or("run")).chain(invocations.iter().map(|i| i.profile_id.as_str()));
+    let agents = events
+        .iter()
+        .map(|e| e.profile_id.as_deref().unwrap_or("run"))
+        .chain(invocations.iter().map(|i| i.profile_id.as_str()));
     for agent in agents {
         if !lanes.iter().any(|l| l.agent == agent) {
             lanes.push(Lane { agent: agent.to_string(), colour: lanes.len() % 8 });
@@ -195,7 +201,11 @@ fn event_views(events: &[EventRow], lanes: &[Lane]) -> Vec<EventView> {
 
 /// Invocations whose parent is `parent`, each with its delegated children
 /// inside; handoff stages are listed in order at the top level.
-fn tree(all: &[Invocation], steps: &BTreeMap<uuid::Uuid, Vec<Step>>, parent: Option<uuid::Uuid>) -> Vec<InvocationView> {
+fn tree(
+    all: &[Invocation],
+    steps: &BTreeMap<uuid::Uuid, Vec<Step>>,
+    parent: Option<uuid::Uuid>,
+) -> Vec<InvocationView> {
     all.iter()
         .filter(|i| match parent {
             None => i.kind != InvocationKind::Child,
@@ -217,12 +227,23 @@ fn tree(all: &[Invocation], steps: &BTreeMap<uuid::Uuid, Vec<Step>>, parent: Opt
 /// text and tool calls, a tool's result.
 fn step_views(step: &Step) -> Vec<StepView> {
     let p = &step.payload;
-    let text = |v: &Value| v.as_str().map(str::to_string).unwrap_or_else(|| if v.is_null() { String::new() } else { pretty(v) });
-    let entry = |kind: &str, title: String, body: String, is_error: bool| StepView { kind: kind.into(), title, text: body, is_error };
+    let text = |v: &Value| {
+        v.as_str().map(str::to_string).unwrap_or_else(|| if v.is_null() { String::new() } else { pretty(v) })
+    };
+    let entry = |kind: &str, title: String, body: String, is_error: bool| StepView {
+        kind: kind.into(),
+        title,
+        text: body,
+        is_error,
+    };
     match step.kind.as_str() {
         "prompt" => p["messages"]
             .as_array()
-            .map(|ms| ms.iter().map(|m| entry("prompt", format!("prompt · {}", text(&m["role"])), text(&m["content"]), false)).collect())
+            .map(|ms| {
+                ms.iter()
+                    .map(|m| entry("prompt", format!("prompt · {}", text(&m["role"])), text(&m["content"]), false))
+                    .collect()
+            })
             .unwrap_or_default(),
         "model_turn" => {
             let mut out = vec![];
@@ -231,12 +252,22 @@ fn step_views(step: &Step) -> Vec<StepView> {
                 out.push(entry("model", "model".into(), content, false));
             }
             for call in p["tool_calls"].as_array().or(p["toolCalls"].as_array()).into_iter().flatten() {
-                out.push(entry("call", format!("tool call · {}", text(&call["name"])), pretty(&call["arguments"]), false));
+                out.push(entry(
+                    "call",
+                    format!("tool call · {}", text(&call["name"])),
+                    pretty(&call["arguments"]),
+                    false,
+                ));
             }
             out
         }
         "tool_result" => {
-            vec![entry("result", format!("result · {}", text(&p["name"])), text(&p["content"]), p["isError"].as_bool().unwrap_or(false))]
+            vec![entry(
+                "result",
+                format!("result · {}", text(&p["name"])),
+                text(&p["content"]),
+                p["isError"].as_bool().unwrap_or(false),
+            )]
         }
         other => vec![entry(other, other.replace('_', " "), pretty(p), false)],
     }
@@ -251,7 +282,9 @@ fn request_view(r: &baton_store::requests::Request, events: &[baton_store::reque
         intent: parsed.as_ref().map(|p| p.user_intent.clone()).unwrap_or_else(|| text_of(&r.body["userIntent"])),
         context: pretty(&r.body["context"]),
         constraints: pretty(&r.body["constraints"]),
-        redactions: parsed.map(|p| p.context.redactions.iter().map(|x| (x.field.clone(), x.reason.clone())).collect()).unwrap_or_default(),
+        redactions: parsed
+            .map(|p| p.context.redactions.iter().map(|x| (x.field.clone(), x.reason.clone())).collect())
+            .unwrap_or_default(),
         events: events
             .iter()
             .map(|e| {
@@ -275,7 +308,10 @@ fn bridge_message(m: &baton_store::sent::Sent) -> BridgeMessage {
         at: at(m.at),
         status: b["status"].as_str().map(str::to_string),
         seq: b["seq"].as_i64(),
-        parts: b["parts"].as_array().map(|ps| ps.iter().map(|p| clip(&text_of(p), 20_000)).collect()).unwrap_or_default(),
+        parts: b["parts"]
+            .as_array()
+            .map(|ps| ps.iter().map(|p| clip(&text_of(p), 20_000)).collect())
+            .unwrap_or_default(),
         body: pretty(b),
     }
 }

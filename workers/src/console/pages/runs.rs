@@ -68,10 +68,15 @@ impl Filters {
     /// The store's filter, or what the operator typed that does not read.
     fn parse(&self, now: DateTime<Utc>) -> Result<RunFilter, String> {
         let some = |s: &str| Some(s.trim().to_string()).filter(|s| !s.is_empty());
-        let status = some(&self.status).map(|s| RunStatus::parse(&s).ok_or(format!("`{s}` is not a run status"))).transpose()?;
-        let source = some(&self.source).map(|s| Source::parse(&s).ok_or(format!("`{s}` is not a source"))).transpose()?;
-        let since = some(&self.since).map(|s| since(&s, now).ok_or(format!("`{s}` is not an age (30m, 1h, 2d) or a time"))).transpose()?;
-        let before = some(&self.before).map(|s| page_key(&s).ok_or("that page link is broken".to_string())).transpose()?;
+        let status =
+            some(&self.status).map(|s| RunStatus::parse(&s).ok_or(format!("`{s}` is not a run status"))).transpose()?;
+        let source =
+            some(&self.source).map(|s| Source::parse(&s).ok_or(format!("`{s}` is not a source"))).transpose()?;
+        let since = some(&self.since)
+            .map(|s| since(&s, now).ok_or(format!("`{s}` is not an age (30m, 1h, 2d) or a time")))
+            .transpose()?;
+        let before =
+            some(&self.before).map(|s| page_key(&s).ok_or("that page link is broken".to_string())).transpose()?;
         Ok(RunFilter { status, target: some(&self.target), chat: some(&self.chat), source, since, before, limit: PAGE })
     }
 

@@ -57,8 +57,10 @@ pub async fn list(Shared(state): Shared<Arc<State>>) -> PageResult {
 
 pub async fn show(Shared(state): Shared<Arc<State>>, Path(id): Path<String>) -> PageResult {
     let c = state.db().await?;
-    let request = baton_store::requests::get(&c, &id).await?.ok_or_else(|| PageError::not_found(format!("no handoff `{id}`")))?;
-    let question = baton_store::overview::questions(&c, Some(&id)).await?.into_iter().find_map(|w| w.question).map(asked);
+    let request =
+        baton_store::requests::get(&c, &id).await?.ok_or_else(|| PageError::not_found(format!("no handoff `{id}`")))?;
+    let question =
+        baton_store::overview::questions(&c, Some(&id)).await?.into_iter().find_map(|w| w.question).map(asked);
     drop(c);
     let details = operator::handoff_show(&state.pool, &id).await?;
     let prompt = operator::handoff_prompt(&state.pool, &id).await?;
@@ -114,13 +116,18 @@ pub struct Answered {
 
 /// `POST /handoffs/ID/answer`: the operator's answer to the open question,
 /// applied as a bridge's answer is; the run resumes.
-pub async fn answer(Shared(state): Shared<Arc<State>>, Path(id): Path<String>, Form(form): Form<Answered>) -> PageResult {
+pub async fn answer(
+    Shared(state): Shared<Arc<State>>,
+    Path(id): Path<String>,
+    Form(form): Form<Answered>,
+) -> PageResult {
     let text = Some(form.choice.trim()).filter(|c| !c.is_empty()).unwrap_or(form.text.trim());
     if text.is_empty() {
         return Err(PageError::refused("The answer is empty: type what the user would say, or pick an option."));
     }
     let c = state.db().await?;
-    let request = baton_store::requests::get(&c, &id).await?.ok_or_else(|| PageError::not_found(format!("no handoff `{id}`")))?;
+    let request =
+        baton_store::requests::get(&c, &id).await?.ok_or_else(|| PageError::not_found(format!("no handoff `{id}`")))?;
     drop(c);
     match operator::answer_question(&state.pool, &id, form.question.trim(), text).await? {
         Handled::Applied => {
@@ -139,12 +146,18 @@ pub struct Pasted {
 }
 
 /// `POST /handoffs/ID/result`: the pasted result becomes the reply.
-pub async fn paste_result(Shared(state): Shared<Arc<State>>, Path(id): Path<String>, Form(form): Form<Pasted>) -> PageResult {
+pub async fn paste_result(
+    Shared(state): Shared<Arc<State>>,
+    Path(id): Path<String>,
+    Form(form): Form<Pasted>,
+) -> PageResult {
     let text = form.result.trim();
     if text.is_empty() {
         return Err(PageError::refused("The result is empty: paste what the user should receive."));
     }
-    let run = operator::settle_handoff(&state.pool, &id, Settle::Result, text).await.map_err(|e| PageError::refused(format!("{e:#}")))?;
+    let run = operator::settle_handoff(&state.pool, &id, Settle::Result, text)
+        .await
+        .map_err(|e| PageError::refused(format!("{e:#}")))?;
     Ok(Redirect::to(&format!("/runs/{run}")).into_response())
 }
 
@@ -156,7 +169,10 @@ pub struct Reason {
 
 /// `POST /handoffs/ID/cancel`: the handoff is dropped and the bridge is told.
 pub async fn cancel(Shared(state): Shared<Arc<State>>, Path(id): Path<String>, Form(form): Form<Reason>) -> PageResult {
-    let reason = Some(form.reason.trim()).filter(|r| !r.is_empty()).unwrap_or("cancelled by an operator in the console");
-    let run = operator::settle_handoff(&state.pool, &id, Settle::Cancel, reason).await.map_err(|e| PageError::refused(format!("{e:#}")))?;
+    let reason =
+        Some(form.reason.trim()).filter(|r| !r.is_empty()).unwrap_or("cancelled by an operator in the console");
+    let run = operator::settle_handoff(&state.pool, &id, Settle::Cancel, reason)
+        .await
+        .map_err(|e| PageError::refused(format!("{e:#}")))?;
     Ok(Redirect::to(&format!("/runs/{run}")).into_response())
 }
