@@ -204,7 +204,7 @@ async fn each_agent_gets_its_own_profiles_skills_in_its_prompt() {
         .await
         .contains("## Skills\n### school-tone\nAddress parents warmly; put dates in bold."));
     assert!(!prompt_of("editor").await.contains("school-tone"), "the editor does not inherit the writer's skills");
-    let resolved: Vec<serde_json::Value> = baton_store::journal::timeline(&c, run)
+    let resolved: Vec<Value> = baton_store::journal::timeline(&c, run)
         .await
         .unwrap()
         .into_iter()

@@ -243,11 +243,11 @@ impl Replies {
             match next {
                 Some(Ok(delivery)) if delivery.acker.ack(BasicAckOptions::default()).await.is_ok() => {
                     let message_id =
-                        delivery.properties.message_id().as_ref().map(|m| m.to_string()).unwrap_or_default();
+                        delivery.properties.message_id().as_ref().map(ToString::to_string).unwrap_or_default();
                     return Some((message_id, serde_json::from_slice(&delivery.data).expect("JSON")));
                 }
                 lost => {
-                    println!("cluster test: the bridge lost its consumer ({:?}); reconnecting", lost.map(|d| d.err()));
+                    println!("cluster test: the bridge lost its consumer ({:?}); reconnecting", lost.map(Result::err));
                     *self = Self::open(&self.urls, &self.queue).await;
                 }
             }

@@ -22,7 +22,7 @@ fn asker() -> String {
 
 /// Starts the fleet and sends a request whose agent asks; returns once the
 /// bridge has the question.
-async fn blocked(env: &TestEnv, handoff: &str) -> (baton::fleet::Fleet, baton_bus::lapin::Consumer) {
+async fn blocked(env: &TestEnv, handoff: &str) -> (baton::fleet::Fleet, lapin::Consumer) {
     env.apply_profiles(&asker()).await;
     let fleet = env.start_all();
     let mut replies = env.replies().await;

@@ -35,8 +35,7 @@ async fn until_replies(env: &TestEnv, handoffs: &[&str]) -> Vec<Received> {
     while !handoffs.iter().all(|h| seen.iter().any(|m| m.body["type"] == "reply" && m.body["handoffId"] == *h)) {
         let delivery = tokio::time::timeout(WAIT, consumer.next()).await.expect("a message in time").unwrap().unwrap();
         delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
-        let text =
-            |v: &Option<baton_bus::lapin::types::ShortString>| v.as_ref().map(|s| s.to_string()).unwrap_or_default();
+        let text = |v: &Option<lapin::types::ShortString>| v.as_ref().map(ToString::to_string).unwrap_or_default();
         let props = &delivery.properties;
         seen.push(Received {
             body: serde_json::from_slice(&delivery.data).unwrap(),

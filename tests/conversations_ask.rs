@@ -30,7 +30,7 @@ fn asker(timeout: u64) -> String {
 async fn next_with_id(consumer: &mut Consumer) -> (Value, String) {
     let delivery = tokio::time::timeout(WAIT, consumer.next()).await.expect("a bridge message").unwrap().unwrap();
     delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
-    let id = delivery.properties.message_id().as_ref().map(|s| s.to_string()).unwrap_or_default();
+    let id = delivery.properties.message_id().as_ref().map(ToString::to_string).unwrap_or_default();
     (serde_json::from_slice(&delivery.data).unwrap(), id)
 }
 

@@ -17,10 +17,7 @@ const WAIT: Duration = Duration::from_secs(40);
 /// A number from this test's database on a fresh session (pooled ones may
 /// just have been ended by a fault).
 async fn count(env: &TestEnv, sql: &str) -> i64 {
-    let (client, conn) =
-        baton_store::tokio_postgres::connect(&env.settings.database_url, baton_store::tokio_postgres::NoTls)
-            .await
-            .unwrap();
+    let (client, conn) = tokio_postgres::connect(&env.settings.database_url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(conn);
     client.query_one(sql, &[]).await.unwrap().get(0)
 }
@@ -233,9 +230,7 @@ impl Drop for FreshDb {
         let cleanup = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async move {
-                if let Ok((client, c)) =
-                    baton_store::tokio_postgres::connect(&admin, baton_store::tokio_postgres::NoTls).await
-                {
+                if let Ok((client, c)) = tokio_postgres::connect(&admin, tokio_postgres::NoTls).await {
                     tokio::spawn(c);
                     let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).await;
                 }

@@ -204,7 +204,7 @@ fn solo_openai(server: &baton_tests::http::ModelServer) -> String {
 }
 
 /// The bridge's messages up to and including the reply, each with its `message_id`.
-async fn bridge_until_reply(consumer: &mut baton_bus::lapin::Consumer) -> Vec<(String, Value)> {
+async fn bridge_until_reply(consumer: &mut lapin::Consumer) -> Vec<(String, Value)> {
     use baton_bus::lapin::options::BasicAckOptions;
     use futures_lite::StreamExt;
     let mut seen = vec![];
@@ -215,7 +215,7 @@ async fn bridge_until_reply(consumer: &mut baton_bus::lapin::Consumer) -> Vec<(S
             .unwrap()
             .unwrap();
         delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
-        let id = delivery.properties.message_id().as_ref().map(|m| m.to_string()).unwrap_or_default();
+        let id = delivery.properties.message_id().as_ref().map(ToString::to_string).unwrap_or_default();
         let body: Value = serde_json::from_slice(&delivery.data).unwrap();
         let done = body["type"] == "reply";
         seen.push((id, body));

@@ -54,10 +54,7 @@ async fn an_external_agents_result_outlasts_a_database_outage_and_the_agent_runs
 }
 
 async fn count(env: &TestEnv, sql: &str) -> i64 {
-    let (client, conn) =
-        baton_store::tokio_postgres::connect(&env.settings.database_url, baton_store::tokio_postgres::NoTls)
-            .await
-            .unwrap();
+    let (client, conn) = tokio_postgres::connect(&env.settings.database_url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(conn);
     client.query_one(sql, &[]).await.unwrap().get(0)
 }

@@ -11,7 +11,7 @@ use baton_tests::{eventually, next_json, TestEnv};
 const WAIT: Duration = Duration::from_secs(120);
 
 /// Waits for `n` replies; all must be `completed`.
-async fn all_complete(replies: &mut baton_bus::lapin::Consumer, n: usize) {
+async fn all_complete(replies: &mut lapin::Consumer, n: usize) {
     let mut done = 0;
     while done < n {
         let message = next_json(replies, WAIT).await;

@@ -127,7 +127,7 @@ async fn nothing_the_disclosure_policy_removes_reaches_the_model() {
     let messages = env.run(&request).await;
     assert_eq!(messages.last().unwrap()["status"], "completed");
 
-    let sent = server.bodies().iter().map(|b| b.to_string()).collect::<String>();
+    let sent = server.bodies().iter().map(ToString::to_string).collect::<String>();
     assert!(
         sent.contains("Prefers short notices."),
         "what is allowed still reaches the model: {}",

@@ -23,7 +23,7 @@ fn baton_dependencies(manifest: &str) -> BTreeSet<String> {
 }
 
 fn set(names: &[&str]) -> BTreeSet<String> {
-    names.iter().map(|n| n.to_string()).collect()
+    names.iter().map(ToString::to_string).collect()
 }
 
 #[test]

@@ -99,7 +99,7 @@ async fn one_side(
     let stat_before = xact_commit(&bench.settings.database_url).await?;
     match side {
         Side::Baton => {
-            bench.procs.spawn(proxied, &crate::procs::SUPPORT_ROLES, "support", &[])?;
+            bench.procs.spawn(proxied, &procs::SUPPORT_ROLES, "support", &[])?;
             bench.procs.spawn_worker(proxied, side, &["up", "--role", "invocation"], "worker-0", &[])?;
         }
         _ => {

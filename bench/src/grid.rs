@@ -54,7 +54,7 @@ fn sides(chain: Chain) -> &'static [Side] {
 
 pub async fn measure_all(bench: &mut Bench, args: &BenchArgs) -> anyhow::Result<Results> {
     let mut results = Results::default();
-    bench.procs.spawn(&bench.settings, &crate::procs::SUPPORT_ROLES, "support", &[])?;
+    bench.procs.spawn(&bench.settings, &procs::SUPPORT_ROLES, "support", &[])?;
     for &workers in &args.workers {
         let first = start_workers(bench, workers).await?;
         if results.memory.idle_kb.is_none() {

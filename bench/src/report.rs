@@ -154,7 +154,7 @@ pub fn render(results: &Results, args: &BenchArgs, took: Duration) -> String {
         out,
         "## Hop benchmark, {} ({} cores, {}); {} repetition(s) per cell, raw and Baton interleaved",
         chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(0),
         memory_total(),
         args.reps,
     );

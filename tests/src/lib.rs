@@ -122,11 +122,7 @@ impl TestEnv {
         self.pool.get().await.unwrap()
     }
 
-    pub async fn scalar_i64(
-        &self,
-        sql: &str,
-        params: &[&(dyn baton_store::tokio_postgres::types::ToSql + Sync)],
-    ) -> i64 {
+    pub async fn scalar_i64(&self, sql: &str, params: &[&(dyn tokio_postgres::types::ToSql + Sync)]) -> i64 {
         self.db().await.query_one(sql, params).await.unwrap().get(0)
     }
 
@@ -221,9 +217,7 @@ impl Drop for TestEnv {
                     }
                     let _ = conn.close(200, "bye".into()).await;
                 }
-                if let Ok((client, c)) =
-                    baton_store::tokio_postgres::connect(&admin, baton_store::tokio_postgres::NoTls).await
-                {
+                if let Ok((client, c)) = tokio_postgres::connect(&admin, tokio_postgres::NoTls).await {
                     tokio::spawn(c);
                     let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)")).await;
                 }
@@ -275,7 +269,7 @@ pub fn callbacks_allowed(origins: &[&str]) -> baton_domain::callback::CallbacksC
     std::env::set_var(CALLBACK_SECRET_ENV, CALLBACK_SECRET);
     let signing = baton_domain::callback::SourceSigning { secret_env: CALLBACK_SECRET_ENV.to_string() };
     baton_domain::callback::CallbacksConfig {
-        allowed_origins: origins.iter().map(|o| o.to_string()).collect(),
+        allowed_origins: origins.iter().map(ToString::to_string).collect(),
         sources: baton_domain::request::Source::ALL.iter().map(|s| (s.as_str().to_string(), signing.clone())).collect(),
     }
 }
@@ -352,9 +346,8 @@ impl TestEnv {
 
     /// A connection to the server's `postgres` database, for faults scoped to
     /// this test's own database (never the whole server).
-    pub async fn admin(&self) -> baton_store::tokio_postgres::Client {
-        let (client, conn) =
-            baton_store::tokio_postgres::connect(&self.admin_url, baton_store::tokio_postgres::NoTls).await.unwrap();
+    pub async fn admin(&self) -> tokio_postgres::Client {
+        let (client, conn) = tokio_postgres::connect(&self.admin_url, tokio_postgres::NoTls).await.unwrap();
         tokio::spawn(conn);
         client
     }

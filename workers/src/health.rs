@@ -4,7 +4,7 @@
 //! RabbitMQ answer and every consuming role in this process is connected).
 //! `baton health` asks `/readyz`, for container health checks.
 //!
-//! Readiness is probed in the background every [`PROBE_EVERY`], so a
+//! Readiness is probed in the background every `PROBE_EVERY`, so a
 //! request never waits on a service that went away.
 
 use std::net::SocketAddr;

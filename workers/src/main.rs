@@ -252,7 +252,7 @@ async fn profiles(settings: &Settings, command: ProfilesCommand) -> anyhow::Resu
 
 /// What `profiles check` says of one profile: ready, or what it still needs.
 fn readiness(p: &baton_domain::profiles::Profile) -> String {
-    let mut missing: Vec<String> = p.model.missing_configuration().iter().map(|m| m.to_string()).collect();
+    let mut missing: Vec<String> = p.model.missing_configuration().iter().map(ToString::to_string).collect();
     if let baton_domain::profiles::ModelBinding::Openai { api_key_env: Some(var), .. } = &p.model {
         if std::env::var(var).is_err() {
             missing.push(format!("environment variable {var}"));

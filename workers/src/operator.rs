@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //! - [`listing`]: `runs list`, `runs show`, `handoff list --waiting`: tables and JSON.
-//! - [`retry`]: `runs retry`: a failed run resumes from its last stored step.
+//! - `retry`: `runs retry`: a failed run resumes from its last stored step.
 //! - [`dead_letters`]: `dead list | replay | discard` on `baton.dead`.
 //! - [`answer`]: an operator answers an agent's open question (the console).
 

@@ -122,10 +122,10 @@ impl Limiter {
         };
         match paused {
             Ok(()) => {
-                tracing::info!(limit = %limit.name, ?pause, "the provider asked to slow down; the fleet pauses calls under this limit")
+                tracing::info!(limit = %limit.name, ?pause, "the provider asked to slow down; the fleet pauses calls under this limit");
             }
             Err(e) => {
-                tracing::warn!(limit = %limit.name, error = %e, "could not pause the limit fleet-wide")
+                tracing::warn!(limit = %limit.name, error = %e, "could not pause the limit fleet-wide");
             }
         }
     }

@@ -201,7 +201,7 @@ pub(crate) type Body<'t> = Pin<Box<dyn Future<Output = Result<(), Error>> + Send
 async fn retry<T, F, Fut>(mut attempt: F) -> Result<T, Error>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, Error>>,
+    Fut: Future<Output = Result<T, Error>>,
 {
     let mut tries = 0u64;
     loop {

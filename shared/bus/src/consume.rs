@@ -28,11 +28,11 @@ impl Delivery {
     }
 
     pub fn message_id(&self) -> Option<&str> {
-        self.amqp.properties.message_id().as_ref().map(|id| id.as_str())
+        self.amqp.properties.message_id().as_ref().map(lapin::types::ShortString::as_str)
     }
 
     pub fn reply_to(&self) -> Option<&str> {
-        self.amqp.properties.reply_to().as_ref().map(|queue| queue.as_str())
+        self.amqp.properties.reply_to().as_ref().map(lapin::types::ShortString::as_str)
     }
 
     /// A string header (`x-first-death-queue` on what the broker dead-lettered).

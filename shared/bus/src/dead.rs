@@ -69,7 +69,7 @@ impl DeadLetter {
             },
         };
         let message_id =
-            props.message_id().as_ref().map(|m| m.to_string()).or_else(|| header(props, "x-baton-message-id"));
+            props.message_id().as_ref().map(ToString::to_string).or_else(|| header(props, "x-baton-message-id"));
         let text = String::from_utf8_lossy(body);
         let mut digest = Sha256::new();
         for part in [source_queue.as_deref().unwrap_or(""), &reason, message_id.as_deref().unwrap_or("")] {
@@ -83,7 +83,7 @@ impl DeadLetter {
             reason,
             replay_queue: source_queue.as_deref().map(|q| physical(queues, q)),
             source_queue,
-            correlation_id: props.correlation_id().as_ref().map(|c| c.to_string()),
+            correlation_id: props.correlation_id().as_ref().map(ToString::to_string),
             message_id,
             body_preview: text.chars().take(PREVIEW_CHARS).collect(),
             body_bytes: body.len(),
@@ -224,7 +224,7 @@ async fn republish(
         confirm.await
     };
     match published.await {
-        Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => Ok(()),
+        Ok(Confirmation::Ack(None) | Confirmation::NotRequested) => Ok(()),
         Ok(Confirmation::Ack(Some(returned))) => {
             Err(format!("no queue `{queue}` took it ({} {})", returned.reply_code, returned.reply_text))
         }

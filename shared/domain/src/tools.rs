@@ -143,7 +143,7 @@ mod tests {
         assert_eq!(delegate.budget.deadline_ms, Some(60_000));
         assert!(crate::delegation::parse_await(&example(ToolName::AgentAwait)).is_ok());
         assert!(crate::delegation::parse_return(&example(ToolName::TaskReturn)).is_ok());
-        assert!(crate::workspace::CommitArgs::parse(&example(ToolName::WorkspaceCommit)).is_ok());
+        assert!(CommitArgs::parse(&example(ToolName::WorkspaceCommit)).is_ok());
         assert_eq!(AskUserArgs::parse(&example(ToolName::AskUser)).unwrap().options, ["yes", "no"]);
     }
 

@@ -1,5 +1,5 @@
 //! The one idiom for a closed set of strings Baton reads and writes (on the
-//! wire, in a database column, in a tool call): [`wire_enum!`] declares the
+//! wire, in a database column, in a tool call): [`wire_enum!`](crate::wire_enum) declares the
 //! enum and its strings in one list, so `as_str`, `parse`, `FromStr`, serde
 //! and the list of every value cannot drift apart.
 

@@ -127,7 +127,7 @@ pub async fn connect(
 }
 
 /// A client from the pool. Its failure, like a transaction's through
-/// [`begin`] and [`commit`], is the store's [`Error`](crate::Error), which
+/// [`begin`] and [`commit`], is the store's [`Error`], which
 /// says whether it passes on its own (`is_transient`).
 pub async fn client(pool: &Pool) -> Result<Client> {
     Ok(pool.get().await?)

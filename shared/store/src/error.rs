@@ -83,7 +83,9 @@ pub fn transient_postgres(e: &tokio_postgres::Error) -> bool {
     if let Some(code) = e.code() {
         return transient_sqlstate(code.code());
     }
-    if e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()) {
+    if e.is_closed()
+        || std::error::Error::source(e).is_some_and(<dyn std::error::Error + 'static>::is::<std::io::Error>)
+    {
         return true;
     }
     // tokio-postgres exposes no error kind; these are its words for a failed

@@ -70,7 +70,7 @@ pub async fn get(c: &impl GenericClient, id: &str) -> Result<Option<Profile>> {
 }
 
 /// A profile with the limit its model calls are under.
-fn with_limit(id: &str, spec: serde_json::Value, limit: Option<serde_json::Value>) -> Result<Profile> {
+fn with_limit(id: &str, spec: Value, limit: Option<Value>) -> Result<Profile> {
     let mut profile: Profile = read("profile", id, spec)?;
     profile.model_limit = limit.map(|l| read("model limit of profile", id, l)).transpose()?;
     Ok(profile)
@@ -88,7 +88,7 @@ pub async fn all(c: &impl GenericClient) -> Result<Vec<Profile>> {
     Ok(readable.collect())
 }
 
-fn read<T: serde::de::DeserializeOwned>(kind: &'static str, id: &str, spec: serde_json::Value) -> Result<T> {
+fn read<T: serde::de::DeserializeOwned>(kind: &'static str, id: &str, spec: Value) -> Result<T> {
     serde_json::from_value(spec).map_err(|e| Error::Unreadable { kind, id: id.to_string(), reason: e.to_string() })
 }
 
@@ -118,7 +118,7 @@ pub async fn skills(c: &impl GenericClient, ids: &[String]) -> Result<Vec<Skill>
 const DISCLOSURE: &str = "disclosure";
 
 /// The disclosure policy loaded with the profiles file (the defaults when none was).
-pub async fn disclosure(c: &impl GenericClient) -> Result<baton_domain::disclosure::DisclosureConfig> {
+pub async fn disclosure(c: &impl GenericClient) -> Result<DisclosureConfig> {
     match crate::settings::get(c, DISCLOSURE).await? {
         Some(value) => Ok(serde_json::from_value(value)?),
         None => Ok(Default::default()),

@@ -105,7 +105,7 @@ pub async fn trace(c: &impl GenericClient, id: &str) -> Result<Option<crate::out
 }
 
 /// The trace context of the request a run serves, if any.
-pub async fn trace_of_run(c: &impl GenericClient, run_id: uuid::Uuid) -> Result<Option<crate::outbox::Trace>> {
+pub async fn trace_of_run(c: &impl GenericClient, run_id: Uuid) -> Result<Option<crate::outbox::Trace>> {
     let sql = "SELECT r.traceparent, r.tracestate FROM handoff_requests r JOIN runs ON runs.handoff_id = r.id WHERE runs.id = $1";
     let row = sql::query_opt(c, sql, &[&run_id]).await?;
     Ok(row.and_then(|r| r.get::<_, Option<String>>(0).map(|p| (p, r.get(1)))))

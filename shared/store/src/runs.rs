@@ -130,7 +130,7 @@ pub async fn tokens_used(c: &impl GenericClient, id: Uuid) -> Result<i64> {
 /// everything they own (journal, transcripts, workspace, ledger, tasks,
 /// invocations). The bridge requests and their events stay: they are the
 /// audit trail, and they keep a repeated request id from running again.
-pub async fn prune(c: &impl GenericClient, older_than: std::time::Duration, limit: i64) -> Result<usize> {
+pub async fn prune(c: &impl GenericClient, older_than: Duration, limit: i64) -> Result<usize> {
     let secs = older_than.as_secs_f64();
     let rows = sql::query(
         c,

@@ -63,7 +63,7 @@ pub async fn request_as(
         },
         None => None,
     };
-    let Some(profile) = profile.filter(|p| p.is_configured()) else {
+    let Some(profile) = profile.filter(baton_domain::profiles::Profile::is_configured) else {
         let message = format!("no configured agent handles `{}` requests", request.target_agent.as_str());
         refuse(c, stored, ErrorCode::NoAgent, &message).await?;
         return Ok(None);

@@ -20,7 +20,7 @@ pub struct State {
 
 impl State {
     pub fn new(settings: &Settings) -> anyhow::Result<Self> {
-        let auth = Auth::new(settings.admin_token.as_ref().map(|t| t.expose()));
+        let auth = Auth::new(settings.admin_token.as_ref().map(super::super::config::Secret::expose));
         Ok(Self {
             pool: settings.db_pool("admin")?,
             views: Views::new(auth.csrf(), auth.login_csrf(), auth.needs_login())?,

@@ -4,7 +4,7 @@
 //! exponential backoff, and given up on (with a handoff event) after a while.
 //! Callbacks never block a run: they only read what the run already committed.
 //!
-//! Up to [`IN_FLIGHT`] callbacks are sent at once, so a slow endpoint holds
+//! Up to `IN_FLIGHT` callbacks are sent at once, so a slow endpoint holds
 //! up only its own handoff's updates; one handoff's updates go one at a
 //! time, in order (the store hands out only the oldest of each handoff).
 //! A URL off the profiles file's allow-list, or a source with no secret,

@@ -168,7 +168,7 @@ fn reply_code(stored: &str) -> ErrorCode {
 }
 
 /// The agents that held the foreground, in order.
-fn agents(invocations: Vec<baton_store::invocations::Invocation>) -> Vec<String> {
+fn agents(invocations: Vec<invocations::Invocation>) -> Vec<String> {
     let mut names: Vec<String> = vec![];
     for inv in invocations {
         if inv.kind.is_foreground() && names.last() != Some(&inv.profile_id) {

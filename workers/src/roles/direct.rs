@@ -213,7 +213,7 @@ impl Worker {
                 Err(e) => return Err(e.into()),
             }
         }
-        let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
+        let deadline = Instant::now() + CONFIRM_TIMEOUT;
         for (row, pending) in sent {
             match tokio::time::timeout_at(deadline, pending.settled()).await {
                 Ok(Ok(Settled::Confirmed)) => {

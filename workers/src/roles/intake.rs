@@ -220,7 +220,7 @@ pub(super) async fn reject(
             // never stored: refuse the body like any other, rather than
             // failing on it at every delivery.
             Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "a refused request's id cannot be looked up; refusing it as new")
+                tracing::warn!(error = %format!("{e:#}"), "a refused request's id cannot be looked up; refusing it as new");
             }
         }
     }
@@ -287,7 +287,7 @@ async fn answer_and_dead_letter(
                 tracing::warn!(handoff = %id, why, "the failed reply found no queue; it stays in baton.dead with the request");
             }
             Err(baton_bus::Error::Nacked(_)) => {
-                leave_for_relay(pool, settings, delivery, id, message_id, reply).await?
+                leave_for_relay(pool, settings, delivery, id, message_id, reply).await?;
             }
             Err(e) => return Err(e.into()),
         }
@@ -323,11 +323,11 @@ async fn leave_for_relay(
     let stored: anyhow::Result<()> = async { Ok(outbox::enqueue(&db(pool).await?, &message).await?) }.await;
     match stored {
         Ok(()) => {
-            tracing::warn!(handoff = %id, "the bridge's queue refused the failed reply for now; the relay retries it")
+            tracing::warn!(handoff = %id, "the bridge's queue refused the failed reply for now; the relay retries it");
         }
         Err(e) if super::is_transient(&e) => return Err(e),
         Err(e) => {
-            tracing::error!(handoff = %id, error = %format!("{e:#}"), "the failed reply could not be kept; it stays in baton.dead with the request")
+            tracing::error!(handoff = %id, error = %format!("{e:#}"), "the failed reply could not be kept; it stays in baton.dead with the request");
         }
     }
     Ok(())

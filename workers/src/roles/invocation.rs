@@ -152,7 +152,7 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                         }
                         match receive(&worker, &dead, &d, &queue, &stop).await {
                             Ok(Some(Claimed::Run(inv, preloaded))) => {
-                                worker.execute(inv, preloaded.map(|p| *p), stop, deadline).await
+                                worker.execute(inv, preloaded.map(|p| *p), stop, deadline).await;
                             }
                             Ok(Some(Claimed::Ended(_))) => {}
                             Ok(None) => {}
@@ -366,7 +366,7 @@ impl Worker {
         deadline: CancellationToken,
     ) {
         let span = invocation_span(&inv);
-        self.execute_claimed(inv, preloaded, shutdown, deadline).instrument(span).await
+        self.execute_claimed(inv, preloaded, shutdown, deadline).instrument(span).await;
     }
 
     async fn execute_claimed(

@@ -62,7 +62,7 @@ const HEALTHY_ATTEMPT: Duration = Duration::from_secs(30);
 /// an attempt, and the next attempt reconnects.
 pub async fn run(role: Role, settings: Settings, shutdown: CancellationToken) {
     let span = tracing::info_span!("role", role = role.name(), worker = %settings.worker_id);
-    run_role(role, settings, shutdown).instrument(span).await
+    run_role(role, settings, shutdown).instrument(span).await;
 }
 
 /// Which consuming roles of this process are connected, by name (`/readyz`).

@@ -17,12 +17,7 @@ use crate::Error;
 /// the journal records the spend, this invocation and its task fail, and the
 /// run fails (its other live invocations and tasks are cancelled, the
 /// collector tells the bridge).
-pub(crate) async fn stop_run(
-    pool: &Pool,
-    inv: &Invocation,
-    epoch: i64,
-    exhausted: Exhausted,
-) -> Result<crate::Exit, Error> {
+pub(crate) async fn stop_run(pool: &Pool, inv: &Invocation, epoch: i64, exhausted: Exhausted) -> Result<Exit, Error> {
     let error = exhausted.error();
     tracing::warn!(limit = exhausted.limit.as_str(), "run budget exhausted");
     let (step, error) = (StepTx::new(pool, inv, epoch), &error);

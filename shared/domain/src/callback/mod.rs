@@ -94,7 +94,7 @@ impl CallbacksConfig {
             if Source::parse(source).is_none() {
                 problems.push(format!(
                     "callbacks `sources.{source}` is not a request source ({})",
-                    Source::ALL.map(|s| s.as_str()).join(", ")
+                    Source::ALL.map(Source::as_str).join(", ")
                 ));
             }
             let name = &signing.secret_env;

@@ -62,7 +62,7 @@ pub(super) fn id_numbers(text: &str) -> Vec<Hit> {
 
 /// The ID number without its group separators.
 fn id_characters(written: &str) -> String {
-    written.chars().filter(|c| c.is_ascii_alphanumeric()).collect()
+    written.chars().filter(char::is_ascii_alphanumeric).collect()
 }
 
 /// Eighteen digits are common (order numbers, snowflake ids), so only a

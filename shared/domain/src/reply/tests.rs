@@ -57,7 +57,7 @@ fn status_names_match_the_contract() {
     let reason = Some("user asked".to_string());
     let outcomes = [
         (Outcome::Completed { final_text: "ok".into() }, "completed"),
-        (Outcome::Failed { code: crate::contract::ErrorCode::Failed, message: "m".into() }, "failed"),
+        (Outcome::Failed { code: ErrorCode::Failed, message: "m".into() }, "failed"),
         (Outcome::Blocked { message: "m".into() }, "blocked"),
         (Outcome::Cancelled { reason }, "cancelled"),
     ];
@@ -95,8 +95,7 @@ fn a_spent_budget_is_explained_in_both_languages() {
     assert_eq!(zh(ex(Limit::ToolCalls, 5)), "智能体已达到本次请求的工具调用次数上限（5 次）");
     assert_eq!(zh(ex(Limit::Tokens, 120)), "智能体已用完本次请求的模型用量上限（120 个 token）");
     assert_eq!(zh(ex(Limit::WallClock, 2)), "智能体已达到本次请求的运行时间上限（2 秒）");
-    let failed =
-        Outcome::Failed { code: crate::contract::ErrorCode::BudgetExhausted, message: zh(ex(Limit::WallClock, 7200)) };
+    let failed = Outcome::Failed { code: ErrorCode::BudgetExhausted, message: zh(ex(Limit::WallClock, 7200)) };
     assert_eq!(
         humanize(&failed, Language::ZhCn),
         "抱歉，这次请求没有完成：智能体已达到本次请求的运行时间上限（2 小时）"
@@ -105,10 +104,7 @@ fn a_spent_budget_is_explained_in_both_languages() {
 
 #[test]
 fn humanized_failure_apologizes_with_the_message() {
-    let outcome = Outcome::Failed {
-        code: crate::contract::ErrorCode::AgentTimeout,
-        message: "the research agent took too long".into(),
-    };
+    let outcome = Outcome::Failed { code: ErrorCode::AgentTimeout, message: "the research agent took too long".into() };
     assert_eq!(
         humanize(&outcome, Language::En),
         "Sorry, I couldn't finish this request: the research agent took too long"
@@ -127,8 +123,8 @@ fn humanized_cancellation_without_reason_is_a_full_sentence() {
 fn humanized_outcomes_show_no_internal_ids_in_either_language() {
     let outcomes = [
         Outcome::Completed { final_text: "Your trip is booked.".into() },
-        Outcome::Failed { code: crate::contract::ErrorCode::HostError, message: "the booking site is down".into() },
-        Outcome::Failed { code: crate::contract::ErrorCode::Failed, message: String::new() },
+        Outcome::Failed { code: ErrorCode::HostError, message: "the booking site is down".into() },
+        Outcome::Failed { code: ErrorCode::Failed, message: String::new() },
         Outcome::Blocked { message: "a manager must approve the budget".into() },
         Outcome::Cancelled { reason: Some("the user changed their mind".into()) },
         Outcome::Cancelled { reason: None },

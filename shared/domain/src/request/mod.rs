@@ -10,7 +10,7 @@
 //! depth, then JSON, then shape, then field values. The shape is the
 //! contract's, as written: every field it marks required must be present
 //! (lists included: a bridge with nothing to say sends `[]`), objects must be
-//! objects and words must be strings ([`strict`]); unknown fields are
+//! objects and words must be strings (`strict.rs`); unknown fields are
 //! ignored. A refusal names the field by its full path
 //! (`context.userMemories[3].sensitivity`).
 //!

@@ -84,7 +84,7 @@ async fn queues(state: &State) -> (Vec<QueueRow>, Option<String>) {
 
 /// What `baton profiles check` says of a profile: ready, or what it still needs.
 pub fn readiness(p: &Profile) -> (bool, String) {
-    let mut missing: Vec<String> = p.model.missing_configuration().iter().map(|m| m.to_string()).collect();
+    let mut missing: Vec<String> = p.model.missing_configuration().iter().map(ToString::to_string).collect();
     if let ModelBinding::Openai { api_key_env: Some(var), .. } = &p.model {
         if std::env::var(var).is_err() {
             missing.push(format!("environment variable {var}"));
