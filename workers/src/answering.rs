@@ -11,7 +11,7 @@ use baton_domain::conversation::answer::BridgeAnswer;
 use baton_domain::conversation::question::QuestionState;
 use baton_domain::disclosure::{self, DisclosureConfig};
 use baton_domain::fleet::FleetMessage;
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::request::HandoffStatus;
 use baton_domain::state::{InvocationStatus, RunStatus};
 use baton_store::journal::Event;
@@ -113,7 +113,7 @@ async fn decide(c: &impl GenericClient, answer: &BridgeAnswer, policy: &Disclosu
         && invocations::wake(c, question.invocation_id).await?
     {
         outbox::enqueue_fleet(c, &FleetMessage::wake(question.run_id, question.invocation_id)).await?;
-        let woken = Event::new(journal::INVOCATION_WOKEN, Some(question.invocation_id), json!({"by": "answer"}));
+        let woken = Event::new(JournalEvent::InvocationWoken, Some(question.invocation_id), json!({"by": "answer"}));
         baton_store::journal::append(c, question.run_id, &[woken]).await?;
     }
     Ok(Handled::Applied)

@@ -26,7 +26,7 @@
 //! - [`sandbox`]: the box an external agent runs in: its environment, output caps, interruption policy.
 //! - [`workspace`]: logical paths, reads, patches, commit modes.
 //! - [`state`]: run, invocation and task state machines.
-//! - [`journal`]: journal event names.
+//! - [`journal`]: the run journal's event names (`JournalEvent`).
 //! - [`schema`]: whether a database's migrations are the ones a binary was built with.
 //! - [`error`]: recoverable tool errors.
 //! - [`wire`]: `wire_enum!`, the one way a closed set of strings (statuses, sources, tool names, languages) is declared.

@@ -6,7 +6,7 @@
 use baton_domain::bridge::ReplyInput;
 use baton_domain::brief::render_request_brief;
 use baton_domain::contract::ErrorCode;
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::reply::Outcome;
 use baton_domain::request::{HandoffRequest, HandoffStatus, TargetAgent};
 use baton_domain::state::InvocationKind;
@@ -93,16 +93,16 @@ pub async fn request_as(
     let created = spawn::invocation(c, &new, None).await?;
     let mut events = vec![
         Event::new(
-            journal::RUN_CREATED,
+            JournalEvent::RunCreated,
             None,
             json!({"handoffId": request.id, "source": request.source.as_str(), "budget": budget}),
         ),
         Event::new(
-            journal::PROFILE_RESOLVED,
+            JournalEvent::ProfileResolved,
             Some(root),
             json!({"targetAgent": request.target_agent.as_str(), "profileId": profile.id}),
         ),
-        Event::new(journal::WORKSPACE_INITIALIZED, None, json!({})),
+        Event::new(JournalEvent::WorkspaceInitialized, None, json!({})),
     ];
     events.extend(created);
     let announce = stored.status != HandoffStatus::Accepted;

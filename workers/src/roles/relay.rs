@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use baton_bus::{Connection, Outgoing, Publisher, Settled};
 use baton_domain::fleet::{FleetMessage, Queue};
+use baton_domain::journal::JournalEvent;
 use baton_domain::outgoing as bound;
 use baton_store::outbox::{self, Message, Row};
 use baton_store::tokio_postgres::{self, AsyncMessage};
@@ -323,7 +324,7 @@ impl Relay {
         }
         if let Some(run_id) = m.body["runId"].as_str().and_then(|id| id.parse().ok()) {
             let payload = json!({"queue": m.queue, "messageId": m.message_id, "reason": reason});
-            outbox::note_for_run(tx, run_id, baton_domain::journal::MESSAGE_DEAD_LETTERED, &payload).await?;
+            outbox::note_for_run(tx, run_id, JournalEvent::MessageDeadLettered, &payload).await?;
         }
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! that caused it; the relay publishes it and deletes it after the confirm.
 
 use baton_domain::fleet::FleetMessage;
+use baton_domain::journal::JournalEvent;
 use baton_domain::request::Priority;
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
@@ -247,11 +248,16 @@ pub async fn note_for_request(c: &impl GenericClient, handoff_id: &str, kind: &s
 }
 
 /// A journal event about one of a run's messages, written only if the run exists.
-pub async fn note_for_run(c: &impl GenericClient, run_id: uuid::Uuid, kind: &str, payload: &Value) -> Result<()> {
+pub async fn note_for_run(
+    c: &impl GenericClient,
+    run_id: uuid::Uuid,
+    kind: JournalEvent,
+    payload: &Value,
+) -> Result<()> {
     sql::execute(
         c,
         "INSERT INTO events (run_id, type, payload) SELECT id, $2, $3 FROM runs WHERE id = $1",
-        &[&run_id, &kind, &payload],
+        &[&run_id, &kind.as_str(), &payload],
     )
     .await?;
     Ok(())
