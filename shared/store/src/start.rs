@@ -8,7 +8,7 @@ use baton_domain::brief::render_request_brief;
 use baton_domain::contract::ErrorCode;
 use baton_domain::journal::JournalEvent;
 use baton_domain::reply::Outcome;
-use baton_domain::request::{HandoffRequest, HandoffStatus, TargetAgent};
+use baton_domain::request::{HandoffEvent, HandoffRequest, HandoffStatus, TargetAgent};
 use baton_domain::state::InvocationKind;
 use deadpool_postgres::GenericClient;
 use serde_json::json;
@@ -106,9 +106,9 @@ pub async fn request_as(
     ];
     events.extend(created);
     let announce = stored.status != HandoffStatus::Accepted;
-    let mut said = vec![("sent", None, Some(profile.id.as_str()))];
+    let mut said = vec![(HandoffEvent::Sent, None, Some(profile.id.as_str()))];
     if announce {
-        said.push(("accepted", Some(HandoffStatus::Accepted), None));
+        said.push((HandoffEvent::Accepted, Some(HandoffStatus::Accepted), None));
     }
     // Pipelined: the run's journal and the handoff's events, apart.
     tokio::try_join!(crate::journal::append(c, run_id, &events), requests::add_events(c, &request.id, &said))?;
@@ -120,7 +120,7 @@ pub async fn request_as(
 
 /// Ends a request that gets no run: a `failed` status and reply with `code`.
 pub async fn refuse(c: &impl GenericClient, stored: &Request, code: ErrorCode, message: &str) -> Result<()> {
-    requests::add_event(c, &stored.id, "failed", Some(HandoffStatus::Failed), Some(message)).await?;
+    requests::add_event(c, &stored.id, HandoffEvent::Failed, Some(HandoffStatus::Failed), Some(message)).await?;
     bridge::status(c, stored, HandoffStatus::Failed, Some(message)).await?;
     let outcome = Outcome::Failed { code, message: message.to_string() };
     bridge::reply(c, stored, &no_run_reply(stored, outcome)).await
@@ -129,7 +129,7 @@ pub async fn refuse(c: &impl GenericClient, stored: &Request, code: ErrorCode, m
 /// Ends a request that has no run (it waited for its turn, or had not
 /// arrived when its cancel did): a `cancelled` status and reply.
 pub async fn cancel(c: &impl GenericClient, stored: &Request, reason: Option<&str>) -> Result<()> {
-    requests::add_event(c, &stored.id, "cancelled", Some(HandoffStatus::Cancelled), reason).await?;
+    requests::add_event(c, &stored.id, HandoffEvent::Cancelled, Some(HandoffStatus::Cancelled), reason).await?;
     bridge::status(c, stored, HandoffStatus::Cancelled, reason).await?;
     let outcome = Outcome::Cancelled { reason: reason.map(str::to_string) };
     bridge::reply(c, stored, &no_run_reply(stored, outcome)).await

@@ -11,7 +11,9 @@ use baton_domain::conversation::strategy::{self, Turn};
 use baton_domain::disclosure;
 use baton_domain::fleet::Queue;
 use baton_domain::reply::Outcome;
-use baton_domain::request::{bounded_reason, parse_request, HandoffRequest, HandoffStatus, RequestError, TargetAgent};
+use baton_domain::request::{
+    bounded_reason, parse_request, HandoffEvent, HandoffRequest, HandoffStatus, RequestError, TargetAgent,
+};
 use baton_domain::Language;
 use baton_store::after_commit::{scope, Publishing};
 use baton_store::profiles::Snapshot;
@@ -236,13 +238,10 @@ async fn record_invalid_redelivery(pool: &Pool, id: &str, reason: &str) -> anyho
         return Ok(false);
     }
     let note = format!("an invalid body with this id was ignored: {reason}");
-    requests::add_event(&tx, id, INVALID_REDELIVERY, None, Some(&note)).await?;
+    requests::add_event(&tx, id, HandoffEvent::InvalidRedelivery, None, Some(&note)).await?;
     commit(tx).await?;
     Ok(true)
 }
-
-/// The handoff event of a re-delivery refused as invalid.
-const INVALID_REDELIVERY: &str = "invalid_redelivery";
 
 /// Dead-letters a refused body (redacted and bounded: an operator needs to
 /// see what was wrong, not the secrets in it), and tells the sender when its
@@ -386,7 +385,7 @@ async fn accept(
     let inserted = requests::insert_or_count(&tx, &new).await?;
     if !inserted {
         if let Some(note) = dead_lettered {
-            requests::add_event(&tx, &request.id, "dead_letter_recovered", None, Some(note)).await?;
+            requests::add_event(&tx, &request.id, HandoffEvent::DeadLetterRecovered, None, Some(note)).await?;
         }
         // The same id again: a duplicate (acknowledged, counted, nothing
         // more), or a draft the bridge now sends as `requested`.
@@ -404,13 +403,13 @@ async fn accept(
     let removed = disclosure_note(&filtered.removed);
     let mut said = vec![];
     if let Some(note) = dead_lettered {
-        said.push(("dead_letter_recovered", None, Some(note)));
+        said.push((HandoffEvent::DeadLetterRecovered, None, Some(note)));
     }
-    said.push(("created", Some(request.status.into()), None));
+    said.push((HandoffEvent::Created, Some(request.status.into()), None));
     if let Some(note) = &removed {
-        said.push((DISCLOSURE_FILTERED, None, Some(note.as_str())));
+        said.push((HandoffEvent::DisclosureFiltered, None, Some(note.as_str())));
     }
-    said.push(("context_packaged", None, None));
+    said.push((HandoffEvent::ContextPackaged, None, None));
     if request.is_runnable() {
         // Pipelined: the events, and what starting the request reads.
         let (_, stored, cancel) = tokio::try_join!(
@@ -452,7 +451,7 @@ async fn start(
         tracing::info!("a cancel came before the request; it is cancelled instead of run");
         conversations::mark_applied(c, &request.id).await?;
         let note = format!("cancel {cancel}: it came before the request, which is cancelled instead of run");
-        requests::add_event(c, &request.id, "cancel_received", None, Some(&note)).await?;
+        requests::add_event(c, &request.id, HandoffEvent::CancelReceived, None, Some(&note)).await?;
         return Ok(baton_store::start::cancel(c, &stored, reason.as_deref()).await?);
     }
     let key = request.conversation_key().filter(|_| request.target_agent != TargetAgent::Manual);
@@ -482,8 +481,8 @@ async fn start(
     };
     let note =
         format!("waiting for this chat's live run ({strategy}; arrival {} in the chat)", seq.unwrap_or_default());
-    requests::add_event(c, &request.id, "queued", None, Some(&note)).await?;
-    requests::add_event(c, &request.id, "accepted", Some(HandoffStatus::Accepted), None).await?;
+    requests::add_event(c, &request.id, HandoffEvent::Queued, None, Some(&note)).await?;
+    requests::add_event(c, &request.id, HandoffEvent::Accepted, Some(HandoffStatus::Accepted), None).await?;
     bridge::status(c, &stored, HandoffStatus::Accepted, Some("waiting for this chat's earlier request to end")).await?;
     if turn == Turn::Interrupt {
         let events = lifecycle::cancel_run(c, run, "the user sent a new request in this chat").await?;
@@ -503,12 +502,10 @@ async fn record_disclosure(
     removed: &[baton_domain::request::Redaction],
 ) -> anyhow::Result<()> {
     if let Some(note) = disclosure_note(removed) {
-        requests::add_event(c, id, DISCLOSURE_FILTERED, None, Some(&note)).await?;
+        requests::add_event(c, id, HandoffEvent::DisclosureFiltered, None, Some(&note)).await?;
     }
     Ok(())
 }
-
-const DISCLOSURE_FILTERED: &str = "disclosure_filtered";
 
 /// What the policy removed, for the `disclosure_filtered` event; `None` when nothing.
 fn disclosure_note(removed: &[baton_domain::request::Redaction]) -> Option<String> {
