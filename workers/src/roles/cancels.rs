@@ -39,7 +39,7 @@ pub(super) async fn handle(
 ) -> anyhow::Result<()> {
     let cancel = match parse_cancel(delivery.body()) {
         Ok(cancel) => cancel,
-        Err(error) => return super::intake::reject(pool, publisher, settings, &delivery, error).await,
+        Err(error) => return super::refusals::reject(pool, publisher, settings, &delivery, error).await,
     };
     let span = tracing::info_span!("cancel", handoff_id = %cancel.handoff_id);
     crate::telemetry::continue_request(&span, pool, &cancel.handoff_id, &delivery).await;
@@ -54,7 +54,7 @@ pub(super) async fn handle(
             tracing::error!(handoff = %cancel.handoff_id, error = %format!("{e:#}"), "a cancel could not be applied");
             let reason = format!("the cancel could not be applied: {e:#}");
             let error = RequestError { reason, handoff_id: None, reply_to_chat_id: None, language: None };
-            super::intake::reject(pool, publisher, settings, &delivery, error).await
+            super::refusals::reject(pool, publisher, settings, &delivery, error).await
         }
     }
 }
