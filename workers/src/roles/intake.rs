@@ -5,7 +5,7 @@
 
 use baton_bus::consume::consume;
 use baton_bus::{Delivery, Publisher};
-use baton_domain::contract::ErrorCode;
+use baton_domain::contract::{AnswerType, CancelType, ErrorCode};
 use baton_domain::conversation::cancel::message_type;
 use baton_domain::conversation::strategy::{self, Turn};
 use baton_domain::disclosure;
@@ -135,11 +135,16 @@ async fn handle(
     // Control messages are told apart by `type`; a body without one is a request.
     match message_type(delivery.body()).as_deref() {
         None => {}
-        Some("cancel") => return super::cancels::handle(pool, publisher, settings, shutdown, delivery).await,
-        Some("answer") => return super::answers::handle(pool, publisher, settings, shutdown, delivery).await,
+        Some(kind) if CancelType::parse(kind).is_some() => {
+            return super::cancels::handle(pool, publisher, settings, shutdown, delivery).await
+        }
+        Some(kind) if AnswerType::parse(kind).is_some() => {
+            return super::answers::handle(pool, publisher, settings, shutdown, delivery).await
+        }
         Some(other) => {
+            let (answer, cancel) = (AnswerType::Answer.as_str(), CancelType::Cancel.as_str());
             let reason =
-                format!("field `type` is {other:?}; a bridge sends a request (no type), an \"answer\" or a \"cancel\"");
+                format!("field `type` is {other:?}; a bridge sends a request (no type), an {answer:?} or a {cancel:?}");
             let error = RequestError { reason, handoff_id: None, reply_to_chat_id: None, language: None };
             return reject(pool, publisher, settings, &delivery, error).await;
         }
