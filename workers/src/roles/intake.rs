@@ -10,7 +10,9 @@ use baton_domain::conversation::cancel::message_type;
 use baton_domain::conversation::strategy::{self, Turn};
 use baton_domain::disclosure;
 use baton_domain::fleet::Queue;
-use baton_domain::request::{parse_request, HandoffEvent, HandoffRequest, HandoffStatus, RequestError, TargetAgent};
+use baton_domain::request::{
+    parse_request, HandoffEvent, HandoffRequest, HandoffStatus, Redaction, RequestError, TargetAgent,
+};
 use baton_store::after_commit::{scope, Publishing};
 use baton_store::profiles::Snapshot;
 use baton_store::requests::{self, NewRequest, Request};
@@ -239,25 +241,25 @@ async fn accept(
         reply_chat_id: request.reply_to_chat_id(),
         status_url: status_url(request),
     };
-    let inserted = requests::insert_or_count(&tx, &new).await?;
-    if !inserted {
-        if let Some(note) = dead_lettered {
-            requests::add_event(&tx, &request.id, HandoffEvent::DeadLetterRecovered, None, Some(note)).await?;
-        }
-        // The same id again: a duplicate (acknowledged, counted, nothing
-        // more), or a draft the bridge now sends as `requested`.
-        let stored = requests::get(&tx, &request.id).await?.expect("counted in this transaction");
-        if stored.status == HandoffStatus::Draft && request.is_runnable() {
-            requests::promote_draft(&tx, &request.id, &body, status_url(request)).await?;
-            record_disclosure(&tx, &request.id, &filtered.removed).await?;
-            start(&tx, request, &known, None).await?;
-        } else {
-            tracing::info!("duplicate request acknowledged; no new run");
-        }
-        commit(tx).await?;
-        return Ok(());
+    if requests::insert_or_count(&tx, &new).await? {
+        take_first(&tx, request, &filtered.removed, &known, dead_lettered).await?;
+    } else {
+        take_again(&tx, request, &body, &filtered.removed, &known, dead_lettered).await?;
     }
-    let removed = disclosure_note(&filtered.removed);
+    commit(tx).await?;
+    Ok(())
+}
+
+/// A request just stored: its handoff events, then its run, unless it is a
+/// draft.
+async fn take_first(
+    c: &impl GenericClient,
+    request: &HandoffRequest,
+    removed: &[Redaction],
+    known: &Snapshot,
+    dead_lettered: Option<&str>,
+) -> anyhow::Result<()> {
+    let removed = disclosure_note(removed);
     let mut said = vec![];
     if let Some(note) = dead_lettered {
         said.push((HandoffEvent::DeadLetterRecovered, None, Some(note)));
@@ -267,19 +269,40 @@ async fn accept(
         said.push((HandoffEvent::DisclosureFiltered, None, Some(note.as_str())));
     }
     said.push((HandoffEvent::ContextPackaged, None, None));
-    if request.is_runnable() {
-        // Pipelined: the events, and what starting the request reads.
-        let (_, stored, cancel) = tokio::try_join!(
-            requests::add_events(&tx, &request.id, &said),
-            requests::get(&tx, &request.id),
-            conversations::pending_cancel(&tx, &request.id),
-        )?;
-        let stored = stored.expect("inserted in this transaction");
-        start(&tx, request, &known, Some((stored, cancel))).await?;
-    } else {
-        requests::add_events(&tx, &request.id, &said).await?;
+    if !request.is_runnable() {
+        return Ok(requests::add_events(c, &request.id, &said).await?);
     }
-    commit(tx).await?;
+    // Pipelined: the events, and what starting the request reads.
+    let (_, stored, cancel) = tokio::try_join!(
+        requests::add_events(c, &request.id, &said),
+        requests::get(c, &request.id),
+        conversations::pending_cancel(c, &request.id),
+    )?;
+    let stored = stored.expect("inserted in this transaction");
+    start(c, request, known, Some((stored, cancel))).await
+}
+
+/// The same id again: a duplicate (acknowledged, counted, nothing more), or
+/// a draft the bridge now sends as `requested`.
+async fn take_again(
+    c: &impl GenericClient,
+    request: &HandoffRequest,
+    body: &serde_json::Value,
+    removed: &[Redaction],
+    known: &Snapshot,
+    dead_lettered: Option<&str>,
+) -> anyhow::Result<()> {
+    if let Some(note) = dead_lettered {
+        requests::add_event(c, &request.id, HandoffEvent::DeadLetterRecovered, None, Some(note)).await?;
+    }
+    let stored = requests::get(c, &request.id).await?.expect("counted in this transaction");
+    if stored.status == HandoffStatus::Draft && request.is_runnable() {
+        requests::promote_draft(c, &request.id, body, status_url(request)).await?;
+        record_disclosure(c, &request.id, removed).await?;
+        start(c, request, known, None).await?;
+    } else {
+        tracing::info!("duplicate request acknowledged; no new run");
+    }
     Ok(())
 }
 
@@ -353,11 +376,7 @@ fn status_url(request: &HandoffRequest) -> Option<&str> {
 }
 
 /// One `disclosure_filtered` event listing what the policy removed, if anything.
-async fn record_disclosure(
-    c: &impl GenericClient,
-    id: &str,
-    removed: &[baton_domain::request::Redaction],
-) -> anyhow::Result<()> {
+async fn record_disclosure(c: &impl GenericClient, id: &str, removed: &[Redaction]) -> anyhow::Result<()> {
     if let Some(note) = disclosure_note(removed) {
         requests::add_event(c, id, HandoffEvent::DisclosureFiltered, None, Some(&note)).await?;
     }
@@ -365,7 +384,7 @@ async fn record_disclosure(
 }
 
 /// What the policy removed, for the `disclosure_filtered` event; `None` when nothing.
-fn disclosure_note(removed: &[baton_domain::request::Redaction]) -> Option<String> {
+fn disclosure_note(removed: &[Redaction]) -> Option<String> {
     if removed.is_empty() {
         return None;
     }
