@@ -7,6 +7,7 @@ use baton_domain::bridge::ReplyInput;
 use baton_domain::brief::render_request_brief;
 use baton_domain::contract::ErrorCode;
 use baton_domain::journal::JournalEvent;
+use baton_domain::profiles::Profile;
 use baton_domain::reply::Outcome;
 use baton_domain::request::{HandoffEvent, HandoffRequest, HandoffStatus, TargetAgent};
 use baton_domain::state::InvocationKind;
@@ -40,34 +41,10 @@ pub async fn request_as(
         bridge::status(c, stored, HandoffStatus::Accepted, Some("waiting for an operator")).await?;
         return Ok(None);
     }
-    let target = request.target_agent.as_str();
-    let route = match known {
-        Some(known) => known.route(target).map(str::to_string),
-        None => profiles::route(c, target).await?,
-    };
-    let found = match (&route, known) {
-        (None, _) => Ok(None),
-        (Some(id), Some(known)) => known.profile(id),
-        (Some(id), None) => profiles::get(c, id).await,
-    };
-    let profile = match route {
-        Some(_) => match found {
-            Ok(profile) => profile,
-            // A profile this version cannot read cannot run here: say so.
-            Err(e @ Error::Unreadable { .. }) => {
-                let message = format!("the agent for `{}` requests cannot run: {e}", request.target_agent.as_str());
-                refuse(c, stored, ErrorCode::NoAgent, &message).await?;
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
-        },
-        None => None,
-    };
-    let Some(profile) = profile.filter(|p| p.is_configured()) else {
-        let message = format!("no configured agent handles `{}` requests", request.target_agent.as_str());
-        refuse(c, stored, ErrorCode::NoAgent, &message).await?;
+    let Some(profile) = root_profile(c, stored, request, known).await? else {
         return Ok(None);
     };
+    let target = request.target_agent.as_str();
     let run_id = Uuid::now_v7();
     let root = Uuid::now_v7();
     // Copied onto the run now: a later `profiles apply` does not change it.
@@ -116,6 +93,47 @@ pub async fn request_as(
         bridge::status(c, stored, HandoffStatus::Accepted, None).await?;
     }
     Ok(Some(run_id))
+}
+
+/// The configured profile the request's target agent routes to, from
+/// `known` or read; `None` once the request is refused (a `failed` reply)
+/// because no configured agent handles it, or its profile is one this
+/// version cannot read.
+async fn root_profile(
+    c: &impl GenericClient,
+    stored: &Request,
+    request: &HandoffRequest,
+    known: Option<&Snapshot>,
+) -> Result<Option<Profile>> {
+    let target = request.target_agent.as_str();
+    let route = match known {
+        Some(known) => known.route(target).map(str::to_string),
+        None => profiles::route(c, target).await?,
+    };
+    let found = match (&route, known) {
+        (None, _) => Ok(None),
+        (Some(id), Some(known)) => known.profile(id),
+        (Some(id), None) => profiles::get(c, id).await,
+    };
+    let profile = match route {
+        Some(_) => match found {
+            Ok(profile) => profile,
+            // A profile this version cannot read cannot run here: say so.
+            Err(e @ Error::Unreadable { .. }) => {
+                let message = format!("the agent for `{target}` requests cannot run: {e}");
+                refuse(c, stored, ErrorCode::NoAgent, &message).await?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        },
+        None => None,
+    };
+    let Some(profile) = profile.filter(|p| p.is_configured()) else {
+        let message = format!("no configured agent handles `{target}` requests");
+        refuse(c, stored, ErrorCode::NoAgent, &message).await?;
+        return Ok(None);
+    };
+    Ok(Some(profile))
 }
 
 /// Ends a request that gets no run: a `failed` status and reply with `code`.
