@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use baton::roles::collector;
 use baton_domain::fleet::{Queue, RunFinished};
+use baton_domain::request::HandoffEvent;
 use baton_tests::{eventually, next_json, sample_request_json, until_reply, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -43,9 +44,8 @@ async fn a_finished_run_is_replied_to_once_even_if_collected_twice() {
     let outbox_before = env.scalar_i64("SELECT count(*) FROM outbox", &[]).await;
     collector::collect(&env.pool, RunFinished { run_id }).await.unwrap();
     assert_eq!(env.scalar_i64("SELECT count(*) FROM outbox", &[]).await, outbox_before, "no second reply queued");
-    let sent = env
-        .scalar_i64("SELECT count(*) FROM handoff_events WHERE handoff_id = 'once-1' AND type = 'reply_sent'", &[])
-        .await;
+    let sql = "SELECT count(*) FROM handoff_events WHERE handoff_id = 'once-1' AND type = $1";
+    let sent = env.scalar_i64(sql, &[&HandoffEvent::ReplySent.as_str()]).await;
     assert_eq!(sent, 1);
 }
 

@@ -7,6 +7,7 @@ use baton::roles::Role;
 use baton_bus::lapin::options::QueueDeclareOptions;
 use baton_bus::lapin::types::{AMQPValue, FieldTable};
 use baton_domain::fleet::Queue;
+use baton_domain::request::HandoffEvent;
 use baton_tests::{eventually, next_json, TestEnv};
 use serde_json::{json, Value};
 
@@ -92,8 +93,7 @@ async fn intake_survives(env: &TestEnv, poison: &Value, next_id: &str) -> (Value
     })
     .await;
     fleet.stop().await;
-    let redelivered =
-        env.scalar_i64("SELECT count(*) FROM handoff_events WHERE type = 'dead_letter_recovered'", &[]).await;
+    let redelivered = env.handoff_event_count(HandoffEvent::DeadLetterRecovered).await;
     assert_eq!(redelivered, 0, "the poison went round until the broker dead-lettered it");
     (refused, letter)
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
+use baton_domain::journal::JournalEvent;
 use baton_store::budgets;
 use baton_tests::{sample_request_json, until_reply, TestEnv};
 use serde_json::{json, Value};
@@ -115,7 +116,7 @@ async fn run_until_stopped(env: &TestEnv, server: &Looper, id: &str, language: &
     assert_eq!(baton_store::runs::get(&c, run).await.unwrap().unwrap().status.as_str(), "failed");
     let timeline = baton_store::journal::timeline(&c, run).await.unwrap();
     let exhausted: Vec<Value> =
-        timeline.iter().filter(|e| e.kind == "run_budget_exhausted").map(|e| e.payload.clone()).collect();
+        timeline.iter().filter(|e| e.is(JournalEvent::RunBudgetExhausted)).map(|e| e.payload.clone()).collect();
     assert_eq!(exhausted.len(), 1, "one budget event: {exhausted:?}");
     assert_eq!(exhausted[0]["limit"], limit);
 
@@ -185,7 +186,7 @@ async fn a_run_that_reaches_its_model_call_limit_fails_even_after_the_profiles_c
     let spend = budgets::get(&env.db().await, run).await.unwrap().unwrap();
     assert_eq!((spend.spent.model_calls, spend.budget.max_model_calls), (4, 4));
     let journal = env.journal(run).await;
-    assert!(journal.contains(&"run_budget_exhausted".to_string()), "{journal:?}");
+    assert!(journal.contains(&JournalEvent::RunBudgetExhausted), "{journal:?}");
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use baton::roles::Role;
 use baton_domain::callback::webhook_id;
+use baton_domain::request::HandoffEvent;
 use baton_tests::webhook::{verify, Arrival, Receiver};
 use baton_tests::{
     callbacks_toml, eventually, profile, sample_request_json, until_reply, TestEnv, CALLBACK_SECRET,
@@ -47,8 +48,8 @@ async fn failures(env: &TestEnv, handoff: &str) -> Vec<String> {
         .db()
         .await
         .query(
-            "SELECT message FROM handoff_events WHERE handoff_id = $1 AND type = 'callback_failed' ORDER BY id",
-            &[&handoff],
+            "SELECT message FROM handoff_events WHERE handoff_id = $1 AND type = $2 ORDER BY id",
+            &[&handoff, &HandoffEvent::CallbackFailed.as_str()],
         )
         .await
         .unwrap();

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use baton_domain::journal::JournalEvent;
+use baton_domain::request::HandoffEvent;
 use baton_tests::{profile, sample_request_json, until_reply, TestEnv};
 use serde_json::Value;
 
@@ -44,16 +46,16 @@ async fn a_three_stage_chain_runs_and_the_bridge_gets_one_humanized_reply() {
     assert_eq!(committers, vec!["writer", "editor", "finalizer"]);
     assert_eq!(
         env.handoff_events("chain-1").await,
-        vec![
-            "created",
-            "context_packaged",
-            "sent",
-            "accepted",
-            "status_changed",
-            "status_changed",
-            "result_received",
-            "status_changed",
-            "reply_sent"
+        [
+            HandoffEvent::Created,
+            HandoffEvent::ContextPackaged,
+            HandoffEvent::Sent,
+            HandoffEvent::Accepted,
+            HandoffEvent::StatusChanged,
+            HandoffEvent::StatusChanged,
+            HandoffEvent::ResultReceived,
+            HandoffEvent::StatusChanged,
+            HandoffEvent::ReplySent,
         ]
     );
 }
@@ -68,37 +70,37 @@ async fn the_journal_follows_the_seed_handoff_sequence() {
     fleet.stop().await;
     let journal = env.journal(env.run_of("journal-1").await).await;
     let expected = [
-        "run_created",
-        "agent_invocation_created",
-        "agent_invocation_started",
-        "agent_handoff_requested",
-        "agent_invocation_created",
-        "agent_task_registered",
-        "agent_handoff_accepted",
-        "agent_invocation_transferred",
-        "agent_loop_finished",
-        "agent_task_started",
-        "agent_invocation_started",
-        "context_assembled",
-        "skill_scopes_resolved",
-        "agent_handoff_requested",
-        "agent_invocation_transferred",
-        "agent_loop_finished",
-        "agent_task_completed",
-        "agent_task_started",
-        "agent_invocation_started",
-        "context_assembled",
-        "agent_task_completed",
-        "agent_invocation_completed",
-        "run_completed",
+        JournalEvent::RunCreated,
+        JournalEvent::InvocationCreated,
+        JournalEvent::InvocationStarted,
+        JournalEvent::HandoffRequested,
+        JournalEvent::InvocationCreated,
+        JournalEvent::TaskRegistered,
+        JournalEvent::HandoffAccepted,
+        JournalEvent::InvocationTransferred,
+        JournalEvent::LoopFinished,
+        JournalEvent::TaskStarted,
+        JournalEvent::InvocationStarted,
+        JournalEvent::ContextAssembled,
+        JournalEvent::SkillScopesResolved,
+        JournalEvent::HandoffRequested,
+        JournalEvent::InvocationTransferred,
+        JournalEvent::LoopFinished,
+        JournalEvent::TaskCompleted,
+        JournalEvent::TaskStarted,
+        JournalEvent::InvocationStarted,
+        JournalEvent::ContextAssembled,
+        JournalEvent::TaskCompleted,
+        JournalEvent::InvocationCompleted,
+        JournalEvent::RunCompleted,
     ];
     let mut at = 0;
     for want in expected {
-        let found = journal[at..].iter().position(|k| k == want);
+        let found = journal[at..].iter().position(|k| *k == want);
         assert!(found.is_some(), "`{want}` missing after position {at} in {journal:?}");
         at += found.unwrap() + 1;
     }
-    assert_eq!(journal.last().map(String::as_str), Some("run_completed"));
+    assert_eq!(journal.last(), Some(&JournalEvent::RunCompleted));
 }
 
 /// The successor reads a markdown brief and a prompt from its own view.
@@ -208,7 +210,7 @@ async fn each_agent_gets_its_own_profiles_skills_in_its_prompt() {
         .await
         .unwrap()
         .into_iter()
-        .filter(|e| e.kind == "skill_scopes_resolved")
+        .filter(|e| e.is(JournalEvent::SkillScopesResolved))
         .map(|e| e.payload["skills"].clone())
         .collect();
     assert_eq!(resolved[0], serde_json::json!(["school-tone"]));

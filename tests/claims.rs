@@ -8,6 +8,7 @@ use baton::roles::Role;
 use baton_agent::Exit;
 use baton_bus::Outgoing;
 use baton_domain::fleet::{Queue, RunInvocation};
+use baton_domain::journal::JournalEvent;
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -115,7 +116,7 @@ async fn an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced() {
     let timeline = baton_store::journal::timeline(&env.db().await, message.run_id).await.unwrap();
     let writer_starts: Vec<_> = timeline
         .iter()
-        .filter(|e| e.kind == "agent_invocation_started" && e.invocation_id == Some(message.invocation_id))
+        .filter(|e| e.is(JournalEvent::InvocationStarted) && e.invocation_id == Some(message.invocation_id))
         .map(|e| e.payload["resumed"].as_bool().unwrap_or(false))
         .collect();
     assert_eq!(writer_starts, vec![false, true], "the writer started once and was resumed once, by the takeover");

@@ -14,6 +14,8 @@ use baton_bus::lapin::types::{AMQPValue, FieldTable};
 use baton_bus::lapin::{Connection, Consumer};
 use baton_bus::{Outgoing, Publisher};
 use baton_domain::fleet::Queue;
+use baton_domain::journal::JournalEvent;
+use baton_domain::request::HandoffEvent;
 use baton_tests::{sample_request_json, TestEnv};
 use futures_lite::StreamExt;
 use serde_json::Value;
@@ -108,11 +110,14 @@ async fn cluster_losing_the_handoff_leader_mid_chain_loses_no_run() {
         RUNS,
         "completed 3-stage runs"
     );
-    assert_eq!(count("SELECT count(*) FROM handoff_events WHERE type = 'reply_sent'").await, RUNS, "replies sent");
+    let sent_sql = "SELECT count(*) FROM handoff_events WHERE type = $1";
+    let sent: i64 = db.query_one(sent_sql, &[&HandoffEvent::ReplySent.as_str()]).await.unwrap().get(0);
+    assert_eq!(sent as usize, RUNS, "replies sent");
     assert_eq!(count("SELECT count(*) FROM invocations").await, 3 * RUNS, "one invocation per stage");
     let takeovers = count("SELECT count(*) FROM invocations WHERE claim_epoch > 1").await;
     println!("cluster test: {takeovers} invocations taken over by another claim");
-    let hops = db.query_one(SLOWEST_HOPS, &[]).await.unwrap();
+    let (started, accepted) = (JournalEvent::InvocationStarted.as_str(), JournalEvent::HandoffAccepted.as_str());
+    let hops = db.query_one(SLOWEST_HOPS, &[&started, &accepted]).await.unwrap();
     println!(
         "cluster test: hop (handoff committed -> successor claimed) p50 {:.0} ms, max {:.0} ms",
         hops.get::<_, f64>(0),
@@ -121,14 +126,15 @@ async fn cluster_losing_the_handoff_leader_mid_chain_loses_no_run() {
     assert_eq!(message_count(&replies.conn, &settings.queues().name(Queue::Dead)).await, 0, "dead-lettered messages");
 }
 
-/// How long the successor of a handoff waited to be claimed: the stall the election causes.
+/// How long the successor of a handoff waited to be claimed: the stall the
+/// election causes (`$1`: its start's journal event, `$2`: the handoff's).
 const SLOWEST_HOPS: &str = "
 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), max(ms)::float8
   FROM (SELECT extract(epoch FROM (s.created_at - a.created_at))::float8 * 1000 AS ms
           FROM events a
-          JOIN events s ON s.run_id = a.run_id AND s.type = 'agent_invocation_started'
+          JOIN events s ON s.run_id = a.run_id AND s.type = $1
                        AND s.invocation_id = (a.payload->>'invocationId')::uuid
-         WHERE a.type = 'agent_handoff_accepted') hops";
+         WHERE a.type = $2) hops";
 
 /// Publishes the requests at [`PACE`] and returns the longest wait for a
 /// confirm. A publish that fails (the broker refused it, or the bridge's own

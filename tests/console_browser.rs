@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use baton::roles::Role;
 use baton_domain::fleet::Queue;
+use baton_domain::journal::JournalEvent;
 use baton_tests::browser::Browser;
 use baton_tests::{eventually, next_json, profile, sample_request_json, until_reply, TestEnv};
 use serde_json::Value;
@@ -110,8 +111,8 @@ async fn the_demo_chain_is_listed_filtered_to_and_opened_with_its_timeline_brief
         assert!(agents.iter().any(|a| a == agent), "{agent} has a lane on the timeline: {agents:?}");
     }
     let kinds = browser.attrs("#timeline li.event", "data-kind").await;
-    assert_eq!(kinds.first().map(String::as_str), Some("run_created"), "{kinds:?}");
-    assert_eq!(kinds.last().map(String::as_str), Some("run_completed"), "{kinds:?}");
+    assert_eq!(kinds.first().map(String::as_str), Some(JournalEvent::RunCreated.as_str()), "{kinds:?}");
+    assert_eq!(kinds.last().map(String::as_str), Some(JournalEvent::RunCompleted.as_str()), "{kinds:?}");
     let editor_brief = browser.wait_for("#briefs article.brief[data-agent=editor]").await;
     let heading = editor_brief
         .find(fantoccini::Locator::Css("h1"))

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use baton::config::Secret;
 use baton::console::Console;
+use baton_domain::journal::JournalEvent;
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use reqwest::{redirect, Client, StatusCode};
 
@@ -178,7 +179,7 @@ async fn cancel_in_the_console_stops_the_run_and_the_bridge_hears_cancelled() {
     let reply = messages.last().unwrap();
     assert_eq!(reply["status"], "cancelled");
     assert!(reply["text"].as_str().unwrap().contains("stopped from the console"), "{reply}");
-    assert!(env.journal(run).await.iter().any(|k| k == "run_cancelled"));
+    assert!(env.journal(run).await.contains(&JournalEvent::RunCancelled));
     let (_, after) = get(&format!("{}/runs/{run}", console.base)).await;
     assert!(after.contains("data-type=\"status\"") && after.contains("s-cancelled"), "the page shows it");
 }
@@ -301,7 +302,7 @@ async fn retry_in_the_console_runs_a_failed_run_again() {
     let again = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;
     assert_eq!(again.first().unwrap()["status"], "running", "the bridge hears the run is running again");
-    assert!(env.journal(run).await.iter().any(|k| k == "run_retried"));
+    assert!(env.journal(run).await.contains(&JournalEvent::RunRetried));
     let (_, list) = get(&format!("{}/runs", console.base)).await;
     assert!(list.contains("attempt 2"), "the list shows the attempt");
     let refused = client()

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use baton_domain::request::HandoffEvent;
 use baton_store::overview::{self, WaitingFor};
 use baton_tests::{next_json, profile, sample_request_json, until_reply, TestEnv};
 use reqwest::{redirect, Client, StatusCode};
@@ -108,7 +109,7 @@ async fn a_question_waits_for_a_person_and_the_operators_answer_completes_the_ru
     assert!(result.starts_with("The user answered:\n> Yes, publish it today."), "{result}");
     let events = env.handoff_events("wait-q").await;
     assert!(
-        events.iter().any(|e| e == "answer_received") && events.iter().any(|e| e == "operator_answered"),
+        events.contains(&HandoffEvent::AnswerReceived) && events.contains(&HandoffEvent::OperatorAnswered),
         "{events:?}"
     );
     let outcome = "SELECT count(*) FROM bridge_answers WHERE id LIKE 'console:%' AND outcome = 'applied'";

@@ -9,6 +9,7 @@ use baton::roles::Role;
 use baton_bus::lapin::options::QueueDeclareOptions;
 use baton_bus::lapin::types::FieldTable;
 use baton_domain::fleet::Queue;
+use baton_domain::request::HandoffEvent;
 use baton_tests::http::{ModelServer, Reply};
 use baton_tests::{eventually, next_json, sample_request_json, until_reply, TestEnv};
 use futures_lite::StreamExt;
@@ -245,7 +246,7 @@ async fn an_invalid_redelivery_of_an_accepted_request_is_recorded_and_changes_no
     let note = eventually(WAIT, "the invalid re-delivery is recorded", || async {
         let c = env.db().await;
         let events = baton_store::requests::events(&c, "redelivered").await.unwrap();
-        events.into_iter().find(|e| e.kind == "invalid_redelivery").and_then(|e| e.message)
+        events.into_iter().find(|e| e.kind == HandoffEvent::InvalidRedelivery.as_str()).and_then(|e| e.message)
     })
     .await;
     assert!(note.contains("missing field `priority`"), "{note}");

@@ -7,11 +7,20 @@ use std::time::Duration;
 
 use baton_bus::lapin::options::BasicAckOptions;
 use baton_bus::lapin::Consumer;
+use baton_domain::journal::JournalEvent;
+use baton_domain::request::HandoffEvent;
 use baton_tests::{profile, sample_request_json, until_reply, TestEnv};
 use futures_lite::StreamExt;
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(30);
+/// The journal of an asked question that was answered, in order.
+const ASKED_AND_ANSWERED: [JournalEvent; 4] = [
+    JournalEvent::AskUserStarted,
+    JournalEvent::InvocationParked,
+    JournalEvent::InvocationWoken,
+    JournalEvent::AskUserAnswered,
+];
 const TOOLS: &[&str] = &["ask_user", "workspace_write", "workspace_commit", "workspace_finish"];
 const ASK: &str = r#"{ tool = "ask_user", args = { question = "Publish the post now?", options = ["yes", "no"] } }"#;
 const WRITE: &str = r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "Published." } }"#;
@@ -112,11 +121,14 @@ async fn a_question_blocks_the_request_and_its_answer_completes_the_run() {
     assert!(!result.contains("sk-abcdefghijklmnopqrstuvwx"), "the disclosure policy applies: {result}");
     assert_eq!(answer_outcome(&env, "a-1").await, "applied");
     let journal = env.journal(env.run_of("ask-1").await).await;
-    for kind in ["ask_user_started", "agent_invocation_parked", "agent_invocation_woken", "ask_user_answered"] {
-        assert!(journal.iter().any(|k| k == kind), "{kind} missing from {journal:?}");
+    for kind in ASKED_AND_ANSWERED {
+        assert!(journal.contains(&kind), "{kind} missing from {journal:?}");
     }
     let events = env.handoff_events("ask-1").await;
-    assert!(events.iter().any(|e| e == "question_sent") && events.iter().any(|e| e == "answer_received"), "{events:?}");
+    assert!(
+        events.contains(&HandoffEvent::QuestionSent) && events.contains(&HandoffEvent::AnswerReceived),
+        "{events:?}"
+    );
 }
 
 #[tokio::test]
@@ -141,14 +153,14 @@ async fn an_unanswered_question_times_out_and_the_agent_goes_on() {
     assert!(results[0]["content"].as_str().unwrap().starts_with("The user did not answer in time."), "{}", results[0]);
     assert_eq!(results[0]["isError"], false);
     let journal = env.journal(env.run_of("ask-late").await).await;
-    assert!(journal.iter().any(|k| k == "ask_user_timed_out"), "{journal:?}");
+    assert!(journal.contains(&JournalEvent::AskUserTimedOut), "{journal:?}");
 
     // The answer that comes after all: recorded, nothing else.
     env.send_raw(&answer("late-1", "ask-late", question["questionId"].as_str().unwrap(), "yes"), None).await;
     wait_for_outcome(&env, "late-1").await;
     assert_quiet(&mut replies).await;
     fleet.stop().await;
-    assert!(env.handoff_events("ask-late").await.iter().any(|e| e == "answer_ignored"));
+    assert!(env.handoff_events("ask-late").await.contains(&HandoffEvent::AnswerIgnored));
 }
 
 #[tokio::test]
@@ -192,9 +204,9 @@ async fn duplicate_closed_and_unknown_answers_are_recorded_and_change_nothing() 
     let (_, results) = transcript(&env, "ask-dup").await;
     assert_eq!(results[0]["content"], "The user answered:\n> yes");
     let events = env.handoff_events("ask-dup").await;
-    assert_eq!(events.iter().filter(|e| *e == "answer_duplicate").count(), 1, "{events:?}");
-    assert_eq!(events.iter().filter(|e| *e == "answer_ignored").count(), 3, "{events:?}");
-    assert_eq!(events.iter().filter(|e| *e == "answer_received").count(), 1, "{events:?}");
+    assert_eq!(events.iter().filter(|e| **e == HandoffEvent::AnswerDuplicate).count(), 1, "{events:?}");
+    assert_eq!(events.iter().filter(|e| **e == HandoffEvent::AnswerIgnored).count(), 3, "{events:?}");
+    assert_eq!(events.iter().filter(|e| **e == HandoffEvent::AnswerReceived).count(), 1, "{events:?}");
 }
 
 async fn wait_for_outcome(env: &TestEnv, id: &str) {
@@ -270,8 +282,8 @@ async fn the_demo_with_ask_answers_the_agents_question_and_completes() {
     ] {
         assert!(stdout.contains(line), "`{line}` missing:\n{stdout}");
     }
-    for event in ["ask_user_started", "agent_invocation_parked", "agent_invocation_woken", "ask_user_answered"] {
-        assert!(stdout.contains(event), "{event} missing from the table:\n{stdout}");
+    for event in ASKED_AND_ANSWERED {
+        assert!(stdout.contains(event.as_str()), "{event} missing from the table:\n{stdout}");
     }
     assert!(stdout.contains("agents:   announcer"), "{stdout}");
 }

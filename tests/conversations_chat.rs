@@ -11,6 +11,8 @@ use baton_bus::lapin::options::QueueDeclareOptions;
 use baton_bus::lapin::types::FieldTable;
 use baton_bus::lapin::Consumer;
 use baton_domain::fleet::Queue;
+use baton_domain::journal::JournalEvent;
+use baton_domain::request::HandoffEvent;
 use baton_tests::{eventually, next_json, profile, sample_request_json, until_reply, TestEnv};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -84,12 +86,11 @@ async fn a_cancel_during_a_model_call_stops_the_run_and_nothing_runs_afterwards(
     send_cancel(&env, "stop-2", "cancel-model").await;
     eventually(WAIT, "both recorded", || async {
         let events = env.handoff_events("cancel-model").await;
-        (events.contains(&"cancel_duplicate".to_string()) && events.contains(&"cancel_ignored".to_string()))
-            .then_some(())
+        (events.contains(&HandoffEvent::CancelDuplicate) && events.contains(&HandoffEvent::CancelIgnored)).then_some(())
     })
     .await;
     let journal = env.journal(run).await;
-    assert!(journal.contains(&"run_cancelled".to_string()), "{journal:?}");
+    assert!(journal.contains(&JournalEvent::RunCancelled), "{journal:?}");
     fleet.stop().await;
 }
 
@@ -125,7 +126,7 @@ async fn a_cancel_during_delegated_children_stops_the_children_too() {
     assert_eq!(env.scalar_i64(tasks, &[&run]).await, 0, "the child's task was cancelled");
     let journal = env.journal(run).await;
     assert!(
-        !journal.contains(&"task_return_recorded".to_string()),
+        !journal.contains(&JournalEvent::TaskReturnRecorded),
         "the child returned nothing after the cancel: {journal:?}"
     );
     fleet.stop().await;
@@ -265,7 +266,7 @@ async fn started_after_end(env: &TestEnv, earlier: &str, later: &str) -> bool {
 /// Whether intake put the request behind the chat's live run (its
 /// `queued` event).
 async fn waited(env: &TestEnv, id: &str) -> bool {
-    env.handoff_events(id).await.iter().any(|e| e == "queued")
+    env.handoff_events(id).await.contains(&HandoffEvent::Queued)
 }
 
 /// The two requests in the order intake took them: two intake processes

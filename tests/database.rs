@@ -8,6 +8,8 @@ use baton::roles::Role;
 use baton_bus::lapin::options::QueueDeclareOptions;
 use baton_bus::lapin::types::FieldTable;
 use baton_domain::fleet::Queue;
+use baton_domain::journal::JournalEvent;
+use baton_domain::request::HandoffEvent;
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use serde_json::Value;
 use uuid::Uuid;
@@ -39,14 +41,16 @@ async fn assert_rode_it_out(env: &TestEnv, messages: &[Value]) {
     let statuses: Vec<&str> = messages.iter().filter_map(|m| m["status"].as_str()).collect();
     assert!(!statuses.contains(&"failed"), "{messages:?}");
     assert_eq!(messages.last().unwrap()["status"], "completed", "{messages:?}");
-    assert_eq!(count(env, "SELECT count(*) FROM handoff_events WHERE type = 'reply_sent'").await, 1, "one reply");
+    let replies = format!("SELECT count(*) FROM handoff_events WHERE type = '{}'", HandoffEvent::ReplySent);
+    assert_eq!(count(env, &replies).await, 1, "one reply");
     assert_eq!(dead_letters(env).await, 0, "nothing dead-lettered");
     assert_eq!(
         count(env, "SELECT coalesce(sum(takeovers), 0)::bigint FROM invocations").await,
         0,
         "no takeover counted"
     );
-    assert_eq!(count(env, "SELECT count(*) FROM events WHERE type = 'host_error'").await, 0, "no host error");
+    let host_errors = format!("SELECT count(*) FROM events WHERE type = '{}'", JournalEvent::HostError);
+    assert_eq!(count(env, &host_errors).await, 0, "no host error");
 }
 
 #[tokio::test]
@@ -72,7 +76,8 @@ async fn a_request_arriving_while_the_database_is_read_only_runs_once_it_is_writ
     let messages = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;
     assert_rode_it_out(&env, &messages).await;
-    assert_eq!(count(&env, "SELECT count(*) FROM handoff_events WHERE type = 'created'").await, 1);
+    let created = format!("SELECT count(*) FROM handoff_events WHERE type = '{}'", HandoffEvent::Created);
+    assert_eq!(count(&env, &created).await, 1);
 }
 
 #[tokio::test]
@@ -116,8 +121,8 @@ async fn a_run_mid_chain_rides_out_a_read_only_database_without_a_takeover() {
     assert_eq!(messages.last().unwrap()["text"], "Written through a failover.");
     assert_eq!(count(&env, "SELECT max(claim_epoch) FROM invocations").await, 1, "each invocation claimed once");
     let run = env.run_of("mid-chain").await;
-    let agents: Vec<String> = env.journal(run).await.into_iter().filter(|k| k == "agent_handoff_accepted").collect();
-    assert_eq!(agents.len(), 1, "handed off once");
+    let journal = env.journal(run).await;
+    assert_eq!(journal.iter().filter(|k| **k == JournalEvent::HandoffAccepted).count(), 1, "handed off once");
 }
 
 #[tokio::test]
@@ -200,11 +205,7 @@ async fn a_worker_frozen_inside_a_step_transaction_is_taken_over_and_its_writes_
     ids.dedup();
     assert_eq!(ids.len(), 3, "each tool call ran once: {results:?}");
     assert_eq!(env.scalar_i64("SELECT count(*) FROM commits", &[]).await, 1, "one commit in the ledger");
-    assert_eq!(
-        env.scalar_i64("SELECT count(*) FROM handoff_events WHERE type = 'reply_sent'", &[]).await,
-        1,
-        "one reply"
-    );
+    assert_eq!(env.handoff_event_count(HandoffEvent::ReplySent).await, 1, "one reply");
 }
 
 /// A database of its own for the migration tests (dropped at the end).

@@ -7,6 +7,7 @@ use baton::roles::invocation::Worker;
 use baton::roles::Role;
 use baton_agent::Exit;
 use baton_domain::fleet::RunInvocation;
+use baton_domain::journal::JournalEvent;
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use tokio_util::sync::CancellationToken;
 
@@ -79,16 +80,16 @@ async fn parallel_children_run_at_once_and_are_awaited_together() {
     assert_eq!(overlap, 1, "the two children ran at the same time");
     let journal = env.journal(run).await;
     for kind in [
-        "agent_delegate_started",
-        "agent_await_started",
-        "agent_invocation_parked",
-        "agent_invocation_woken",
-        "agent_await_completed",
-        "task_return_recorded",
+        JournalEvent::DelegateStarted,
+        JournalEvent::AwaitStarted,
+        JournalEvent::InvocationParked,
+        JournalEvent::InvocationWoken,
+        JournalEvent::AwaitCompleted,
+        JournalEvent::TaskReturnRecorded,
     ] {
-        assert!(journal.iter().any(|k| k == kind), "{kind} missing from {journal:?}");
+        assert!(journal.contains(&kind), "{kind} missing from {journal:?}");
     }
-    let woken = journal.iter().filter(|k| *k == "agent_invocation_woken").count();
+    let woken = journal.iter().filter(|k| **k == JournalEvent::InvocationWoken).count();
     assert_eq!(woken, 1, "an allCompleted wait wakes once, when the last child is done");
 }
 
@@ -106,8 +107,9 @@ async fn a_parent_can_work_before_it_awaits() {
     assert_eq!(messages.last().unwrap()["status"], "completed");
     let run = env.run_of("work-then-wait").await;
     let timeline = baton_store::journal::timeline(&env.db().await, run).await.unwrap();
-    let seq = |kind: &str| timeline.iter().find(|e| e.kind == kind).map(|e| e.seq).unwrap();
-    assert!(seq("chat_commit_completed") < seq("task_return_recorded"), "the lead committed while its helper worked");
+    let seq = |kind| timeline.iter().find(|e| e.is(kind)).map(|e| e.seq).unwrap();
+    let (committed, returned) = (seq(JournalEvent::ChatCommitCompleted), seq(JournalEvent::TaskReturnRecorded));
+    assert!(committed < returned, "the lead committed while its helper worked");
     let lead = &env.invocations_of(run, "lead").await[0];
     let awaited = &env.tool_results(lead.id).await[3];
     assert!(awaited["content"].as_str().unwrap().contains("Summary: Helped."), "{awaited}");
@@ -137,8 +139,8 @@ async fn a_child_out_of_budget_fails_its_task_and_the_parent_reads_why() {
     assert!(awaited.contains("## Task helper (Agent helper): failed"), "{awaited}");
     assert!(awaited.contains("used all 1 of its model turns"), "{awaited}");
     let journal = env.journal(run).await;
-    assert!(journal.iter().any(|k| k == "agent_child_invocation_failed"), "{journal:?}");
-    assert!(!journal.iter().any(|k| k == "run_failed"));
+    assert!(journal.contains(&JournalEvent::ChildInvocationFailed), "{journal:?}");
+    assert!(!journal.contains(&JournalEvent::RunFailed));
 }
 
 #[tokio::test]
@@ -224,7 +226,7 @@ async fn finishing_cancels_unfinished_children_and_they_stop_at_their_next_step(
         1,
         "only its prompt"
     );
-    assert!(env.journal(run_id).await.iter().any(|k| k == "agent_task_cancelled"));
+    assert!(env.journal(run_id).await.contains(&JournalEvent::TaskCancelled));
 }
 
 #[tokio::test]
@@ -265,5 +267,5 @@ async fn an_operator_can_cancel_a_run_and_the_bridge_is_told() {
         "nothing was committed after the cancel"
     );
     let journal = env.journal(run).await;
-    assert!(journal.iter().any(|k| k == "run_cancelled"), "{journal:?}");
+    assert!(journal.contains(&JournalEvent::RunCancelled), "{journal:?}");
 }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use baton_domain::journal::JournalEvent;
 use baton_tests::{sample_request_json, until_reply, TestEnv};
 use serde_json::Value;
 
@@ -63,8 +64,8 @@ async fn first_tool_result(profiles_text: &str) -> Value {
     let steps = baton_store::steps::load(&c, root.id).await.unwrap();
     let result = steps.iter().find(|s| s.kind == "tool_result").unwrap().payload.clone();
     let journal = env.journal(run).await;
-    assert!(journal.contains(&"tool_call_failed".to_string()), "{journal:?}");
-    assert!(!journal.contains(&"agent_handoff_accepted".to_string()), "{journal:?}");
+    assert!(journal.contains(&JournalEvent::ToolCallFailed), "{journal:?}");
+    assert!(!journal.contains(&JournalEvent::HandoffAccepted), "{journal:?}");
     result
 }
 

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use baton::roles::Role;
 use baton_domain::fleet::Queue;
+use baton_domain::journal::JournalEvent;
+use baton_domain::request::HandoffEvent;
 use baton_tests::{eventually, next_json, sample_request_json, until_reply, TestEnv};
 use uuid::Uuid;
 
@@ -55,7 +57,7 @@ async fn a_profile_this_version_cannot_read_fails_the_run_and_the_bridge_hears_i
     assert_eq!(first, "failed");
     let run = env.run_of("unreadable-1").await;
     let journal = env.journal(run).await;
-    assert!(journal.contains(&"host_error".to_string()) && journal.contains(&"run_failed".to_string()), "{journal:?}");
+    assert!(journal.contains(&JournalEvent::HostError) && journal.contains(&JournalEvent::RunFailed), "{journal:?}");
 
     // Several grace periods later nothing re-published it, and it is still failed.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -108,7 +110,7 @@ async fn a_request_dead_lettered_by_the_delivery_limit_is_still_run_and_answered
     let runs = env.scalar_i64("SELECT count(*) FROM runs", &[]).await;
     assert_eq!(runs, 1);
     let events = env.handoff_events("limit-1").await;
-    assert!(events.contains(&"dead_letter_recovered".to_string()), "an operator can tell it was handled: {events:?}");
+    assert!(events.contains(&HandoffEvent::DeadLetterRecovered), "an operator can tell it was handled: {events:?}");
     fleet.stop().await;
 }
 
@@ -129,7 +131,8 @@ async fn a_model_server_answering_100_mib_fails_the_call_cleanly_without_holding
     assert_eq!(server.hits(), 2, "the oversized answer is tried again, then given up on");
     let run = env.run_of("huge-1").await;
     let timeline = baton_store::journal::timeline(&env.db().await, run).await.unwrap();
-    let error = timeline.iter().find(|e| e.kind == "host_error").map(|e| e.payload.to_string()).unwrap_or_default();
+    let error =
+        timeline.iter().find(|e| e.is(JournalEvent::HostError)).map(|e| e.payload.to_string()).unwrap_or_default();
     assert!(error.contains("larger than"), "the journal says why: {error}");
     // This whole test process (fleet, model server and all) peaks near 65 MiB
     // with an empty body and near 82 MiB with this one; holding the 100 MiB

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use baton::roles::Role;
 use baton_domain::fleet::Queue;
+use baton_domain::journal::JournalEvent;
 use baton_tests::{eventually, next_json, sample_request_json, until_reply, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -136,6 +137,6 @@ async fn a_scripted_stage_claims_runs_and_hands_off_in_one_transaction() {
     // The delayed turn waited outside the claim: prompt in one, turn + result in the next.
     assert_eq!(step_transactions(&env, stage("second").await).await, 2, "a turn that waits is the loop's");
     let journal = env.journal(run).await;
-    let stored = journal.iter().filter(|e| *e == "model_response_stored").count();
+    let stored = journal.iter().filter(|e| **e == JournalEvent::ModelResponseStored).count();
     assert_eq!(stored, 3, "one model turn per stage, none taken twice: {journal:?}");
 }

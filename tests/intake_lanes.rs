@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use baton::roles::Role;
+use baton_domain::request::HandoffEvent;
 use baton_tests::{eventually, profile, sample_request_json, TestEnv};
 use serde_json::{json, Value};
 
@@ -67,7 +68,7 @@ async fn unrelated_requests_pass_a_held_up_one_and_its_chat_keeps_arrival_order(
     let second = baton_store::requests::get(&env.db().await, "held-2").await.unwrap().unwrap();
     assert!(first.run_id.is_some(), "the first arrival holds the chat's turn");
     assert_eq!(second.run_id, None, "the second waits for it");
-    assert!(env.handoff_events("held-2").await.contains(&"queued".to_string()));
+    assert!(env.handoff_events("held-2").await.contains(&HandoffEvent::Queued));
     fleet.stop().await;
 }
 
@@ -88,13 +89,18 @@ async fn a_cancel_sent_right_behind_its_request_cancels_its_run() {
         .await;
     for id in &ids {
         let events = env.handoff_events(id).await;
-        let (created, cancel) =
-            (events.iter().position(|e| e == "created"), events.iter().position(|e| e == "cancel_received"));
+        let (created, cancel) = (
+            events.iter().position(|e| *e == HandoffEvent::Created),
+            events.iter().position(|e| *e == HandoffEvent::CancelReceived),
+        );
         assert!(created < cancel && cancel.is_some(), "{id}: the request, then its cancel: {events:?}");
         let note: String = env
             .db()
             .await
-            .query_one("SELECT message FROM handoff_events WHERE handoff_id = $1 AND type = 'cancel_received'", &[id])
+            .query_one(
+                "SELECT message FROM handoff_events WHERE handoff_id = $1 AND type = $2",
+                &[id, &HandoffEvent::CancelReceived.as_str()],
+            )
             .await
             .unwrap()
             .get(0);

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use baton::roles::Role;
+use baton_domain::journal::JournalEvent;
 use baton_tests::paced::{profiles, request, Paced, PacedModelServer};
 use baton_tests::{eventually, next_json, BatonProcess, TestEnv};
 
@@ -78,9 +79,11 @@ async fn three_workers_under_a_limit_just_below_the_providers_hear_no_429_and_ev
     assert_eq!(admitted, 100, "every call was admitted once");
 
     // Waiting is visible: the journal, and a metric labelled by the limit's name.
-    let waited = env.scalar_i64("SELECT count(*) FROM events WHERE type = 'model_call_throttled'", &[]).await;
+    let (waiting, throttled) = (JournalEvent::ModelCallWaiting.as_str(), JournalEvent::ModelCallThrottled.as_str());
+    let waited = env.scalar_i64("SELECT count(*) FROM events WHERE type = $1", &[&throttled]).await;
     assert!(waited > 0, "100 calls at 2 a second wait their turn");
-    let reasons = env.scalar_i64("SELECT count(*) FROM events WHERE type = 'model_call_waiting' AND payload->>'reason' <> 'requests_per_minute'", &[]).await;
+    let other = "SELECT count(*) FROM events WHERE type = $1 AND payload->>'reason' <> 'requests_per_minute'";
+    let reasons = env.scalar_i64(other, &[&waiting]).await;
     assert_eq!(reasons, 0, "only the request rate made calls wait");
     let mut scraped = String::new();
     for (_, addr) in &workers {
@@ -148,7 +151,8 @@ async fn a_token_limit_holds_against_the_usage_the_provider_reports() {
     let reported = env.scalar_i64("SELECT count(*) FROM model_limit_calls WHERE reported AND tokens = 50", &[]).await;
     assert_eq!(reported, 30, "every call ended with the usage the provider reported");
     assert!(started.elapsed() >= Duration::from_secs(12), "30 calls at two a second take fifteen seconds");
-    let reasons = env.scalar_i64("SELECT count(*) FROM events WHERE type = 'model_call_waiting' AND payload->>'reason' = 'tokens_per_minute'", &[]).await;
+    let tokens = "SELECT count(*) FROM events WHERE type = $1 AND payload->>'reason' = 'tokens_per_minute'";
+    let reasons = env.scalar_i64(tokens, &[&JournalEvent::ModelCallWaiting.as_str()]).await;
     assert!(reasons > 0);
     drop(workers);
     fleet.stop().await;
@@ -201,8 +205,8 @@ async fn a_providers_retry_after_pauses_every_worker_under_the_limit() {
     // The other runs' calls waited for the pause, and their journals say why.
     let others_waited = env
         .scalar_i64(
-            "SELECT count(DISTINCT run_id) FROM events WHERE type = 'model_call_waiting' AND payload->>'reason' = 'retry_after' AND run_id::text <> $1",
-            &[&refused_run],
+            "SELECT count(DISTINCT run_id) FROM events WHERE type = $2 AND payload->>'reason' = 'retry_after' AND run_id::text <> $1",
+            &[&refused_run, &JournalEvent::ModelCallWaiting.as_str()],
         )
         .await;
     assert_eq!(others_waited, 2, "both later runs waited out the pause");

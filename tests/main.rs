@@ -20,6 +20,7 @@ mod corrupt_rows;
 mod database;
 mod delegation;
 mod errors;
+mod events_readme;
 mod hardening_claims;
 mod hop_costs;
 mod hot_path;

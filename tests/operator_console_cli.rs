@@ -10,6 +10,7 @@ use baton_bus::dead::{self, Select};
 use baton_bus::lapin::options::{BasicGetOptions, BasicNackOptions};
 use baton_bus::Outgoing;
 use baton_domain::fleet::Queue;
+use baton_domain::journal::JournalEvent;
 use baton_domain::request::Source;
 use baton_domain::state::RunStatus;
 use baton_store::overview::{self, RunFilter};
@@ -90,7 +91,7 @@ async fn runs_are_listed_newest_first_filtered_and_paged_and_the_json_matches_th
     let steps = baton_store::steps::load(&c, stored[0].id).await.unwrap();
     assert_eq!(invocations[0]["steps"].as_array().unwrap().len(), steps.len(), "--transcript includes each step");
     let text = baton(&env, &["runs", "show", &run, "--transcript"]).await;
-    assert!(text.contains("run_completed") && text.contains("workspace_write"), "{text}");
+    assert!(text.contains(JournalEvent::RunCompleted.as_str()) && text.contains("workspace_write"), "{text}");
 }
 
 #[tokio::test]
@@ -279,8 +280,8 @@ async fn a_failed_run_retried_resumes_from_its_last_step_and_the_bridge_gets_a_s
         "no earlier turn asked again"
     );
     let journal = env.journal(run).await;
-    assert!(journal.contains(&"run_retried".to_string()), "{journal:?}");
-    assert_eq!(journal.iter().filter(|k| *k == "run_completed").count(), 1);
+    assert!(journal.contains(&JournalEvent::RunRetried), "{journal:?}");
+    assert_eq!(journal.iter().filter(|k| **k == JournalEvent::RunCompleted).count(), 1);
     let solo = &env.invocations_of(run, "solo").await[0];
     assert_eq!(solo.takeovers, 0);
     assert_eq!(baton_store::retry::attempt(&c, run).await.unwrap(), 2);

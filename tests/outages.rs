@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use baton::roles::Role;
+use baton_domain::journal::JournalEvent;
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(40);
@@ -50,7 +51,7 @@ async fn an_external_agents_result_outlasts_a_database_outage_and_the_agent_runs
     assert_eq!(started, 1, "the agent ran once");
     let run = env.run_of("external-outage").await;
     let journal = env.journal(run).await;
-    assert!(!journal.iter().any(|k| k == "external_agent_rerun"), "the finished agent was run again: {journal:?}");
+    assert!(!journal.contains(&JournalEvent::ExternalAgentRerun), "the finished agent was run again: {journal:?}");
 }
 
 async fn count(env: &TestEnv, sql: &str) -> i64 {
@@ -116,5 +117,6 @@ async fn a_worker_shut_down_during_a_database_outage_hands_its_claim_back_withou
         0,
         "no takeover counted"
     );
-    assert_eq!(count(&env, "SELECT count(*) FROM events WHERE type = 'host_error'").await, 0, "no host error");
+    let host_errors = format!("SELECT count(*) FROM events WHERE type = '{}'", JournalEvent::HostError);
+    assert_eq!(count(&env, &host_errors).await, 0, "no host error");
 }

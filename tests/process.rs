@@ -5,6 +5,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use baton::roles::Role;
+use baton_domain::journal::JournalEvent;
+use baton_domain::request::HandoffEvent;
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use uuid::Uuid;
 
@@ -64,11 +66,7 @@ async fn assert_ran_once(env: &TestEnv, invocation: Uuid, turns: i64, commits: i
         commits,
         "commit ledger"
     );
-    assert_eq!(
-        env.scalar_i64("SELECT count(*) FROM handoff_events WHERE type = 'reply_sent'", &[]).await,
-        1,
-        "one reply"
-    );
+    assert_eq!(env.handoff_event_count(HandoffEvent::ReplySent).await, 1, "one reply");
 }
 
 #[tokio::test]
@@ -224,7 +222,7 @@ async fn a_parent_parks_on_one_worker_process_and_is_woken_on_another() {
         .await
         .unwrap()
         .into_iter()
-        .filter(|e| e.kind == "agent_invocation_started" && e.invocation_id == Some(root))
+        .filter(|e| e.is(JournalEvent::InvocationStarted) && e.invocation_id == Some(root))
         .map(|e| {
             (e.payload["resumed"].as_bool().unwrap_or(false), e.payload["worker"].as_str().unwrap_or("").to_string())
         })

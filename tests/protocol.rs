@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use baton::operator::{self, Settle};
+use baton_domain::request::HandoffEvent;
 use baton_tests::http::{CallbackServer, ModelServer, Reply};
 use baton_tests::{eventually, next_json, sample_request_json, until_reply, TestEnv};
 use serde_json::json;
@@ -22,7 +23,7 @@ async fn a_manual_handoff_waits_for_an_operator_who_pastes_the_result() {
 
     let shown = operator::handoff_show(&env.pool, "manual-ok").await.unwrap();
     assert!(shown.contains("target: manual") && shown.contains("status: accepted"), "{shown}");
-    assert!(shown.contains("# Request") && shown.contains("created"), "{shown}");
+    assert!(shown.contains("# Request") && shown.contains(HandoffEvent::Created.as_str()), "{shown}");
     let prompt = operator::handoff_prompt(&env.pool, "manual-ok").await.unwrap();
     assert!(
         prompt.starts_with("# Request") && prompt.contains("## How to answer") && prompt.contains("Simplified Chinese"),
@@ -47,8 +48,14 @@ async fn a_manual_handoff_waits_for_an_operator_who_pastes_the_result() {
     assert_eq!(reply["status"], "cancelled");
     assert!(reply["text"].as_str().unwrap().contains("nobody is available today"));
     let events = env.handoff_events("manual-ok").await;
-    for kind in ["created", "context_packaged", "status_changed", "result_received", "reply_sent"] {
-        assert!(events.iter().any(|e| e == kind), "{kind} missing: {events:?}");
+    for kind in [
+        HandoffEvent::Created,
+        HandoffEvent::ContextPackaged,
+        HandoffEvent::StatusChanged,
+        HandoffEvent::ResultReceived,
+        HandoffEvent::ReplySent,
+    ] {
+        assert!(events.contains(&kind), "{kind} missing: {events:?}");
     }
 }
 
@@ -146,5 +153,5 @@ async fn nothing_the_disclosure_policy_removes_reaches_the_model() {
     let fields: Vec<&str> = redactions.iter().map(|r| r["field"].as_str().unwrap()).collect();
     assert!(fields.contains(&"userIntent") && fields.contains(&"context.userMemories[m-secret]"), "{fields:?}");
     let events = env.handoff_events("disclosure-1").await;
-    assert!(events.contains(&"disclosure_filtered".to_string()), "{events:?}");
+    assert!(events.contains(&HandoffEvent::DisclosureFiltered), "{events:?}");
 }

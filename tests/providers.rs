@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use baton_domain::journal::JournalEvent;
 use baton_tests::http::{tokens_per_completion, ModelServer, Reply};
 use baton_tests::{profile, TestEnv};
 use serde_json::json;
@@ -33,9 +34,9 @@ fn solo(server: &ModelServer, extra: &str) -> String {
     format!("[routes]\ndocs_agent = \"solo\"\n\n{p}")
 }
 
-async fn journal_payloads(env: &TestEnv, run: uuid::Uuid, kind: &str) -> Vec<serde_json::Value> {
+async fn journal_payloads(env: &TestEnv, run: uuid::Uuid, kind: JournalEvent) -> Vec<serde_json::Value> {
     let timeline = baton_store::journal::timeline(&env.db().await, run).await.unwrap();
-    timeline.into_iter().filter(|e| e.kind == kind).map(|e| e.payload).collect()
+    timeline.into_iter().filter(|e| e.is(kind)).map(|e| e.payload).collect()
 }
 
 #[tokio::test]
@@ -124,7 +125,7 @@ async fn model_calls_are_retried_on_429_and_5xx_honouring_retry_after() {
     assert_eq!(messages.last().unwrap()["status"], "completed");
     assert!(started.elapsed() >= Duration::from_secs(1), "Retry-After: 1 was honoured");
     assert_eq!(server.bodies().len(), 5);
-    let stored = journal_payloads(&env, env.run_of("retries").await, "model_response_stored").await;
+    let stored = journal_payloads(&env, env.run_of("retries").await, JournalEvent::ModelResponseStored).await;
     assert_eq!(stored[0]["attempts"], 3);
     assert_eq!(stored[1]["attempts"], 1);
 }
@@ -138,7 +139,7 @@ async fn a_model_that_keeps_failing_fails_the_run_with_a_clear_error() {
     let reply = messages.last().unwrap();
     assert_eq!(reply["status"], "failed");
     assert!(reply["text"].as_str().unwrap().contains("internal error"), "{reply}");
-    let details = journal_payloads(&env, env.run_of("gives-up").await, "host_error").await;
+    let details = journal_payloads(&env, env.run_of("gives-up").await, JournalEvent::HostError).await;
     let detail = details[0]["detail"].as_str().unwrap();
     assert!(detail.contains("after 2 attempts") && detail.contains("500"), "{detail}");
 }
@@ -151,7 +152,7 @@ async fn a_model_call_that_hangs_times_out_and_is_tried_again() {
     env.apply_profiles(&solo(&server, "timeout_secs = 1")).await;
     let messages = env.run_request("timeout").await;
     assert_eq!(messages.last().unwrap()["text"], "Second try.");
-    let stored = journal_payloads(&env, env.run_of("timeout").await, "model_response_stored").await;
+    let stored = journal_payloads(&env, env.run_of("timeout").await, JournalEvent::ModelResponseStored).await;
     assert_eq!(stored[0]["attempts"], 2);
 }
 
@@ -193,7 +194,7 @@ async fn an_external_agent_that_fails_or_hangs_fails_the_run_with_the_reason_in_
         .await;
         let messages = env.run_request(id).await;
         assert_eq!(messages.last().unwrap()["status"], "failed", "{id}");
-        let details = journal_payloads(&env, env.run_of(id).await, "host_error").await;
+        let details = journal_payloads(&env, env.run_of(id).await, JournalEvent::HostError).await;
         assert!(details[0]["detail"].as_str().unwrap().contains(expect), "{id}: {details:?}");
     }
 }

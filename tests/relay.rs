@@ -7,7 +7,9 @@ use baton::roles::Role;
 use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 use baton_bus::lapin::types::{AMQPValue, FieldTable};
 use baton_domain::fleet::Queue;
+use baton_domain::journal::JournalEvent;
 use baton_domain::reply::truncation_note;
+use baton_domain::request::HandoffEvent;
 use baton_domain::Language;
 use baton_tests::{eventually, next_json, profile, sample_request_json, until_reply, TestEnv};
 use futures_lite::StreamExt;
@@ -77,7 +79,7 @@ async fn a_twenty_mib_row_is_moved_aside_with_its_reason_and_the_next_run_comple
     let pad = letter["_body"]["pad"].as_str().unwrap();
     let cut = pad.len() < MIB && pad.ends_with(truncation_note(Language::En));
     assert!(cut, "the dead letter's body is cut: {} bytes", pad.len());
-    assert!(env.journal(run).await.contains(&"message_dead_lettered".to_string()), "the run is told");
+    assert!(env.journal(run).await.contains(&JournalEvent::MessageDeadLettered), "the run is told");
     assert_eq!(env.scalar_i64("SELECT count(*) FROM outbox", &[]).await, 0, "nothing stays behind");
 }
 
@@ -140,7 +142,7 @@ async fn a_huge_agent_result_reaches_the_bridge_cut_and_stays_whole_in_postgres(
     }
     let kept = env.scalar_i64("SELECT length(final_text)::bigint FROM runs", &[]).await;
     assert!(kept as usize >= result.trim().len(), "the full result stays in Postgres: {kept} bytes");
-    assert!(env.handoff_events("huge-1").await.contains(&"message_cut".to_string()));
+    assert!(env.handoff_events("huge-1").await.contains(&HandoffEvent::MessageCut));
 }
 
 #[tokio::test]
@@ -171,7 +173,7 @@ async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_roo
         (waiting > 0 && replied == 1).then_some(())
     })
     .await;
-    assert!(env.handoff_events("full-1").await.contains(&"delivery_delayed".to_string()));
+    assert!(env.handoff_events("full-1").await.contains(&HandoffEvent::DeliveryDelayed));
     // Room again: the bridge drains its queue.
     let mut consumer = env.consume(&full).await;
     let mut seen = vec![];
@@ -207,7 +209,7 @@ async fn a_status_that_no_queue_takes_is_dead_lettered_with_its_reason() {
     assert_eq!(letter["_body"]["type"], "status");
     assert_eq!(letter["_body"]["status"], "accepted");
     assert!(letter["_error"].as_str().unwrap().contains("no queue took"), "{letter}");
-    assert!(env.handoff_events("gone-1").await.contains(&"delivery_failed".to_string()));
+    assert!(env.handoff_events("gone-1").await.contains(&HandoffEvent::DeliveryFailed));
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use baton::roles::Role;
+use baton_domain::journal::JournalEvent;
 use baton_tests::{eventually, sample_request_json, until_reply, BatonProcess, TestEnv};
 use serde_json::Value;
 use uuid::Uuid;
@@ -253,7 +254,7 @@ async fn a_deploy_hands_a_rerun_agent_to_another_worker_which_runs_it_again() {
     assert_eq!(reply["status"], "completed", "{reply}");
     assert_eq!(reply["text"], "Finished on the second run.");
     let run = env.run_of("deploy-rerun").await;
-    assert!(env.journal(run).await.contains(&"external_agent_rerun".to_string()), "the journal says it ran again");
+    assert!(env.journal(run).await.contains(&JournalEvent::ExternalAgentRerun), "the journal says it ran again");
     let takeovers = env.scalar_i64("SELECT takeovers::bigint FROM invocations WHERE id = $1", &[&root]).await;
     assert_eq!(takeovers, 0, "a hand-back is not a takeover");
 }

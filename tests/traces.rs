@@ -10,6 +10,7 @@ use std::time::Duration;
 use axum::{body::Bytes, extract::State, routing::post, Router};
 use baton_bus::Outgoing;
 use baton_domain::fleet::Queue;
+use baton_domain::request::HandoffEvent;
 use baton_tests::{baton_binary, sample_request_json, TestEnv};
 use futures_lite::StreamExt;
 use lapin::options::BasicAckOptions;
@@ -226,5 +227,5 @@ async fn a_request_queued_behind_its_chat_keeps_its_own_trace() {
         }
     }
     let queued = env.handoff_events("chat-2").await;
-    assert!(queued.iter().any(|e| e.contains("queued")), "chat-2 waited for chat-1: {queued:?}");
+    assert!(queued.contains(&HandoffEvent::Queued), "chat-2 waited for chat-1: {queued:?}");
 }

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use baton_domain::journal::JournalEvent;
 use baton_store::Pool;
 
 /// Five invocations per run: a root and four handoff stages.
@@ -13,6 +14,10 @@ pub async fn load(pool: &Pool, invocations: usize) -> anyhow::Result<Duration> {
     let n = invocations as i64;
     let runs = (n + PER_RUN - 1) / PER_RUN;
     let c = pool.get().await?;
+    // Each invocation's three journal rows, as SQL literals.
+    let kinds = [JournalEvent::InvocationStarted, JournalEvent::ModelResponseStored, JournalEvent::LoopFinished]
+        .map(|e| format!("'{e}'"))
+        .join(", ");
     let statements = [
         format!(
             "INSERT INTO runs (id, status, root_profile_id, handoff_count, final_text, created_at, finished_at)
@@ -41,7 +46,7 @@ pub async fn load(pool: &Pool, invocations: usize) -> anyhow::Result<Duration> {
         format!(
             "INSERT INTO events (run_id, invocation_id, type, payload, created_at)
              SELECT md5('run' || ((i - 1) / {PER_RUN} + 1))::uuid, md5('inv' || i)::uuid,
-                    (ARRAY['agent_invocation_started', 'model_response_stored', 'agent_loop_finished'])[k], '{{}}',
+                    (ARRAY[{kinds}])[k], '{{}}',
                     now() - interval '30 days'
                FROM generate_series(1, {n}) i, generate_series(1, 3) k"
         ),

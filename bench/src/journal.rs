@@ -3,7 +3,7 @@
 //! own work inside the window), and how long after the handoff's commit
 //! (its last journal row, written in the committing transaction).
 
-use baton_domain::journal::{HANDOFF_ACCEPTED, INVOCATION_STARTED};
+use baton_domain::journal::JournalEvent;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -36,7 +36,8 @@ pub async fn hops(pool: &baton_store::Pool, side: Side, keys: &[String]) -> anyh
         let chains: Vec<Uuid> = keys.iter().map(|k| k.parse()).collect::<Result<_, _>>()?;
         c.query(raw::HOPS_SQL, &[&chains]).await?
     } else {
-        c.query(BATON_HOPS_SQL, &[&keys, &INVOCATION_STARTED, &HANDOFF_ACCEPTED]).await?
+        let (started, accepted) = (JournalEvent::InvocationStarted.as_str(), JournalEvent::HandoffAccepted.as_str());
+        c.query(BATON_HOPS_SQL, &[&keys, &started, &accepted]).await?
     };
     Ok(rows
         .iter()

@@ -13,7 +13,9 @@ use baton_bus::lapin::types::FieldTable;
 use baton_bus::lapin::{Connection, Consumer};
 use baton_bus::{Outgoing, Publisher};
 use baton_domain::fleet::Queue;
+use baton_domain::journal::JournalEvent;
 use baton_domain::profiles::ProfilesFile;
+use baton_domain::request::HandoffEvent;
 use baton_store::Pool;
 use futures_lite::StreamExt;
 use serde_json::Value;
@@ -136,20 +138,29 @@ impl TestEnv {
     /// The workers that started the invocations of a handoff's run, in order.
     pub async fn workers_that_started(&self, handoff_id: &str) -> Vec<String> {
         let timeline = baton_store::journal::timeline(&self.db().await, self.run_of(handoff_id).await).await.unwrap();
-        let started = timeline.into_iter().filter(|e| e.kind == "agent_invocation_started");
+        let started = timeline.into_iter().filter(|e| e.is(JournalEvent::InvocationStarted));
         started.map(|e| e.payload["worker"].as_str().unwrap_or("").to_string()).collect()
     }
 
-    /// Event types of a run's journal, in order.
-    pub async fn journal(&self, run_id: Uuid) -> Vec<String> {
+    /// A run's journal events, in order. Every row a test sees was written
+    /// by this version, so a name no [`JournalEvent`] has fails the test.
+    pub async fn journal(&self, run_id: Uuid) -> Vec<JournalEvent> {
         let c = self.db().await;
-        baton_store::journal::timeline(&c, run_id).await.unwrap().into_iter().map(|e| e.kind).collect()
+        let rows = baton_store::journal::timeline(&c, run_id).await.unwrap();
+        rows.iter().map(|e| e.kind.parse().unwrap_or_else(|e| panic!("a journal row: {e}"))).collect()
     }
 
-    /// Handoff event types of a request, in order.
-    pub async fn handoff_events(&self, handoff_id: &str) -> Vec<String> {
+    /// A request's handoff events, in order; as for [`TestEnv::journal`], a
+    /// name no [`HandoffEvent`] has fails the test.
+    pub async fn handoff_events(&self, handoff_id: &str) -> Vec<HandoffEvent> {
         let c = self.db().await;
-        baton_store::requests::events(&c, handoff_id).await.unwrap().into_iter().map(|e| e.kind).collect()
+        let rows = baton_store::requests::events(&c, handoff_id).await.unwrap();
+        rows.iter().map(|e| e.kind.parse().unwrap_or_else(|e| panic!("a handoff event row: {e}"))).collect()
+    }
+
+    /// How many `kind` handoff events are stored, of every request.
+    pub async fn handoff_event_count(&self, kind: HandoffEvent) -> i64 {
+        self.scalar_i64("SELECT count(*) FROM handoff_events WHERE type = $1", &[&kind.as_str()]).await
     }
 }
 

@@ -11,8 +11,8 @@ use baton_domain::conversation::answer::BridgeAnswer;
 use baton_domain::conversation::question::QuestionState;
 use baton_domain::disclosure::{self, DisclosureConfig};
 use baton_domain::fleet::FleetMessage;
-use baton_domain::journal;
-use baton_domain::request::HandoffStatus;
+use baton_domain::journal::JournalEvent;
+use baton_domain::request::{HandoffEvent, HandoffStatus};
 use baton_domain::state::{InvocationStatus, RunStatus};
 use baton_store::journal::Event;
 use baton_store::questions::{self, Question};
@@ -35,12 +35,9 @@ pub enum Handled {
 pub enum Answerer {
     /// A bridge's `BridgeAnswer`, from the user.
     Bridge,
-    /// An operator, in the console: recorded as an [`OPERATOR_ANSWERED`] handoff event.
+    /// An operator, in the console: recorded as an [`HandoffEvent::OperatorAnswered`] handoff event.
     Operator,
 }
-
-/// The handoff event recording that an operator gave an answer.
-pub const OPERATOR_ANSWERED: &str = "operator_answered";
 
 /// Stores and applies one answer in one transaction.
 pub async fn apply(pool: &Pool, answer: &BridgeAnswer, by: Answerer) -> anyhow::Result<Handled> {
@@ -59,7 +56,7 @@ pub async fn apply(pool: &Pool, answer: &BridgeAnswer, by: Answerer) -> anyhow::
     }
     if by == Answerer::Operator {
         let why = format!("an operator answered in the console: {outcome}");
-        note(&tx, answer, OPERATOR_ANSWERED, &why).await?;
+        note(&tx, answer, HandoffEvent::OperatorAnswered, &why).await?;
     }
     commit(tx).await?;
     Ok(handled)
@@ -67,7 +64,7 @@ pub async fn apply(pool: &Pool, answer: &BridgeAnswer, by: Answerer) -> anyhow::
 
 async fn decide(c: &impl GenericClient, answer: &BridgeAnswer, policy: &DisclosureConfig) -> anyhow::Result<Handled> {
     if !questions::record_answer(c, &answer.id, &answer.handoff_id, &answer.question_id, "received").await? {
-        note(c, answer, "answer_duplicate", "this answer was received before").await?;
+        note(c, answer, HandoffEvent::AnswerDuplicate, "this answer was received before").await?;
         return Ok(Handled::Duplicate);
     }
     if requests::get(c, &answer.handoff_id).await?.is_none() {
@@ -98,7 +95,7 @@ async fn decide(c: &impl GenericClient, answer: &BridgeAnswer, policy: &Disclosu
     requests::add_event(
         c,
         &request.id,
-        "answer_received",
+        HandoffEvent::AnswerReceived,
         None,
         Some(&format!("answer {} to question {}", answer.id, question.id)),
     )
@@ -106,14 +103,14 @@ async fn decide(c: &impl GenericClient, answer: &BridgeAnswer, policy: &Disclosu
     if !found.is_empty() {
         let what: Vec<&str> = found.iter().map(|f| f.reason()).collect();
         let note = format!("{} removal(s) from answer {}: {}", what.len(), answer.id, what.join("; "));
-        requests::add_event(c, &request.id, "disclosure_filtered", None, Some(&note)).await?;
+        requests::add_event(c, &request.id, HandoffEvent::DisclosureFiltered, None, Some(&note)).await?;
     }
     bridge::status(c, &request, HandoffStatus::Running, Some("the user answered")).await?;
     if parked.is_some_and(|inv| inv.status == InvocationStatus::Parked)
         && invocations::wake(c, question.invocation_id).await?
     {
         outbox::enqueue_fleet(c, &FleetMessage::wake(question.run_id, question.invocation_id)).await?;
-        let woken = Event::new(journal::INVOCATION_WOKEN, Some(question.invocation_id), json!({"by": "answer"}));
+        let woken = Event::new(JournalEvent::InvocationWoken, Some(question.invocation_id), json!({"by": "answer"}));
         baton_store::journal::append(c, question.run_id, &[woken]).await?;
     }
     Ok(Handled::Applied)
@@ -133,12 +130,12 @@ async fn closed(c: &impl GenericClient, question: &Question) -> anyhow::Result<O
 
 async fn ignore(c: &impl GenericClient, answer: &BridgeAnswer, why: &'static str) -> anyhow::Result<Handled> {
     tracing::info!(why, "answer ignored");
-    note(c, answer, "answer_ignored", why).await?;
+    note(c, answer, HandoffEvent::AnswerIgnored, why).await?;
     Ok(Handled::Ignored(why))
 }
 
 /// A handoff event about an answer, when the handoff is known.
-async fn note(c: &impl GenericClient, answer: &BridgeAnswer, kind: &str, why: &str) -> anyhow::Result<()> {
+async fn note(c: &impl GenericClient, answer: &BridgeAnswer, kind: HandoffEvent, why: &str) -> anyhow::Result<()> {
     if requests::get(c, &answer.handoff_id).await?.is_some() {
         let message = format!("answer {} to question {}: {why}", answer.id, answer.question_id);
         requests::add_event(c, &answer.handoff_id, kind, None, Some(&message)).await?;

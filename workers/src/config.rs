@@ -5,6 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use baton_domain::fleet::InvocationQueue;
+
 #[derive(Clone)]
 pub struct Settings {
     pub database_url: String,
@@ -31,7 +33,7 @@ pub struct Settings {
     /// Which invocation queues this worker consumes: both (default), or only
     /// `handoff` (foreground stages) or `delegate` (children and wake-ups),
     /// so each kind of work can be scaled on its own.
-    pub invocation_queues: Vec<String>,
+    pub invocation_queues: Vec<InvocationQueue>,
     /// Takeovers of one invocation (its worker died or stalled) before it is
     /// failed: a crash loop stops here.
     pub max_takeovers: i32,
@@ -113,9 +115,6 @@ impl fmt::Display for SettingsError {
 
 impl std::error::Error for SettingsError {}
 
-/// The invocation queues a worker may consume (`BATON_INVOCATION_QUEUES`).
-const INVOCATION_QUEUES: [&str; 2] = ["handoff", "delegate"];
-
 /// Reads variables through `get`, noting every problem instead of stopping at
 /// the first. An empty value counts as unset, as it always has.
 struct Reader<'a> {
@@ -169,13 +168,15 @@ impl Reader<'_> {
         })
     }
 
-    fn invocation_queues(&mut self) -> Vec<String> {
+    /// The kinds of invocation queue a worker consumes: both by default.
+    fn invocation_queues(&mut self) -> Vec<InvocationQueue> {
         let name = "BATON_INVOCATION_QUEUES";
-        let value = self.text(name, "handoff,delegate");
-        let queues: Vec<String> = value.split(',').map(str::trim).filter(|q| !q.is_empty()).map(String::from).collect();
-        let unknown: Vec<&str> = queues.iter().map(String::as_str).filter(|q| !INVOCATION_QUEUES.contains(q)).collect();
-        if !unknown.is_empty() || queues.is_empty() {
-            self.problems.push(format!("{name}={value} is not a comma-separated list of handoff and delegate"));
+        let all = InvocationQueue::ALL.map(InvocationQueue::as_str);
+        let value = self.text(name, &all.join(","));
+        let named: Vec<&str> = value.split(',').map(str::trim).filter(|q| !q.is_empty()).collect();
+        let queues: Vec<InvocationQueue> = named.iter().filter_map(|q| InvocationQueue::parse(q)).collect();
+        if queues.len() != named.len() || queues.is_empty() {
+            self.problems.push(format!("{name}={value} is not a comma-separated list of {}", all.join(" and ")));
         }
         queues
     }
@@ -506,7 +507,7 @@ mod parsing {
     use std::collections::HashMap;
     use std::time::Duration;
 
-    use super::{Settings, SettingsError};
+    use super::{InvocationQueue, Settings, SettingsError};
 
     fn parse(vars: &[(&str, &str)]) -> Result<Settings, SettingsError> {
         let vars: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -522,7 +523,7 @@ mod parsing {
         let s = parse(&[]).unwrap();
         assert_eq!(s.lease, Duration::from_millis(15_000));
         assert_eq!((s.prefetch, s.intake_concurrency), (1, 16));
-        assert_eq!(s.invocation_queues, ["handoff", "delegate"]);
+        assert_eq!(s.invocation_queues, InvocationQueue::ALL);
         assert_eq!(s.db_session.idle_in_transaction_timeout, Some(Duration::from_secs(10)));
         assert!(s.warnings().is_empty());
     }
@@ -602,8 +603,9 @@ mod parsing {
 
     #[test]
     fn only_the_two_invocation_queues_can_be_chosen() {
-        assert_eq!(parse(&[("BATON_INVOCATION_QUEUES", "handoff")]).unwrap().invocation_queues, ["handoff"]);
-        assert_eq!(parse(&[("BATON_INVOCATION_QUEUES", " delegate , ")]).unwrap().invocation_queues, ["delegate"]);
+        let chosen = |value| parse(&[("BATON_INVOCATION_QUEUES", value)]).unwrap().invocation_queues;
+        assert_eq!(chosen("handoff"), [InvocationQueue::Handoff]);
+        assert_eq!(chosen(" delegate , "), [InvocationQueue::Delegate]);
         let expected = "is not a comma-separated list of handoff and delegate";
         for bad in ["handoff,delegates", "Handoff", ",", "intake"] {
             let found = problems(&[("BATON_INVOCATION_QUEUES", bad)]);

@@ -18,7 +18,7 @@ pub use retry::retry_run;
 use anyhow::{bail, Context};
 use baton_domain::brief::render_request_brief;
 use baton_domain::fleet::{FleetMessage, Queue};
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::request::{HandoffRequest, HandoffStatus};
 use baton_domain::state::RunStatus;
 use baton_store::journal::Event;
@@ -120,15 +120,15 @@ pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> a
     let (status, error, kind) = match how {
         Settle::Result => {
             runs::set_final_text(&tx, run, text).await?;
-            (RunStatus::Completed, None, journal::RUN_COMPLETED)
+            (RunStatus::Completed, None, JournalEvent::RunCompleted)
         }
         Settle::Cancel => {
-            (RunStatus::Cancelled, Some(json!({"code": "cancelled", "message": text})), journal::RUN_CANCELLED)
+            (RunStatus::Cancelled, Some(json!({"code": "cancelled", "message": text})), JournalEvent::RunCancelled)
         }
     };
     runs::finish(&tx, run, status, error.as_ref()).await?;
     let events = [
-        Event::new(journal::RUN_CREATED, None, json!({"handoffId": id, "manual": true})),
+        Event::new(JournalEvent::RunCreated, None, json!({"handoffId": id, "manual": true})),
         Event::new(kind, None, json!({"by": "operator"})),
     ];
     baton_store::journal::append(&tx, run, &events).await?;

@@ -62,16 +62,17 @@ pub fn render_spend(spend: &baton_store::budgets::RunSpend) -> String {
 /// how many waited, how long in all, under which limits, and whether one
 /// waits right now. `None` when none waited.
 pub fn render_throttled(events: &[EventRow]) -> Option<String> {
-    use baton_domain::journal::{MODEL_CALL_THROTTLED, MODEL_CALL_WAITING};
+    use baton_domain::journal::JournalEvent;
     let (mut waited, mut total_ms, mut waiting_now, mut limits) = (0, 0u64, 0i64, std::collections::BTreeSet::new());
     for e in events {
         let limit = e.payload["limit"].as_str().unwrap_or("?").to_string();
-        match e.kind.as_str() {
-            MODEL_CALL_WAITING => {
+        // A name this version does not know is some other event.
+        match JournalEvent::parse(&e.kind) {
+            Some(JournalEvent::ModelCallWaiting) => {
                 waiting_now += 1;
                 limits.insert(limit);
             }
-            MODEL_CALL_THROTTLED => {
+            Some(JournalEvent::ModelCallThrottled) => {
                 waiting_now -= 1;
                 waited += 1;
                 total_ms += e.payload["waitedMs"].as_u64().unwrap_or(0);
@@ -111,23 +112,24 @@ mod tests {
 
     #[test]
     fn throttled_waits_are_summed_and_a_wait_under_way_is_said() {
+        use baton_domain::journal::JournalEvent::{ModelCallThrottled, ModelCallWaiting};
         use baton_store::journal::EventRow;
-        let event = |seq: i64, kind: &str, payload: serde_json::Value| EventRow {
+        let event = |seq: i64, kind: baton_domain::journal::JournalEvent, payload: serde_json::Value| EventRow {
             seq,
             invocation_id: None,
             profile_id: Some("writer".into()),
-            kind: kind.into(),
+            kind: kind.as_str().into(),
             payload,
             at: chrono::Utc::now(),
         };
         let mut events = vec![
-            event(1, "model_call_waiting", serde_json::json!({"limit": "deepseek", "reason": "requests_per_minute"})),
-            event(2, "model_call_throttled", serde_json::json!({"limit": "deepseek", "waitedMs": 1500})),
-            event(3, "model_call_waiting", serde_json::json!({"limit": "deepseek", "reason": "concurrent_calls"})),
+            event(1, ModelCallWaiting, serde_json::json!({"limit": "deepseek", "reason": "requests_per_minute"})),
+            event(2, ModelCallThrottled, serde_json::json!({"limit": "deepseek", "waitedMs": 1500})),
+            event(3, ModelCallWaiting, serde_json::json!({"limit": "deepseek", "reason": "concurrent_calls"})),
         ];
         let line = super::render_throttled(&events).unwrap();
         assert_eq!(line, "throttled: 1 model call waited 1.5s in all under limit `deepseek`; a model call is waiting for its turn now");
-        events.push(event(4, "model_call_throttled", serde_json::json!({"limit": "deepseek", "waitedMs": 500})));
+        events.push(event(4, ModelCallThrottled, serde_json::json!({"limit": "deepseek", "waitedMs": 500})));
         assert_eq!(
             super::render_throttled(&events).unwrap(),
             "throttled: 2 model calls waited 2.0s in all under limit `deepseek`"

@@ -1,6 +1,6 @@
 //! The first step of every invocation: its system prompt and its brief.
 
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::profiles::{Profile, Skill};
 use baton_domain::prompt::system_prompt;
 use baton_domain::tools::{self, ToolName};
@@ -22,13 +22,13 @@ pub fn prompt_step(inv: &Invocation, profile: &Profile, surface: &[ToolName], sk
     ]);
     let id = Some(inv.id);
     let evs = vec![
-        Event::new(journal::CONTEXT_ASSEMBLED, id, json!({"briefChars": inv.brief.chars().count()})),
+        Event::new(JournalEvent::ContextAssembled, id, json!({"briefChars": inv.brief.chars().count()})),
         Event::new(
-            journal::SKILL_SCOPES_RESOLVED,
+            JournalEvent::SkillScopesResolved,
             id,
             json!({"profileId": profile.id, "skills": skills.iter().map(|s| &s.id).collect::<Vec<_>>()}),
         ),
-        Event::new(journal::MODEL_BINDING_RESOLVED, id, json!({"provider": profile.model.provider_name()})),
+        Event::new(JournalEvent::ModelBindingResolved, id, json!({"provider": profile.model.provider_name()})),
     ];
     (json!({"messages": messages}), evs)
 }

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::limits::{ModelLimit, WaitReason};
 use baton_store::journal::Event;
 use baton_store::limits::{self, Admission};
@@ -135,13 +135,13 @@ impl Limiter {
         tracing::info!(limit = %limit.name, reason = reason.as_str(), ?wait, "model call waits its turn");
         let payload =
             json!({"limit": limit.name, "reason": reason.as_str(), "waitMs": wait.map(|w| w.as_millis() as u64)});
-        self.note(caller, Event::new(journal::MODEL_CALL_WAITING, Some(caller.invocation_id), payload)).await;
+        self.note(caller, Event::new(JournalEvent::ModelCallWaiting, Some(caller.invocation_id), payload)).await;
     }
 
     async fn note_throttled(&self, limit: &ModelLimit, caller: Caller, reason: WaitReason, waited: Duration) {
         crate::metrics::model_throttle_wait(&limit.name, waited);
         let payload = json!({"limit": limit.name, "reason": reason.as_str(), "waitedMs": waited.as_millis() as u64});
-        self.note(caller, Event::new(journal::MODEL_CALL_THROTTLED, Some(caller.invocation_id), payload)).await;
+        self.note(caller, Event::new(JournalEvent::ModelCallThrottled, Some(caller.invocation_id), payload)).await;
     }
 
     /// A journal event of an observation (no state changes with it, so no

@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use crate::request::Priority;
 use crate::state::InvocationKind;
+use crate::wire_enum;
 
 /// The exchange the fleet's queues dead-letter to (a fanout to the two dead-letter queues).
 pub const DEAD_LETTER_EXCHANGE: &str = "baton.dlx";
@@ -103,6 +104,25 @@ impl Queue {
     pub fn invocation_lane(self) -> Option<(bool, Priority)> {
         let lanes = [false, true].into_iter().flat_map(|d| Priority::ALL.map(|p| (d, p)));
         lanes.into_iter().find(|(d, p)| Queue::invocations(*d, *p) == self)
+    }
+}
+
+wire_enum! {
+    /// The two kinds of invocation queue, by the names `BATON_INVOCATION_QUEUES`
+    /// takes: a worker consumes a kind at every priority, so foreground and
+    /// delegated work can be scaled apart.
+    pub enum InvocationQueue {
+        /// Root and handoff stages (`baton.invocations.handoff`, and its `.high` and `.low`).
+        Handoff => "handoff",
+        /// Delegated children and parked parents' wake-ups (`baton.invocations.delegate`, …).
+        Delegate => "delegate",
+    }
+}
+
+impl InvocationQueue {
+    /// This kind's queue at `priority`.
+    pub fn at(self, priority: Priority) -> Queue {
+        Queue::invocations(self == InvocationQueue::Delegate, priority)
     }
 }
 
@@ -248,6 +268,20 @@ mod tests {
         let lanes: Vec<Queue> = Queue::ALL.into_iter().filter(|q| q.invocation_lane().is_some()).collect();
         assert_eq!(lanes.len(), 6);
         assert_eq!(Queue::InvocationsDelegateHigh.invocation_lane(), Some((true, Priority::High)));
+    }
+
+    #[test]
+    fn each_kind_of_invocation_queue_has_one_queue_per_priority() {
+        let names: Vec<&str> = InvocationQueue::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["handoff", "delegate"]);
+        for kind in InvocationQueue::ALL {
+            assert_eq!(InvocationQueue::parse(kind.as_str()), Some(kind));
+            for priority in Priority::ALL {
+                let lane = kind.at(priority).invocation_lane();
+                assert_eq!(lane, Some((kind == InvocationQueue::Delegate, priority)));
+            }
+        }
+        assert_eq!(InvocationQueue::Handoff.at(Priority::Normal), Queue::InvocationsHandoff);
     }
 
     #[test]

@@ -1,58 +1,136 @@
-//! Journal event names, as in the reference runtime (seed 000, section 9).
+//! The run journal's event names (the `type` of a row in `events`): the
+//! reference runtime's (seed 000, section 9) and Baton's own, one closed
+//! [`JournalEvent`]. Whoever writes the journal names its event with it, so
+//! no name is spelled twice and the README's list of events can be checked
+//! against [`JournalEvent::ALL`]. A stored row keeps its name as a string:
+//! one this version does not know (an older or newer binary wrote it)
+//! still reads.
 
-pub const RUN_CREATED: &str = "run_created";
-pub const PROFILE_RESOLVED: &str = "profile_resolved";
-pub const RUN_COMPLETED: &str = "run_completed";
-pub const RUN_FAILED: &str = "run_failed";
-pub const RUN_CANCELLED: &str = "run_cancelled";
-/// An operator retried a failed run (`baton runs retry`); the payload has its attempt.
-pub const RUN_RETRIED: &str = "run_retried";
-pub const WORKSPACE_INITIALIZED: &str = "workspace_initialized";
-pub const CONTEXT_ASSEMBLED: &str = "context_assembled";
-pub const SKILL_SCOPES_RESOLVED: &str = "skill_scopes_resolved";
-pub const MODEL_BINDING_RESOLVED: &str = "agent_model_binding_resolved";
-pub const INVOCATION_CREATED: &str = "agent_invocation_created";
-pub const INVOCATION_STARTED: &str = "agent_invocation_started";
-pub const INVOCATION_COMPLETED: &str = "agent_invocation_completed";
-pub const INVOCATION_FAILED: &str = "agent_invocation_failed";
-pub const INVOCATION_TRANSFERRED: &str = "agent_invocation_transferred";
-pub const LOOP_FINISHED: &str = "agent_loop_finished";
-pub const TASK_REGISTERED: &str = "agent_task_registered";
-pub const TASK_STARTED: &str = "agent_task_started";
-pub const TASK_COMPLETED: &str = "agent_task_completed";
-pub const TASK_FAILED: &str = "agent_task_failed";
-pub const HANDOFF_REQUESTED: &str = "agent_handoff_requested";
-pub const HANDOFF_ACCEPTED: &str = "agent_handoff_accepted";
-pub const MODEL_RESPONSE_STORED: &str = "model_response_stored";
-pub const TOOL_CALL_COMPLETED: &str = "tool_call_completed";
-pub const TOOL_CALL_FAILED: &str = "tool_call_failed";
-pub const WORKSPACE_FILE_WRITTEN: &str = "workspace_file_written";
-pub const WORKSPACE_PATCH_APPLIED: &str = "workspace_patch_applied";
-pub const CHAT_COMMIT_COMPLETED: &str = "chat_commit_completed";
-pub const CLAIM_FENCED: &str = "claim_fenced";
-pub const RUN_CANCEL_REQUESTED: &str = "run_cancel_requested";
-pub const INVOCATION_CANCELLED: &str = "agent_invocation_cancelled";
-pub const INVOCATION_PARKED: &str = "agent_invocation_parked";
-pub const INVOCATION_WOKEN: &str = "agent_invocation_woken";
-pub const CHILD_INVOCATION_FAILED: &str = "agent_child_invocation_failed";
-pub const TASK_CANCELLED: &str = "agent_task_cancelled";
-pub const DELEGATE_STARTED: &str = "agent_delegate_started";
-pub const AWAIT_STARTED: &str = "agent_await_started";
-pub const AWAIT_COMPLETED: &str = "agent_await_completed";
-pub const ASK_USER_STARTED: &str = "ask_user_started";
-pub const ASK_USER_ANSWERED: &str = "ask_user_answered";
-pub const ASK_USER_TIMED_OUT: &str = "ask_user_timed_out";
-pub const TASK_RETURN_RECORDED: &str = "task_return_recorded";
-pub const HOST_ERROR: &str = "host_error";
-/// A run reached one of its budget's limits; the payload carries the spend.
-pub const RUN_BUDGET_EXHAUSTED: &str = "run_budget_exhausted";
-pub const EXTERNAL_AGENT_RERUN: &str = "external_agent_rerun";
-/// A message of the run that the broker could never take (too big, refused):
-/// moved to the dead-letter queue, with the reason.
-pub const MESSAGE_DEAD_LETTERED: &str = "message_dead_lettered";
-/// A model call waits its turn under a fleet-wide limit (`[[limits]]`):
-/// the limit's name and why (`requests_per_minute`, `tokens_per_minute`,
-/// `concurrent_calls`, `retry_after`). Waiting, not failing.
-pub const MODEL_CALL_WAITING: &str = "model_call_waiting";
-/// A model call that waited under a limit may go: how long it waited (`waitedMs`).
-pub const MODEL_CALL_THROTTLED: &str = "model_call_throttled";
+use crate::wire_enum;
+
+wire_enum! {
+    /// What happened in a run: one row of its journal.
+    pub enum JournalEvent {
+        /// A run began: its handoff, source and budget (or `manual`, an operator's).
+        RunCreated => "run_created",
+        /// The request's target agent resolved to the root's profile.
+        ProfileResolved => "profile_resolved",
+        /// The run's final owner finished; the bridge is told `completed`.
+        RunCompleted => "run_completed",
+        /// The run failed; the payload is its error.
+        RunFailed => "run_failed",
+        /// The run was cancelled (a bridge's cancel, an operator, a newer request in its chat).
+        RunCancelled => "run_cancelled",
+        /// An operator retried a failed run (`baton runs retry`); the payload has its attempt.
+        RunRetried => "run_retried",
+        /// The run's shared workspace is ready, with the run.
+        WorkspaceInitialized => "workspace_initialized",
+        /// An invocation's first prompt was put together (the length of its brief).
+        ContextAssembled => "context_assembled",
+        /// The skills an invocation's profile gives it.
+        SkillScopesResolved => "skill_scopes_resolved",
+        /// The model provider an invocation calls.
+        ModelBindingResolved => "agent_model_binding_resolved",
+        /// An invocation was written (root, handoff stage or child), with its kind and profile.
+        InvocationCreated => "agent_invocation_created",
+        /// A worker claimed an invocation, or took it over (`resumed`, with its epoch).
+        InvocationStarted => "agent_invocation_started",
+        InvocationCompleted => "agent_invocation_completed",
+        InvocationFailed => "agent_invocation_failed",
+        /// An invocation handed the run to the next agent (`agent_handoff`).
+        InvocationTransferred => "agent_invocation_transferred",
+        /// An invocation's loop ended: `finished`, `transferred` or `returned`.
+        LoopFinished => "agent_loop_finished",
+        /// The task a new invocation takes up (a handoff's or a delegation's) was written.
+        TaskRegistered => "agent_task_registered",
+        TaskStarted => "agent_task_started",
+        TaskCompleted => "agent_task_completed",
+        TaskFailed => "agent_task_failed",
+        /// An agent called `agent_handoff`.
+        HandoffRequested => "agent_handoff_requested",
+        /// The handoff was accepted: the successor invocation and its task exist.
+        HandoffAccepted => "agent_handoff_accepted",
+        /// A model's turn was stored (its text, tool calls and usage).
+        ModelResponseStored => "model_response_stored",
+        ToolCallCompleted => "tool_call_completed",
+        /// A tool call was the agent's mistake: its error code and message.
+        ToolCallFailed => "tool_call_failed",
+        /// `workspace_write` wrote a file (path, bytes).
+        WorkspaceFileWritten => "workspace_file_written",
+        /// `workspace_patch` changed a file.
+        WorkspacePatchApplied => "workspace_patch_applied",
+        /// `workspace_commit` made a file the run's reply (path, mode, ordinal).
+        ChatCommitCompleted => "chat_commit_completed",
+        /// Named since Baton's first version but written by none: a fenced-out
+        /// worker's writes are refused and it stops (the takeover is an
+        /// `agent_invocation_started` with `resumed`).
+        ClaimFenced => "claim_fenced",
+        /// A cancel reached the run, with its reason, before the run ends `cancelled`.
+        RunCancelRequested => "run_cancel_requested",
+        /// A live invocation was cancelled with its task (its run or its owner ended).
+        InvocationCancelled => "agent_invocation_cancelled",
+        /// An invocation waits without a worker, for its children or its user, until a deadline.
+        InvocationParked => "agent_invocation_parked",
+        /// A parked invocation may go on (its children ended, its user answered, its wait ran out).
+        InvocationWoken => "agent_invocation_woken",
+        /// A delegated child failed; its parent reads the failure as its task's result.
+        ChildInvocationFailed => "agent_child_invocation_failed",
+        TaskCancelled => "agent_task_cancelled",
+        /// `agent_delegate` started a child (its agent and task).
+        DelegateStarted => "agent_delegate_started",
+        /// `agent_await` began to wait (its mode and keys).
+        AwaitStarted => "agent_await_started",
+        /// `agent_await` ended, with whether it timed out.
+        AwaitCompleted => "agent_await_completed",
+        /// `ask_user` asked the user a question (or asks it again after a wake-up).
+        AskUserStarted => "ask_user_started",
+        /// The user's answer reached the asking agent.
+        AskUserAnswered => "ask_user_answered",
+        /// The question expired unanswered; the agent goes on without it.
+        AskUserTimedOut => "ask_user_timed_out",
+        /// A child's `task_return` was recorded for its parent (its status).
+        TaskReturnRecorded => "task_return_recorded",
+        /// The host broke, not the agent: a code and the host's own words, before the invocation fails.
+        HostError => "host_error",
+        /// A run reached one of its budget's limits; the payload carries the spend.
+        RunBudgetExhausted => "run_budget_exhausted",
+        /// An external agent whose earlier start was interrupted runs again.
+        ExternalAgentRerun => "external_agent_rerun",
+        /// A message of the run that the broker could never take (too big, refused):
+        /// moved to the dead-letter queue, with the reason.
+        MessageDeadLettered => "message_dead_lettered",
+        /// A model call waits its turn under a fleet-wide limit (`[[limits]]`):
+        /// the limit's name and why (`requests_per_minute`, `tokens_per_minute`,
+        /// `concurrent_calls`, `retry_after`). Waiting, not failing.
+        ModelCallWaiting => "model_call_waiting",
+        /// A model call that waited under a limit may go: how long it waited (`waitedMs`).
+        ModelCallThrottled => "model_call_throttled",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn every_journal_event_round_trips_through_its_name() {
+        for event in JournalEvent::ALL {
+            assert_eq!(JournalEvent::parse(event.as_str()), Some(event));
+            assert_eq!(event.as_str().parse::<JournalEvent>(), Ok(event));
+        }
+    }
+
+    #[test]
+    fn no_two_journal_events_share_a_name() {
+        let names: BTreeSet<&str> = JournalEvent::ALL.iter().map(|e| e.as_str()).collect();
+        assert_eq!(names.len(), JournalEvent::ALL.len());
+    }
+
+    #[test]
+    fn a_name_no_version_wrote_is_no_journal_event() {
+        assert_eq!(JournalEvent::parse("agent_invocation_exploded"), None);
+        assert_eq!(JournalEvent::parse("RUN_CREATED"), None);
+    }
+}

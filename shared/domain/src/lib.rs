@@ -2,7 +2,7 @@
 //! nothing that touches a socket, a clock-driven runtime or a database.
 //!
 //! # Layout
-//! - [`request`]: the bridge's `HandoffRequest`, parsed and validated at the edge.
+//! - [`request`]: the bridge's `HandoffRequest`, parsed and validated at the edge, and its log's events (`HandoffEvent`).
 //! - [`reply`]: humanized bridge replies and cutting them into chat-sized parts.
 //! - [`language`]: the reply languages.
 //! - [`bridge`]: the status and reply messages a bridge receives.
@@ -26,10 +26,10 @@
 //! - [`sandbox`]: the box an external agent runs in: its environment, output caps, interruption policy.
 //! - [`workspace`]: logical paths, reads, patches, commit modes.
 //! - [`state`]: run, invocation and task state machines.
-//! - [`journal`]: journal event names.
+//! - [`journal`]: the run journal's event names (`JournalEvent`).
 //! - [`schema`]: whether a database's migrations are the ones a binary was built with.
 //! - [`error`]: recoverable tool errors.
-//! - [`wire`]: `wire_enum!`, the one way a closed set of strings (statuses, sources, tool names, languages) is declared.
+//! - [`wire`]: `wire_enum!`, the one way a closed set of strings (statuses, sources, tool names, languages, event names) is declared.
 
 pub mod bridge;
 pub mod brief;

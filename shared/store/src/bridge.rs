@@ -4,7 +4,7 @@
 use baton_domain::bridge;
 use baton_domain::conversation::question::{self, QuestionInput};
 use baton_domain::fleet::Queue;
-use baton_domain::request::HandoffStatus;
+use baton_domain::request::{HandoffEvent, HandoffStatus};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
@@ -46,7 +46,7 @@ pub async fn status(
     };
     // Pipelined: three rows of different tables, none waiting for another.
     tokio::try_join!(
-        requests::add_event(c, &request.id, "status_changed", Some(status), note),
+        requests::add_event(c, &request.id, HandoffEvent::StatusChanged, Some(status), note),
         callback,
         outbox::enqueue(c, &message)
     )?;
@@ -79,7 +79,7 @@ pub async fn reply_at(
     tokio::try_join!(
         outbox::enqueue(c, &message),
         requests::mark_reply_sent(c, &request.id),
-        requests::add_event(c, &request.id, "reply_sent", Some(input.outcome.status()), None),
+        requests::add_event(c, &request.id, HandoffEvent::ReplySent, Some(input.outcome.status()), None),
     )?;
     Ok(())
 }
@@ -94,5 +94,12 @@ pub async fn question(c: &impl GenericClient, request: &Request, input: &Questio
     let body = question::message(input);
     let id = question::message_id(&request.id, input.question_id);
     outbox::enqueue(c, &route(request, id, body, true)).await?;
-    requests::add_event(c, &request.id, "question_sent", Some(HandoffStatus::Blocked), Some(input.question_id)).await
+    requests::add_event(
+        c,
+        &request.id,
+        HandoffEvent::QuestionSent,
+        Some(HandoffStatus::Blocked),
+        Some(input.question_id),
+    )
+    .await
 }

@@ -4,13 +4,11 @@
 use std::time::Duration;
 
 use baton_domain::callback::CallbacksConfig;
+use baton_domain::request::HandoffEvent;
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
 use crate::{requests, settings, sql, Result};
-
-/// The handoff event that says a callback will not be delivered, and why.
-pub const FAILED: &str = "callback_failed";
 
 #[derive(Debug, Clone)]
 pub struct Callback {
@@ -85,7 +83,7 @@ pub async fn retry_later(c: &impl GenericClient, id: i64, delay: Duration, error
 /// Gives one callback up: a `callback_failed` event saying why, and the
 /// callback removed (the handoff's next one goes on).
 pub async fn give_up(c: &impl GenericClient, cb: &Callback, why: &str) -> Result<()> {
-    requests::add_event(c, &cb.handoff_id, FAILED, None, Some(why)).await?;
+    requests::add_event(c, &cb.handoff_id, HandoffEvent::CallbackFailed, None, Some(why)).await?;
     delete(c, cb.id).await
 }
 
@@ -103,7 +101,7 @@ pub async fn refuse(c: &impl GenericClient, handoff_id: &str, why: &str) -> Resu
     .await?
     .is_some();
     if first {
-        requests::add_event(c, handoff_id, FAILED, None, Some(why)).await?;
+        requests::add_event(c, handoff_id, HandoffEvent::CallbackFailed, None, Some(why)).await?;
     }
     sql::execute(c, "DELETE FROM callbacks WHERE handoff_id = $1", &[&handoff_id]).await?;
     Ok(())

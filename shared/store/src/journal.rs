@@ -1,5 +1,6 @@
 //! The run journal: what happened, in order, across every agent of a run.
 
+use baton_domain::journal::JournalEvent;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
@@ -10,13 +11,13 @@ use crate::{sql, Result};
 /// An event to append.
 #[derive(Debug, Clone)]
 pub struct Event {
-    pub kind: &'static str,
+    pub kind: JournalEvent,
     pub invocation_id: Option<Uuid>,
     pub payload: Value,
 }
 
 impl Event {
-    pub fn new(kind: &'static str, invocation_id: Option<Uuid>, payload: Value) -> Self {
+    pub fn new(kind: JournalEvent, invocation_id: Option<Uuid>, payload: Value) -> Self {
         Self { kind, invocation_id, payload }
     }
 }
@@ -27,9 +28,18 @@ pub struct EventRow {
     pub seq: i64,
     pub invocation_id: Option<Uuid>,
     pub profile_id: Option<String>,
+    /// The event's name as stored: a [`JournalEvent`] this version may not
+    /// know (an older or newer binary wrote it), so it stays a string.
     pub kind: String,
     pub payload: Value,
     pub at: DateTime<Utc>,
+}
+
+impl EventRow {
+    /// Whether the row is a `kind` event.
+    pub fn is(&self, kind: JournalEvent) -> bool {
+        self.kind == kind.as_str()
+    }
 }
 
 /// Appends events in order, in one statement.
@@ -38,7 +48,7 @@ pub async fn append(c: &impl GenericClient, run_id: Uuid, events: &[Event]) -> R
         return Ok(());
     }
     let invocations: Vec<Option<Uuid>> = events.iter().map(|e| e.invocation_id).collect();
-    let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     let payloads: Vec<&Value> = events.iter().map(|e| &e.payload).collect();
     sql::execute(
         c,

@@ -7,7 +7,7 @@
 
 use baton_domain::delegation::{self, AwaitSpec, Awaited};
 use baton_domain::fleet::FleetMessage;
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::state::{InvocationKind, InvocationStatus, RunStatus, TaskStatus};
 use deadpool_postgres::GenericClient;
 use serde_json::{json, Value};
@@ -24,16 +24,16 @@ pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Ve
     let mut events = cancel_tasks(c, inv.run_id, Some(inv.id)).await?;
     if let Some(task) = inv.incoming_task_id {
         if tasks::transition(c, task, TaskStatus::Completed, None).await? {
-            events.push(Event::new(journal::TASK_COMPLETED, Some(inv.id), json!({"taskId": task})));
+            events.push(Event::new(JournalEvent::TaskCompleted, Some(inv.id), json!({"taskId": task})));
         }
     }
     invocations::finish(c, inv.id, InvocationStatus::Completed, None).await?;
-    events.push(Event::new(journal::INVOCATION_COMPLETED, Some(inv.id), json!({})));
-    events.push(Event::new(journal::LOOP_FINISHED, Some(inv.id), json!({"exit": "finished"})));
+    events.push(Event::new(JournalEvent::InvocationCompleted, Some(inv.id), json!({})));
+    events.push(Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "finished"})));
     events.extend(cancel_tasks(c, inv.run_id, None).await?);
     invocations::cancel_live(c, inv.run_id).await?;
     if runs::finish(c, inv.run_id, RunStatus::Completed, None).await? {
-        events.push(Event::new(journal::RUN_COMPLETED, None, json!({})));
+        events.push(Event::new(JournalEvent::RunCompleted, None, json!({})));
         outbox::enqueue_fleet(c, &FleetMessage::finished(inv.run_id)).await?;
         start::after_run(c, inv.run_id).await?;
     }
@@ -52,16 +52,16 @@ pub async fn fail_invocation(
     let error: Value = json!({"code": code, "message": message});
     if inv.kind == InvocationKind::Child {
         lock_parent(c, inv).await?;
-        let mut events = vec![Event::new(journal::CHILD_INVOCATION_FAILED, Some(inv.id), error.clone())];
+        let mut events = vec![Event::new(JournalEvent::ChildInvocationFailed, Some(inv.id), error.clone())];
         events.extend(end_child(c, inv, TaskStatus::Failed, Some(&error)).await?);
         return Ok(events);
     }
     let mut events = vec![];
     invocations::finish(c, inv.id, InvocationStatus::Failed, Some(&error)).await?;
-    events.push(Event::new(journal::INVOCATION_FAILED, Some(inv.id), error.clone()));
+    events.push(Event::new(JournalEvent::InvocationFailed, Some(inv.id), error.clone()));
     if let Some(task) = inv.incoming_task_id {
         if tasks::transition(c, task, TaskStatus::Failed, Some(&error)).await? {
-            events.push(Event::new(journal::TASK_FAILED, Some(inv.id), json!({"taskId": task})));
+            events.push(Event::new(JournalEvent::TaskFailed, Some(inv.id), json!({"taskId": task})));
         }
     }
     events.extend(fail_run(c, inv.run_id, &error).await?);
@@ -77,7 +77,7 @@ pub async fn fail_run(c: &impl GenericClient, run_id: Uuid, error: &Value) -> Re
 /// (its fence fails), and the bridge is told `cancelled`.
 pub async fn cancel_run(c: &impl GenericClient, run_id: Uuid, reason: &str) -> Result<Vec<Event>> {
     let error = json!({"code": "cancelled", "message": reason});
-    let mut events = vec![Event::new(journal::RUN_CANCEL_REQUESTED, None, error.clone())];
+    let mut events = vec![Event::new(JournalEvent::RunCancelRequested, None, error.clone())];
     events.extend(end_run(c, run_id, RunStatus::Cancelled, &error).await?);
     Ok(events)
 }
@@ -90,7 +90,7 @@ async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error:
     invocations::cancel_live(c, run_id).await?;
     outbox::enqueue_fleet(c, &FleetMessage::finished(run_id)).await?;
     start::after_run(c, run_id).await?;
-    let kind = if status == RunStatus::Cancelled { journal::RUN_CANCELLED } else { journal::RUN_FAILED };
+    let kind = if status == RunStatus::Cancelled { JournalEvent::RunCancelled } else { JournalEvent::RunFailed };
     events.push(Event::new(kind, None, error.clone()));
     Ok(events)
 }
@@ -101,9 +101,9 @@ async fn cancel_tasks(c: &impl GenericClient, run_id: Uuid, parent: Option<Uuid>
     let mut events = vec![];
     for (task, child) in tasks::cancel_unfinished(c, run_id, parent).await? {
         if invocations::cancel(c, child).await? {
-            events.push(Event::new(journal::INVOCATION_CANCELLED, Some(child), json!({})));
+            events.push(Event::new(JournalEvent::InvocationCancelled, Some(child), json!({})));
         }
-        events.push(Event::new(journal::TASK_CANCELLED, Some(child), json!({"taskId": task})));
+        events.push(Event::new(JournalEvent::TaskCancelled, Some(child), json!({"taskId": task})));
     }
     Ok(events)
 }
@@ -118,18 +118,19 @@ pub async fn end_child(
 ) -> Result<Vec<Event>> {
     let mut events = vec![];
     let (inv_status, inv_event) = match status {
-        TaskStatus::Completed => (InvocationStatus::Completed, journal::INVOCATION_COMPLETED),
-        _ => (InvocationStatus::Failed, journal::INVOCATION_FAILED),
+        TaskStatus::Completed => (InvocationStatus::Completed, JournalEvent::InvocationCompleted),
+        _ => (InvocationStatus::Failed, JournalEvent::InvocationFailed),
     };
     invocations::finish(c, inv.id, inv_status, error).await?;
     if let Some(task) = inv.incoming_task_id {
         if tasks::transition(c, task, status, error).await? {
-            let kind = if status == TaskStatus::Completed { journal::TASK_COMPLETED } else { journal::TASK_FAILED };
+            let kind =
+                if status == TaskStatus::Completed { JournalEvent::TaskCompleted } else { JournalEvent::TaskFailed };
             events.push(Event::new(kind, Some(inv.id), json!({"taskId": task, "error": error})));
         }
     }
     events.push(Event::new(inv_event, Some(inv.id), json!({})));
-    events.push(Event::new(journal::LOOP_FINISHED, Some(inv.id), json!({"exit": "returned"})));
+    events.push(Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "returned"})));
     if let Some(parent) = inv.parent_invocation_id {
         events.extend(wake_if_ready(c, inv.run_id, parent).await?);
     }
@@ -161,7 +162,7 @@ pub async fn wake_if_ready(c: &impl GenericClient, run_id: Uuid, parent: Uuid) -
         return Ok(vec![]);
     }
     outbox::enqueue_fleet(c, &FleetMessage::wake(run_id, parent)).await?;
-    Ok(vec![Event::new(journal::INVOCATION_WOKEN, Some(parent), json!({}))])
+    Ok(vec![Event::new(JournalEvent::InvocationWoken, Some(parent), json!({}))])
 }
 
 /// Asks the domain whether a parked parent's children end its wait.

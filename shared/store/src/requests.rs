@@ -1,6 +1,6 @@
 //! Bridge requests: stored once per id, with their events and status counter.
 
-use baton_domain::request::{HandoffStatus, Source, TargetAgent};
+use baton_domain::request::{HandoffEvent, HandoffStatus, Source, TargetAgent};
 use baton_domain::Language;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -38,8 +38,11 @@ pub struct Request {
     pub reply_sent_at: Option<DateTime<Utc>>,
 }
 
+/// A stored handoff event.
 #[derive(Debug, Clone)]
-pub struct HandoffEvent {
+pub struct EventRow {
+    /// The event's name as stored: a [`HandoffEvent`] this version may not
+    /// know (an older or newer binary wrote it), so it stays a string.
     pub kind: String,
     pub status: Option<HandoffStatus>,
     pub message: Option<String>,
@@ -156,14 +159,14 @@ pub async fn mark_reply_sent(c: &impl GenericClient, id: &str) -> Result<()> {
 pub async fn add_event(
     c: &impl GenericClient,
     handoff_id: &str,
-    kind: &str,
+    kind: HandoffEvent,
     status: Option<HandoffStatus>,
     message: Option<&str>,
 ) -> Result<()> {
     sql::execute(
         c,
         "INSERT INTO handoff_events (handoff_id, type, status, message) VALUES ($1, $2, $3, $4)",
-        &[&handoff_id, &kind, &status.map(HandoffStatus::as_str), &message],
+        &[&handoff_id, &kind.as_str(), &status.map(HandoffStatus::as_str), &message],
     )
     .await?;
     Ok(())
@@ -173,12 +176,12 @@ pub async fn add_event(
 pub async fn add_events(
     c: &impl GenericClient,
     handoff_id: &str,
-    events: &[(&str, Option<HandoffStatus>, Option<&str>)],
+    events: &[(HandoffEvent, Option<HandoffStatus>, Option<&str>)],
 ) -> Result<()> {
     if events.is_empty() {
         return Ok(());
     }
-    let kinds: Vec<&str> = events.iter().map(|e| e.0).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.0.as_str()).collect();
     let statuses: Vec<Option<&str>> = events.iter().map(|e| e.1.map(HandoffStatus::as_str)).collect();
     let messages: Vec<Option<&str>> = events.iter().map(|e| e.2).collect();
     sql::execute(
@@ -193,7 +196,8 @@ pub async fn add_events(
     Ok(())
 }
 
-pub async fn events(c: &impl GenericClient, handoff_id: &str) -> Result<Vec<HandoffEvent>> {
+/// A handoff's events, oldest first.
+pub async fn events(c: &impl GenericClient, handoff_id: &str) -> Result<Vec<EventRow>> {
     let rows = sql::query(
         c,
         "SELECT type, status, message, created_at FROM handoff_events WHERE handoff_id = $1 ORDER BY id",
@@ -202,7 +206,7 @@ pub async fn events(c: &impl GenericClient, handoff_id: &str) -> Result<Vec<Hand
     .await?;
     let at = RowOf { table: "handoff_events of", id: &handoff_id };
     rows.iter()
-        .map(|r| Ok(HandoffEvent { kind: r.get(0), status: at.wire_opt(r, 1)?, message: r.get(2), at: r.get(3) }))
+        .map(|r| Ok(EventRow { kind: r.get(0), status: at.wire_opt(r, 1)?, message: r.get(2), at: r.get(3) }))
         .collect()
 }
 

@@ -12,7 +12,7 @@
 //! delegate again.
 
 use baton_domain::fleet::FleetMessage;
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::request::HandoffRequest;
 use baton_domain::state::{InvocationKind, InvocationStatus, RunStatus, TaskStatus};
 use deadpool_postgres::GenericClient;
@@ -68,7 +68,7 @@ pub async fn retry_run(c: &impl GenericClient, run_id: Uuid) -> Result<Retry> {
     }
     let steps = sql::query_one(c, "SELECT count(*) FROM steps WHERE invocation_id = $1", &[&owner.id]).await?;
     let payload = json!({"attempt": attempt, "profileId": owner.profile_id, "storedSteps": steps.get::<_, i64>(0)});
-    let events = vec![Event::new(journal::RUN_RETRIED, Some(owner.id), payload)];
+    let events = vec![Event::new(JournalEvent::RunRetried, Some(owner.id), payload)];
     Ok(Retry::Resumed { attempt, invocation: owner.id, handoff_id, events })
 }
 

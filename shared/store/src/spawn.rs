@@ -5,7 +5,7 @@
 //! transaction.
 
 use baton_domain::fleet::FleetMessage;
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use deadpool_postgres::GenericClient;
 use serde_json::json;
 
@@ -33,12 +33,12 @@ async fn write(c: &impl GenericClient, new: &NewInvocation<'_>, task: Option<&Ne
     if let Some(parent) = new.parent_invocation_id {
         created["parentInvocationId"] = json!(parent);
     }
-    let mut events = vec![Event::new(journal::INVOCATION_CREATED, Some(new.id), created)];
+    let mut events = vec![Event::new(JournalEvent::InvocationCreated, Some(new.id), created)];
     if let Some(task) = task {
         tasks::insert(c, task).await?;
         let registered =
             json!({"taskId": task.id, "continuation": task.continuation.as_str(), "workspaceKey": task.workspace_key});
-        events.push(Event::new(journal::TASK_REGISTERED, Some(new.id), registered));
+        events.push(Event::new(JournalEvent::TaskRegistered, Some(new.id), registered));
     }
     Ok(events)
 }

@@ -6,9 +6,10 @@
 use baton_domain::bridge::ReplyInput;
 use baton_domain::brief::render_request_brief;
 use baton_domain::contract::ErrorCode;
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
+use baton_domain::profiles::Profile;
 use baton_domain::reply::Outcome;
-use baton_domain::request::{HandoffRequest, HandoffStatus, TargetAgent};
+use baton_domain::request::{HandoffEvent, HandoffRequest, HandoffStatus, TargetAgent};
 use baton_domain::state::InvocationKind;
 use deadpool_postgres::GenericClient;
 use serde_json::json;
@@ -40,34 +41,10 @@ pub async fn request_as(
         bridge::status(c, stored, HandoffStatus::Accepted, Some("waiting for an operator")).await?;
         return Ok(None);
     }
-    let target = request.target_agent.as_str();
-    let route = match known {
-        Some(known) => known.route(target).map(str::to_string),
-        None => profiles::route(c, target).await?,
-    };
-    let found = match (&route, known) {
-        (None, _) => Ok(None),
-        (Some(id), Some(known)) => known.profile(id),
-        (Some(id), None) => profiles::get(c, id).await,
-    };
-    let profile = match route {
-        Some(_) => match found {
-            Ok(profile) => profile,
-            // A profile this version cannot read cannot run here: say so.
-            Err(e @ Error::Unreadable { .. }) => {
-                let message = format!("the agent for `{}` requests cannot run: {e}", request.target_agent.as_str());
-                refuse(c, stored, ErrorCode::NoAgent, &message).await?;
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
-        },
-        None => None,
-    };
-    let Some(profile) = profile.filter(baton_domain::profiles::Profile::is_configured) else {
-        let message = format!("no configured agent handles `{}` requests", request.target_agent.as_str());
-        refuse(c, stored, ErrorCode::NoAgent, &message).await?;
+    let Some(profile) = root_profile(c, stored, request, known).await? else {
         return Ok(None);
     };
+    let target = request.target_agent.as_str();
     let run_id = Uuid::now_v7();
     let root = Uuid::now_v7();
     // Copied onto the run now: a later `profiles apply` does not change it.
@@ -93,22 +70,22 @@ pub async fn request_as(
     let created = spawn::invocation(c, &new, None).await?;
     let mut events = vec![
         Event::new(
-            journal::RUN_CREATED,
+            JournalEvent::RunCreated,
             None,
             json!({"handoffId": request.id, "source": request.source.as_str(), "budget": budget}),
         ),
         Event::new(
-            journal::PROFILE_RESOLVED,
+            JournalEvent::ProfileResolved,
             Some(root),
             json!({"targetAgent": request.target_agent.as_str(), "profileId": profile.id}),
         ),
-        Event::new(journal::WORKSPACE_INITIALIZED, None, json!({})),
+        Event::new(JournalEvent::WorkspaceInitialized, None, json!({})),
     ];
     events.extend(created);
     let announce = stored.status != HandoffStatus::Accepted;
-    let mut said = vec![("sent", None, Some(profile.id.as_str()))];
+    let mut said = vec![(HandoffEvent::Sent, None, Some(profile.id.as_str()))];
     if announce {
-        said.push(("accepted", Some(HandoffStatus::Accepted), None));
+        said.push((HandoffEvent::Accepted, Some(HandoffStatus::Accepted), None));
     }
     // Pipelined: the run's journal and the handoff's events, apart.
     tokio::try_join!(crate::journal::append(c, run_id, &events), requests::add_events(c, &request.id, &said))?;
@@ -118,9 +95,50 @@ pub async fn request_as(
     Ok(Some(run_id))
 }
 
+/// The configured profile the request's target agent routes to, from
+/// `known` or read; `None` once the request is refused (a `failed` reply)
+/// because no configured agent handles it, or its profile is one this
+/// version cannot read.
+async fn root_profile(
+    c: &impl GenericClient,
+    stored: &Request,
+    request: &HandoffRequest,
+    known: Option<&Snapshot>,
+) -> Result<Option<Profile>> {
+    let target = request.target_agent.as_str();
+    let route = match known {
+        Some(known) => known.route(target).map(str::to_string),
+        None => profiles::route(c, target).await?,
+    };
+    let found = match (&route, known) {
+        (None, _) => Ok(None),
+        (Some(id), Some(known)) => known.profile(id),
+        (Some(id), None) => profiles::get(c, id).await,
+    };
+    let profile = match route {
+        Some(_) => match found {
+            Ok(profile) => profile,
+            // A profile this version cannot read cannot run here: say so.
+            Err(e @ Error::Unreadable { .. }) => {
+                let message = format!("the agent for `{target}` requests cannot run: {e}");
+                refuse(c, stored, ErrorCode::NoAgent, &message).await?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        },
+        None => None,
+    };
+    let Some(profile) = profile.filter(Profile::is_configured) else {
+        let message = format!("no configured agent handles `{target}` requests");
+        refuse(c, stored, ErrorCode::NoAgent, &message).await?;
+        return Ok(None);
+    };
+    Ok(Some(profile))
+}
+
 /// Ends a request that gets no run: a `failed` status and reply with `code`.
 pub async fn refuse(c: &impl GenericClient, stored: &Request, code: ErrorCode, message: &str) -> Result<()> {
-    requests::add_event(c, &stored.id, "failed", Some(HandoffStatus::Failed), Some(message)).await?;
+    requests::add_event(c, &stored.id, HandoffEvent::Failed, Some(HandoffStatus::Failed), Some(message)).await?;
     bridge::status(c, stored, HandoffStatus::Failed, Some(message)).await?;
     let outcome = Outcome::Failed { code, message: message.to_string() };
     bridge::reply(c, stored, &no_run_reply(stored, outcome)).await
@@ -129,7 +147,7 @@ pub async fn refuse(c: &impl GenericClient, stored: &Request, code: ErrorCode, m
 /// Ends a request that has no run (it waited for its turn, or had not
 /// arrived when its cancel did): a `cancelled` status and reply.
 pub async fn cancel(c: &impl GenericClient, stored: &Request, reason: Option<&str>) -> Result<()> {
-    requests::add_event(c, &stored.id, "cancelled", Some(HandoffStatus::Cancelled), reason).await?;
+    requests::add_event(c, &stored.id, HandoffEvent::Cancelled, Some(HandoffStatus::Cancelled), reason).await?;
     bridge::status(c, stored, HandoffStatus::Cancelled, reason).await?;
     let outcome = Outcome::Cancelled { reason: reason.map(str::to_string) };
     bridge::reply(c, stored, &no_run_reply(stored, outcome)).await

@@ -9,8 +9,8 @@ use baton_domain::conversation::answer::BridgeAnswer;
 use baton_store::Pool;
 use uuid::Uuid;
 
+pub use crate::answering::Handled;
 use crate::answering::{apply, Answerer};
-pub use crate::answering::{Handled, OPERATOR_ANSWERED};
 
 /// Applies `text` as the answer to `question_id` of handoff `handoff_id`;
 /// what became of it (an answer to a closed question changes nothing).

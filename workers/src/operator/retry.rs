@@ -6,7 +6,7 @@
 //! id `reply:<handoffId>:<attempt>`.
 
 use anyhow::bail;
-use baton_domain::request::HandoffStatus;
+use baton_domain::request::{HandoffEvent, HandoffStatus};
 use baton_store::retry::{self, Retry};
 use baton_store::{journal, requests, Pool};
 use uuid::Uuid;
@@ -34,7 +34,7 @@ pub async fn retry_run(pool: &Pool, run_id: Uuid) -> anyhow::Result<i32> {
         None => None,
     } {
         let note = format!("retried by an operator (attempt {attempt})");
-        requests::add_event(&tx, &request.id, "run_retried", None, Some(&note)).await?;
+        requests::add_event(&tx, &request.id, HandoffEvent::RunRetried, None, Some(&note)).await?;
         bridge::status(&tx, &request, HandoffStatus::Running, Some(&note)).await?;
     }
     tx.commit().await?;

@@ -11,7 +11,7 @@
 
 use baton_bus::{Delivery, Publisher};
 use baton_domain::conversation::cancel::{parse_cancel, BridgeCancel};
-use baton_domain::request::RequestError;
+use baton_domain::request::{HandoffEvent, RequestError};
 use baton_store::requests::{self, Request};
 use baton_store::{begin, client as db, commit, conversations, lifecycle, GenericClient, Pool};
 use tokio_util::sync::CancellationToken;
@@ -39,7 +39,7 @@ pub(super) async fn handle(
 ) -> anyhow::Result<()> {
     let cancel = match parse_cancel(delivery.body()) {
         Ok(cancel) => cancel,
-        Err(error) => return super::intake::reject(pool, publisher, settings, &delivery, error).await,
+        Err(error) => return super::refusals::reject(pool, publisher, settings, &delivery, error).await,
     };
     let span = tracing::info_span!("cancel", handoff_id = %cancel.handoff_id);
     crate::telemetry::continue_request(&span, pool, &cancel.handoff_id, &delivery).await;
@@ -54,7 +54,7 @@ pub(super) async fn handle(
             tracing::error!(handoff = %cancel.handoff_id, error = %format!("{e:#}"), "a cancel could not be applied");
             let reason = format!("the cancel could not be applied: {e:#}");
             let error = RequestError { reason, handoff_id: None, reply_to_chat_id: None, language: None };
-            super::intake::reject(pool, publisher, settings, &delivery, error).await
+            super::refusals::reject(pool, publisher, settings, &delivery, error).await
         }
     }
 }
@@ -72,7 +72,7 @@ pub async fn apply(pool: &Pool, cancel: &BridgeCancel) -> anyhow::Result<Applied
     let applied = match requests::get(&tx, &cancel.handoff_id).await? {
         None => Applied::Kept,
         Some(_) if !fresh => {
-            record(&tx, cancel, "cancel_duplicate", "the same cancel again; nothing changed").await?;
+            record(&tx, cancel, HandoffEvent::CancelDuplicate, "the same cancel again; nothing changed").await?;
             Applied::Ignored
         }
         Some(_) => cancel_handoff(&tx, cancel).await?,
@@ -92,7 +92,7 @@ async fn cancel_handoff(c: &impl GenericClient, cancel: &BridgeCancel) -> anyhow
     conversations::mark_applied(c, id).await?;
     let reason = cancel.reason.as_deref().unwrap_or("the user cancelled the request");
     if stored.status.is_terminal() || stored.reply_sent_at.is_some() {
-        record(c, cancel, "cancel_ignored", "the handoff had already ended; nothing changed").await?;
+        record(c, cancel, HandoffEvent::CancelIgnored, "the handoff had already ended; nothing changed").await?;
         return Ok(Applied::Ignored);
     }
     let Some(run) = stored.run_id else {
@@ -100,11 +100,11 @@ async fn cancel_handoff(c: &impl GenericClient, cancel: &BridgeCancel) -> anyhow
     };
     let events = lifecycle::cancel_run(c, run, reason).await?;
     if events.len() <= 1 {
-        record(c, cancel, "cancel_ignored", "the run had already ended; its reply is on its way").await?;
+        record(c, cancel, HandoffEvent::CancelIgnored, "the run had already ended; its reply is on its way").await?;
         return Ok(Applied::Ignored);
     }
     baton_store::journal::append(c, run, &events).await?;
-    record(c, cancel, "cancel_received", "the run was cancelled").await?;
+    record(c, cancel, HandoffEvent::CancelReceived, "the run was cancelled").await?;
     Ok(Applied::Cancelled)
 }
 
@@ -117,13 +117,13 @@ async fn cancel_request(
     reason: &str,
 ) -> anyhow::Result<Applied> {
     conversations::leave_queue(c, &stored.id).await?;
-    record(c, cancel, "cancel_received", "the request was cancelled before it ran").await?;
+    record(c, cancel, HandoffEvent::CancelReceived, "the request was cancelled before it ran").await?;
     baton_store::start::cancel(c, stored, Some(reason)).await?;
     Ok(Applied::Cancelled)
 }
 
 /// A handoff event naming the cancel.
-async fn record(c: &impl GenericClient, cancel: &BridgeCancel, kind: &str, what: &str) -> anyhow::Result<()> {
+async fn record(c: &impl GenericClient, cancel: &BridgeCancel, kind: HandoffEvent, what: &str) -> anyhow::Result<()> {
     let note = format!("cancel {}: {what}", cancel.id);
     Ok(requests::add_event(c, &cancel.handoff_id, kind, None, Some(&note)).await?)
 }

@@ -5,7 +5,7 @@
 //! start its invocation fails it instead.
 
 use baton_agent::first_step::FirstStep;
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::request::HandoffStatus;
 use baton_domain::state::{InvocationKind, TaskStatus};
 use baton_store::invocations::Invocation;
@@ -46,14 +46,14 @@ pub(super) async fn started_events(
     let id = Some(inv.id);
     let Some((task, prompt)) = first else {
         let payload = json!({"resumed": true, "epoch": inv.claim_epoch, "worker": worker});
-        return Ok(vec![Event::new(journal::INVOCATION_STARTED, id, payload)]);
+        return Ok(vec![Event::new(JournalEvent::InvocationStarted, id, payload)]);
     };
     let mut evs = vec![];
     if let Some(task) = task {
-        evs.push(Event::new(journal::TASK_STARTED, id, json!({"taskId": task})));
+        evs.push(Event::new(JournalEvent::TaskStarted, id, json!({"taskId": task})));
     }
     evs.push(Event::new(
-        journal::INVOCATION_STARTED,
+        JournalEvent::InvocationStarted,
         id,
         json!({"kind": inv.kind.as_str(), "profileId": inv.profile_id, "worker": worker}),
     ));
@@ -77,7 +77,7 @@ pub(super) async fn fail_claimed(
     text: &str,
     detail: &str,
 ) -> anyhow::Result<()> {
-    let mut evs = vec![Event::new(journal::HOST_ERROR, Some(inv.id), json!({"code": code, "detail": detail}))];
+    let mut evs = vec![Event::new(JournalEvent::HostError, Some(inv.id), json!({"code": code, "detail": detail}))];
     evs.extend(baton_store::lifecycle::fail_invocation(tx, inv, code, text).await?);
     baton_store::journal::append(tx, inv.run_id, &evs).await?;
     Ok(())

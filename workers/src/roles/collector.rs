@@ -10,7 +10,7 @@ use baton_domain::budget::Exhausted;
 use baton_domain::contract::ErrorCode;
 use baton_domain::fleet::{Queue, RunFinished};
 use baton_domain::reply::Outcome;
-use baton_domain::request::HandoffStatus;
+use baton_domain::request::{HandoffEvent, HandoffStatus};
 use baton_domain::state::RunStatus;
 use baton_domain::Language;
 use baton_store::after_commit::scope;
@@ -111,10 +111,11 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     }
     let event = async {
         if matches!(outcome, Outcome::Completed { .. }) {
-            requests::add_event(&tx, &handoff, "result_received", None, None).await
+            requests::add_event(&tx, &handoff, HandoffEvent::ResultReceived, None, None).await
         } else if matches!(outcome, Outcome::Failed { .. }) {
             let error = run.error.as_ref().map(|e| e.to_value().to_string());
-            requests::add_event(&tx, &handoff, "failed", Some(HandoffStatus::Failed), error.as_deref()).await
+            requests::add_event(&tx, &handoff, HandoffEvent::Failed, Some(HandoffStatus::Failed), error.as_deref())
+                .await
         } else {
             Ok(())
         }

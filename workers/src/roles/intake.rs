@@ -1,29 +1,30 @@
 //! Intake: validates bridge requests, stores them once per id, and starts a
-//! run with its root invocation, all in one transaction.
+//! run with its root invocation, all in one transaction. Cancels and answers
+//! go to their own handlers by their `type`; what cannot be taken is refused
+//! through `refusals.rs`.
 
 use baton_bus::consume::consume;
-use baton_bus::{DeadLetters, Delivery};
-use baton_bus::{Outgoing, Publisher};
-use baton_domain::bridge::{self as wire, ReplyInput};
-use baton_domain::contract::ErrorCode;
+use baton_bus::{Delivery, Publisher};
+use baton_domain::contract::{AnswerType, CancelType, ErrorCode};
 use baton_domain::conversation::cancel::message_type;
 use baton_domain::conversation::strategy::{self, Turn};
 use baton_domain::disclosure;
 use baton_domain::fleet::Queue;
-use baton_domain::reply::Outcome;
-use baton_domain::request::{bounded_reason, parse_request, HandoffRequest, HandoffStatus, RequestError, TargetAgent};
-use baton_domain::Language;
+use baton_domain::request::{
+    parse_request, HandoffEvent, HandoffRequest, HandoffStatus, Redaction, RequestError, TargetAgent,
+};
 use baton_store::after_commit::{scope, Publishing};
 use baton_store::profiles::Snapshot;
 use baton_store::requests::{self, NewRequest, Request};
 use baton_store::{begin, client as db, commit};
-use baton_store::{conversations, lifecycle, outbox, profiles, GenericClient, Pool};
+use baton_store::{conversations, lifecycle, profiles, GenericClient, Pool};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
 use super::direct::Direct;
 use super::lanes::{self, consume_keyed};
+use super::refusals::{answer_and_dead_letter, reject};
 use super::{connect, retry_transient, Role};
 use crate::bridge;
 use crate::config::Settings;
@@ -136,11 +137,16 @@ async fn handle(
     // Control messages are told apart by `type`; a body without one is a request.
     match message_type(delivery.body()).as_deref() {
         None => {}
-        Some("cancel") => return super::cancels::handle(pool, publisher, settings, shutdown, delivery).await,
-        Some("answer") => return super::answers::handle(pool, publisher, settings, shutdown, delivery).await,
+        Some(kind) if CancelType::parse(kind).is_some() => {
+            return super::cancels::handle(pool, publisher, settings, shutdown, delivery).await
+        }
+        Some(kind) if AnswerType::parse(kind).is_some() => {
+            return super::answers::handle(pool, publisher, settings, shutdown, delivery).await
+        }
         Some(other) => {
+            let (answer, cancel) = (AnswerType::Answer.as_str(), CancelType::Cancel.as_str());
             let reason =
-                format!("field `type` is {other:?}; a bridge sends a request (no type), an \"answer\" or a \"cancel\"");
+                format!("field `type` is {other:?}; a bridge sends a request (no type), an {answer:?} or a {cancel:?}");
             let error = RequestError { reason, handoff_id: None, reply_to_chat_id: None, language: None };
             return reject(pool, publisher, settings, &delivery, error).await;
         }
@@ -195,154 +201,6 @@ fn check_reply_to(
     }
 }
 
-/// A body that cannot be a request. Its reason may quote the body, so it is
-/// redacted like the body itself before it goes anywhere. Under the id of a
-/// request already stored it is a bad re-delivery: that request stands and
-/// its run goes on, so the body is acknowledged and recorded as a handoff
-/// event, and no `failed` reply contradicts what the outbox tells the bridge.
-pub(super) async fn reject(
-    pool: &Pool,
-    publisher: &Publisher,
-    settings: &Settings,
-    delivery: &Delivery,
-    mut error: RequestError,
-) -> anyhow::Result<()> {
-    error.reason = bounded_reason(&disclosure::redact_strictly(&error.reason));
-    if let Some(id) = &error.handoff_id {
-        match record_invalid_redelivery(pool, id, &error.reason).await {
-            Ok(true) => {
-                tracing::warn!(handoff = %id, reason = %error.reason, "invalid re-delivery of a stored request acknowledged");
-                return Ok(delivery.ack().await?);
-            }
-            Ok(false) => {}
-            Err(e) if super::is_transient(&e) => return Err(e),
-            // An id the database cannot even look up (a NUL character) was
-            // never stored: refuse the body like any other, rather than
-            // failing on it at every delivery.
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "a refused request's id cannot be looked up; refusing it as new");
-            }
-        }
-    }
-    answer_and_dead_letter(pool, publisher, settings, delivery, &error).await
-}
-
-/// Records an invalid body under a stored request's id; false when no
-/// request has that id.
-async fn record_invalid_redelivery(pool: &Pool, id: &str, reason: &str) -> anyhow::Result<bool> {
-    let mut client = db(pool).await?;
-    let tx = begin(&mut client).await?;
-    if requests::get(&tx, id).await?.is_none() {
-        return Ok(false);
-    }
-    let note = format!("an invalid body with this id was ignored: {reason}");
-    requests::add_event(&tx, id, INVALID_REDELIVERY, None, Some(&note)).await?;
-    commit(tx).await?;
-    Ok(true)
-}
-
-/// The handoff event of a re-delivery refused as invalid.
-const INVALID_REDELIVERY: &str = "invalid_redelivery";
-
-/// Dead-letters a refused body (redacted and bounded: an operator needs to
-/// see what was wrong, not the secrets in it), and tells the sender when its
-/// handoff id can be read: with the chat id when that can be read too, and
-/// without it when not (`callback: []`), since the bridge still knows the
-/// handoff by its id (and by `correlation_id`).
-async fn answer_and_dead_letter(
-    pool: &Pool,
-    publisher: &Publisher,
-    settings: &Settings,
-    delivery: &Delivery,
-    error: &RequestError,
-) -> anyhow::Result<()> {
-    let reason = bounded_reason(&disclosure::redact_strictly(&error.reason));
-    if let Some(id) = &error.handoff_id {
-        let language = error.language.unwrap_or(Language::En);
-        let input = ReplyInput {
-            handoff_id: id,
-            chat_id: error.reply_to_chat_id.as_deref(),
-            source: "other",
-            language,
-            outcome: Outcome::Failed { code: ErrorCode::InvalidRequest, message: reason.clone() },
-            run_id: None,
-            agents: vec![],
-            at: bridge::timestamp(),
-        };
-        let reply = wire::reply(&input);
-        let body = serde_json::to_vec(&reply)?;
-        let queue = reply_queue(settings, delivery);
-        let message_id = wire::reply_message_id(id);
-        let out = Outgoing {
-            queue: &queue,
-            body: &body,
-            message_id: Some(&message_id),
-            correlation_id: Some(id),
-            mandatory: true,
-            ..Default::default()
-        };
-        match publisher.publish(&out).await {
-            Ok(baton_bus::Published::Confirmed) => {}
-            Ok(baton_bus::Published::Returned(why)) => {
-                tracing::warn!(handoff = %id, why, "the failed reply found no queue; it stays in baton.dead with the request");
-            }
-            Err(baton_bus::Error::Nacked(_)) => {
-                leave_for_relay(pool, settings, delivery, id, message_id, reply).await?;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let kept = disclosure::redact_refused_body(delivery.body(), disclosure::REFUSED_BODY_KEPT_BYTES);
-    let dead = DeadLetters::new(publisher, &settings.queues());
-    Ok(delivery.dead_letter_as(&dead, Queue::BridgeRequests.as_str(), &reason, &kept).await?)
-}
-
-/// A failed reply that the bridge's queue refused for now (full, with
-/// `x-overflow: reject-publish`) is left to the relay, which retries it with
-/// backoff: failing here would redeliver the request, again and again, ahead
-/// of every other one. If even the outbox cannot take it, the reason stays
-/// in `baton.dead` with the request.
-async fn leave_for_relay(
-    pool: &Pool,
-    settings: &Settings,
-    delivery: &Delivery,
-    id: &str,
-    message_id: String,
-    body: serde_json::Value,
-) -> anyhow::Result<()> {
-    let queue = reply_queue(settings, delivery);
-    let external = (queue != settings.queues().name(Queue::BridgeReplies)).then_some(queue);
-    let message = outbox::Message {
-        queue: external.clone().unwrap_or_else(|| Queue::BridgeReplies.as_str().to_string()),
-        external: external.is_some(),
-        message_id: Some(message_id),
-        correlation_id: Some(id.to_string()),
-        body,
-        mandatory: true,
-    };
-    let stored: anyhow::Result<()> = async { Ok(outbox::enqueue(&db(pool).await?, &message).await?) }.await;
-    match stored {
-        Ok(()) => {
-            tracing::warn!(handoff = %id, "the bridge's queue refused the failed reply for now; the relay retries it");
-        }
-        Err(e) if super::is_transient(&e) => return Err(e),
-        Err(e) => {
-            tracing::error!(handoff = %id, error = %format!("{e:#}"), "the failed reply could not be kept; it stays in baton.dead with the request");
-        }
-    }
-    Ok(())
-}
-
-/// Where a reply about this delivery goes: the bridge's `reply_to`, unless
-/// that names one of the fleet's queues, else `baton.bridge.replies`.
-fn reply_queue(settings: &Settings, delivery: &Delivery) -> String {
-    let queues = settings.queues();
-    match delivery.reply_to() {
-        Some(queue) if !queues.is_fleet_queue(queue) => queue.to_string(),
-        _ => queues.name(Queue::BridgeReplies),
-    }
-}
-
 #[tracing::instrument(name = "handoff", skip_all, fields(handoff = %original.id, handoff_id = %original.id))]
 async fn accept(
     pool: &Pool,
@@ -383,47 +241,68 @@ async fn accept(
         reply_chat_id: request.reply_to_chat_id(),
         status_url: status_url(request),
     };
-    let inserted = requests::insert_or_count(&tx, &new).await?;
-    if !inserted {
-        if let Some(note) = dead_lettered {
-            requests::add_event(&tx, &request.id, "dead_letter_recovered", None, Some(note)).await?;
-        }
-        // The same id again: a duplicate (acknowledged, counted, nothing
-        // more), or a draft the bridge now sends as `requested`.
-        let stored = requests::get(&tx, &request.id).await?.expect("counted in this transaction");
-        if stored.status == HandoffStatus::Draft && request.is_runnable() {
-            requests::promote_draft(&tx, &request.id, &body, status_url(request)).await?;
-            record_disclosure(&tx, &request.id, &filtered.removed).await?;
-            start(&tx, request, &known, None).await?;
-        } else {
-            tracing::info!("duplicate request acknowledged; no new run");
-        }
-        commit(tx).await?;
-        return Ok(());
-    }
-    let removed = disclosure_note(&filtered.removed);
-    let mut said = vec![];
-    if let Some(note) = dead_lettered {
-        said.push(("dead_letter_recovered", None, Some(note)));
-    }
-    said.push(("created", Some(request.status.into()), None));
-    if let Some(note) = &removed {
-        said.push((DISCLOSURE_FILTERED, None, Some(note.as_str())));
-    }
-    said.push(("context_packaged", None, None));
-    if request.is_runnable() {
-        // Pipelined: the events, and what starting the request reads.
-        let (_, stored, cancel) = tokio::try_join!(
-            requests::add_events(&tx, &request.id, &said),
-            requests::get(&tx, &request.id),
-            conversations::pending_cancel(&tx, &request.id),
-        )?;
-        let stored = stored.expect("inserted in this transaction");
-        start(&tx, request, &known, Some((stored, cancel))).await?;
+    if requests::insert_or_count(&tx, &new).await? {
+        take_first(&tx, request, &filtered.removed, &known, dead_lettered).await?;
     } else {
-        requests::add_events(&tx, &request.id, &said).await?;
+        take_again(&tx, request, &body, &filtered.removed, &known, dead_lettered).await?;
     }
     commit(tx).await?;
+    Ok(())
+}
+
+/// A request just stored: its handoff events, then its run, unless it is a
+/// draft.
+async fn take_first(
+    c: &impl GenericClient,
+    request: &HandoffRequest,
+    removed: &[Redaction],
+    known: &Snapshot,
+    dead_lettered: Option<&str>,
+) -> anyhow::Result<()> {
+    let removed = disclosure_note(removed);
+    let mut said = vec![];
+    if let Some(note) = dead_lettered {
+        said.push((HandoffEvent::DeadLetterRecovered, None, Some(note)));
+    }
+    said.push((HandoffEvent::Created, Some(request.status.into()), None));
+    if let Some(note) = &removed {
+        said.push((HandoffEvent::DisclosureFiltered, None, Some(note.as_str())));
+    }
+    said.push((HandoffEvent::ContextPackaged, None, None));
+    if !request.is_runnable() {
+        return Ok(requests::add_events(c, &request.id, &said).await?);
+    }
+    // Pipelined: the events, and what starting the request reads.
+    let (_, stored, cancel) = tokio::try_join!(
+        requests::add_events(c, &request.id, &said),
+        requests::get(c, &request.id),
+        conversations::pending_cancel(c, &request.id),
+    )?;
+    let stored = stored.expect("inserted in this transaction");
+    start(c, request, known, Some((stored, cancel))).await
+}
+
+/// The same id again: a duplicate (acknowledged, counted, nothing more), or
+/// a draft the bridge now sends as `requested`.
+async fn take_again(
+    c: &impl GenericClient,
+    request: &HandoffRequest,
+    body: &serde_json::Value,
+    removed: &[Redaction],
+    known: &Snapshot,
+    dead_lettered: Option<&str>,
+) -> anyhow::Result<()> {
+    if let Some(note) = dead_lettered {
+        requests::add_event(c, &request.id, HandoffEvent::DeadLetterRecovered, None, Some(note)).await?;
+    }
+    let stored = requests::get(c, &request.id).await?.expect("counted in this transaction");
+    if stored.status == HandoffStatus::Draft && request.is_runnable() {
+        requests::promote_draft(c, &request.id, body, status_url(request)).await?;
+        record_disclosure(c, &request.id, removed).await?;
+        start(c, request, known, None).await?;
+    } else {
+        tracing::info!("duplicate request acknowledged; no new run");
+    }
     Ok(())
 }
 
@@ -452,7 +331,7 @@ async fn start(
         tracing::info!("a cancel came before the request; it is cancelled instead of run");
         conversations::mark_applied(c, &request.id).await?;
         let note = format!("cancel {cancel}: it came before the request, which is cancelled instead of run");
-        requests::add_event(c, &request.id, "cancel_received", None, Some(&note)).await?;
+        requests::add_event(c, &request.id, HandoffEvent::CancelReceived, None, Some(&note)).await?;
         return Ok(baton_store::start::cancel(c, &stored, reason.as_deref()).await?);
     }
     let key = request.conversation_key().filter(|_| request.target_agent != TargetAgent::Manual);
@@ -482,8 +361,8 @@ async fn start(
     };
     let note =
         format!("waiting for this chat's live run ({strategy}; arrival {} in the chat)", seq.unwrap_or_default());
-    requests::add_event(c, &request.id, "queued", None, Some(&note)).await?;
-    requests::add_event(c, &request.id, "accepted", Some(HandoffStatus::Accepted), None).await?;
+    requests::add_event(c, &request.id, HandoffEvent::Queued, None, Some(&note)).await?;
+    requests::add_event(c, &request.id, HandoffEvent::Accepted, Some(HandoffStatus::Accepted), None).await?;
     bridge::status(c, &stored, HandoffStatus::Accepted, Some("waiting for this chat's earlier request to end")).await?;
     if turn == Turn::Interrupt {
         let events = lifecycle::cancel_run(c, run, "the user sent a new request in this chat").await?;
@@ -497,21 +376,15 @@ fn status_url(request: &HandoffRequest) -> Option<&str> {
 }
 
 /// One `disclosure_filtered` event listing what the policy removed, if anything.
-async fn record_disclosure(
-    c: &impl GenericClient,
-    id: &str,
-    removed: &[baton_domain::request::Redaction],
-) -> anyhow::Result<()> {
+async fn record_disclosure(c: &impl GenericClient, id: &str, removed: &[Redaction]) -> anyhow::Result<()> {
     if let Some(note) = disclosure_note(removed) {
-        requests::add_event(c, id, DISCLOSURE_FILTERED, None, Some(&note)).await?;
+        requests::add_event(c, id, HandoffEvent::DisclosureFiltered, None, Some(&note)).await?;
     }
     Ok(())
 }
 
-const DISCLOSURE_FILTERED: &str = "disclosure_filtered";
-
 /// What the policy removed, for the `disclosure_filtered` event; `None` when nothing.
-fn disclosure_note(removed: &[baton_domain::request::Redaction]) -> Option<String> {
+fn disclosure_note(removed: &[Redaction]) -> Option<String> {
     if removed.is_empty() {
         return None;
     }

@@ -9,7 +9,7 @@ use baton_agent::providers::BuiltinProviders;
 use baton_agent::runner::{Exit, Limits, Preloaded, Runner};
 use baton_bus::consume::{consume_until, Broken};
 use baton_bus::{DeadLetters, Delivery};
-use baton_domain::fleet::{FleetMessage, Queue, RunInvocation};
+use baton_domain::fleet::{FleetMessage, InvocationQueue, RunInvocation};
 use baton_domain::request::Priority;
 use baton_domain::state::InvocationKind;
 use baton_store::after_commit::scope;
@@ -112,12 +112,10 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
     let queues = settings.queues();
     // Each kind (handoff, delegate) has a queue per priority; a worker
     // consumes all three of each kind it takes.
-    let wanted =
-        |delegate: bool| settings.invocation_queues.iter().any(|q| q == if delegate { "delegate" } else { "handoff" });
-    let lanes = [false, true].map(|delegate| Priority::ALL.map(|p| (delegate, p)));
-    let consumers = lanes.concat().into_iter().map(|(delegate, priority)| {
-        let enabled = wanted(delegate);
-        let (conn, queue) = (&conn, queues.name(Queue::invocations(delegate, priority)));
+    let lanes = InvocationQueue::ALL.map(|kind| Priority::ALL.map(|p| (kind, p)));
+    let consumers = lanes.concat().into_iter().map(|(kind, priority)| {
+        let enabled = settings.invocation_queues.contains(&kind);
+        let (conn, queue) = (&conn, queues.name(kind.at(priority)));
         let dead = &dead;
         async move {
             if !enabled {

@@ -11,6 +11,7 @@ pub mod intake;
 pub mod invocation;
 pub mod lanes;
 mod prepared;
+mod refusals;
 pub mod relay;
 pub mod slots;
 

@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use baton_bus::{Connection, Outgoing, Publisher, Settled};
 use baton_domain::fleet::{FleetMessage, Queue};
+use baton_domain::journal::JournalEvent;
 use baton_domain::outgoing as bound;
+use baton_domain::request::HandoffEvent;
 use baton_store::outbox::{self, Message, Row};
 use baton_store::tokio_postgres::{self, AsyncMessage};
 use baton_store::{begin, client as db, commit};
@@ -242,7 +244,7 @@ impl Relay {
                         self.settings.max_message_bytes
                     );
                     tracing::warn!(handoff = %handoff, size, "bridge message over the bound; sent cut");
-                    outbox::note_for_request(tx, handoff, "message_cut", &note).await?;
+                    outbox::note_for_request(tx, handoff, HandoffEvent::MessageCut, &note).await?;
                 }
                 Ok(true)
             }
@@ -253,7 +255,7 @@ impl Relay {
                 outbox::retry_later(tx, row.id, delay, &reason).await?;
                 if let (1, Some(handoff)) = (attempt, &m.correlation_id) {
                     let note = format!("delivery delayed, retrying: {reason}");
-                    outbox::note_for_request(tx, handoff, "delivery_delayed", &note).await?;
+                    outbox::note_for_request(tx, handoff, HandoffEvent::DeliveryDelayed, &note).await?;
                 }
                 Ok(false)
             }
@@ -319,11 +321,11 @@ impl Relay {
         if let Some(handoff) = &m.correlation_id {
             let what = m.body["type"].as_str().unwrap_or("message");
             let note = format!("the {what} could not be delivered to {queue} and was dead-lettered: {reason}");
-            outbox::note_for_request(tx, handoff, "delivery_failed", &note).await?;
+            outbox::note_for_request(tx, handoff, HandoffEvent::DeliveryFailed, &note).await?;
         }
         if let Some(run_id) = m.body["runId"].as_str().and_then(|id| id.parse().ok()) {
             let payload = json!({"queue": m.queue, "messageId": m.message_id, "reason": reason});
-            outbox::note_for_run(tx, run_id, baton_domain::journal::MESSAGE_DEAD_LETTERED, &payload).await?;
+            outbox::note_for_run(tx, run_id, JournalEvent::MessageDeadLettered, &payload).await?;
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! (re-run or fail, as its profile says), and the patience with which its
 //! outcome is stored through a database outage: it cannot be asked for again.
 
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::sandbox::{self, OnInterrupt};
 use baton_store::journal::Event;
 use serde_json::json;
@@ -33,7 +33,7 @@ impl Runner {
             return Ok(Some(Exit::Failed(sandbox::INTERRUPTED_MESSAGE.into())));
         }
         let ev = Event::new(
-            journal::EXTERNAL_AGENT_RERUN,
+            JournalEvent::ExternalAgentRerun,
             Some(c.inv.id),
             json!({"reason": "an earlier start was interrupted"}),
         );

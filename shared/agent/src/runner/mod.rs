@@ -15,7 +15,7 @@ mod turn;
 use std::sync::Arc;
 
 use baton_domain::delegation::Budget;
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::profiles::{ModelBinding, Profile};
 use baton_domain::state::InvocationKind;
 use baton_domain::tools::{self, ToolName};
@@ -460,7 +460,7 @@ impl Runner {
     fn turn_step<'a>(&'a self, c: &'a Claimed<'_>, turn: &ModelTurn, payload: Value, calls: usize) -> StepTx<'a> {
         let tokens = tokens_of(turn);
         let stored = json!({"toolCalls": calls, "tokens": tokens, "attempts": turn.attempts});
-        let event = Event::new(journal::MODEL_RESPONSE_STORED, Some(c.inv.id), stored);
+        let event = Event::new(JournalEvent::ModelResponseStored, Some(c.inv.id), stored);
         self.step(c).append(transcript::MODEL_TURN, payload).log([event]).count_tokens(tokens)
     }
 
@@ -476,7 +476,7 @@ impl Runner {
                     if let Some(detail) = detail {
                         evs.insert(
                             0,
-                            Event::new(journal::HOST_ERROR, Some(inv.id), json!({"code": code, "detail": detail})),
+                            Event::new(JournalEvent::HostError, Some(inv.id), json!({"code": code, "detail": detail})),
                         );
                     }
                     events::append(tx, inv.run_id, &evs).await?;

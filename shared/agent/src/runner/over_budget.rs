@@ -3,7 +3,7 @@
 //! (its fence).
 
 use baton_domain::budget::Exhausted;
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::state::{InvocationStatus, TaskStatus};
 use baton_store::invocations::{self, Invocation};
 use baton_store::journal::{self as events, Event};
@@ -30,12 +30,12 @@ pub(crate) async fn stop_run(pool: &Pool, inv: &Invocation, epoch: i64, exhauste
                 None => json!({}),
             };
             figures["limit"] = json!(exhausted.limit.as_str());
-            let mut evs = vec![Event::new(journal::RUN_BUDGET_EXHAUSTED, Some(inv.id), figures)];
+            let mut evs = vec![Event::new(JournalEvent::RunBudgetExhausted, Some(inv.id), figures)];
             invocations::finish(tx, inv.id, InvocationStatus::Failed, Some(error)).await?;
-            evs.push(Event::new(journal::INVOCATION_FAILED, Some(inv.id), error.clone()));
+            evs.push(Event::new(JournalEvent::InvocationFailed, Some(inv.id), error.clone()));
             if let Some(task) = inv.incoming_task_id {
                 if tasks::transition(tx, task, TaskStatus::Failed, Some(error)).await? {
-                    evs.push(Event::new(journal::TASK_FAILED, Some(inv.id), json!({"taskId": task})));
+                    evs.push(Event::new(JournalEvent::TaskFailed, Some(inv.id), json!({"taskId": task})));
                 }
             }
             evs.extend(lifecycle::fail_run(tx, inv.run_id, error).await?);

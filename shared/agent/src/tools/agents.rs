@@ -2,7 +2,7 @@
 
 use baton_domain::brief::render_handoff_brief;
 use baton_domain::handoff::{self, HandoffArgs};
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::profiles::Profile;
 use baton_domain::state::{Continuation, InvocationKind, InvocationStatus, TaskStatus};
 use baton_domain::tool_args::{self, AgentListArgs, ListPurpose as Purpose};
@@ -56,7 +56,7 @@ pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> To
 
 pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
     let inv = ctx.invocation;
-    let requested = tool_event(ctx, journal::HANDOFF_REQUESTED, json!({"agentId": args.get("agentId")}));
+    let requested = tool_event(ctx, JournalEvent::HandoffRequested, json!({"agentId": args.get("agentId")}));
     let (args, target, key) = match decide(c, ctx, args).await {
         Ok(v) => v,
         Err(ToolFailure::Agent(e)) => return Ok(ToolOutcome::failed(ctx, e).with_event(requested)),
@@ -111,15 +111,15 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
     events.extend([
         tool_event(
             ctx,
-            journal::HANDOFF_ACCEPTED,
+            JournalEvent::HandoffAccepted,
             json!({"agentId": target.id, "taskId": task_id, "invocationId": next}),
         ),
-        tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({})),
-        Event::new(journal::INVOCATION_TRANSFERRED, Some(inv.id), json!({"to": next, "agentId": target.id})),
-        Event::new(journal::LOOP_FINISHED, Some(inv.id), json!({"exit": "transferred"})),
+        tool_event(ctx, JournalEvent::ToolCallCompleted, json!({})),
+        Event::new(JournalEvent::InvocationTransferred, Some(inv.id), json!({"to": next, "agentId": target.id})),
+        Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "transferred"})),
     ]);
     if let Some(incoming) = incoming {
-        events.push(Event::new(journal::TASK_COMPLETED, Some(inv.id), json!({"taskId": incoming})));
+        events.push(Event::new(JournalEvent::TaskCompleted, Some(inv.id), json!({"taskId": incoming})));
     }
     Ok(ToolOutcome {
         content: handoff::acceptance_text(&target.id),

@@ -6,7 +6,7 @@
 //! question closed: that is its result.
 
 use baton_domain::conversation::question::{self, QuestionInput, QuestionState};
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::request::HandoffStatus;
 use baton_domain::tool_args::AskUserArgs;
 use baton_store::journal::Event;
@@ -53,8 +53,11 @@ pub async fn ask_user(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         at: bridge::timestamp(),
     };
     bridge::question(c, &request, &input).await?;
-    let started =
-        tool_event(ctx, journal::ASK_USER_STARTED, json!({"questionId": question_id, "expiresAt": input.expires_at}));
+    let started = tool_event(
+        ctx,
+        JournalEvent::AskUserStarted,
+        json!({"questionId": question_id, "expiresAt": input.expires_at}),
+    );
     park(c, ctx, &asked, started).await
 }
 
@@ -65,7 +68,7 @@ async fn resume(c: &impl GenericClient, ctx: &ToolCtx<'_>, asked: Question) -> T
     match asked.state {
         QuestionState::Answered => {
             let text = question::answered_text(asked.answer.as_deref().unwrap_or_default());
-            let event = tool_event(ctx, journal::ASK_USER_ANSWERED, id);
+            let event = tool_event(ctx, JournalEvent::AskUserAnswered, id);
             Ok(ToolOutcome::ok(ctx, text, json!({"answered": true})).with_event(event))
         }
         QuestionState::Expired => Ok(timed_out(ctx, id)),
@@ -77,14 +80,14 @@ async fn resume(c: &impl GenericClient, ctx: &ToolCtx<'_>, asked: Question) -> T
             Ok(timed_out(ctx, id))
         }
         QuestionState::Open => {
-            let event = tool_event(ctx, journal::ASK_USER_STARTED, json!({"questionId": asked.id, "again": true}));
+            let event = tool_event(ctx, JournalEvent::AskUserStarted, json!({"questionId": asked.id, "again": true}));
             park(c, ctx, &asked, event).await
         }
     }
 }
 
 fn timed_out(ctx: &ToolCtx<'_>, id: Value) -> ToolOutcome {
-    let event = tool_event(ctx, journal::ASK_USER_TIMED_OUT, id);
+    let event = tool_event(ctx, JournalEvent::AskUserTimedOut, id);
     ToolOutcome::ok(ctx, question::TIMED_OUT_TEXT, json!({"answered": false, "timedOut": true})).with_event(event)
 }
 
@@ -93,7 +96,7 @@ fn timed_out(ctx: &ToolCtx<'_>, id: Value) -> ToolOutcome {
 async fn park(c: &impl GenericClient, ctx: &ToolCtx<'_>, asked: &Question, started: Event) -> ToolResult {
     invocations::park_for_answer(c, ctx.invocation.id, asked.expires_at).await?;
     let parked = Event::new(
-        journal::INVOCATION_PARKED,
+        JournalEvent::InvocationParked,
         Some(ctx.invocation.id),
         json!({"until": asked.expires_at.to_rfc3339()}),
     );

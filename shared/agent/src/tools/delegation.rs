@@ -4,7 +4,7 @@
 
 use baton_domain::delegation::{self as dg, AwaitArgs, AwaitMode, AwaitSpec, TaskView};
 use baton_domain::error::delegation_codes as codes;
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::state::{Continuation, InvocationKind, TaskStatus};
 use baton_domain::ToolError;
 use baton_store::invocations::{self, NewInvocation};
@@ -61,7 +61,7 @@ pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         target.id
     );
     let outcome = ToolOutcome::ok(ctx, text, json!({"task": key, "status": TaskStatus::Queued, "agentId": target.id}));
-    let started = tool_event(ctx, journal::DELEGATE_STARTED, json!({"agentId": target.id, "taskId": task_id}));
+    let started = tool_event(ctx, JournalEvent::DelegateStarted, json!({"agentId": target.id, "taskId": task_id}));
     Ok(spawned.into_iter().rev().fold(outcome, ToolOutcome::with_event).with_event(started))
 }
 
@@ -108,7 +108,7 @@ pub async fn await_tasks(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
         }
         let views: Vec<TaskView<'_>> = selected.iter().map(|t| view(t)).collect();
         let text = dg::render_results(&views, !ready);
-        let event = tool_event(ctx, journal::AWAIT_COMPLETED, json!({"timedOut": !ready}));
+        let event = tool_event(ctx, JournalEvent::AwaitCompleted, json!({"timedOut": !ready}));
         let structured = json!({"timedOut": !ready, "tasks": selected.iter().map(|t| json!({"task": t.workspace_key, "status": t.status})).collect::<Vec<_>>()});
         return Ok(ToolOutcome::ok(ctx, text, structured).with_event(event));
     }
@@ -128,8 +128,8 @@ async fn park(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &AwaitArgs, deadl
     let spec = AwaitSpec { tool_call_id: ctx.call.id.clone(), keys: args.keys.clone(), mode: args.mode, deadline };
     invocations::park(c, ctx.invocation.id, &spec, deadline).await?;
     let events = vec![
-        tool_event(ctx, journal::AWAIT_STARTED, json!({"mode": args.mode, "keys": args.keys})),
-        Event::new(journal::INVOCATION_PARKED, Some(ctx.invocation.id), json!({"until": deadline.to_rfc3339()})),
+        tool_event(ctx, JournalEvent::AwaitStarted, json!({"mode": args.mode, "keys": args.keys})),
+        Event::new(JournalEvent::InvocationParked, Some(ctx.invocation.id), json!({"until": deadline.to_rfc3339()})),
     ];
     Ok(ToolOutcome { content: String::new(), is_error: false, structured: Value::Null, effect: Effect::Parked, events })
 }
@@ -165,8 +165,8 @@ pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
     .await?;
     tasks::set_result(c, task.id, &capsule, &result_ref).await?;
     let mut events = vec![
-        tool_event(ctx, journal::TASK_RETURN_RECORDED, json!({"status": capsule.status})),
-        tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({})),
+        tool_event(ctx, JournalEvent::TaskReturnRecorded, json!({"status": capsule.status})),
+        tool_event(ctx, JournalEvent::ToolCallCompleted, json!({})),
     ];
     let status = capsule.status.task_status();
     let error =

@@ -10,7 +10,7 @@ mod delegation;
 mod workspace;
 
 use baton_domain::error::codes;
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::profiles::Profile;
 use baton_domain::tools::ToolName;
 use baton_domain::ToolError;
@@ -59,12 +59,13 @@ impl ToolOutcome {
     pub(crate) fn ok(ctx: &ToolCtx<'_>, content: impl Into<String>, structured: Value) -> Self {
         let mut outcome =
             Self { content: content.into(), is_error: false, structured, effect: Effect::Continue, events: vec![] };
-        outcome.events.push(tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({})));
+        outcome.events.push(tool_event(ctx, JournalEvent::ToolCallCompleted, json!({})));
         outcome
     }
 
     pub(crate) fn failed(ctx: &ToolCtx<'_>, error: ToolError) -> Self {
-        let event = tool_event(ctx, journal::TOOL_CALL_FAILED, json!({"code": error.code, "message": error.message}));
+        let event =
+            tool_event(ctx, JournalEvent::ToolCallFailed, json!({"code": error.code, "message": error.message}));
         Self {
             content: error.message.clone(),
             is_error: true,
@@ -80,7 +81,7 @@ impl ToolOutcome {
     }
 }
 
-pub(crate) fn tool_event(ctx: &ToolCtx<'_>, kind: &'static str, mut payload: Value) -> Event {
+pub(crate) fn tool_event(ctx: &ToolCtx<'_>, kind: JournalEvent, mut payload: Value) -> Event {
     payload["tool"] = ctx.call.name.clone().into();
     payload["toolCallId"] = ctx.call.id.clone().into();
     Event::new(kind, Some(ctx.invocation.id), payload)

@@ -1,7 +1,7 @@
 //! `workspace_*`: the shared run workspace, stored in Postgres.
 
 use baton_domain::error::codes;
-use baton_domain::journal;
+use baton_domain::journal::JournalEvent;
 use baton_domain::tool_args::{self, FinishArgs};
 use baton_domain::workspace::{
     self as ws, CommitArgs, CommitMode, ListArgs, PatchArgs, ReadArgs, ReadWindow, WriteArgs,
@@ -80,7 +80,7 @@ pub async fn write(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
     store::write(c, run, &path, &new_content, &sha).await?;
     store::mark_read(c, ctx.invocation.id, &path, &sha, true).await?;
     let bytes = new_content.len();
-    let event = tool_event(ctx, journal::WORKSPACE_FILE_WRITTEN, json!({"path": path, "bytes": bytes}));
+    let event = tool_event(ctx, JournalEvent::WorkspaceFileWritten, json!({"path": path, "bytes": bytes}));
     let outcome = ToolOutcome::ok(ctx, format!("Wrote {path} ({bytes} bytes)."), json!({"path": path, "sha256": sha}));
     Ok(outcome.with_event(event))
 }
@@ -95,7 +95,7 @@ pub async fn patch(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
     let sha = ws::sha256_hex(&patched);
     store::write(c, ctx.invocation.run_id, &path, &patched, &sha).await?;
     store::mark_read(c, ctx.invocation.id, &path, &sha, true).await?;
-    let event = tool_event(ctx, journal::WORKSPACE_PATCH_APPLIED, json!({"path": path}));
+    let event = tool_event(ctx, JournalEvent::WorkspacePatchApplied, json!({"path": path}));
     Ok(ToolOutcome::ok(ctx, format!("Patched {path}."), json!({"path": path, "sha256": sha})).with_event(event))
 }
 
@@ -127,7 +127,7 @@ pub async fn commit(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> 
     baton_store::runs::set_final_text(c, run, &reply).await?;
     let event = tool_event(
         ctx,
-        journal::CHAT_COMMIT_COMPLETED,
+        JournalEvent::ChatCommitCompleted,
         json!({"path": path, "mode": mode.as_str(), "ordinal": ordinal}),
     );
     let text = format!("Committed {path} as the reply. You may edit and commit again; close with workspace_finish.");
@@ -141,7 +141,7 @@ pub async fn finish(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> 
         let text = "Nothing has been committed yet: write the reply, call workspace_commit, then finish.";
         return Err(ToolError::new(codes::FOREGROUND_COMMIT_REQUIRED, text).into());
     }
-    let mut events: Vec<Event> = vec![tool_event(ctx, journal::TOOL_CALL_COMPLETED, json!({}))];
+    let mut events: Vec<Event> = vec![tool_event(ctx, JournalEvent::ToolCallCompleted, json!({}))];
     events.extend(lifecycle::complete_run(c, ctx.invocation).await?);
     Ok(ToolOutcome {
         content: "Finished. Your committed reply will be sent to the user.".into(),

@@ -16,7 +16,8 @@
 //!
 //! This file holds the request types and the refusal; [`parse_request`] and its
 //! checks live in `parse.rs`, the strict reader in `strict.rs`, the sample
-//! request in `sample.rs`.
+//! request in `sample.rs`, and [`HandoffEvent`], the names of a stored
+//! request's own log, in `event.rs`.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -27,12 +28,14 @@ use crate::contract::TIMESTAMP_PATTERN;
 use crate::language::Language;
 use crate::wire_enum;
 
+mod event;
 mod parse;
 mod sample;
 mod strict;
 #[cfg(test)]
 mod tests;
 
+pub use event::HandoffEvent;
 pub use parse::parse_request;
 use parse::{salvage_chat_id, salvage_id, salvage_language};
 pub use sample::sample_request_json;

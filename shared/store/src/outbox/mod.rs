@@ -2,7 +2,8 @@
 //! that caused it; the relay publishes it and deletes it after the confirm.
 
 use baton_domain::fleet::FleetMessage;
-use baton_domain::request::Priority;
+use baton_domain::journal::JournalEvent;
+use baton_domain::request::{HandoffEvent, Priority};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
@@ -236,22 +237,32 @@ pub async fn retry_later(c: &impl GenericClient, id: i64, delay: std::time::Dura
 
 /// A handoff event about one of its messages (delayed, cut, dead-lettered),
 /// written only if the handoff is known: a row may name any correlation id.
-pub async fn note_for_request(c: &impl GenericClient, handoff_id: &str, kind: &str, message: &str) -> Result<()> {
+pub async fn note_for_request(
+    c: &impl GenericClient,
+    handoff_id: &str,
+    kind: HandoffEvent,
+    message: &str,
+) -> Result<()> {
     sql::execute(
         c,
         "INSERT INTO handoff_events (handoff_id, type, message) SELECT id, $2, $3 FROM handoff_requests WHERE id = $1",
-        &[&handoff_id, &kind, &message],
+        &[&handoff_id, &kind.as_str(), &message],
     )
     .await?;
     Ok(())
 }
 
 /// A journal event about one of a run's messages, written only if the run exists.
-pub async fn note_for_run(c: &impl GenericClient, run_id: uuid::Uuid, kind: &str, payload: &Value) -> Result<()> {
+pub async fn note_for_run(
+    c: &impl GenericClient,
+    run_id: uuid::Uuid,
+    kind: JournalEvent,
+    payload: &Value,
+) -> Result<()> {
     sql::execute(
         c,
         "INSERT INTO events (run_id, type, payload) SELECT id, $2, $3 FROM runs WHERE id = $1",
-        &[&run_id, &kind, &payload],
+        &[&run_id, &kind.as_str(), &payload],
     )
     .await?;
     Ok(())

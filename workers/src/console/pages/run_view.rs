@@ -273,7 +273,7 @@ fn step_views(step: &Step) -> Vec<StepView> {
     }
 }
 
-fn request_view(r: &baton_store::requests::Request, events: &[baton_store::requests::HandoffEvent]) -> RequestView {
+fn request_view(r: &baton_store::requests::Request, events: &[baton_store::requests::EventRow]) -> RequestView {
     let parsed: Option<HandoffRequest> = serde_json::from_value(r.body.clone()).ok();
     RequestView {
         source: r.source.to_string(),
