@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use baton::roles::collector;
 use baton_domain::fleet::{Queue, RunFinished};
-use baton_domain::request::HandoffEvent;
+use baton_domain::protocol::request::HandoffEvent;
 use baton_tests::{eventually, next_json, sample_request_json, until_reply, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(30);

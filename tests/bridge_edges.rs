@@ -7,7 +7,7 @@ use baton::roles::Role;
 use baton_bus::lapin::options::QueueDeclareOptions;
 use baton_bus::lapin::types::{AMQPValue, FieldTable};
 use baton_domain::fleet::Queue;
-use baton_domain::request::HandoffEvent;
+use baton_domain::protocol::request::HandoffEvent;
 use baton_tests::{eventually, next_json, TestEnv};
 use serde_json::{json, Value};
 

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use baton::roles::Role;
-use baton_domain::callback::webhook_id;
-use baton_domain::request::HandoffEvent;
+use baton_domain::protocol::callback::webhook_id;
+use baton_domain::protocol::request::HandoffEvent;
 use baton_tests::webhook::{verify, Arrival, Receiver};
 use baton_tests::{
     callbacks_toml, eventually, profile, sample_request_json, until_reply, TestEnv, CALLBACK_SECRET,
@@ -100,7 +100,7 @@ async fn status_callbacks_are_signed_so_the_reference_library_accepts_them_and_r
     let mut replayed = last.headers.clone();
     replayed.insert("webhook-id", ids[0].parse().unwrap());
     assert!(verify(CALLBACK_SECRET, &replayed, &last.body).is_err(), "a signature does not carry over to another id");
-    let other = baton_domain::callback::sign::Secret::encode(&[9; 32]);
+    let other = baton_domain::protocol::callback::sign::Secret::encode(&[9; 32]);
     assert!(verify(&other, &last.headers, &last.body).is_err(), "another secret does not verify");
 }
 

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use baton_domain::journal::JournalEvent;
-use baton_domain::request::HandoffEvent;
+use baton_domain::protocol::request::HandoffEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_tests::{profile, sample_request_json, until_reply, TestEnv};
 use serde_json::Value;
 
@@ -41,7 +41,7 @@ async fn a_three_stage_chain_runs_and_the_bridge_gets_one_humanized_reply() {
     assert_eq!(reply["parts"].as_array().unwrap().len(), 1);
 
     let run = env.run_of("chain-1").await;
-    let ledger = baton_store::workspace::ledger(&env.db().await, run).await.unwrap();
+    let ledger = baton_store::runs::workspace::ledger(&env.db().await, run).await.unwrap();
     let committers: Vec<&str> = ledger.iter().map(|(_, p, _)| p.as_str()).collect();
     assert_eq!(committers, vec!["writer", "editor", "finalizer"]);
     assert_eq!(
@@ -115,7 +115,7 @@ async fn the_next_agent_receives_a_rendered_markdown_brief() {
     let c = env.db().await;
     let invocations = baton_store::invocations::for_run(&c, run).await.unwrap();
     let editor = invocations.iter().find(|i| i.profile_id == "editor").unwrap();
-    let steps = baton_store::steps::load(&c, editor.id).await.unwrap();
+    let steps = baton_store::invocations::steps::load(&c, editor.id).await.unwrap();
     let prompt = &steps[0].payload["messages"];
     let system = prompt[0]["content"].as_str().unwrap();
     let brief = prompt[1]["content"].as_str().unwrap();
@@ -137,7 +137,7 @@ async fn the_next_agent_receives_a_rendered_markdown_brief() {
     assert!(finalizer.brief.contains("## Additional Instructions\n- tone: warm"), "{}", finalizer.brief);
     // Nothing the models read names an id, a queue or the provider's session.
     for inv in &invocations {
-        let text = baton_store::steps::load(&c, inv.id)
+        let text = baton_store::invocations::steps::load(&c, inv.id)
             .await
             .unwrap()
             .iter()
@@ -196,7 +196,8 @@ async fn each_agent_gets_its_own_profiles_skills_in_its_prompt() {
         let env = &env;
         async move {
             let inv = &env.invocations_of(run, profile).await[0];
-            baton_store::steps::load(&env.db().await, inv.id).await.unwrap()[0].payload["messages"][0]["content"]
+            baton_store::invocations::steps::load(&env.db().await, inv.id).await.unwrap()[0].payload["messages"][0]
+                ["content"]
                 .as_str()
                 .unwrap()
                 .to_string()

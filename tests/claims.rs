@@ -8,7 +8,7 @@ use baton::roles::Role;
 use baton_agent::Exit;
 use baton_bus::Outgoing;
 use baton_domain::fleet::{Queue, RunInvocation};
-use baton_domain::journal::JournalEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use baton::config::Secret;
 use baton::console::Console;
-use baton_domain::journal::JournalEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use reqwest::{redirect, Client, StatusCode};
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use baton_domain::request::HandoffEvent;
+use baton_domain::protocol::request::HandoffEvent;
 use baton_store::overview::{self, WaitingFor};
 use baton_tests::{next_json, profile, sample_request_json, until_reply, TestEnv};
 use reqwest::{redirect, Client, StatusCode};

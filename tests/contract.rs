@@ -9,7 +9,7 @@ use baton::roles::Role;
 use baton_bus::lapin::options::QueueDeclareOptions;
 use baton_bus::lapin::types::FieldTable;
 use baton_domain::fleet::Queue;
-use baton_domain::request::HandoffEvent;
+use baton_domain::protocol::request::HandoffEvent;
 use baton_tests::http::{ModelServer, Reply};
 use baton_tests::{eventually, next_json, sample_request_json, until_reply, TestEnv};
 use futures_lite::StreamExt;
@@ -257,7 +257,7 @@ async fn an_invalid_redelivery_of_an_accepted_request_is_recorded_and_changes_no
     fleet.stop().await;
     let c = env.db().await;
     let stored = baton_store::requests::get(&c, "redelivered").await.unwrap().unwrap();
-    assert_eq!(stored.status, baton_domain::request::HandoffStatus::Completed);
+    assert_eq!(stored.status, baton_domain::protocol::request::HandoffStatus::Completed);
     assert_eq!(env.scalar_i64("SELECT count(*) FROM runs", &[]).await, 1);
 }
 

@@ -9,11 +9,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use baton_domain::bridge::{self, ReplyInput};
-use baton_domain::contract::ErrorCode;
-use baton_domain::conversation::{answer, cancel, question};
-use baton_domain::reply::Outcome;
-use baton_domain::request::{parse_request, HandoffStatus};
+use baton_domain::protocol::bridge::{self, ReplyInput};
+use baton_domain::protocol::contract::ErrorCode;
+use baton_domain::protocol::conversation::{answer, cancel, question};
+use baton_domain::protocol::reply::Outcome;
+use baton_domain::protocol::request::{parse_request, HandoffStatus};
 use baton_domain::Language;
 use serde_json::{json, Value};
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use baton_bus::lapin::options::BasicAckOptions;
 use baton_bus::lapin::Consumer;
-use baton_domain::journal::JournalEvent;
-use baton_domain::request::HandoffEvent;
+use baton_domain::protocol::request::HandoffEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_tests::{profile, sample_request_json, until_reply, TestEnv};
 use futures_lite::StreamExt;
 use serde_json::{json, Value};
@@ -65,7 +65,7 @@ fn answer(id: &str, handoff: &str, question: &str, text: &str) -> Vec<u8> {
 async fn transcript(env: &TestEnv, handoff: &str) -> (usize, Vec<Value>) {
     let run = env.run_of(handoff).await;
     let inv = &env.invocations_of(run, "asker").await[0];
-    let steps = baton_store::steps::load(&env.db().await, inv.id).await.unwrap();
+    let steps = baton_store::invocations::steps::load(&env.db().await, inv.id).await.unwrap();
     let turns: Vec<&Value> = steps.iter().filter(|s| s.kind == "model_turn").map(|s| &s.payload).collect();
     let calls: HashSet<String> = turns.iter().map(|t| t["toolCalls"][0]["id"].to_string()).collect();
     assert_eq!(calls.len(), turns.len(), "a model turn ran twice");
@@ -99,7 +99,7 @@ async fn a_question_blocks_the_request_and_its_answer_completes_the_run() {
     assert_eq!(question["options"], json!(["yes", "no"]));
     assert_eq!(question["parts"], json!([question["text"]]));
     assert!(question["text"].as_str().unwrap().starts_with("Publish the post now?"));
-    assert!(question["expiresAt"].as_str().unwrap() > baton_store::bridge::timestamp().as_str());
+    assert!(question["expiresAt"].as_str().unwrap() > baton_store::requests::bridge::timestamp().as_str());
     let waits = env.scalar_i64("SELECT extract(epoch FROM expires_at - now())::bigint FROM questions", &[]).await;
     assert!((3500..=3600).contains(&waits), "the profile's ask_timeout: {waits}");
     let parked =

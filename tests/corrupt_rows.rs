@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use baton::roles::Role;
 use baton_domain::fleet::{Queue, RunFinished};
-use baton_domain::request::{HandoffStatus, Source, TargetAgent};
-use baton_domain::state::{InvocationKind, RunStatus};
+use baton_domain::protocol::request::{HandoffStatus, Source, TargetAgent};
+use baton_domain::run::state::{InvocationKind, RunStatus};
 use baton_domain::Language;
 use baton_store::invocations::{self, NewInvocation};
 use baton_store::requests::{self, NewRequest};

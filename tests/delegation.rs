@@ -7,7 +7,7 @@ use baton::roles::invocation::Worker;
 use baton::roles::Role;
 use baton_agent::Exit;
 use baton_domain::fleet::RunInvocation;
-use baton_domain::journal::JournalEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use tokio_util::sync::CancellationToken;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use baton_domain::journal::JournalEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_tests::{sample_request_json, until_reply, TestEnv};
 use serde_json::Value;
 
@@ -61,7 +61,7 @@ async fn first_tool_result(profiles_text: &str) -> Value {
     let run = env.run_of("err-1").await;
     let c = env.db().await;
     let root = &baton_store::invocations::for_run(&c, run).await.unwrap()[0];
-    let steps = baton_store::steps::load(&c, root.id).await.unwrap();
+    let steps = baton_store::invocations::steps::load(&c, root.id).await.unwrap();
     let result = steps.iter().find(|s| s.kind == "tool_result").unwrap().payload.clone();
     let journal = env.journal(run).await;
     assert!(journal.contains(&JournalEvent::ToolCallFailed), "{journal:?}");

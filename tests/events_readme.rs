@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use baton_domain::journal::JournalEvent;
-use baton_domain::request::HandoffEvent;
+use baton_domain::protocol::request::HandoffEvent;
+use baton_domain::run::journal::JournalEvent;
 
 const SECTION: &str = "## Events an operator reads";
 const JOURNAL: &str = "### The run journal";

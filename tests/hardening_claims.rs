@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use baton::roles::Role;
 use baton_domain::fleet::Queue;
-use baton_domain::journal::JournalEvent;
-use baton_domain::request::HandoffEvent;
+use baton_domain::protocol::request::HandoffEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_tests::{eventually, next_json, sample_request_json, until_reply, TestEnv};
 use uuid::Uuid;
 

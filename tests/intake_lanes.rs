@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use baton::roles::Role;
-use baton_domain::request::HandoffEvent;
+use baton_domain::protocol::request::HandoffEvent;
 use baton_tests::{eventually, profile, sample_request_json, TestEnv};
 use serde_json::{json, Value};
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use baton::roles::Role;
-use baton_domain::journal::JournalEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_tests::paced::{profiles, request, Paced, PacedModelServer};
 use baton_tests::{eventually, next_json, BatonProcess, TestEnv};
 

@@ -10,9 +10,9 @@ use baton_bus::dead::{self, Select};
 use baton_bus::lapin::options::{BasicGetOptions, BasicNackOptions};
 use baton_bus::Outgoing;
 use baton_domain::fleet::Queue;
-use baton_domain::journal::JournalEvent;
-use baton_domain::request::Source;
-use baton_domain::state::RunStatus;
+use baton_domain::protocol::request::Source;
+use baton_domain::run::journal::JournalEvent;
+use baton_domain::run::state::RunStatus;
 use baton_store::overview::{self, RunFilter};
 use baton_tests::{eventually, sample_request_json, until_reply, TestEnv};
 use serde_json::Value;
@@ -88,7 +88,7 @@ async fn runs_are_listed_newest_first_filtered_and_paged_and_the_json_matches_th
     let invocations = shown["invocations"].as_array().unwrap();
     let stored = baton_store::invocations::for_run(&c, all[0].run_id).await.unwrap();
     assert_eq!(invocations.len(), stored.len());
-    let steps = baton_store::steps::load(&c, stored[0].id).await.unwrap();
+    let steps = baton_store::invocations::steps::load(&c, stored[0].id).await.unwrap();
     assert_eq!(invocations[0]["steps"].as_array().unwrap().len(), steps.len(), "--transcript includes each step");
     let text = baton(&env, &["runs", "show", &run, "--transcript"]).await;
     assert!(text.contains(JournalEvent::RunCompleted.as_str()) && text.contains("workspace_write"), "{text}");
@@ -256,7 +256,7 @@ async fn a_failed_run_retried_resumes_from_its_last_step_and_the_bridge_gets_a_s
     let c = env.db().await;
     let other = uuid::Uuid::now_v7();
     baton_store::runs::insert(&c, other, None, "solo").await.unwrap();
-    baton_store::conversations::set_live(&c, "wxid_demo_chat", other).await.unwrap();
+    baton_store::requests::conversations::set_live(&c, "wxid_demo_chat", other).await.unwrap();
     let busy = baton::operator::retry_run(&env.pool, run).await.unwrap_err().to_string();
     assert!(busy.contains("chat has moved on") && busy.contains(&other.to_string()), "{busy}");
     baton_store::runs::finish(&c, other, RunStatus::Cancelled, None).await.unwrap();
@@ -284,7 +284,7 @@ async fn a_failed_run_retried_resumes_from_its_last_step_and_the_bridge_gets_a_s
     assert_eq!(journal.iter().filter(|k| **k == JournalEvent::RunCompleted).count(), 1);
     let solo = &env.invocations_of(run, "solo").await[0];
     assert_eq!(solo.takeovers, 0);
-    assert_eq!(baton_store::retry::attempt(&c, run).await.unwrap(), 2);
+    assert_eq!(baton_store::requests::bridge::attempt(&c, run).await.unwrap(), 2);
     let refused = tokio::process::Command::new(baton_tests::baton_binary())
         .args(["runs", "retry", &run.to_string()])
         .env("DATABASE_URL", &env.settings.database_url)

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use baton::roles::Role;
-use baton_domain::journal::JournalEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(40);

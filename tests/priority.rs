@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use baton::roles::Role;
-use baton_domain::priority::MAX_OVERTAKES;
+use baton_domain::policy::priority::MAX_OVERTAKES;
 use baton_tests::paced::{profiles, request, Arrival, Paced, PacedModelServer};
 use baton_tests::{eventually, next_json, TestEnv};
 

@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use baton::roles::Role;
-use baton_domain::journal::JournalEvent;
-use baton_domain::request::HandoffEvent;
+use baton_domain::protocol::request::HandoffEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use uuid::Uuid;
 
@@ -54,7 +54,7 @@ async fn steps_at_least(env: &TestEnv, invocation: Uuid, n: i64) {
 /// taken once, the ledger has each commit once, and one reply was sent.
 async fn assert_ran_once(env: &TestEnv, invocation: Uuid, turns: i64, commits: i64) {
     let c = env.db().await;
-    let steps = baton_store::steps::load(&c, invocation).await.unwrap();
+    let steps = baton_store::invocations::steps::load(&c, invocation).await.unwrap();
     let calls: Vec<&str> =
         steps.iter().filter(|s| s.kind == "tool_result").filter_map(|s| s.payload["toolCallId"].as_str()).collect();
     let unique: HashSet<&&str> = calls.iter().collect();

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use baton::operator::{self, Settle};
-use baton_domain::request::HandoffEvent;
+use baton_domain::protocol::request::HandoffEvent;
 use baton_tests::http::{CallbackServer, ModelServer, Reply};
 use baton_tests::{eventually, next_json, sample_request_json, until_reply, TestEnv};
 use serde_json::json;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use baton_domain::journal::JournalEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_tests::http::{tokens_per_completion, ModelServer, Reply};
 use baton_tests::{profile, TestEnv};
 use serde_json::json;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use baton::roles::Role;
-use baton_domain::journal::JournalEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_tests::{eventually, sample_request_json, until_reply, BatonProcess, TestEnv};
 use serde_json::Value;
 use uuid::Uuid;
@@ -108,7 +108,7 @@ async fn an_external_agent_sees_only_the_variables_its_profile_lists() {
     assert!(!text.contains("sk-for-nobody") && !vars.contains_key("BATON_QUEUE_PREFIX"), "{text}");
     assert_eq!(vars.get("BATON_TEST_AGENT_KEY"), Some(&"sk-for-the-agent"), "{text}");
     assert_eq!(vars.get("AGENT_MODE"), Some(&"review"), "{text}");
-    assert_eq!(vars.get("PATH"), Some(&baton_domain::sandbox::DEFAULT_PATH), "{text}");
+    assert_eq!(vars.get("PATH"), Some(&baton_domain::policy::sandbox::DEFAULT_PATH), "{text}");
     assert_eq!(vars.get("HOME"), vars.get("PWD"), "HOME is the agent's own directory: {text}");
     // Nothing but the listed, the fixed, PATH/HOME and what `sh` itself sets.
     let unexpected: Vec<&&str> = vars

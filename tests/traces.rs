@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::{body::Bytes, extract::State, routing::post, Router};
 use baton_bus::Outgoing;
 use baton_domain::fleet::Queue;
-use baton_domain::request::HandoffEvent;
+use baton_domain::protocol::request::HandoffEvent;
 use baton_tests::{baton_binary, sample_request_json, TestEnv};
 use futures_lite::StreamExt;
 use lapin::options::BasicAckOptions;

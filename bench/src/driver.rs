@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use baton_bus::{Outgoing, Publisher};
 use baton_domain::fleet::Queue;
-use baton_domain::request::{sample_request_json, HandoffStatus};
+use baton_domain::protocol::request::{sample_request_json, HandoffStatus};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio::sync::oneshot;

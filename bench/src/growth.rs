@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use baton_domain::journal::JournalEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_store::Pool;
 
 /// Five invocations per run: a root and four handoff stages.

@@ -3,7 +3,7 @@
 //! own work inside the window), and how long after the handoff's commit
 //! (its last journal row, written in the committing transaction).
 
-use baton_domain::journal::JournalEvent;
+use baton_domain::run::journal::JournalEvent;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 

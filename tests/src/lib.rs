@@ -13,9 +13,9 @@ use baton_bus::lapin::types::FieldTable;
 use baton_bus::lapin::{Connection, Consumer};
 use baton_bus::{Outgoing, Publisher};
 use baton_domain::fleet::Queue;
-use baton_domain::journal::JournalEvent;
 use baton_domain::profiles::ProfilesFile;
-use baton_domain::request::HandoffEvent;
+use baton_domain::protocol::request::HandoffEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_store::Pool;
 use futures_lite::StreamExt;
 use serde_json::Value;
@@ -26,7 +26,7 @@ pub mod http;
 pub mod paced;
 pub mod webhook;
 
-pub use baton_domain::request::sample_request_json;
+pub use baton_domain::protocol::request::sample_request_json;
 
 /// One isolated test environment.
 pub struct TestEnv {
@@ -247,7 +247,7 @@ impl TestEnv {
 
     /// The tool results an invocation's model read, in order.
     pub async fn tool_results(&self, invocation: Uuid) -> Vec<Value> {
-        let steps = baton_store::steps::load(&self.db().await, invocation).await.unwrap();
+        let steps = baton_store::invocations::steps::load(&self.db().await, invocation).await.unwrap();
         steps.into_iter().filter(|s| s.kind == "tool_result").map(|s| s.payload).collect()
     }
 
@@ -276,12 +276,15 @@ pub const CALLBACK_SECRET_ENV: &str = "BATON_TEST_CALLBACK_SECRET";
 /// A `[callbacks]` section allowing `origins`, every source signed with
 /// [`CALLBACK_SECRET`], which it puts in this test process's environment
 /// (each test runs in its own process) for the in-process relay to read.
-pub fn callbacks_allowed(origins: &[&str]) -> baton_domain::callback::CallbacksConfig {
+pub fn callbacks_allowed(origins: &[&str]) -> baton_domain::protocol::callback::CallbacksConfig {
     std::env::set_var(CALLBACK_SECRET_ENV, CALLBACK_SECRET);
-    let signing = baton_domain::callback::SourceSigning { secret_env: CALLBACK_SECRET_ENV.to_string() };
-    baton_domain::callback::CallbacksConfig {
+    let signing = baton_domain::protocol::callback::SourceSigning { secret_env: CALLBACK_SECRET_ENV.to_string() };
+    baton_domain::protocol::callback::CallbacksConfig {
         allowed_origins: origins.iter().map(ToString::to_string).collect(),
-        sources: baton_domain::request::Source::ALL.iter().map(|s| (s.as_str().to_string(), signing.clone())).collect(),
+        sources: baton_domain::protocol::request::Source::ALL
+            .iter()
+            .map(|s| (s.as_str().to_string(), signing.clone()))
+            .collect(),
     }
 }
 

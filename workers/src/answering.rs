@@ -1,23 +1,23 @@
 //! Applying an answer to a question an agent asked its user (`ask_user`,
 //! CONTRACT §6), whoever gives it: intake for a bridge's `BridgeAnswer`
-//! (`roles/answers.rs`), or an operator in the console. It is stored once by
+//! (`roles/intake/answers.rs`), or an operator in the console. It is stored once by
 //! its id and, in the same transaction, becomes the question's answer, moves
 //! the request back to `running` and wakes the parked invocation under its
 //! row lock; any worker resumes it. An answer that is a duplicate, late, or
 //! about an unknown handoff, a closed question or an ended run is recorded
 //! and changes nothing.
 
-use baton_domain::conversation::answer::BridgeAnswer;
-use baton_domain::conversation::question::QuestionState;
-use baton_domain::disclosure::{self, DisclosureConfig};
 use baton_domain::fleet::FleetMessage;
-use baton_domain::journal::JournalEvent;
-use baton_domain::request::{HandoffEvent, HandoffStatus};
-use baton_domain::state::{InvocationStatus, RunStatus};
+use baton_domain::policy::disclosure::{self, DisclosureConfig};
+use baton_domain::protocol::conversation::answer::BridgeAnswer;
+use baton_domain::protocol::conversation::question::QuestionState;
+use baton_domain::protocol::request::{HandoffEvent, HandoffStatus};
+use baton_domain::run::journal::JournalEvent;
+use baton_domain::run::state::{InvocationStatus, RunStatus};
 use baton_store::journal::Event;
-use baton_store::questions::{self, Question};
+use baton_store::requests::questions::{self, Question};
 use baton_store::{
-    begin, bridge, client as db, commit, invocations, outbox, profiles, requests, runs, GenericClient, Pool,
+    begin, client as db, commit, invocations, outbox, profiles, requests, requests::bridge, runs, GenericClient, Pool,
 };
 use serde_json::json;
 use uuid::Uuid;

@@ -1,6 +1,6 @@
 //! `baton contract`: the bridge protocol's JSON Schemas and TypeScript types,
 //! generated from the Rust types Baton serializes and parses
-//! ([`baton_domain::contract`]), into the repository's `contract/`:
+//! ([`baton_domain::protocol::contract`]), into the repository's `contract/`:
 //!
 //! ```text
 //! contract/schema/<Name>.schema.json   JSON Schema (draft-07), one per public message
@@ -17,12 +17,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context;
-use baton_domain::bridge::{BridgeReply, BridgeStatus, StatusCallback};
-use baton_domain::contract::ErrorCode;
-use baton_domain::conversation::answer::BridgeAnswer;
-use baton_domain::conversation::cancel::BridgeCancel;
-use baton_domain::conversation::question::BridgeQuestion;
-use baton_domain::request::HandoffRequest;
+use baton_domain::protocol::bridge::{BridgeReply, BridgeStatus, StatusCallback};
+use baton_domain::protocol::contract::ErrorCode;
+use baton_domain::protocol::conversation::answer::BridgeAnswer;
+use baton_domain::protocol::conversation::cancel::BridgeCancel;
+use baton_domain::protocol::conversation::question::BridgeQuestion;
+use baton_domain::protocol::request::HandoffRequest;
 use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use ts_rs::TS;

@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use baton_bus::{Connection, Outgoing};
 use baton_domain::fleet::Queue;
 use baton_domain::profiles::ProfilesFile;
-use baton_domain::request::sample_request_json;
+use baton_domain::protocol::request::sample_request_json;
 use serde_json::Value;
 
 use crate::config::Settings;
@@ -165,7 +165,7 @@ async fn answer(publisher: &baton_bus::Publisher, queue: &str, question: &Value)
     let id = format!("answer-{}", uuid::Uuid::new_v4().simple());
     let body = serde_json::json!({
         "type": "answer", "id": id, "handoffId": question["handoffId"], "questionId": question["questionId"],
-        "text": text, "at": crate::bridge::timestamp(),
+        "text": text, "at": baton_store::requests::bridge::timestamp(),
     });
     let body = serde_json::to_vec(&body)?;
     let out = Outgoing { queue, body: &body, message_id: Some(&id), mandatory: true, ..Default::default() };

@@ -85,8 +85,8 @@ async fn metrics(State(state): State<Listener>) -> impl IntoResponse {
 async fn refresh_gauges(pool: &baton_store::Pool) -> anyhow::Result<()> {
     let read = async {
         let client = baton_store::client(pool).await?;
-        let live = baton_store::gauges::live(&client).await?;
-        let outbox = baton_store::gauges::outbox(&client).await?;
+        let live = baton_store::overview::gauges::live(&client).await?;
+        let outbox = baton_store::overview::gauges::outbox(&client).await?;
         anyhow::Ok((live, outbox))
     };
     let (live, outbox) = tokio::time::timeout(PROBE_TIMEOUT, read).await??;

@@ -2,9 +2,9 @@
 //!
 //! # Layout
 //! - [`config`]: `Settings` from the environment.
-//! - [`roles`]: intake (requests; answers and cancels in `roles/answers.rs`, `roles/cancels.rs`), invocation, relay, collector, and their supervisor.
+//! - [`roles`]: intake (requests, with answers and cancels), invocation workers (claims, priority slots),
+//!   the relay (with status callbacks), the collector, their supervisor, and publishing after commit.
 //! - [`answering`]: an answer to an agent's question applied, from a bridge or an operator.
-//! - [`bridge`]: status and reply messages for the bridge, via the outbox.
 //! - [`fleet`]: start roles in this process and stop them on a signal.
 //! - [`metrics`]: every metric name the fleet exports, and the exporter.
 //! - [`health`]: the metrics listener (`/metrics`, `/healthz`, `/readyz`) and `baton health`.
@@ -16,7 +16,6 @@
 //! - [`demo`]: the end-to-end demo (`--ask`: an agent asks, the demo answers).
 
 pub mod answering;
-pub mod bridge;
 pub mod config;
 pub mod console;
 pub mod contract;

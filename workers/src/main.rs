@@ -267,7 +267,7 @@ fn readiness(p: &baton_domain::profiles::Profile) -> String {
 
 /// What `profiles check` says of status callbacks: where they may go, and
 /// whether each source's secret is set (and usable) in this environment.
-fn callback_readiness(config: &baton_domain::callback::CallbacksConfig) -> Vec<String> {
+fn callback_readiness(config: &baton_domain::protocol::callback::CallbacksConfig) -> Vec<String> {
     let mut lines = vec![if config.allowed_origins.is_empty() {
         format!("{:<26} refused: no allowed_origins", "callbacks")
     } else {
@@ -275,7 +275,7 @@ fn callback_readiness(config: &baton_domain::callback::CallbacksConfig) -> Vec<S
     }];
     for (source, signing) in &config.sources {
         let var = &signing.secret_env;
-        let state = match std::env::var(var).map(|v| baton_domain::callback::sign::Secret::parse(&v)) {
+        let state = match std::env::var(var).map(|v| baton_domain::protocol::callback::sign::Secret::parse(&v)) {
             Ok(Ok(_)) => "ready".to_string(),
             Ok(Err(e)) => format!("requires configuration: environment variable {var} ({e})"),
             Err(_) => format!("requires configuration: environment variable {var}"),
@@ -371,7 +371,7 @@ async fn runs_show(pool: &baton_store::Pool, run: uuid::Uuid, transcript: bool, 
         println!("{throttled}");
     }
     println!("tokens used: {}", baton_store::runs::tokens_used(&c, run).await?);
-    if let Some(spend) = baton_store::budgets::get(&c, run).await? {
+    if let Some(spend) = baton_store::runs::budgets::get(&c, run).await? {
         println!("{}", baton::timeline::render_spend(&spend));
     }
     Ok(())

@@ -133,7 +133,7 @@ pub fn hop(waited_seconds: f64) {
     ::metrics::histogram!(HOP_LATENCY).record(waited_seconds);
 }
 
-pub fn live(live: &baton_store::gauges::Live, outbox: (i64, f64)) {
+pub fn live(live: &baton_store::overview::gauges::Live, outbox: (i64, f64)) {
     for (state, n) in [("running", live.running), ("parked", live.parked), ("blocked", live.blocked)] {
         ::metrics::gauge!(INVOCATIONS, "state" => state).set(n as f64);
     }

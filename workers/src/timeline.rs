@@ -43,7 +43,7 @@ pub fn detail(payload: &serde_json::Value) -> String {
 }
 
 /// What a run spent against its budget, on one line.
-pub fn render_spend(spend: &baton_store::budgets::RunSpend) -> String {
+pub fn render_spend(spend: &baton_store::runs::budgets::RunSpend) -> String {
     let (b, s) = (&spend.budget, &spend.spent);
     format!(
         "spent: {} of {} model calls, {} of {} tool calls, {} of {} tokens, {}s of {}s",
@@ -62,7 +62,7 @@ pub fn render_spend(spend: &baton_store::budgets::RunSpend) -> String {
 /// how many waited, how long in all, under which limits, and whether one
 /// waits right now. `None` when none waited.
 pub fn render_throttled(events: &[EventRow]) -> Option<String> {
-    use baton_domain::journal::JournalEvent;
+    use baton_domain::run::journal::JournalEvent;
     let (mut waited, mut total_ms, mut waiting_now, mut limits) = (0, 0u64, 0i64, std::collections::BTreeSet::new());
     for e in events {
         let limit = e.payload["limit"].as_str().unwrap_or("?").to_string();
@@ -98,8 +98,8 @@ pub fn render_throttled(events: &[EventRow]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use baton_domain::budget::{RunBudget, Spent};
-    use baton_store::budgets::RunSpend;
+    use baton_domain::policy::budget::{RunBudget, Spent};
+    use baton_store::runs::budgets::RunSpend;
 
     #[test]
     fn the_spend_line_shows_each_figure_against_its_limit() {
@@ -112,9 +112,9 @@ mod tests {
 
     #[test]
     fn throttled_waits_are_summed_and_a_wait_under_way_is_said() {
-        use baton_domain::journal::JournalEvent::{ModelCallThrottled, ModelCallWaiting};
+        use baton_domain::run::journal::JournalEvent::{ModelCallThrottled, ModelCallWaiting};
         use baton_store::journal::EventRow;
-        let event = |seq: i64, kind: baton_domain::journal::JournalEvent, payload: serde_json::Value| EventRow {
+        let event = |seq: i64, kind: baton_domain::run::journal::JournalEvent, payload: serde_json::Value| EventRow {
             seq,
             invocation_id: None,
             profile_id: Some("writer".into()),

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use baton_domain::budget::{Exhausted, Limit};
-use baton_store::budgets::{self, RunSpend, Spending};
-use baton_store::steps::Step;
+use baton_domain::policy::budget::{Exhausted, Limit};
+use baton_store::invocations::steps::Step;
+use baton_store::runs::budgets::{self, RunSpend, Spending};
 use baton_store::Transaction;
 use tokio::time::Instant;
 

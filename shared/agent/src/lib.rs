@@ -4,7 +4,7 @@
 //!
 //! # Layout
 //! - [`runner`]: the loop, one persisted step at a time.
-//! - [`first_step`]: an invocation's system prompt and brief, written with its claim.
+//! - [`opening`]: an invocation's system prompt and brief, written with its claim.
 //! - [`http`]: HTTP response bodies read up to a cap.
 //! - [`metrics`]: the metric names the loop records (model calls, tokens, tool calls).
 //! - `step`: the step transaction (`StepTx`: begin, fence, write, commit, retried whole),
@@ -16,10 +16,10 @@
 //! - `budget`: run budgets on the step path: spend recorded per step, checked before the next.
 
 mod budget;
-pub mod first_step;
 pub mod http;
 pub mod limiter;
 pub mod metrics;
+pub mod opening;
 pub mod providers;
 pub mod runner;
 mod step;

@@ -1,6 +1,6 @@
 //! Model calls under a fleet-wide limit (`[[limits]]`) wait their turn here.
 //!
-//! Admission is decided in Postgres (`baton_store::limits`), so a limit
+//! Admission is decided in Postgres (`baton_store::profiles::limits`), so a limit
 //! holds across every worker process. A call that must wait sleeps with no
 //! transaction, no pooled connection and no HTTP connection held; within one
 //! process the calls under a limit queue up in arrival order behind one
@@ -14,10 +14,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use baton_domain::journal::JournalEvent;
-use baton_domain::limits::{ModelLimit, WaitReason};
+use baton_domain::policy::limits::{ModelLimit, WaitReason};
+use baton_domain::run::journal::JournalEvent;
 use baton_store::journal::Event;
-use baton_store::limits::{self, Admission};
+use baton_store::profiles::limits::{self, Admission};
 use baton_store::Pool;
 use serde_json::json;
 use uuid::Uuid;

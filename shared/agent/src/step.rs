@@ -7,9 +7,9 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 
+use baton_store::invocations::steps::{self, Step};
 use baton_store::invocations::{self, Invocation};
 use baton_store::journal::{self as events, Event};
-use baton_store::steps::{self, Step};
 use baton_store::{Pool, Transaction};
 use serde_json::Value;
 

@@ -2,7 +2,7 @@
 //! sees, and which tool calls of the last turn still await a result.
 
 use baton_domain::tools::ToolName;
-use baton_store::steps::Step;
+use baton_store::invocations::steps::Step;
 use serde_json::{json, Value};
 
 use crate::providers::{ModelTurn, ToolCall};

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::request::Priority;
-use crate::state::InvocationKind;
+use crate::protocol::request::Priority;
+use crate::run::state::InvocationKind;
 use crate::wire_enum;
 
 /// The exchange the fleet's queues dead-letter to (a fanout to the two dead-letter queues).

@@ -1,6 +1,6 @@
 //! The run journal: what happened, in order, across every agent of a run.
 
-use baton_domain::journal::JournalEvent;
+use baton_domain::run::journal::JournalEvent;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;

@@ -5,63 +5,40 @@
 //! nothing.
 //!
 //! # Layout
-//! - [`requests`]: bridge requests, their events and status messages.
-//! - [`bridge`]: what the bridge hears (status changes, the final reply), through the outbox.
-//! - [`start`]: starting a request's run (intake on arrival, the lifecycle for a chat's next request).
-//! - [`conversations`]: a bridge's cancels, and one chat's requests taking turns under a row lock.
-//! - [`questions`]: questions agents ask their users (`ask_user`), and the answers received.
-//! - [`runs`]: runs and their terminal states.
-//! - [`budgets`]: run budgets and what each run has spent.
-//! - [`invocations`]: claims, leases, the fence, invocation transitions.
-//! - [`tasks`]: handoff and delegated task records.
-//! - [`lifecycle`]: transitions that end invocations, tasks and runs, with their events and outbox messages.
-//! - [`spawn`]: a new invocation with its task and journal events (root, handoff, delegation).
-//! - [`steps`]: the persisted transcript of each invocation.
-//! - [`journal`]: run events.
-//! - [`workspace`]: files, read marks and the commit ledger.
-//! - [`outbox`]: messages waiting for the relay, fleet messages among them.
-//! - [`after_commit`] (part of `outbox`): rows a role publishes itself right after the commit that wrote them.
-//! - [`gauges`]: fleet-wide figures for the metrics gauges (live invocations, outbox backlog, hop waits).
-//! - [`overview`]: what an operator looks at: runs listed and filtered, handoffs waiting, fleet counts.
-//! - [`retry`]: a failed run resumed from its last stored step.
-//! - [`sent`]: a copy of every message queued for a bridge, for operators.
-//! - [`profiles`]: agent profiles, skills and routes (with the model limit each profile's calls are under).
-//! - [`limits`]: fleet-wide limits on model calls: admission, end of a call, a provider's pause, usage.
-//! - [`callbacks`]: HTTP status callbacks waiting for delivery.
-//! - [`settings`]: fleet-wide settings (the disclosure policy).
+//! - [`requests`]: bridge requests and their events; what the bridge hears
+//!   ([`requests::bridge`]), conversations, questions and answers, status
+//!   callbacks.
+//! - [`runs`]: runs, starting one ([`runs::start`]), the transitions that end
+//!   invocations, tasks and runs ([`runs::ending`]), retries, budgets and
+//!   the workspace.
+//! - [`invocations`]: claims, leases, the fence, transitions; a new
+//!   invocation with its task ([`invocations::spawn`]), task records, the
+//!   persisted transcript ([`invocations::steps`]).
+//! - [`journal`]: run events, written beside every change (every folder writes them).
+//! - [`outbox`]: messages waiting for the relay, the rows a role publishes
+//!   itself right after the commit that wrote them ([`after_commit`]), and a
+//!   copy of every bridge message it queued ([`outbox::sent`]).
+//! - [`profiles`]: agent profiles, skills and routes; fleet-wide model limits;
+//!   fleet-wide settings (the disclosure policy).
+//! - [`overview`]: what an operator looks at, and the metrics gauges' figures.
 //! - [`connect`]: pools and connections, with the fleet's session timeouts and keepalives.
 //! - [`schema`]: creating the database, migrating under a lock, the startup check.
 //! - `error`: the store's error and which failures are transient.
 //! - `decode`: typed values out of rows; a value that does not read is `Error::Corrupt`.
+//! - `sql`: every statement through the client's statement cache.
 
-pub mod bridge;
-pub mod budgets;
-pub mod callbacks;
 pub mod connect;
-pub mod conversations;
 mod decode;
 mod error;
-pub mod gauges;
 pub mod invocations;
 pub mod journal;
-pub mod lifecycle;
-pub mod limits;
 pub mod outbox;
 pub mod overview;
 pub mod profiles;
-pub mod questions;
 pub mod requests;
-pub mod retry;
 pub mod runs;
 pub mod schema;
-pub mod sent;
-pub mod settings;
-pub mod spawn;
 mod sql;
-pub mod start;
-pub mod steps;
-pub mod tasks;
-pub mod workspace;
 
 pub use connect::{begin, client, commit, pool, pool_with, SessionConfig};
 pub use deadpool_postgres::{Client, GenericClient, Pool, PoolError, Transaction};

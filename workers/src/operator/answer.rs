@@ -4,8 +4,8 @@
 //! policy), under an id of its own (`console:<uuid>`), and in the same
 //! transaction a handoff event records that an operator gave it.
 
-use baton_domain::contract::AnswerType;
-use baton_domain::conversation::answer::BridgeAnswer;
+use baton_domain::protocol::contract::AnswerType;
+use baton_domain::protocol::conversation::answer::BridgeAnswer;
 use baton_store::Pool;
 use uuid::Uuid;
 

@@ -119,7 +119,7 @@ pub fn waiting_table(rows: &[Waiting], now: DateTime<Utc>) -> String {
 /// their transcripts when `transcript`).
 pub async fn run_json(c: &impl GenericClient, run_id: Uuid, transcript: bool) -> anyhow::Result<Value> {
     let run = baton_store::runs::get(c, run_id).await?.with_context(|| format!("no run {run_id}"))?;
-    let attempt = baton_store::retry::attempt(c, run_id).await?;
+    let attempt = baton_store::requests::bridge::attempt(c, run_id).await?;
     let events: Vec<Value> = journal::timeline(c, run_id)
         .await?
         .into_iter()
@@ -132,7 +132,7 @@ pub async fn run_json(c: &impl GenericClient, run_id: Uuid, transcript: bool) ->
             "status": inv.status, "epoch": inv.claim_epoch, "takeovers": inv.takeovers, "tokens": inv.tokens_used,
         });
         if transcript {
-            let steps = baton_store::steps::load(c, inv.id).await?;
+            let steps = baton_store::invocations::steps::load(c, inv.id).await?;
             v["steps"] =
                 steps.into_iter().map(|s| json!({"seq": s.seq, "kind": s.kind, "payload": s.payload})).collect();
         }

@@ -1,17 +1,17 @@
 //! `baton runs retry RUN`: a failed run resumes from its last stored step.
 //! The store revives the run and its last owner
-//! ([`baton_store::retry::retry_run`]); here, in the same transaction, the
+//! ([`baton_store::runs::retry::retry_run`]); here, in the same transaction, the
 //! journal records `run_retried` and the bridge is told `running` (the next
 //! `seq`). The new final reply follows when the run ends, with the message
 //! id `reply:<handoffId>:<attempt>`.
 
 use anyhow::bail;
-use baton_domain::request::{HandoffEvent, HandoffStatus};
-use baton_store::retry::{self, Retry};
+use baton_domain::protocol::request::{HandoffEvent, HandoffStatus};
+use baton_store::runs::retry::{self, Retry};
 use baton_store::{journal, requests, Pool};
 use uuid::Uuid;
 
-use crate::bridge;
+use baton_store::requests::bridge;
 
 /// Retries a failed run; returns its new attempt number.
 pub async fn retry_run(pool: &Pool, run_id: Uuid) -> anyhow::Result<i32> {

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 
 use baton_bus::{DeadLetters, Delivery};
-use baton_domain::bridge::ReplyInput;
-use baton_domain::budget::Exhausted;
-use baton_domain::contract::ErrorCode;
 use baton_domain::fleet::{Queue, RunFinished};
-use baton_domain::reply::Outcome;
-use baton_domain::request::{HandoffEvent, HandoffStatus};
-use baton_domain::state::RunStatus;
+use baton_domain::policy::budget::Exhausted;
+use baton_domain::protocol::bridge::ReplyInput;
+use baton_domain::protocol::contract::ErrorCode;
+use baton_domain::protocol::reply::Outcome;
+use baton_domain::protocol::request::{HandoffEvent, HandoffStatus};
+use baton_domain::run::state::RunStatus;
 use baton_domain::Language;
 use baton_store::after_commit::scope;
 use baton_store::runs::Run;
@@ -20,11 +20,11 @@ use baton_store::{invocations, requests, runs, Pool};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::direct::Direct;
-use super::lanes::consume_keyed;
-use super::{connect, retry_transient, Role};
-use crate::bridge;
 use crate::config::Settings;
+use crate::roles::keyed_consumer::consume_keyed;
+use crate::roles::publish_after_commit::PublishAfterCommit;
+use crate::roles::{connect, retry_transient, Role};
+use baton_store::requests::bridge;
 
 pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let (conn, pool) = connect(settings, Role::Collector).await?;
@@ -32,7 +32,7 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let dead = DeadLetters::new(&publisher, &settings.queues());
     let queue = settings.queues().name(Queue::RunsFinished);
     tracing::info!(%queue, concurrency = settings.intake_lanes(), "collector consuming");
-    let (publishing, direct) = Direct::start(&conn, &pool, settings).await?;
+    let (publishing, direct) = PublishAfterCommit::start(&conn, &pool, settings).await?;
     let role = Arc::new((pool.clone(), dead, settings.clone(), publishing));
     // Runs are collected side by side, one message of a run after the other.
     let keys = |d: &Delivery| {
@@ -67,7 +67,7 @@ async fn handle(
                 .await
             {
                 Ok(()) => Ok(d.ack().await?),
-                Err(e) if super::is_transient(&e) => Err(e),
+                Err(e) if crate::roles::is_transient(&e) => Err(e),
                 Err(e) => Ok(d
                     .dead_letter(dead, Queue::RunsFinished.as_str(), &format!("could not collect the run: {e:#}"))
                     .await?),
@@ -89,7 +89,7 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
         runs::get(&tx, message.run_id),
         requests::lock_of_run(&tx, message.run_id),
         invocations::for_run(&tx, message.run_id),
-        baton_store::retry::attempt(&tx, message.run_id),
+        bridge::attempt(&tx, message.run_id),
     )?;
     let Some(run) = run else {
         anyhow::bail!("run {} does not exist", message.run_id);

@@ -1,19 +1,13 @@
 //! The fleet's roles. Each runs until `shutdown` fires, reconnecting with
 //! backoff when the broker or the database goes away.
 
-mod answers;
-pub mod callbacks;
-pub mod cancels;
-mod claim_start;
 pub mod collector;
-mod direct;
 pub mod intake;
 pub mod invocation;
-pub mod lanes;
-mod prepared;
-mod refusals;
+pub mod keyed_consumer;
+mod outbox_message;
+mod publish_after_commit;
 pub mod relay;
-pub mod slots;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -17,8 +17,8 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use baton_domain::policy::sandbox::{self, Capped};
 use baton_domain::profiles::ModelBinding;
-use baton_domain::sandbox::{self, Capped};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
@@ -110,7 +110,7 @@ fn calls(request: &ModelRequest<'_>, result: &str) -> Vec<ToolCall> {
     if is_child(request) {
         return vec![call(1, "task_return", json!({"summary": result}))];
     }
-    let path = baton_domain::workspace::DEFAULT_BODY_PATH;
+    let path = baton_domain::tools::workspace::DEFAULT_BODY_PATH;
     vec![
         // Read first: replacing a file an earlier stage wrote needs a read.
         call(1, "workspace_read", json!({"path": path})),

@@ -2,8 +2,8 @@
 //! (re-run or fail, as its profile says), and the patience with which its
 //! outcome is stored through a database outage: it cannot be asked for again.
 
-use baton_domain::journal::JournalEvent;
-use baton_domain::sandbox::{self, OnInterrupt};
+use baton_domain::policy::sandbox::{self, OnInterrupt};
+use baton_domain::run::journal::JournalEvent;
 use baton_store::journal::Event;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

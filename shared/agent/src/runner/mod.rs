@@ -6,29 +6,29 @@
 //! `external.rs` holds an external agent's start, interruption and the
 //! patience for its outcome; `tool_call.rs` runs one tool call.
 
+mod claimed_turn;
 mod external;
-mod fold;
 mod over_budget;
 mod tool_call;
 mod turn;
 
 use std::sync::Arc;
 
-use baton_domain::delegation::Budget;
-use baton_domain::journal::JournalEvent;
 use baton_domain::profiles::{ModelBinding, Profile};
-use baton_domain::state::InvocationKind;
+use baton_domain::run::journal::JournalEvent;
+use baton_domain::run::state::InvocationKind;
+use baton_domain::tools::delegation::Budget;
 use baton_domain::tools::{self, ToolName};
+use baton_store::invocations::steps::{self, Step};
 use baton_store::invocations::Invocation;
 use baton_store::journal::{self as events, Event};
-use baton_store::steps::{self, Step};
-use baton_store::{budgets, lifecycle, profiles, Pool, Transaction};
+use baton_store::{profiles, runs::budgets, runs::ending, Pool, Transaction};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use crate::first_step::{prompt_step, tool_names};
+use crate::opening::{prompt_step, tool_names};
 use crate::providers::{ModelTurn, ProviderError, Providers, ToolCall};
 use crate::step::{name_calls, sanitize, test_pause_in_step, tokens_of, Scope, StepTx, Written};
 use crate::transcript::{self, Position};
@@ -43,7 +43,7 @@ pub use crate::step::Exit;
 /// its skills, the prompt it wrote, the run's spend): the loop starts from
 /// it instead of reading it all again.
 pub struct Preloaded {
-    first: crate::first_step::FirstStep,
+    first: crate::opening::Opening,
     budget: budget::Tracker,
     /// Steps after the prompt that the claim's transaction also wrote (a
     /// folded first turn), and the tokens the invocation has used since.
@@ -52,20 +52,20 @@ pub struct Preloaded {
 }
 
 impl Preloaded {
-    pub fn new(first: crate::first_step::FirstStep, spend: budgets::RunSpend) -> Self {
+    pub fn new(first: crate::opening::Opening, spend: budgets::RunSpend) -> Self {
         Self { first, budget: budget::Tracker::new(spend), later: vec![], tokens: None }
     }
 }
 
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub struct LoopCaps {
     pub max_rounds: usize,
     pub max_tool_calls: usize,
     /// Plain-text answers tolerated before the invocation fails.
     pub max_nudges: usize,
 }
 
-impl Default for Limits {
+impl Default for LoopCaps {
     fn default() -> Self {
         Self { max_rounds: 80, max_tool_calls: 80, max_nudges: 1 }
     }
@@ -75,7 +75,7 @@ impl Default for Limits {
 pub struct Runner {
     pool: Pool,
     providers: Arc<dyn Providers>,
-    limits: Limits,
+    limits: LoopCaps,
 }
 
 /// One claimed invocation on this worker.
@@ -87,7 +87,7 @@ struct Claimed<'a> {
     skills: Vec<baton_domain::profiles::Skill>,
     surface: Vec<ToolName>,
     steps: Vec<Step>,
-    limits: Limits,
+    limits: LoopCaps,
     tokens: i64,
     /// The run's budget and what the whole run has spent, as of this
     /// invocation's last step.
@@ -99,7 +99,7 @@ impl Claimed<'_> {
     fn into_preloaded(self) -> Preloaded {
         let mut steps = self.steps.into_iter();
         let prompt = steps.next().expect("a claimed invocation's transcript starts with its prompt");
-        let first = crate::first_step::FirstStep { events: vec![], prompt, profile: self.profile, skills: self.skills };
+        let first = crate::opening::Opening { events: vec![], prompt, profile: self.profile, skills: self.skills };
         Preloaded { first, budget: self.budget, later: steps.collect(), tokens: Some(self.tokens) }
     }
 
@@ -114,12 +114,12 @@ impl Claimed<'_> {
 }
 
 /// A delegated task's budget narrows the runtime's limits.
-fn narrow(limits: Limits, budget: Option<&Budget>) -> (Limits, Option<u64>) {
+fn narrow(limits: LoopCaps, budget: Option<&Budget>) -> (LoopCaps, Option<u64>) {
     let Some(budget) = budget else {
         return (limits, None);
     };
     let cap = |limit: Option<u64>, max: usize| limit.map_or(max, |b| (b as usize).min(max));
-    let narrowed = Limits {
+    let narrowed = LoopCaps {
         max_rounds: cap(budget.max_rounds, limits.max_rounds),
         max_tool_calls: cap(budget.max_tool_calls, limits.max_tool_calls),
         ..limits
@@ -138,7 +138,7 @@ const NUDGE_TEXT: &str = "Your last answer was plain text, which nobody receives
 commit and finish the work, or hand it to another agent.";
 
 impl Runner {
-    pub fn new(pool: Pool, providers: Arc<dyn Providers>, limits: Limits) -> Self {
+    pub fn new(pool: Pool, providers: Arc<dyn Providers>, limits: LoopCaps) -> Self {
         Self { pool, providers, limits }
     }
 
@@ -438,13 +438,13 @@ impl Runner {
                 let mut evs = vec![];
                 if closing_not_last {
                     let message = "the agent called a tool after a closing tool in the same turn";
-                    evs.extend(lifecycle::fail_invocation(tx, c.inv, "agent.tool_after_finish", message).await?);
+                    evs.extend(ending::fail_invocation(tx, c.inv, "agent.tool_after_finish", message).await?);
                     w.exit = Some(Exit::Failed(message.into()));
                 } else if plain && transcript::nudges(&c.steps) < self.limits.max_nudges {
                     w.append(tx, c.inv.id, transcript::NUDGE, json!({"content": NUDGE_TEXT})).await?;
                 } else if plain {
                     let message = "the agent stopped answering in plain text without finishing or handing off";
-                    evs.extend(lifecycle::fail_invocation(tx, c.inv, "agent.no_closing_tool", message).await?);
+                    evs.extend(ending::fail_invocation(tx, c.inv, "agent.no_closing_tool", message).await?);
                     w.exit = Some(Exit::Failed(message.into()));
                 }
                 events::append(tx, c.inv.run_id, &evs).await?;
@@ -472,7 +472,7 @@ impl Runner {
         let failed = step
             .run(|Scope { tx, .. }| {
                 Box::pin(async move {
-                    let mut evs = lifecycle::fail_invocation(tx, inv, code, message).await?;
+                    let mut evs = ending::fail_invocation(tx, inv, code, message).await?;
                     if let Some(detail) = detail {
                         evs.insert(
                             0,

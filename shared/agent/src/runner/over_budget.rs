@@ -2,12 +2,12 @@
 //! the run, owner or child, is cancelled with it and stops at its next step
 //! (its fence).
 
-use baton_domain::budget::Exhausted;
-use baton_domain::journal::JournalEvent;
-use baton_domain::state::{InvocationStatus, TaskStatus};
+use baton_domain::policy::budget::Exhausted;
+use baton_domain::run::journal::JournalEvent;
+use baton_domain::run::state::{InvocationStatus, TaskStatus};
 use baton_store::invocations::{self, Invocation};
 use baton_store::journal::{self as events, Event};
-use baton_store::{budgets, lifecycle, tasks, Pool};
+use baton_store::{invocations::tasks, runs::budgets, runs::ending, Pool};
 use serde_json::json;
 
 use crate::step::{Exit, Scope, StepTx};
@@ -24,7 +24,7 @@ pub(crate) async fn stop_run(pool: &Pool, inv: &Invocation, epoch: i64, exhauste
     step.run(|Scope { tx, .. }| {
         Box::pin(async move {
             // A child takes its parent's lock before touching its task, as on every path that ends a child.
-            lifecycle::lock_parent(tx, inv).await?;
+            ending::lock_parent(tx, inv).await?;
             let mut figures = match budgets::get(tx, inv.run_id).await? {
                 Some(now) => now.budget.figures(&now.spent),
                 None => json!({}),
@@ -38,7 +38,7 @@ pub(crate) async fn stop_run(pool: &Pool, inv: &Invocation, epoch: i64, exhauste
                     evs.push(Event::new(JournalEvent::TaskFailed, Some(inv.id), json!({"taskId": task})));
                 }
             }
-            evs.extend(lifecycle::fail_run(tx, inv.run_id, error).await?);
+            evs.extend(ending::fail_run(tx, inv.run_id, error).await?);
             events::append(tx, inv.run_id, &evs).await?;
             Ok(())
         })

@@ -52,7 +52,7 @@ impl Runner {
         let made = transcript::tool_calls_made(&c.steps) + transcript::tool_calls_made(&w.steps);
         let outcome = if made >= c.limits.max_tool_calls {
             let error = ToolError::new(
-                baton_domain::error::codes::TOOL_BUDGET_EXHAUSTED,
+                baton_domain::tools::error::codes::TOOL_BUDGET_EXHAUSTED,
                 "You have used all your tool calls. Commit and finish, or hand off now.",
             );
             ToolOutcome::failed(&ctx, error)

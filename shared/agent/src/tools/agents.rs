@@ -1,15 +1,15 @@
 //! `agent_list` and `agent_handoff`.
 
-use baton_domain::brief::render_handoff_brief;
-use baton_domain::handoff::{self, HandoffArgs};
-use baton_domain::journal::JournalEvent;
+use baton_domain::profiles::brief::render_handoff_brief;
 use baton_domain::profiles::Profile;
-use baton_domain::state::{Continuation, InvocationKind, InvocationStatus, TaskStatus};
-use baton_domain::tool_args::{self, AgentListArgs, ListPurpose as Purpose};
+use baton_domain::run::journal::JournalEvent;
+use baton_domain::run::state::{Continuation, InvocationKind, InvocationStatus, TaskStatus};
+use baton_domain::tools::args::{self, AgentListArgs, ListPurpose as Purpose};
+use baton_domain::tools::handoff::{self, HandoffArgs};
+use baton_store::invocations::tasks::{self, NewTask};
 use baton_store::invocations::{self, NewInvocation};
 use baton_store::journal::Event;
-use baton_store::tasks::{self, NewTask};
-use baton_store::{profiles, runs, spawn, GenericClient};
+use baton_store::{invocations::spawn, profiles, runs, GenericClient};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -29,7 +29,7 @@ fn operations(caller: &Profile, target: &Profile) -> Vec<&'static str> {
 }
 
 pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let args: AgentListArgs = tool_args::parse(args)?;
+    let args: AgentListArgs = args::parse(args)?;
     let purpose = args.purpose.unwrap_or(Purpose::Any);
     let query = args.query.unwrap_or_default().to_lowercase();
     let limit = args.limit.unwrap_or(8).clamp(1, 20) as usize;

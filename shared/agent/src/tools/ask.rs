@@ -5,14 +5,14 @@
 //! question's timeout) wakes it, the same call runs again and finds its
 //! question closed: that is its result.
 
-use baton_domain::conversation::question::{self, QuestionInput, QuestionState};
-use baton_domain::journal::JournalEvent;
-use baton_domain::request::HandoffStatus;
-use baton_domain::tool_args::AskUserArgs;
+use baton_domain::protocol::conversation::question::{self, QuestionInput, QuestionState};
+use baton_domain::protocol::request::HandoffStatus;
+use baton_domain::run::journal::JournalEvent;
+use baton_domain::tools::args::AskUserArgs;
 use baton_store::journal::Event;
-use baton_store::questions::{self, NewQuestion, Question};
+use baton_store::requests::questions::{self, NewQuestion, Question};
 use baton_store::requests::{self, Request};
-use baton_store::{bridge, invocations, runs, GenericClient};
+use baton_store::{invocations, requests::bridge, runs, GenericClient};
 use serde_json::{json, Value};
 use uuid::Uuid;
 

@@ -2,15 +2,15 @@
 //! across the fleet. Children run on any worker; a waiting parent is parked
 //! in Postgres and woken through the outbox.
 
-use baton_domain::delegation::{self as dg, AwaitArgs, AwaitMode, AwaitSpec, TaskView};
-use baton_domain::error::delegation_codes as codes;
-use baton_domain::journal::JournalEvent;
-use baton_domain::state::{Continuation, InvocationKind, TaskStatus};
+use baton_domain::run::journal::JournalEvent;
+use baton_domain::run::state::{Continuation, InvocationKind, TaskStatus};
+use baton_domain::tools::delegation::{self as dg, AwaitArgs, AwaitMode, AwaitSpec, TaskView};
+use baton_domain::tools::error::delegation_codes as codes;
 use baton_domain::ToolError;
+use baton_store::invocations::tasks::{self, NewTask, Task};
 use baton_store::invocations::{self, NewInvocation};
 use baton_store::journal::Event;
-use baton_store::tasks::{self, NewTask, Task};
-use baton_store::{lifecycle, profiles, spawn, workspace, GenericClient};
+use baton_store::{invocations::spawn, profiles, runs::ending, runs::workspace, GenericClient};
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -147,7 +147,7 @@ fn view(t: &Task) -> TaskView<'_> {
 pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
     let capsule = dg::parse_return(args)?;
     let inv = ctx.invocation;
-    lifecycle::lock_parent(c, inv).await?;
+    ending::lock_parent(c, inv).await?;
     let Some(task) = tasks::of_child(c, inv.id).await? else {
         return Err(ToolError::new(codes::TASK_RETURN_DENIED, "Nobody is waiting for a result from you.").into());
     };
@@ -171,7 +171,7 @@ pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
     let status = capsule.status.task_status();
     let error =
         (status == TaskStatus::Failed).then(|| json!({"code": "agent.task_failed", "message": capsule.summary}));
-    events.extend(lifecycle::end_child(c, inv, status, error.as_ref()).await?);
+    events.extend(ending::end_child(c, inv, status, error.as_ref()).await?);
     Ok(ToolOutcome {
         content: "Your result was returned. Your task is complete.".into(),
         is_error: false,
@@ -182,7 +182,7 @@ pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
 }
 
 async fn write_file(c: &impl GenericClient, run: Uuid, path: &str, content: &str) -> Result<(), crate::Error> {
-    let sha = baton_domain::workspace::sha256_hex(content);
+    let sha = baton_domain::tools::workspace::sha256_hex(content);
     workspace::write(c, run, path, content, &sha).await?;
     Ok(())
 }

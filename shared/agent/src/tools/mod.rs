@@ -9,9 +9,9 @@ mod ask;
 mod delegation;
 mod workspace;
 
-use baton_domain::error::codes;
-use baton_domain::journal::JournalEvent;
 use baton_domain::profiles::Profile;
+use baton_domain::run::journal::JournalEvent;
+use baton_domain::tools::error::codes;
 use baton_domain::tools::ToolName;
 use baton_domain::ToolError;
 use baton_store::invocations::Invocation;

@@ -1,21 +1,21 @@
 //! `workspace_*`: the shared run workspace, stored in Postgres.
 
-use baton_domain::error::codes;
-use baton_domain::journal::JournalEvent;
-use baton_domain::tool_args::{self, FinishArgs};
-use baton_domain::workspace::{
+use baton_domain::run::journal::JournalEvent;
+use baton_domain::tools::args::{self, FinishArgs};
+use baton_domain::tools::error::codes;
+use baton_domain::tools::workspace::{
     self as ws, CommitArgs, CommitMode, ListArgs, PatchArgs, ReadArgs, ReadWindow, WriteArgs,
 };
 use baton_domain::ToolError;
 use baton_store::journal::Event;
-use baton_store::workspace::{self as store, NewCommit};
-use baton_store::{lifecycle, GenericClient};
+use baton_store::runs::workspace::{self as store, NewCommit};
+use baton_store::{runs::ending, GenericClient};
 use serde_json::{json, Value};
 
 use super::{tool_event, Effect, ToolCtx, ToolOutcome, ToolResult};
 
 pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let args = tool_args::parse::<ListArgs>(args)?;
+    let args = args::parse::<ListArgs>(args)?;
     let prefix = ws::list_prefix(args.path.as_deref())?;
     let depth = args.depth.unwrap_or(2).clamp(1, 4) as usize;
     let files = store::list(c, ctx.invocation.run_id).await?;
@@ -38,7 +38,7 @@ async fn load(c: &impl GenericClient, ctx: &ToolCtx<'_>, path: &str) -> ToolResu
 }
 
 pub async fn read(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let args = tool_args::parse::<ReadArgs>(args)?;
+    let args = args::parse::<ReadArgs>(args)?;
     let (path, window) = (ws::visible_path(&args.path)?, ReadWindow::from_args(&args)?);
     let file = load(c, ctx, &path).await?;
     let text = ws::render_read(&path, &file.content, window)?;
@@ -65,7 +65,7 @@ async fn check_read(
 }
 
 pub async fn write(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let args = tool_args::parse::<WriteArgs>(args)?;
+    let args = args::parse::<WriteArgs>(args)?;
     let (path, content, append) = (ws::visible_path(&args.path)?, args.content, args.mode == Some(CommitMode::Append));
     let run = ctx.invocation.run_id;
     let existing = store::read(c, run, &path).await?;
@@ -86,7 +86,7 @@ pub async fn write(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
 }
 
 pub async fn patch(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
-    let args = tool_args::parse::<PatchArgs>(args)?;
+    let args = args::parse::<PatchArgs>(args)?;
     let path = ws::visible_path(&args.path)?;
     let file = load(c, ctx, &path).await?;
     check_read(c, ctx, &path, &file, (codes::PATCH_REQUIRES_READ, codes::PATCH_STALE_FILE)).await?;
@@ -136,13 +136,13 @@ pub async fn commit(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> 
 
 pub async fn finish(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
     // The reason is for the journal's readers only; it must still be well-formed.
-    tool_args::parse::<FinishArgs>(args)?;
+    args::parse::<FinishArgs>(args)?;
     if store::latest_reply(c, ctx.invocation.run_id).await?.is_none() {
         let text = "Nothing has been committed yet: write the reply, call workspace_commit, then finish.";
         return Err(ToolError::new(codes::FOREGROUND_COMMIT_REQUIRED, text).into());
     }
     let mut events: Vec<Event> = vec![tool_event(ctx, JournalEvent::ToolCallCompleted, json!({}))];
-    events.extend(lifecycle::complete_run(c, ctx.invocation).await?);
+    events.extend(ending::complete_run(c, ctx.invocation).await?);
     Ok(ToolOutcome {
         content: "Finished. Your committed reply will be sent to the user.".into(),
         is_error: false,

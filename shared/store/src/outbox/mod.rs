@@ -1,9 +1,11 @@
 //! The transactional outbox: a message is a row committed with the change
 //! that caused it; the relay publishes it and deletes it after the confirm.
 
+pub mod sent;
+
 use baton_domain::fleet::FleetMessage;
-use baton_domain::journal::JournalEvent;
-use baton_domain::request::{HandoffEvent, Priority};
+use baton_domain::protocol::request::{HandoffEvent, Priority};
+use baton_domain::run::journal::JournalEvent;
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
@@ -131,7 +133,7 @@ pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {
     // operators, pipelined beside the outbox row.
     let kept = async {
         match &m.correlation_id {
-            Some(handoff) => crate::sent::record(c, handoff, m.message_id.as_deref(), &m.queue, &m.body).await,
+            Some(handoff) => sent::record(c, handoff, m.message_id.as_deref(), &m.queue, &m.body).await,
             None => Ok(()),
         }
     };

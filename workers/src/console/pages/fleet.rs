@@ -43,7 +43,7 @@ struct LimitRow {
     paused_for: Option<String>,
 }
 
-fn limit_row(u: baton_store::limits::Usage) -> LimitRow {
+fn limit_row(u: baton_store::profiles::limits::Usage) -> LimitRow {
     let left = u.paused_until.map(|t| (t - chrono::Utc::now()).num_milliseconds()).filter(|ms| *ms > 0);
     LimitRow {
         name: u.name,
@@ -116,7 +116,7 @@ pub async fn show(Shared(state): Shared<Arc<State>>) -> PageResult {
             }
         })
         .collect();
-    let limits: Vec<LimitRow> = baton_store::limits::usage(&c).await?.into_iter().map(limit_row).collect();
+    let limits: Vec<LimitRow> = baton_store::profiles::limits::usage(&c).await?.into_iter().map(limit_row).collect();
     let (queues, broker_problem) = queues(&state).await;
     let oldest = counts.outbox_oldest_secs.map(|s| span((s * 1000.0) as i64));
     Ok(state

@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use baton_domain::request::HandoffRequest;
-use baton_domain::state::InvocationKind;
+use baton_domain::protocol::request::HandoffRequest;
+use baton_domain::run::state::InvocationKind;
+use baton_store::invocations::steps::Step;
 use baton_store::invocations::Invocation;
 use baton_store::journal::EventRow;
 use baton_store::runs::Run;
-use baton_store::steps::Step;
 use baton_store::GenericClient;
 use serde::Serialize;
 use serde_json::Value;
@@ -116,7 +116,7 @@ pub async fn load(c: &impl GenericClient, run: Run) -> anyhow::Result<RunView> {
     let invocations = baton_store::invocations::for_run(c, run.id).await?;
     let mut steps = BTreeMap::new();
     for inv in &invocations {
-        steps.insert(inv.id, baton_store::steps::load(c, inv.id).await?);
+        steps.insert(inv.id, baton_store::invocations::steps::load(c, inv.id).await?);
     }
     let request = match &run.handoff_id {
         Some(id) => baton_store::requests::get(c, id).await?,
@@ -127,7 +127,7 @@ pub async fn load(c: &impl GenericClient, run: Run) -> anyhow::Result<RunView> {
         None => vec![],
     };
     let sent = match &run.handoff_id {
-        Some(id) => baton_store::sent::for_handoff(c, id).await?,
+        Some(id) => baton_store::outbox::sent::for_handoff(c, id).await?,
         None => vec![],
     };
     let lanes = lanes(&events, &invocations);
@@ -149,13 +149,13 @@ pub async fn load(c: &impl GenericClient, run: Run) -> anyhow::Result<RunView> {
             .map(|i| BriefView { agent: i.profile_id.clone(), kind: i.kind.as_str().into(), brief: i.brief.clone() })
             .collect(),
         invocations: tree(&invocations, &steps, None),
-        files: baton_store::workspace::list(c, run.id).await?,
-        ledger: baton_store::workspace::ledger(c, run.id).await?,
+        files: baton_store::runs::workspace::list(c, run.id).await?,
+        ledger: baton_store::runs::workspace::ledger(c, run.id).await?,
         request: request.map(|r| request_view(&r, &request_events)),
         bridge: sent.iter().map(bridge_message).collect(),
         usage: usage(&invocations),
         tokens: invocations.iter().map(|i| i.tokens_used).sum(),
-        spend: baton_store::budgets::get(c, run.id).await?.map(|s| crate::timeline::render_spend(&s)),
+        spend: baton_store::runs::budgets::get(c, run.id).await?.map(|s| crate::timeline::render_spend(&s)),
         throttled: crate::timeline::render_throttled(&events),
         lanes,
     })
@@ -299,7 +299,7 @@ fn text_of(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_string()
 }
 
-fn bridge_message(m: &baton_store::sent::Sent) -> BridgeMessage {
+fn bridge_message(m: &baton_store::outbox::sent::Sent) -> BridgeMessage {
     let b = &m.body;
     BridgeMessage {
         kind: b["type"].as_str().unwrap_or("message").to_string(),

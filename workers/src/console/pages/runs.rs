@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use axum::extract::{Query, State as Shared};
-use baton_domain::request::Source;
-use baton_domain::state::RunStatus;
+use baton_domain::protocol::request::Source;
+use baton_domain::run::state::RunStatus;
 use baton_store::overview::{RunFilter, RunRow};
 use chrono::{DateTime, Utc};
 use minijinja::context;

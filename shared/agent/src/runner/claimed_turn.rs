@@ -1,0 +1,92 @@
+//! A scripted stage's first turn, folded into its claim's transaction: the
+//! claim, the turn and the handoff it asks for commit once.
+
+use baton_store::invocations::steps;
+use baton_store::invocations::Invocation;
+use baton_store::journal::{self as events, Event};
+use baton_store::Transaction;
+use tracing::field::Empty;
+
+use super::turn::{stores_with_its_calls, Asking};
+use super::{record_usage, Claimed, Exit, Preloaded, Runner};
+use crate::providers::{ModelTurn, ToolCall};
+use crate::step::{first_cause, name_calls, sanitize, Scope};
+use crate::transcript::{self, Position};
+use crate::Error;
+
+impl Runner {
+    /// Writes a first claim's prompt step and start events (`started`) in
+    /// the claim's transaction and, with `take_turn`, takes the first model
+    /// turn there too when it needs no I/O (a script's turn), with the tool
+    /// calls it asks for: a scripted stage then claims, runs and hands off
+    /// in one commit, its writes pipelined. Whatever it does not fold (no
+    /// instant turn, a spent budget, a turn the loop must judge) it leaves
+    /// to the loop: `Ok((preloaded, None))` with no step added after the
+    /// prompt. An error leaves the transaction to be rolled back.
+    pub async fn start_claimed(
+        &self,
+        tx: &Transaction<'_>,
+        inv: &Invocation,
+        preloaded: Preloaded,
+        started: Vec<Event>,
+        take_turn: bool,
+    ) -> Result<(Preloaded, Option<Exit>), Error> {
+        let mut c = self.claimed(inv, preloaded);
+        let prompt = async {
+            let prompt = &c.steps[0];
+            Ok::<_, Error>(steps::append(tx, inv.id, prompt.seq, &prompt.kind, &prompt.payload).await?)
+        };
+        let Some(turn) = self.instant_turn(&c).filter(|_| take_turn) else {
+            let logged = async { Ok(events::append(tx, inv.run_id, &started).await?) };
+            tokio::try_join!(prompt, logged)?;
+            return Ok((c.into_preloaded(), None));
+        };
+        let payload = sanitize(serde_json::to_value(&turn).map_err(|e| Error::Contract(e.to_string()))?);
+        let calls: Vec<ToolCall> =
+            serde_json::from_value(payload["toolCalls"].clone()).map_err(|e| Error::Contract(e.to_string()))?;
+        // The start events go first in the journal, with the turn's own.
+        let step = self.turn_step(&c, &turn, payload, calls.len()).log_before(started);
+        let (cr, this, calls) = (&c, self, &calls);
+        let turned =
+            step.within(tx, |Scope { tx, w, .. }| Box::pin(async move { this.run_calls(tx, cr, calls, w).await }));
+        // Pipelined: the prompt goes out with the turn's own writes.
+        let written = match tokio::join!(turned, prompt) {
+            (Ok(written), Ok(())) => written,
+            (written, prompted) => {
+                return Err(first_cause([prompted, written.map(drop)]).expect_err("one of them failed"))
+            }
+        };
+        let exit = written.exit.clone();
+        c.absorb(written);
+        Ok((c.into_preloaded(), exit))
+    }
+
+    /// The invocation's first turn, if the model gives it without I/O and
+    /// the turn is one the fold can store with its calls (it asks for tools
+    /// and closes last); the budgets are checked first, as the loop would.
+    fn instant_turn(&self, c: &Claimed<'_>) -> Option<ModelTurn> {
+        let turns = transcript::model_turns(&c.steps);
+        if transcript::position(&c.steps) != Position::NeedsModel
+            || c.budget.check().is_some()
+            || self.spent(c, turns).is_some()
+        {
+            return None;
+        }
+        let provider = self.providers.for_binding(&c.profile.model).ok()?;
+        let asking = Asking::of(c);
+        let request = asking.request(c, turns);
+        let started = std::time::Instant::now();
+        let mut turn = provider.instant(&request)?.ok()?;
+        if !stores_with_its_calls(&turn) {
+            return None;
+        }
+        crate::metrics::model_request(&c.profile.id, started.elapsed(), true);
+        if let Some(usage) = &turn.usage {
+            crate::metrics::model_tokens(&c.profile.id, usage.prompt_tokens, usage.completion_tokens);
+        }
+        let model_span = tracing::info_span!("model", agent = %c.profile.id, turn = turns, input_tokens = Empty, output_tokens = Empty, tokens = Empty);
+        record_usage(&model_span, &turn);
+        name_calls(&mut turn, turns);
+        Some(turn)
+    }
+}

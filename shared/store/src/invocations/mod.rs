@@ -1,0 +1,382 @@
+//! Invocations: claims under a row lock, leases renewed by heartbeat, and the
+//! epoch fence every later write passes through.
+
+pub mod spawn;
+pub mod steps;
+pub mod tasks;
+
+use std::time::Duration;
+
+use baton_domain::run::state::{InvocationKind, InvocationStatus, RunStatus};
+use baton_domain::tools::delegation::{AwaitSpec, Budget};
+use deadpool_postgres::GenericClient;
+use serde_json::Value;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::decode::{texts, RowOf};
+use crate::{sql, Error, Result};
+
+// The statuses the statements below name, spelled by the domain only.
+const CREATED: &str = InvocationStatus::Created.as_str();
+const RUNNING: &str = InvocationStatus::Running.as_str();
+const PARKED: &str = InvocationStatus::Parked.as_str();
+const CANCELLED: &str = InvocationStatus::Cancelled.as_str();
+
+/// Created, running or parked: an invocation that has not ended.
+fn live() -> Vec<&'static str> {
+    texts(InvocationStatus::live(), InvocationStatus::as_str)
+}
+
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    pub id: Uuid,
+    pub run_id: Uuid,
+    pub parent_invocation_id: Option<Uuid>,
+    pub incoming_task_id: Option<Uuid>,
+    pub profile_id: String,
+    pub kind: InvocationKind,
+    pub status: InvocationStatus,
+    pub brief: String,
+    pub claim_epoch: i64,
+    /// A child's narrowed limits (`maxRounds`, `maxToolCalls`, `maxTokens`).
+    pub budget: Option<Budget>,
+    pub deadline_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub tokens_used: i64,
+    /// What a parked (or just woken) parent waits for.
+    pub await_spec: Option<AwaitSpec>,
+    /// Claims taken from a holder that neither finished nor handed back.
+    pub takeovers: i32,
+}
+
+pub struct NewInvocation<'a> {
+    pub id: Uuid,
+    pub run_id: Uuid,
+    pub parent_invocation_id: Option<Uuid>,
+    pub incoming_task_id: Option<Uuid>,
+    pub profile_id: &'a str,
+    pub kind: InvocationKind,
+    pub brief: &'a str,
+    pub budget: Option<&'a Budget>,
+    pub deadline_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+const COLUMNS: &str =
+    "i.id, i.run_id, i.parent_invocation_id, i.incoming_task_id, i.profile_id, i.kind, i.status, i.brief, \
+     i.claim_epoch, i.budget, i.deadline_at, i.tokens_used, i.await_spec, i.takeovers";
+
+fn from_row(row: &Row) -> Result<Invocation> {
+    let id: Uuid = row.get(0);
+    let at = RowOf { table: "invocations", id: &id };
+    Ok(Invocation {
+        id,
+        run_id: row.get(1),
+        parent_invocation_id: row.get(2),
+        incoming_task_id: row.get(3),
+        profile_id: row.get(4),
+        kind: at.wire(row, 5)?,
+        status: at.wire(row, 6)?,
+        brief: row.get(7),
+        claim_epoch: row.get(8),
+        budget: at.json_opt(row, 9)?,
+        deadline_at: row.get(10),
+        tokens_used: row.get(11),
+        await_spec: at.json_opt(row, 12)?,
+        takeovers: row.get(13),
+    })
+}
+
+pub async fn insert(c: &impl GenericClient, new: &NewInvocation<'_>) -> Result<()> {
+    sql::execute(
+        c,
+        "INSERT INTO invocations (id, run_id, parent_invocation_id, incoming_task_id, profile_id, kind, status, exit_policy, brief,
+                                  budget, deadline_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $11, $7, $8, $9, $10)",
+        &[
+            &new.id,
+            &new.run_id,
+            &new.parent_invocation_id,
+            &new.incoming_task_id,
+            &new.profile_id,
+            &new.kind.as_str(),
+            &new.kind.exit_policy().as_str(),
+            &new.brief,
+            &new.budget.map(serde_json::to_value).transpose()?,
+            &new.deadline_at,
+            &CREATED,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn get(c: &impl GenericClient, id: Uuid) -> Result<Option<Invocation>> {
+    let sql = format!("SELECT {COLUMNS} FROM invocations i WHERE i.id = $1");
+    sql::query_opt(c, &sql, &[&id]).await?.as_ref().map(from_row).transpose()
+}
+
+pub async fn for_run(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<Invocation>> {
+    let sql = format!("SELECT {COLUMNS} FROM invocations i WHERE i.run_id = $1 ORDER BY i.created_at, i.id");
+    sql::query(c, &sql, &[&run_id]).await?.iter().map(from_row).collect()
+}
+
+/// Claims an invocation that is new, woken from a wait, or whose holder's lease expired, in one
+/// statement under a row lock (`SKIP LOCKED`: a concurrent claimer just finds
+/// nothing). Bumps the epoch; returns `None` when there is nothing to claim.
+pub async fn claim(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Invocation>> {
+    Ok(claim_measured(c, id, owner, lease).await?.map(|(inv, _)| inv))
+}
+
+/// What a claim was: how long the invocation had waited since it was
+/// created (for a successor: since its handoff committed), and whether the
+/// claim took it from a lost worker.
+pub struct ClaimFacts {
+    pub waited_seconds: f64,
+    pub takeover: bool,
+}
+
+/// [`claim`], with its [`ClaimFacts`], read by the same statement.
+pub async fn claim_measured(
+    c: &impl GenericClient,
+    id: Uuid,
+    owner: &str,
+    lease: Duration,
+) -> Result<Option<(Invocation, ClaimFacts)>> {
+    let sql = format!(
+        "UPDATE invocations i
+            SET status = $4, claim_epoch = i.claim_epoch + 1, lease_owner = $2, woken = false, wake_at = NULL,
+                takeovers = i.takeovers + CASE WHEN i.status = $4 AND i.lease_owner IS NOT NULL THEN 1 ELSE 0 END,
+                taken_over_at = CASE WHEN i.status = $4 AND i.lease_owner IS NOT NULL THEN now() ELSE i.taken_over_at END,
+                lease_expires_at = now() + make_interval(secs => $3), started_at = coalesce(i.started_at, now())
+           FROM (SELECT inv.id FROM invocations inv JOIN runs r ON r.id = inv.run_id
+                  WHERE inv.id = $1 AND r.status = $7
+                    AND (inv.status = $5 OR (inv.status = $6 AND inv.woken)
+                         OR (inv.status = $4 AND inv.lease_expires_at < now()))
+                  FOR UPDATE OF inv SKIP LOCKED) c
+          WHERE i.id = c.id
+      RETURNING {COLUMNS}, extract(epoch FROM clock_timestamp() - i.created_at)::float8, coalesce(i.taken_over_at = now(), false)"
+    );
+    let secs = lease.as_secs_f64();
+    let params: sql::Params = &[&id, &owner, &secs, &RUNNING, &CREATED, &PARKED, &RunStatus::Running.as_str()];
+    let Some(row) = sql::query_opt(c, &sql, params).await? else {
+        return Ok(None);
+    };
+    let facts = ClaimFacts { waited_seconds: row.get(14), takeover: row.get(15) };
+    Ok(Some((from_row(&row)?, facts)))
+}
+
+/// Extends the lease; `false` means the claim is gone (taken over, ended,
+/// or handed back: a renewal racing a hand-back must not hold the released
+/// row away from the next worker for another lease).
+pub async fn renew(c: &impl GenericClient, id: Uuid, epoch: i64, lease: Duration) -> Result<bool> {
+    let secs = lease.as_secs_f64();
+    let n = sql::execute(
+        c,
+        "UPDATE invocations SET lease_expires_at = now() + make_interval(secs => $3)
+          WHERE id = $1 AND claim_epoch = $2 AND status = $4 AND lease_owner IS NOT NULL",
+        &[&id, &epoch, &secs, &RUNNING],
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+/// The fence: locks the invocation row for this transaction and refuses
+/// unless this worker still holds it at `epoch`. Every write made on behalf of
+/// a claim starts here, so a zombie worker changes nothing.
+pub async fn fence(c: &impl GenericClient, id: Uuid, epoch: i64) -> Result<()> {
+    let row = sql::query_opt(
+        c,
+        "SELECT 1 FROM invocations WHERE id = $1 AND claim_epoch = $2 AND status = $3 FOR UPDATE",
+        &[&id, &epoch, &RUNNING],
+    )
+    .await?;
+    row.map(|_| ()).ok_or(Error::Fenced(id))
+}
+
+/// Moves an invocation to a terminal (or parked) state from running.
+pub async fn finish(c: &impl GenericClient, id: Uuid, status: InvocationStatus, error: Option<&Value>) -> Result<bool> {
+    let n = sql::execute(
+        c,
+        "UPDATE invocations SET status = $2, error = $3, lease_owner = NULL, lease_expires_at = NULL,
+                finished_at = CASE WHEN $4 THEN now() END
+          WHERE id = $1 AND status = ANY($5)",
+        &[&id, &status.as_str(), &error, &status.is_terminal(), &live()],
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+/// How the stalled-work sweep paces its re-publishes of one row.
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
+    /// A created invocation is first re-published after this (its message
+    /// may simply be waiting in a queue), then after 2×, 4× … as long.
+    pub grace: Duration,
+    /// An expired lease is re-published at once, a woken parent after this;
+    /// a repeat waits 2×, 4× … as long.
+    pub lease: Duration,
+    /// The longest wait between two re-publishes of one row; also the only
+    /// pace while the row's queue still holds ready messages (a backlog, not
+    /// a lost message: another copy would only join the queue).
+    pub cap: Duration,
+    pub handoff_backlog: bool,
+    pub delegate_backlog: bool,
+}
+
+/// Invocations whose message may have been lost or whose worker died: a
+/// running one past its lease, a created one nobody claimed, or a woken
+/// parent nobody claimed (its wake-up met a locked row), each returned on
+/// the schedule of [`Pace`], so a backlog does not multiply messages.
+pub async fn take_stalled(c: &impl GenericClient, pace: &Pace) -> Result<Vec<(Uuid, Uuid, InvocationKind)>> {
+    let (grace, lease, cap) = (pace.grace.as_secs_f64(), pace.lease.as_secs_f64(), pace.cap.as_secs_f64());
+    let rows = sql::query(
+        c,
+        "UPDATE invocations SET republished_at = now(), republish_count = republish_count + 1
+          WHERE id IN (
+              SELECT id FROM invocations
+               WHERE (status IN ($6, $7) OR (status = $8 AND woken))
+                 AND CASE WHEN status = $7 THEN
+                          lease_expires_at < now()
+                          AND (republished_at IS NULL OR republished_at < lease_expires_at
+                               OR republished_at < now() - make_interval(secs =>
+                                      least($3, $2 * power(2.0::float8, least(republish_count, 20)))))
+                     ELSE
+                          coalesce(republished_at, created_at) < now() - make_interval(secs =>
+                              CASE WHEN (CASE WHEN kind = $9 OR status = $8 THEN $5::boolean ELSE $4::boolean END) THEN $3
+                                   ELSE least($3, (CASE WHEN status = $6 THEN $1 ELSE $2 END)
+                                                  * power(2.0::float8, least(republish_count, 20)))
+                              END)
+                     END
+               LIMIT 500 FOR UPDATE SKIP LOCKED)
+      RETURNING id, run_id, kind",
+        &[
+            &grace,
+            &lease,
+            &cap,
+            &pace.handoff_backlog,
+            &pace.delegate_backlog,
+            &CREATED,
+            &RUNNING,
+            &PARKED,
+            &InvocationKind::Child.as_str(),
+        ],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let id: Uuid = r.get(0);
+            Ok((id, r.get(1), RowOf { table: "invocations", id: &id }.wire(r, 2)?))
+        })
+        .collect()
+}
+
+/// Ends every live invocation of a run (used when the run itself ends).
+pub async fn cancel_live(c: &impl GenericClient, run_id: Uuid) -> Result<u64> {
+    sql::execute(
+        c,
+        "UPDATE invocations SET status = $2, finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
+          WHERE run_id = $1 AND status = ANY($3)",
+        &[&run_id, &CANCELLED, &live()],
+    )
+    .await
+}
+
+/// Parks a parent until its children finish or `wake_at`; the worker is freed.
+pub async fn park(
+    c: &impl GenericClient,
+    id: Uuid,
+    spec: &AwaitSpec,
+    wake_at: chrono::DateTime<chrono::Utc>,
+) -> Result<()> {
+    sql::execute(
+        c,
+        "UPDATE invocations SET status = $4, await_spec = $2, wake_at = $3, woken = false,
+                lease_owner = NULL, lease_expires_at = NULL
+          WHERE id = $1 AND status = $5",
+        &[&id, &serde_json::to_value(spec)?, &wake_at, &PARKED, &RUNNING],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Locks a parent for a wake-up decision: parking and waking both hold this
+/// row lock, so a child finishing while its parent parks is never missed.
+pub async fn lock(c: &impl GenericClient, id: Uuid) -> Result<Option<Invocation>> {
+    let sql = format!("SELECT {COLUMNS} FROM invocations i WHERE i.id = $1 FOR UPDATE");
+    sql::query_opt(c, &sql, &[&id]).await?.as_ref().map(from_row).transpose()
+}
+
+/// Marks a parked parent woken; `false` when it was not parked or already woken.
+pub async fn wake(c: &impl GenericClient, id: Uuid) -> Result<bool> {
+    let n = sql::execute(
+        c,
+        "UPDATE invocations SET woken = true, republished_at = now(), republish_count = 0 WHERE id = $1 AND status = $2 AND NOT woken",
+        &[&id, &PARKED],
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+/// Parked parents whose wait timed out, marked woken.
+pub async fn wake_timed_out(c: &impl GenericClient) -> Result<Vec<(Uuid, Uuid)>> {
+    let rows = sql::query(
+        c,
+        "UPDATE invocations SET woken = true, republished_at = now(), republish_count = 0
+          WHERE id IN (SELECT id FROM invocations WHERE status = $1 AND NOT woken AND wake_at < now()
+                        LIMIT 500 FOR UPDATE SKIP LOCKED)
+      RETURNING id, run_id",
+        &[&PARKED],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Clears a wait once its result is stored.
+pub async fn clear_await(c: &impl GenericClient, id: Uuid) -> Result<()> {
+    sql::execute(c, "UPDATE invocations SET await_spec = NULL WHERE id = $1", &[&id]).await?;
+    Ok(())
+}
+
+pub async fn add_tokens(c: &impl GenericClient, id: Uuid, tokens: i64) -> Result<()> {
+    sql::execute(c, "UPDATE invocations SET tokens_used = tokens_used + $2 WHERE id = $1", &[&id, &tokens]).await?;
+    Ok(())
+}
+
+/// Cancels one invocation if it is still live.
+pub async fn cancel(c: &impl GenericClient, id: Uuid) -> Result<bool> {
+    let n = sql::execute(
+        c,
+        "UPDATE invocations SET status = $2, finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
+          WHERE id = $1 AND status = ANY($3)",
+        &[&id, &CANCELLED, &live()],
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+/// Hands a claim back (graceful shutdown): the lease ends now and no holder
+/// remains, so the next claim is not counted as a takeover.
+pub async fn release(c: &impl GenericClient, id: Uuid, epoch: i64) -> Result<bool> {
+    let n = sql::execute(
+        c,
+        "UPDATE invocations SET lease_expires_at = now() - interval '1 millisecond', lease_owner = NULL
+          WHERE id = $1 AND claim_epoch = $2 AND status = $3",
+        &[&id, &epoch, &RUNNING],
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+/// Parks an owner until its user answers (the answer wakes it) or
+/// `wake_at`; it waits for no task, so it has no await spec.
+pub async fn park_for_answer(c: &impl GenericClient, id: Uuid, wake_at: chrono::DateTime<chrono::Utc>) -> Result<()> {
+    sql::execute(
+        c,
+        "UPDATE invocations SET status = $3, await_spec = NULL, wake_at = $2, woken = false,
+                lease_owner = NULL, lease_expires_at = NULL
+          WHERE id = $1 AND status = $4",
+        &[&id, &wake_at, &PARKED, &RUNNING],
+    )
+    .await?;
+    Ok(())
+}

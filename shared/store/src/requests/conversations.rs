@@ -1,0 +1,150 @@
+//! Conversations (CONTRACT §6): a bridge's cancels, kept until their request
+//! is there, and one chat's requests taking turns. A conversation's row lock
+//! orders everything that changes whose turn it is (intake taking a request,
+//! a run ending, a cancel), whichever worker does it.
+
+use std::time::Duration;
+
+use baton_domain::protocol::conversation::cancel::BridgeCancel;
+use baton_domain::run::state::RunStatus;
+use deadpool_postgres::GenericClient;
+use uuid::Uuid;
+
+use crate::{sql, Result};
+
+/// The advisory lock class of a handoff id: a cancel and its request take it
+/// first, so whichever commits second sees the other.
+const HANDOFF_LOCK: i32 = 0x6261_7401;
+
+/// How long a cancel whose request never came is kept.
+pub const CANCEL_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Serializes the transactions about one handoff (its request, its cancels)
+/// until the caller's transaction ends.
+pub async fn lock_handoff(c: &impl GenericClient, handoff_id: &str) -> Result<()> {
+    sql::execute(c, "SELECT pg_advisory_xact_lock($1, hashtext($2))", &[&HANDOFF_LOCK, &handoff_id]).await?;
+    Ok(())
+}
+
+/// Keeps a cancel; false when one with its id was kept before (a duplicate).
+pub async fn keep_cancel(c: &impl GenericClient, cancel: &BridgeCancel) -> Result<bool> {
+    let n = sql::execute(
+        c,
+        "INSERT INTO bridge_cancels (id, handoff_id, reason, sent_at) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING",
+        &[&cancel.id, &cancel.handoff_id, &cancel.reason, &cancel.at],
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+/// A kept cancel not applied yet: its id and reason.
+pub async fn pending_cancel(c: &impl GenericClient, handoff_id: &str) -> Result<Option<(String, Option<String>)>> {
+    let row = sql::query_opt(
+        c,
+        "SELECT id, reason FROM bridge_cancels WHERE handoff_id = $1 AND applied_at IS NULL ORDER BY received_at LIMIT 1",
+        &[&handoff_id],
+    )
+    .await?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
+}
+
+/// Marks every kept cancel of the handoff as applied.
+pub async fn mark_applied(c: &impl GenericClient, handoff_id: &str) -> Result<()> {
+    sql::execute(
+        c,
+        "UPDATE bridge_cancels SET applied_at = now() WHERE handoff_id = $1 AND applied_at IS NULL",
+        &[&handoff_id],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Drops cancels older than [`CANCEL_RETENTION`] (their request never came,
+/// or came and was cancelled long ago); returns how many.
+pub async fn prune_cancels(c: &impl GenericClient) -> Result<u64> {
+    let secs = CANCEL_RETENTION.as_secs_f64();
+    sql::execute(c, "DELETE FROM bridge_cancels WHERE received_at < now() - make_interval(secs => $1)", &[&secs]).await
+}
+
+/// Locks the conversation's row (creating it), and returns its live run
+/// (one that has ended does not count, whatever the row says).
+pub async fn lock(c: &impl GenericClient, key: &str) -> Result<Option<Uuid>> {
+    sql::execute(c, "INSERT INTO conversations (key) VALUES ($1) ON CONFLICT (key) DO NOTHING", &[&key]).await?;
+    let row = sql::query_one(
+        c,
+        "SELECT r.id FROM conversations c LEFT JOIN runs r ON r.id = c.live_run AND r.status = $2
+          WHERE c.key = $1 FOR UPDATE OF c",
+        &[&key, &RunStatus::Running.as_str()],
+    )
+    .await?;
+    Ok(row.get(0))
+}
+
+/// [`lock`], in one round trip, also telling whether requests wait in the
+/// conversation's queue (a free conversation with none waiting starts its
+/// new request at once, without queueing it).
+pub async fn lock_noting_waiting(c: &impl GenericClient, key: &str) -> Result<(Option<Uuid>, bool)> {
+    const CREATE: &str = "INSERT INTO conversations (key) VALUES ($1) ON CONFLICT (key) DO NOTHING";
+    const LOCK: &str = "SELECT r.id, EXISTS (SELECT 1 FROM conversation_queue q WHERE q.key = c.key)
+                          FROM conversations c LEFT JOIN runs r ON r.id = c.live_run AND r.status = $2
+                         WHERE c.key = $1 FOR UPDATE OF c";
+    // Both prepared first (from the cache after the first time), so the two
+    // statements below are sent together on the first poll, in this order.
+    let (create, lock) = tokio::try_join!(c.prepare_cached(CREATE), c.prepare_cached(LOCK))?;
+    let running = RunStatus::Running.as_str();
+    let (create_params, lock_params): (sql::Params, sql::Params) = (&[&key], &[&key, &running]);
+    let (_, row) = tokio::try_join!(c.execute(&create, create_params), c.query_one(&lock, lock_params))?;
+    Ok((row.get(0), row.get(1)))
+}
+
+/// Gives the conversation's turn to `run`.
+pub async fn set_live(c: &impl GenericClient, key: &str, run: Uuid) -> Result<()> {
+    sql::execute(c, "UPDATE conversations SET live_run = $2, updated_at = now() WHERE key = $1", &[&key, &run]).await?;
+    Ok(())
+}
+
+/// A run ended: the conversation it held (locked now) is free; its key.
+pub async fn release(c: &impl GenericClient, run: Uuid) -> Result<Option<String>> {
+    let row = sql::query_opt(
+        c,
+        "UPDATE conversations SET live_run = NULL, updated_at = now() WHERE live_run = $1 RETURNING key",
+        &[&run],
+    )
+    .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// Puts a request at the end of its conversation's queue; its place in the
+/// fleet-wide arrival order (increasing, taken under the conversation's
+/// lock), `None` when it was queued already.
+pub async fn enqueue(c: &impl GenericClient, key: &str, handoff_id: &str) -> Result<Option<i64>> {
+    let row = sql::query_opt(
+        c,
+        "INSERT INTO conversation_queue (key, handoff_id) VALUES ($1, $2) ON CONFLICT (handoff_id) DO NOTHING RETURNING seq",
+        &[&key, &handoff_id],
+    )
+    .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// Takes the conversation's oldest waiting request off its queue.
+pub async fn pop(c: &impl GenericClient, key: &str) -> Result<Option<String>> {
+    let row = sql::query_opt(
+        c,
+        "DELETE FROM conversation_queue WHERE seq = (SELECT min(seq) FROM conversation_queue WHERE key = $1) RETURNING handoff_id",
+        &[&key],
+    )
+    .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// The conversation a request waits in, if it waits.
+pub async fn queued_in(c: &impl GenericClient, handoff_id: &str) -> Result<Option<String>> {
+    let row = sql::query_opt(c, "SELECT key FROM conversation_queue WHERE handoff_id = $1", &[&handoff_id]).await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// Takes a request off its queue; false when it was not waiting.
+pub async fn leave_queue(c: &impl GenericClient, handoff_id: &str) -> Result<bool> {
+    Ok(sql::execute(c, "DELETE FROM conversation_queue WHERE handoff_id = $1", &[&handoff_id]).await? == 1)
+}

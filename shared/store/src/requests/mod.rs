@@ -1,0 +1,228 @@
+//! Bridge requests: stored once per id, with their events and status counter.
+
+pub mod bridge;
+pub mod callbacks;
+pub mod conversations;
+pub mod questions;
+
+use baton_domain::protocol::request::{HandoffEvent, HandoffStatus, Source, TargetAgent};
+use baton_domain::Language;
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::decode::RowOf;
+use crate::{sql, Result};
+
+pub struct NewRequest<'a> {
+    pub id: &'a str,
+    pub body: &'a Value,
+    pub source: Source,
+    pub target_agent: TargetAgent,
+    pub status: HandoffStatus,
+    pub language: Language,
+    pub reply_to: Option<&'a str>,
+    pub reply_chat_id: Option<&'a str>,
+    pub status_url: Option<&'a str>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub id: String,
+    pub body: Value,
+    pub source: Source,
+    pub target_agent: TargetAgent,
+    pub status: HandoffStatus,
+    pub language: Language,
+    pub reply_to: Option<String>,
+    pub reply_chat_id: Option<String>,
+    pub status_url: Option<String>,
+    pub run_id: Option<Uuid>,
+    pub deliveries: i32,
+    pub reply_sent_at: Option<DateTime<Utc>>,
+}
+
+/// A stored handoff event.
+#[derive(Debug, Clone)]
+pub struct EventRow {
+    /// The event's name as stored: a [`HandoffEvent`] this version may not
+    /// know (an older or newer binary wrote it), so it stays a string.
+    pub kind: String,
+    pub status: Option<HandoffStatus>,
+    pub message: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+/// Inserts the request, or counts one more delivery of a request already
+/// stored. Returns whether this delivery was the first.
+pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Result<bool> {
+    // The request keeps the trace context of the span storing it (intake's,
+    // a child of the bridge's `traceparent`).
+    let (traceparent, tracestate) = crate::outbox::current_trace().map_or((None, None), |(p, s)| (Some(p), s));
+    let row = sql::query_one(
+        c,
+        "INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id, status_url,
+                                       traceparent, tracestate)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+         ON CONFLICT (id) DO UPDATE SET deliveries = handoff_requests.deliveries + 1, updated_at = now()
+         RETURNING deliveries = 1",
+        &[
+            &r.id,
+            r.body,
+            &r.source.as_str(),
+            &r.target_agent.as_str(),
+            &r.status.as_str(),
+            &r.language.as_str(),
+            &r.reply_to, &r.reply_chat_id,
+            &r.status_url,
+            &traceparent,
+            &tracestate,
+        ],
+    )
+    .await?;
+    Ok(row.get(0))
+}
+
+const COLUMNS: &str =
+    "id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries, reply_sent_at, status_url";
+
+fn from_row(r: &tokio_postgres::Row) -> Result<Request> {
+    let id: String = r.get(0);
+    let at = RowOf { table: "handoff_requests", id: &id };
+    Ok(Request {
+        body: r.get(1),
+        source: at.wire(r, 2)?,
+        target_agent: at.wire(r, 3)?,
+        status: at.wire(r, 4)?,
+        language: at.wire(r, 5)?,
+        reply_to: r.get(6),
+        reply_chat_id: r.get(7),
+        run_id: r.get(8),
+        deliveries: r.get(9),
+        reply_sent_at: r.get(10),
+        status_url: r.get(11),
+        id,
+    })
+}
+
+/// The trace context the request was stored with (see V19), if any.
+pub async fn trace(c: &impl GenericClient, id: &str) -> Result<Option<crate::outbox::Trace>> {
+    let row = sql::query_opt(c, "SELECT traceparent, tracestate FROM handoff_requests WHERE id = $1", &[&id]).await?;
+    Ok(row.and_then(|r| r.get::<_, Option<String>>(0).map(|p| (p, r.get(1)))))
+}
+
+/// The trace context of the request a run serves, if any.
+pub async fn trace_of_run(c: &impl GenericClient, run_id: Uuid) -> Result<Option<crate::outbox::Trace>> {
+    let sql = "SELECT r.traceparent, r.tracestate FROM handoff_requests r JOIN runs ON runs.handoff_id = r.id WHERE runs.id = $1";
+    let row = sql::query_opt(c, sql, &[&run_id]).await?;
+    Ok(row.and_then(|r| r.get::<_, Option<String>>(0).map(|p| (p, r.get(1)))))
+}
+
+pub async fn get(c: &impl GenericClient, id: &str) -> Result<Option<Request>> {
+    let sql = format!("SELECT {COLUMNS} FROM handoff_requests WHERE id = $1");
+    sql::query_opt(c, &sql, &[&id]).await?.as_ref().map(from_row).transpose()
+}
+
+/// Locks the request for this transaction (the collector's once-only reply).
+pub async fn lock(c: &impl GenericClient, id: &str) -> Result<Option<Request>> {
+    let sql = format!("SELECT {COLUMNS} FROM handoff_requests WHERE id = $1 FOR UPDATE");
+    sql::query_opt(c, &sql, &[&id]).await?.as_ref().map(from_row).transpose()
+}
+
+/// Locks the request of a run (as [`lock`]), found through the run: one
+/// statement that needs no read of the run first.
+pub async fn lock_of_run(c: &impl GenericClient, run_id: Uuid) -> Result<Option<Request>> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM handoff_requests WHERE id = (SELECT handoff_id FROM runs WHERE id = $1) FOR UPDATE"
+    );
+    sql::query_opt(c, &sql, &[&run_id]).await?.as_ref().map(from_row).transpose()
+}
+
+/// Sets a new status and returns its sequence number for the bridge.
+pub async fn set_status(c: &impl GenericClient, id: &str, status: HandoffStatus) -> Result<i32> {
+    let row = sql::query_one(
+        c,
+        "UPDATE handoff_requests SET status = $2, status_seq = status_seq + 1, updated_at = now()
+          WHERE id = $1 RETURNING status_seq",
+        &[&id, &status.as_str()],
+    )
+    .await?;
+    Ok(row.get(0))
+}
+
+pub async fn link_run(c: &impl GenericClient, id: &str, run_id: Uuid) -> Result<()> {
+    sql::execute(c, "UPDATE handoff_requests SET run_id = $2 WHERE id = $1", &[&id, &run_id]).await?;
+    Ok(())
+}
+
+pub async fn mark_reply_sent(c: &impl GenericClient, id: &str) -> Result<()> {
+    sql::execute(c, "UPDATE handoff_requests SET reply_sent_at = now() WHERE id = $1", &[&id]).await?;
+    Ok(())
+}
+
+pub async fn add_event(
+    c: &impl GenericClient,
+    handoff_id: &str,
+    kind: HandoffEvent,
+    status: Option<HandoffStatus>,
+    message: Option<&str>,
+) -> Result<()> {
+    sql::execute(
+        c,
+        "INSERT INTO handoff_events (handoff_id, type, status, message) VALUES ($1, $2, $3, $4)",
+        &[&handoff_id, &kind.as_str(), &status.map(HandoffStatus::as_str), &message],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Several handoff events in one statement, in the order given.
+pub async fn add_events(
+    c: &impl GenericClient,
+    handoff_id: &str,
+    events: &[(HandoffEvent, Option<HandoffStatus>, Option<&str>)],
+) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let kinds: Vec<&str> = events.iter().map(|e| e.0.as_str()).collect();
+    let statuses: Vec<Option<&str>> = events.iter().map(|e| e.1.map(HandoffStatus::as_str)).collect();
+    let messages: Vec<Option<&str>> = events.iter().map(|e| e.2).collect();
+    sql::execute(
+        c,
+        "INSERT INTO handoff_events (handoff_id, type, status, message)
+         SELECT $1, e.kind, e.status, e.message
+           FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS e(kind, status, message, n)
+          ORDER BY e.n",
+        &[&handoff_id, &kinds, &statuses, &messages],
+    )
+    .await?;
+    Ok(())
+}
+
+/// A handoff's events, oldest first.
+pub async fn events(c: &impl GenericClient, handoff_id: &str) -> Result<Vec<EventRow>> {
+    let rows = sql::query(
+        c,
+        "SELECT type, status, message, created_at FROM handoff_events WHERE handoff_id = $1 ORDER BY id",
+        &[&handoff_id],
+    )
+    .await?;
+    let at = RowOf { table: "handoff_events of", id: &handoff_id };
+    rows.iter()
+        .map(|r| Ok(EventRow { kind: r.get(0), status: at.wire_opt(r, 1)?, message: r.get(2), at: r.get(3) }))
+        .collect()
+}
+
+/// A stored draft becomes the request the bridge now sends as `requested`.
+pub async fn promote_draft(c: &impl GenericClient, id: &str, body: &Value, status_url: Option<&str>) -> Result<()> {
+    sql::execute(
+        c,
+        "UPDATE handoff_requests SET body = $2, status = $4, status_url = $3, updated_at = now()
+          WHERE id = $1 AND status = $5",
+        &[&id, body, &status_url, &HandoffStatus::Requested.as_str(), &HandoffStatus::Draft.as_str()],
+    )
+    .await?;
+    Ok(())
+}

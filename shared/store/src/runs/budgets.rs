@@ -1,0 +1,91 @@
+//! Run budgets: the limits a run got at intake, and what it has spent.
+//! Spending is counted on the spending invocation's own row, in the step
+//! transaction that spends (a model turn, a tool call), and summed over the
+//! run's invocations, children included: exact across workers, it survives
+//! any crash, and it takes no lock beyond the one the step's fence holds
+//! (a counter on the run's row would make every invocation of a busy run
+//! queue on that row, and take it after the others' rows).
+
+use std::time::Duration;
+
+use baton_domain::policy::budget::{RunBudget, Spent};
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::{sql, Result};
+
+/// A run's budget and spend as the database saw them at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunSpend {
+    pub budget: RunBudget,
+    /// `elapsed` is measured on the database's clock (run creation to now,
+    /// or to its end), so workers with skewed clocks agree.
+    pub spent: Spent,
+}
+
+/// What one step transaction spent (its tokens are counted in
+/// `invocations.tokens_used`, as before budgets existed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spending {
+    pub model_calls: i32,
+    pub tool_calls: i32,
+}
+
+/// Copies the budget onto a run (at intake, in the transaction that creates it).
+pub async fn assign(c: &impl GenericClient, run_id: Uuid, budget: &RunBudget) -> Result<()> {
+    let value = serde_json::to_value(budget)?;
+    sql::execute(c, "UPDATE runs SET budget = $2 WHERE id = $1", &[&run_id, &value]).await?;
+    Ok(())
+}
+
+/// The run's figures: its budget, the sums over its invocations, and how
+/// long it has run on the database's clock (to its end, once it ended),
+/// less the time it spent waiting for its user's answers: a question may
+/// wait a day, and the user's time is not the agents'.
+const FIGURES: &str = "r.budget, s.tokens, s.model_calls, s.tool_calls,
+     greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.created_at)
+              - coalesce((SELECT sum(extract(epoch FROM least(coalesce(q.closed_at, now()), coalesce(r.finished_at, now())) - q.created_at))
+                            FROM questions q WHERE q.run_id = r.id), 0), 0)::float8";
+
+/// Adds a step's spending to its invocation (whose row the step's fence has
+/// locked) and returns the run's new totals.
+pub async fn spend(c: &impl GenericClient, invocation_id: Uuid, spending: &Spending) -> Result<RunSpend> {
+    // The outer query reads the invocations as they were before the CTE's
+    // update, so the others are summed and this one is taken from RETURNING.
+    let sql = format!(
+        "WITH me AS (
+             UPDATE invocations SET model_calls = model_calls + $2, tool_calls = tool_calls + $3
+              WHERE id = $1 RETURNING run_id, tokens_used, model_calls, tool_calls)
+         SELECT {FIGURES}
+           FROM me JOIN runs r ON r.id = me.run_id,
+                LATERAL (SELECT me.tokens_used + coalesce(sum(i.tokens_used), 0)::bigint AS tokens,
+                                me.model_calls + coalesce(sum(i.model_calls), 0)::bigint AS model_calls,
+                                me.tool_calls + coalesce(sum(i.tool_calls), 0)::bigint AS tool_calls
+                           FROM invocations i WHERE i.run_id = me.run_id AND i.id <> $1) s"
+    );
+    let row = sql::query_one(c, &sql, &[&invocation_id, &spending.model_calls, &spending.tool_calls]).await?;
+    from_row(&row)
+}
+
+/// A run's budget and spend, `None` when the run does not exist.
+pub async fn get(c: &impl GenericClient, run_id: Uuid) -> Result<Option<RunSpend>> {
+    let sql = format!(
+        "SELECT {FIGURES}
+           FROM runs r,
+                LATERAL (SELECT coalesce(sum(i.tokens_used), 0)::bigint AS tokens,
+                                coalesce(sum(i.model_calls), 0)::bigint AS model_calls,
+                                coalesce(sum(i.tool_calls), 0)::bigint AS tool_calls
+                           FROM invocations i WHERE i.run_id = r.id) s
+          WHERE r.id = $1"
+    );
+    sql::query_opt(c, &sql, &[&run_id]).await?.as_ref().map(from_row).transpose()
+}
+
+fn from_row(row: &Row) -> Result<RunSpend> {
+    let budget: Option<serde_json::Value> = row.get(0);
+    let budget = budget.map(serde_json::from_value).transpose()?.unwrap_or_default();
+    let count = |i: usize| row.get::<_, i64>(i).max(0) as u64;
+    let elapsed = Duration::from_secs_f64(row.get::<_, f64>(4));
+    Ok(RunSpend { budget, spent: Spent { tokens: count(1), model_calls: count(2), tool_calls: count(3), elapsed } })
+}

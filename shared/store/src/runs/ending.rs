@@ -1,0 +1,173 @@
+//! The run lifecycle: transitions that end an invocation, a task or a run,
+//! each returning the journal events it caused, for the caller's
+//! transaction to append. Intake, the relay, operator commands, the
+//! invocation role and the agent's tools all move runs through these.
+//! A run that ends gives its conversation's turn to the next request there
+//! ([`start::after_run`]), in the same transaction.
+
+use baton_domain::fleet::FleetMessage;
+use baton_domain::run::journal::JournalEvent;
+use baton_domain::run::state::{InvocationKind, InvocationStatus, RunStatus, TaskStatus};
+use baton_domain::tools::delegation::{self, AwaitSpec, Awaited};
+use deadpool_postgres::GenericClient;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::invocations::tasks::Task;
+use crate::invocations::{self, Invocation};
+use crate::journal::Event;
+use crate::{invocations::tasks, outbox, runs, runs::start, Result};
+
+/// The final owner finished: its unfinished children are cancelled, then its
+/// incoming task, itself and the run complete.
+pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Vec<Event>> {
+    let mut events = cancel_tasks(c, inv.run_id, Some(inv.id)).await?;
+    if let Some(task) = inv.incoming_task_id {
+        if tasks::transition(c, task, TaskStatus::Completed, None).await? {
+            events.push(Event::new(JournalEvent::TaskCompleted, Some(inv.id), json!({"taskId": task})));
+        }
+    }
+    invocations::finish(c, inv.id, InvocationStatus::Completed, None).await?;
+    events.push(Event::new(JournalEvent::InvocationCompleted, Some(inv.id), json!({})));
+    events.push(Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "finished"})));
+    events.extend(cancel_tasks(c, inv.run_id, None).await?);
+    invocations::cancel_live(c, inv.run_id).await?;
+    if runs::finish(c, inv.run_id, RunStatus::Completed, None).await? {
+        events.push(Event::new(JournalEvent::RunCompleted, None, json!({})));
+        outbox::enqueue_fleet(c, &FleetMessage::finished(inv.run_id)).await?;
+        start::after_run(c, inv.run_id).await?;
+    }
+    Ok(events)
+}
+
+/// A broken host contract (or a spent budget): the invocation fails, visibly.
+/// A child's failure fails only its task, which its parent reads as a
+/// result; an owner's failure fails the run, and the bridge is told.
+pub async fn fail_invocation(
+    c: &impl GenericClient,
+    inv: &Invocation,
+    code: &str,
+    message: &str,
+) -> Result<Vec<Event>> {
+    let error: Value = json!({"code": code, "message": message});
+    if inv.kind == InvocationKind::Child {
+        lock_parent(c, inv).await?;
+        let mut events = vec![Event::new(JournalEvent::ChildInvocationFailed, Some(inv.id), error.clone())];
+        events.extend(end_child(c, inv, TaskStatus::Failed, Some(&error)).await?);
+        return Ok(events);
+    }
+    let mut events = vec![];
+    invocations::finish(c, inv.id, InvocationStatus::Failed, Some(&error)).await?;
+    events.push(Event::new(JournalEvent::InvocationFailed, Some(inv.id), error.clone()));
+    if let Some(task) = inv.incoming_task_id {
+        if tasks::transition(c, task, TaskStatus::Failed, Some(&error)).await? {
+            events.push(Event::new(JournalEvent::TaskFailed, Some(inv.id), json!({"taskId": task})));
+        }
+    }
+    events.extend(fail_run(c, inv.run_id, &error).await?);
+    Ok(events)
+}
+
+/// Ends a run as failed (no-op when it already ended).
+pub async fn fail_run(c: &impl GenericClient, run_id: Uuid, error: &Value) -> Result<Vec<Event>> {
+    end_run(c, run_id, RunStatus::Failed, error).await
+}
+
+/// An operator or a bridge cancels a run: every live invocation stops at its next step
+/// (its fence fails), and the bridge is told `cancelled`.
+pub async fn cancel_run(c: &impl GenericClient, run_id: Uuid, reason: &str) -> Result<Vec<Event>> {
+    let error = json!({"code": "cancelled", "message": reason});
+    let mut events = vec![Event::new(JournalEvent::RunCancelRequested, None, error.clone())];
+    events.extend(end_run(c, run_id, RunStatus::Cancelled, &error).await?);
+    Ok(events)
+}
+
+async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error: &Value) -> Result<Vec<Event>> {
+    if !runs::finish(c, run_id, status, Some(error)).await? {
+        return Ok(vec![]);
+    }
+    let mut events = cancel_tasks(c, run_id, None).await?;
+    invocations::cancel_live(c, run_id).await?;
+    outbox::enqueue_fleet(c, &FleetMessage::finished(run_id)).await?;
+    start::after_run(c, run_id).await?;
+    let kind = if status == RunStatus::Cancelled { JournalEvent::RunCancelled } else { JournalEvent::RunFailed };
+    events.push(Event::new(kind, None, error.clone()));
+    Ok(events)
+}
+
+/// Cancels unfinished tasks (one parent's children, or all of the run's) and
+/// their invocations; a running child stops at its next step.
+async fn cancel_tasks(c: &impl GenericClient, run_id: Uuid, parent: Option<Uuid>) -> Result<Vec<Event>> {
+    let mut events = vec![];
+    for (task, child) in tasks::cancel_unfinished(c, run_id, parent).await? {
+        if invocations::cancel(c, child).await? {
+            events.push(Event::new(JournalEvent::InvocationCancelled, Some(child), json!({})));
+        }
+        events.push(Event::new(JournalEvent::TaskCancelled, Some(child), json!({"taskId": task})));
+    }
+    Ok(events)
+}
+
+/// A child ended (returned, failed, ran out of budget): its task and itself
+/// end, and its parent is woken if that was what it waited for.
+pub async fn end_child(
+    c: &impl GenericClient,
+    inv: &Invocation,
+    status: TaskStatus,
+    error: Option<&Value>,
+) -> Result<Vec<Event>> {
+    let mut events = vec![];
+    let (inv_status, inv_event) = match status {
+        TaskStatus::Completed => (InvocationStatus::Completed, JournalEvent::InvocationCompleted),
+        _ => (InvocationStatus::Failed, JournalEvent::InvocationFailed),
+    };
+    invocations::finish(c, inv.id, inv_status, error).await?;
+    if let Some(task) = inv.incoming_task_id {
+        if tasks::transition(c, task, status, error).await? {
+            let kind =
+                if status == TaskStatus::Completed { JournalEvent::TaskCompleted } else { JournalEvent::TaskFailed };
+            events.push(Event::new(kind, Some(inv.id), json!({"taskId": task, "error": error})));
+        }
+    }
+    events.push(Event::new(inv_event, Some(inv.id), json!({})));
+    events.push(Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "returned"})));
+    if let Some(parent) = inv.parent_invocation_id {
+        events.extend(wake_if_ready(c, inv.run_id, parent).await?);
+    }
+    Ok(events)
+}
+
+/// Locks a child's parent before the child touches its task: every path
+/// that ends a child takes the parent's lock first, so two children ending
+/// at once queue up instead of deadlocking.
+pub async fn lock_parent(c: &impl GenericClient, inv: &Invocation) -> Result<()> {
+    if let Some(parent) = inv.parent_invocation_id {
+        invocations::lock(c, parent).await?;
+    }
+    Ok(())
+}
+
+/// Wakes a parked parent whose wait is over, under its row lock: a parent
+/// that is parking right now holds that lock, so this waits and then sees it.
+pub async fn wake_if_ready(c: &impl GenericClient, run_id: Uuid, parent: Uuid) -> Result<Vec<Event>> {
+    let Some(locked) = invocations::lock(c, parent).await? else {
+        return Ok(vec![]);
+    };
+    if locked.status != InvocationStatus::Parked {
+        return Ok(vec![]);
+    }
+    let children = tasks::children_of(c, parent).await?;
+    let over = locked.await_spec.as_ref().is_none_or(|spec| wait_is_over(spec, &children));
+    if !over || !invocations::wake(c, parent).await? {
+        return Ok(vec![]);
+    }
+    outbox::enqueue_fleet(c, &FleetMessage::wake(run_id, parent)).await?;
+    Ok(vec![Event::new(JournalEvent::InvocationWoken, Some(parent), json!({}))])
+}
+
+/// Asks the domain whether a parked parent's children end its wait.
+fn wait_is_over(spec: &AwaitSpec, children: &[Task]) -> bool {
+    let awaited: Vec<Awaited<'_>> =
+        children.iter().map(|t| Awaited { key: &t.workspace_key, status: t.status, read: t.delivered }).collect();
+    delegation::wait_is_over(spec.mode, spec.keys.as_deref(), &awaited)
+}

@@ -1,0 +1,168 @@
+//! Runs: one per request, holding the handoff counter and the final reply.
+
+pub mod budgets;
+pub mod ending;
+pub mod retry;
+pub mod start;
+pub mod workspace;
+
+use baton_domain::run::state::{Failure, RunStatus};
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::decode::RowOf;
+use crate::{sql, Result};
+
+/// A run that has not ended, as stored.
+const RUNNING: &str = RunStatus::Running.as_str();
+
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub id: Uuid,
+    pub handoff_id: Option<String>,
+    pub status: RunStatus,
+    pub root_profile_id: String,
+    pub handoff_count: i32,
+    pub final_text: Option<String>,
+    pub error: Option<Failure>,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// Inserts a run; its priority is its request's (`normal` without one).
+pub async fn insert(c: &impl GenericClient, id: Uuid, handoff_id: Option<&str>, root_profile_id: &str) -> Result<()> {
+    sql::execute(
+        c,
+        "INSERT INTO runs (id, handoff_id, status, root_profile_id, priority)
+         VALUES ($1, $2, $4, $3, coalesce((SELECT body->>'priority' FROM handoff_requests WHERE id = $2), 'normal'))",
+        &[&id, &handoff_id, &root_profile_id, &RUNNING],
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn get(c: &impl GenericClient, id: Uuid) -> Result<Option<Run>> {
+    let row = sql::query_opt(
+        c,
+        "SELECT id, handoff_id, status, root_profile_id, handoff_count, final_text, error, created_at, finished_at
+           FROM runs WHERE id = $1",
+        &[&id],
+    )
+    .await?;
+    row.map(|r| {
+        let at = RowOf { table: "runs", id: &id };
+        Ok(Run {
+            id,
+            handoff_id: r.get(1),
+            status: at.wire(&r, 2)?,
+            root_profile_id: r.get(3),
+            handoff_count: r.get(4),
+            final_text: r.get(5),
+            error: at.json_opt(&r, 6)?,
+            created_at: r.get(7),
+            finished_at: r.get(8),
+        })
+    })
+    .transpose()
+}
+
+/// Ends a running run; `false` when it had already ended.
+pub async fn finish(c: &impl GenericClient, id: Uuid, status: RunStatus, error: Option<&Value>) -> Result<bool> {
+    let n = sql::execute(
+        c,
+        "UPDATE runs SET status = $2, error = $3, finished_at = now() WHERE id = $1 AND status = $4",
+        &[&id, &status.as_str(), &error, &RUNNING],
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+/// Counts one more handoff and returns how many came before it.
+pub async fn count_handoff(c: &impl GenericClient, id: Uuid) -> Result<i32> {
+    let row = sql::query_one(
+        c,
+        "UPDATE runs SET handoff_count = handoff_count + 1 WHERE id = $1 RETURNING handoff_count - 1",
+        &[&id],
+    )
+    .await?;
+    Ok(row.get(0))
+}
+
+pub async fn handoff_count(c: &impl GenericClient, id: Uuid) -> Result<i32> {
+    Ok(sql::query_one(c, "SELECT handoff_count FROM runs WHERE id = $1", &[&id]).await?.get(0))
+}
+
+pub async fn set_final_text(c: &impl GenericClient, id: Uuid, text: &str) -> Result<()> {
+    sql::execute(c, "UPDATE runs SET final_text = $2 WHERE id = $1", &[&id, &text]).await?;
+    Ok(())
+}
+
+/// Ended runs of bridge requests whose reply has not been written (their
+/// "run finished" message was lost, or the collector failed): first after
+/// `grace`, then after 2×, 4× … as long, never more than `cap` apart; only
+/// every `cap` while the collector's queue still holds ready messages (a
+/// stopped or slow collector will read them; more copies would only pile up).
+pub async fn unreplied(c: &impl GenericClient, grace: Duration, cap: Duration, backlog: bool) -> Result<Vec<Uuid>> {
+    let (grace, cap) = (grace.as_secs_f64(), cap.as_secs_f64());
+    let rows = sql::query(
+        c,
+        "UPDATE runs SET republished_at = now(), republish_count = republish_count + 1
+          WHERE id IN (
+              SELECT r.id FROM handoff_requests h JOIN runs r ON r.id = h.run_id
+               WHERE h.reply_sent_at IS NULL AND h.run_id IS NOT NULL AND r.status <> $4
+                 AND coalesce(r.republished_at, r.finished_at) < now() - make_interval(secs =>
+                         CASE WHEN $3 THEN $2 ELSE least($2, $1 * power(2.0::float8, least(r.republish_count, 20))) END)
+               LIMIT 200 FOR UPDATE OF r SKIP LOCKED)
+      RETURNING id",
+        &[&grace, &cap, &backlog, &RUNNING],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Tokens the run's invocations used, summed.
+pub async fn tokens_used(c: &impl GenericClient, id: Uuid) -> Result<i64> {
+    let row =
+        sql::query_one(c, "SELECT coalesce(sum(tokens_used), 0)::bigint FROM invocations WHERE run_id = $1", &[&id])
+            .await?;
+    Ok(row.get(0))
+}
+
+/// Deletes up to `limit` runs that ended more than `older_than` ago, with
+/// everything they own (journal, transcripts, workspace, ledger, tasks,
+/// invocations). The bridge requests and their events stay: they are the
+/// audit trail, and they keep a repeated request id from running again.
+pub async fn prune(c: &impl GenericClient, older_than: Duration, limit: i64) -> Result<usize> {
+    let secs = older_than.as_secs_f64();
+    let rows = sql::query(
+        c,
+        "SELECT id FROM runs WHERE status <> $3 AND finished_at < now() - make_interval(secs => $1)
+            -- never a run whose bridge has not been told yet
+            AND NOT EXISTS (SELECT 1 FROM handoff_requests h WHERE h.run_id = runs.id AND h.reply_sent_at IS NULL)
+          ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+        &[&secs, &limit, &RUNNING],
+    )
+    .await?;
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.get(0)).collect();
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    for statement in [
+        "DELETE FROM events WHERE run_id = ANY($1)",
+        "DELETE FROM steps WHERE invocation_id IN (SELECT id FROM invocations WHERE run_id = ANY($1))",
+        "DELETE FROM workspace_reads WHERE invocation_id IN (SELECT id FROM invocations WHERE run_id = ANY($1))",
+        "DELETE FROM workspace_files WHERE run_id = ANY($1)",
+        "DELETE FROM commits WHERE run_id = ANY($1)",
+        "UPDATE invocations SET incoming_task_id = NULL WHERE run_id = ANY($1)",
+        "DELETE FROM tasks WHERE run_id = ANY($1)",
+        "DELETE FROM invocations WHERE run_id = ANY($1)",
+        "DELETE FROM runs WHERE id = ANY($1)",
+    ] {
+        sql::execute(c, statement, &[&ids]).await?;
+    }
+    Ok(ids.len())
+}

@@ -1,0 +1,200 @@
+//! Starting a request's run: routing it to its root agent, the run with its
+//! budget, the root invocation, and what the bridge hears. Intake starts a
+//! request on arrival; the run lifecycle starts a conversation's next one
+//! when its live run ends, in the same transaction.
+
+use baton_domain::profiles::brief::render_request_brief;
+use baton_domain::profiles::Profile;
+use baton_domain::protocol::bridge::ReplyInput;
+use baton_domain::protocol::contract::ErrorCode;
+use baton_domain::protocol::reply::Outcome;
+use baton_domain::protocol::request::{HandoffEvent, HandoffRequest, HandoffStatus, TargetAgent};
+use baton_domain::run::journal::JournalEvent;
+use baton_domain::run::state::InvocationKind;
+use deadpool_postgres::GenericClient;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::invocations::NewInvocation;
+use crate::journal::Event;
+use crate::profiles::Snapshot;
+use crate::requests::{self, Request};
+use crate::{
+    invocations::spawn, profiles, requests::bridge, requests::conversations, runs, runs::budgets, Error, Result,
+};
+
+/// Routes the request to its root agent and starts its run, or tells the
+/// bridge why not (a `failed` reply). Returns the run it started. A request
+/// already `accepted` (it waited for its conversation's turn) is not
+/// announced again.
+pub async fn request(c: &impl GenericClient, stored: &Request, request: &HandoffRequest) -> Result<Option<Uuid>> {
+    request_as(c, stored, request, None).await
+}
+
+/// [`request`], with the route, profile and budget settings taken from
+/// `known` (a current [`profiles::Snapshot`]) instead of read again.
+pub async fn request_as(
+    c: &impl GenericClient,
+    stored: &Request,
+    request: &HandoffRequest,
+    known: Option<&Snapshot>,
+) -> Result<Option<Uuid>> {
+    if request.target_agent == TargetAgent::Manual {
+        bridge::status(c, stored, HandoffStatus::Accepted, Some("waiting for an operator")).await?;
+        return Ok(None);
+    }
+    let Some(profile) = root_profile(c, stored, request, known).await? else {
+        return Ok(None);
+    };
+    let target = request.target_agent.as_str();
+    let run_id = Uuid::now_v7();
+    let root = Uuid::now_v7();
+    // Copied onto the run now: a later `profiles apply` does not change it.
+    let budget = match known {
+        Some(known) => known.budgets.for_target(target),
+        None => profiles::settings::budgets(c).await?.for_target(target),
+    };
+    runs::insert(c, run_id, Some(&request.id), &profile.id).await?;
+    // Pipelined (one round trip): two rows, neither waiting for the other.
+    tokio::try_join!(budgets::assign(c, run_id, &budget), requests::link_run(c, &request.id, run_id))?;
+    let brief = render_request_brief(request);
+    let new = NewInvocation {
+        id: root,
+        run_id,
+        parent_invocation_id: None,
+        incoming_task_id: None,
+        profile_id: &profile.id,
+        kind: InvocationKind::Root,
+        brief: &brief,
+        budget: None,
+        deadline_at: None,
+    };
+    let created = spawn::invocation(c, &new, None).await?;
+    let mut events = vec![
+        Event::new(
+            JournalEvent::RunCreated,
+            None,
+            json!({"handoffId": request.id, "source": request.source.as_str(), "budget": budget}),
+        ),
+        Event::new(
+            JournalEvent::ProfileResolved,
+            Some(root),
+            json!({"targetAgent": request.target_agent.as_str(), "profileId": profile.id}),
+        ),
+        Event::new(JournalEvent::WorkspaceInitialized, None, json!({})),
+    ];
+    events.extend(created);
+    let announce = stored.status != HandoffStatus::Accepted;
+    let mut said = vec![(HandoffEvent::Sent, None, Some(profile.id.as_str()))];
+    if announce {
+        said.push((HandoffEvent::Accepted, Some(HandoffStatus::Accepted), None));
+    }
+    // Pipelined: the run's journal and the handoff's events, apart.
+    tokio::try_join!(crate::journal::append(c, run_id, &events), requests::add_events(c, &request.id, &said))?;
+    if announce {
+        bridge::status(c, stored, HandoffStatus::Accepted, None).await?;
+    }
+    Ok(Some(run_id))
+}
+
+/// The configured profile the request's target agent routes to, from
+/// `known` or read; `None` once the request is refused (a `failed` reply)
+/// because no configured agent handles it, or its profile is one this
+/// version cannot read.
+async fn root_profile(
+    c: &impl GenericClient,
+    stored: &Request,
+    request: &HandoffRequest,
+    known: Option<&Snapshot>,
+) -> Result<Option<Profile>> {
+    let target = request.target_agent.as_str();
+    let route = match known {
+        Some(known) => known.route(target).map(str::to_string),
+        None => profiles::route(c, target).await?,
+    };
+    let found = match (&route, known) {
+        (None, _) => Ok(None),
+        (Some(id), Some(known)) => known.profile(id),
+        (Some(id), None) => profiles::get(c, id).await,
+    };
+    let profile = match route {
+        Some(_) => match found {
+            Ok(profile) => profile,
+            // A profile this version cannot read cannot run here: say so.
+            Err(e @ Error::Unreadable { .. }) => {
+                let message = format!("the agent for `{target}` requests cannot run: {e}");
+                refuse(c, stored, ErrorCode::NoAgent, &message).await?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        },
+        None => None,
+    };
+    let Some(profile) = profile.filter(Profile::is_configured) else {
+        let message = format!("no configured agent handles `{target}` requests");
+        refuse(c, stored, ErrorCode::NoAgent, &message).await?;
+        return Ok(None);
+    };
+    Ok(Some(profile))
+}
+
+/// Ends a request that gets no run: a `failed` status and reply with `code`.
+pub async fn refuse(c: &impl GenericClient, stored: &Request, code: ErrorCode, message: &str) -> Result<()> {
+    requests::add_event(c, &stored.id, HandoffEvent::Failed, Some(HandoffStatus::Failed), Some(message)).await?;
+    bridge::status(c, stored, HandoffStatus::Failed, Some(message)).await?;
+    let outcome = Outcome::Failed { code, message: message.to_string() };
+    bridge::reply(c, stored, &no_run_reply(stored, outcome)).await
+}
+
+/// Ends a request that has no run (it waited for its turn, or had not
+/// arrived when its cancel did): a `cancelled` status and reply.
+pub async fn cancel(c: &impl GenericClient, stored: &Request, reason: Option<&str>) -> Result<()> {
+    requests::add_event(c, &stored.id, HandoffEvent::Cancelled, Some(HandoffStatus::Cancelled), reason).await?;
+    bridge::status(c, stored, HandoffStatus::Cancelled, reason).await?;
+    let outcome = Outcome::Cancelled { reason: reason.map(str::to_string) };
+    bridge::reply(c, stored, &no_run_reply(stored, outcome)).await
+}
+
+fn no_run_reply(stored: &Request, outcome: Outcome) -> ReplyInput<'_> {
+    ReplyInput {
+        handoff_id: &stored.id,
+        chat_id: stored.reply_chat_id.as_deref(),
+        source: stored.source.as_str(),
+        language: stored.language,
+        outcome,
+        run_id: None,
+        agents: vec![],
+        at: bridge::timestamp(),
+    }
+}
+
+/// Gives a free conversation (locked by the caller) to its oldest waiting
+/// request that can start; requests that cannot are answered on the way.
+pub async fn next_in_conversation(c: &impl GenericClient, key: &str) -> Result<()> {
+    next_in_conversation_as(c, key, None).await
+}
+
+/// [`next_in_conversation`], with what [`request_as`] reads taken from `known`.
+pub async fn next_in_conversation_as(c: &impl GenericClient, key: &str, known: Option<&Snapshot>) -> Result<()> {
+    while let Some(handoff) = conversations::pop(c, key).await? {
+        let Some(stored) = requests::lock(c, &handoff).await? else { continue };
+        if stored.status.is_terminal() || stored.run_id.is_some() {
+            continue;
+        }
+        let parsed: HandoffRequest = serde_json::from_value(stored.body.clone())?;
+        let trace = requests::trace(c, &handoff).await?;
+        if let Some(run) = crate::outbox::with_trace(trace, request_as(c, &stored, &parsed, known)).await? {
+            conversations::set_live(c, key, run).await?;
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// A run ended: the conversation it held starts its next request.
+pub async fn after_run(c: &impl GenericClient, run_id: Uuid) -> Result<()> {
+    match conversations::release(c, run_id).await? {
+        Some(key) => next_in_conversation(c, &key).await,
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,154 @@
+//! What an operator can do from the command line: cancel a run, and work
+//! a handoff by hand (the manual flow of the bridge protocol).
+//!
+//! # Layout
+//! - [`listing`]: `runs list`, `runs show`, `handoff list --waiting`: tables and JSON.
+//! - `retry`: `runs retry`: a failed run resumes from its last stored step.
+//! - [`dead_letters`]: `dead list | replay | discard` on `baton.dead`.
+//! - [`answer`]: an operator answers an agent's open question (the console).
+
+pub mod answer;
+pub mod dead_letters;
+pub mod listing;
+mod retry;
+
+pub use answer::answer_question;
+pub use retry::retry_run;
+
+use anyhow::{bail, Context};
+use baton_domain::fleet::{FleetMessage, Queue};
+use baton_domain::profiles::brief::render_request_brief;
+use baton_domain::protocol::request::{HandoffRequest, HandoffStatus};
+use baton_domain::run::journal::JournalEvent;
+use baton_domain::run::state::RunStatus;
+use baton_store::journal::Event;
+use baton_store::{runs, Pool};
+use serde_json::json;
+use uuid::Uuid;
+
+/// Cancels a run in one transaction; `false` when it had already ended.
+pub async fn cancel_run(pool: &Pool, run_id: Uuid, reason: &str) -> anyhow::Result<bool> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let events = runs::ending::cancel_run(&tx, run_id, reason).await?;
+    let cancelled = events.len() > 1;
+    baton_store::journal::append(&tx, run_id, &events).await?;
+    tx.commit().await?;
+    Ok(cancelled)
+}
+
+/// `baton handoff show`: the request as agents see it (after the disclosure
+/// policy), its status and its events.
+pub async fn handoff_show(pool: &Pool, id: &str) -> anyhow::Result<String> {
+    let c = pool.get().await?;
+    let request = baton_store::requests::get(&c, id).await?.with_context(|| format!("no handoff `{id}`"))?;
+    let parsed: HandoffRequest = serde_json::from_value(request.body.clone())?;
+    let mut out = format!(
+        "handoff {id}\n  source: {}\n  target: {}\n  status: {}\n  language: {}\n  chat: {}\n  replies to: {}\n  run: {}\n",
+        request.source,
+        request.target_agent,
+        request.status,
+        request.language,
+        request.reply_chat_id.as_deref().unwrap_or("-"),
+        request.reply_to.as_deref().unwrap_or(Queue::BridgeReplies.as_str()),
+        request.run_id.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
+    );
+    let redactions = &parsed.context.redactions;
+    out.push_str(&format!("\nContext after filtering ({} removal(s)):\n", redactions.len()));
+    for r in redactions {
+        out.push_str(&format!("  - {}: {}\n", r.field, r.reason));
+    }
+    out.push_str(&format!("\n{}\nEvents:\n", render_request_brief(&parsed)));
+    for e in baton_store::requests::events(&c, id).await? {
+        let detail = [e.status.map(HandoffStatus::as_str), e.message.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(": ");
+        out.push_str(&format!("  {}  {:<18} {detail}\n", e.at.format("%Y-%m-%d %H:%M:%S"), e.kind));
+    }
+    Ok(out)
+}
+
+/// `baton handoff prompt`: a ready-to-copy prompt for an external agent.
+pub async fn handoff_prompt(pool: &Pool, id: &str) -> anyhow::Result<String> {
+    let c = pool.get().await?;
+    let request = baton_store::requests::get(&c, id).await?.with_context(|| format!("no handoff `{id}`"))?;
+    let parsed: HandoffRequest = serde_json::from_value(request.body)?;
+    Ok(format!(
+        "{}\n## How to answer\nReply with the result only, as plain text in {}: it is sent to the user as it is.\n",
+        render_request_brief(&parsed),
+        if parsed.language() == baton_domain::Language::ZhCn { "Simplified Chinese" } else { "English" }
+    ))
+}
+
+/// What an operator did to a waiting handoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// `paste-result`: an external agent's result, sent to the user.
+    Result,
+    /// `cancel`: the handoff is dropped; the user is told.
+    Cancel,
+}
+
+/// Completes (or cancels) a handoff by hand: a run is recorded with the
+/// outcome and the collector sends the reply, exactly as for a run the
+/// fleet did itself. A handoff the fleet is running is cancelled through
+/// its run; one that has ended is refused.
+pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> anyhow::Result<Uuid> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let request = baton_store::requests::lock(&tx, id).await?.with_context(|| format!("no handoff `{id}`"))?;
+    if request.reply_sent_at.is_some() || request.status.is_terminal() {
+        bail!("handoff `{id}` has already ended ({})", request.status);
+    }
+    if let Some(run) = request.run_id {
+        if how == Settle::Result {
+            bail!("handoff `{id}` is being run by the fleet; cancel it first to answer by hand");
+        }
+        let events = runs::ending::cancel_run(&tx, run, text).await?;
+        if events.len() <= 1 {
+            bail!("handoff `{id}` has already ended; its reply is on its way");
+        }
+        baton_store::journal::append(&tx, run, &events).await?;
+        tx.commit().await?;
+        return Ok(run);
+    }
+    let run = Uuid::now_v7();
+    runs::insert(&tx, run, Some(id), "manual").await?;
+    baton_store::requests::link_run(&tx, id, run).await?;
+    let (status, error, kind) = match how {
+        Settle::Result => {
+            runs::set_final_text(&tx, run, text).await?;
+            (RunStatus::Completed, None, JournalEvent::RunCompleted)
+        }
+        Settle::Cancel => {
+            (RunStatus::Cancelled, Some(json!({"code": "cancelled", "message": text})), JournalEvent::RunCancelled)
+        }
+    };
+    runs::finish(&tx, run, status, error.as_ref()).await?;
+    let events = [
+        Event::new(JournalEvent::RunCreated, None, json!({"handoffId": id, "manual": true})),
+        Event::new(kind, None, json!({"by": "operator"})),
+    ];
+    baton_store::journal::append(&tx, run, &events).await?;
+    baton_store::outbox::enqueue_fleet(&tx, &FleetMessage::finished(run)).await?;
+    tx.commit().await?;
+    Ok(run)
+}
+
+/// `baton runs prune`: deletes finished runs older than `older_than`, a batch
+/// per transaction so live work is never held up for long. Returns how many.
+pub async fn prune_runs(pool: &Pool, older_than: std::time::Duration, batch: i64) -> anyhow::Result<usize> {
+    let mut total = 0;
+    loop {
+        let mut client = pool.get().await?;
+        let tx = client.transaction().await?;
+        let n = runs::prune(&tx, older_than, batch).await?;
+        tx.commit().await?;
+        total += n;
+        if (n as i64) < batch {
+            return Ok(total);
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! Intake: validates bridge requests, stores them once per id, and starts a
+//! run with its root invocation, all in one transaction. Cancels and answers
+//! go to their own handlers by their `type`; what cannot be taken is refused
+//! through `refusals.rs`.
+
+mod answers;
+pub mod cancels;
+mod refusals;
+
+use baton_bus::consume::consume;
+use baton_bus::{Delivery, Publisher};
+use baton_domain::fleet::Queue;
+use baton_domain::policy::disclosure;
+use baton_domain::protocol::contract::{AnswerType, CancelType, ErrorCode};
+use baton_domain::protocol::conversation::cancel::message_type;
+use baton_domain::protocol::conversation::strategy::{self, Turn};
+use baton_domain::protocol::request::{
+    parse_request, HandoffEvent, HandoffRequest, HandoffStatus, Redaction, RequestError, TargetAgent,
+};
+use baton_store::after_commit::{scope, Publishing};
+use baton_store::profiles::Snapshot;
+use baton_store::requests::{self, NewRequest, Request};
+use baton_store::{begin, client as db, commit};
+use baton_store::{profiles, requests::conversations, runs::ending, GenericClient, Pool};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::roles::intake::refusals::{answer_and_dead_letter, reject};
+use crate::roles::keyed_consumer::{self, consume_keyed};
+use crate::roles::publish_after_commit::PublishAfterCommit;
+use crate::roles::{connect, retry_transient, Role};
+use baton_store::requests::bridge;
+
+pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
+    let (conn, pool) = connect(settings, Role::Intake).await?;
+    let publisher = conn.publisher().await?;
+    let (publishing, direct) = PublishAfterCommit::start(&conn, &pool, settings).await?;
+    let queue = settings.queues().name(Queue::BridgeRequests);
+    let dead = settings.queues().name(Queue::DeadRequests);
+    tracing::info!(%queue, concurrency = settings.intake_lanes(), "intake consuming");
+    // The profiles file as this process last read it, checked at each request.
+    let cache = profiles::Cache::default();
+    let role = Arc::new(Intake {
+        pool: pool.clone(),
+        publisher: publisher.clone(),
+        settings: settings.clone(),
+        publishing: publishing.clone(),
+        cache: cache.clone(),
+    });
+    // Requests are handled side by side, in arrival order per handoff and per
+    // conversation; each in a publishing scope of its own. The rare requests
+    // the broker dead-lettered are taken one at a time.
+    let requests = consume_keyed(
+        &conn,
+        &queue,
+        settings.prefetch,
+        settings.intake_lanes(),
+        shutdown,
+        |d| keyed_consumer::request_keys(d.body()),
+        |d, stop| {
+            let role = role.clone();
+            async move {
+                scope(
+                    role.publishing.clone(),
+                    handle(&role.pool, &role.cache, &role.publisher, &role.settings, &stop, d),
+                )
+                .await
+            }
+        },
+    );
+    let result = tokio::try_join!(
+        requests,
+        scope(
+            publishing,
+            consume(&conn, &dead, settings.prefetch, shutdown, |d| answer_dead_letter(
+                &pool, &cache, &publisher, settings, shutdown, d
+            ))
+        ),
+    )
+    .map(|_| ());
+    direct.stop().await;
+    publisher.close().await;
+    result
+}
+
+/// What each request's task shares.
+struct Intake {
+    pool: Pool,
+    publisher: Publisher,
+    settings: Settings,
+    publishing: Publishing,
+    cache: profiles::Cache,
+}
+
+/// A message the broker dead-lettered. One from the request queue reached
+/// its delivery limit, most likely through redeliveries after reconnects
+/// (a database flap), not through any fault of its own: it is handled like
+/// a fresh delivery, so it is stored and run, or refused with a `failed`
+/// reply; a transient error leaves it here for the next try (this queue has
+/// no limit). Messages of the fleet's other queues are only hints (Postgres
+/// and the relay's sweeps re-publish what they said), so their copy in
+/// `baton.dead` is enough.
+async fn answer_dead_letter(
+    pool: &Pool,
+    cache: &profiles::Cache,
+    publisher: &Publisher,
+    settings: &Settings,
+    shutdown: &CancellationToken,
+    delivery: Delivery,
+) -> anyhow::Result<()> {
+    let from = delivery.header("x-first-death-queue");
+    if from.as_deref() != Some(settings.queues().name(Queue::BridgeRequests).as_str()) {
+        return Ok(delivery.ack().await?);
+    }
+    let id = delivery.message_id().unwrap_or_default().to_string();
+    tracing::warn!(message_id = %id, "a request was dead-lettered by the broker; handling it again");
+    handle(pool, cache, publisher, settings, shutdown, delivery).await
+}
+
+/// For a request the broker dead-lettered, what its handoff events say, so
+/// an operator who finds its copy in `baton.dead` sees that it was handled.
+fn dead_letter_note(settings: &Settings, delivery: &Delivery) -> Option<String> {
+    let from = delivery.header("x-first-death-queue")?;
+    if from != settings.queues().name(Queue::BridgeRequests) {
+        return None;
+    }
+    let reason = delivery.header("x-first-death-reason").unwrap_or_else(|| "unknown".into());
+    Some(format!("the broker dead-lettered this request ({reason}); intake took it from {}", Queue::DeadRequests))
+}
+
+async fn handle(
+    pool: &Pool,
+    cache: &profiles::Cache,
+    publisher: &Publisher,
+    settings: &Settings,
+    shutdown: &CancellationToken,
+    delivery: Delivery,
+) -> anyhow::Result<()> {
+    // Control messages are told apart by `type`; a body without one is a request.
+    match message_type(delivery.body()).as_deref() {
+        None => {}
+        Some(kind) if CancelType::parse(kind).is_some() => {
+            return cancels::handle(pool, publisher, settings, shutdown, delivery).await
+        }
+        Some(kind) if AnswerType::parse(kind).is_some() => {
+            return answers::handle(pool, publisher, settings, shutdown, delivery).await
+        }
+        Some(other) => {
+            let (answer, cancel) = (AnswerType::Answer.as_str(), CancelType::Cancel.as_str());
+            let reason =
+                format!("field `type` is {other:?}; a bridge sends a request (no type), an {answer:?} or a {cancel:?}");
+            let error = RequestError { reason, handoff_id: None, reply_to_chat_id: None, language: None };
+            return reject(pool, publisher, settings, &delivery, error).await;
+        }
+    }
+    let reply_to = delivery.reply_to();
+    let parsed = parse_request(delivery.body()).and_then(|request| check_reply_to(settings, reply_to, request));
+    match parsed {
+        Ok(request) => {
+            let note = dead_letter_note(settings, &delivery);
+            let stored = retry_transient("storing a request", settings.transient_patience, shutdown, || {
+                accept(pool, cache, &request, reply_to, note.as_deref())
+            });
+            // The run's trace: the bridge's `traceparent`, or a new one.
+            let span = tracing::info_span!("intake", handoff_id = %request.id, agent = request.target_agent.as_str());
+            crate::telemetry::continue_from(&span, &delivery);
+            match tracing::Instrument::instrument(stored, span).await {
+                Ok(()) => Ok(delivery.ack().await?),
+                Err(e) if crate::roles::is_transient(&e) => Err(e),
+                // A request the store cannot take will never be taken: tell
+                // the sender and dead-letter it instead of redelivering it.
+                Err(e) => {
+                    tracing::error!(handoff = %request.id, error = %format!("{e:#}"), "request could not be stored");
+                    let error = RequestError {
+                        reason: "the request could not be stored; an operator can see why in baton.dead".into(),
+                        handoff_id: Some(request.id.clone()),
+                        reply_to_chat_id: request.reply_to_chat_id().map(str::to_string),
+                        language: Some(request.language()),
+                    };
+                    answer_and_dead_letter(pool, publisher, settings, &delivery, &error).await
+                }
+            }
+        }
+        Err(error) => reject(pool, publisher, settings, &delivery, error).await,
+    }
+}
+
+/// A bridge's `reply_to` must be its own queue: a status or reply published
+/// to one of the fleet's queues would be read there as work.
+fn check_reply_to(
+    settings: &Settings,
+    reply_to: Option<&str>,
+    request: HandoffRequest,
+) -> Result<HandoffRequest, RequestError> {
+    match reply_to {
+        Some(queue) if settings.queues().is_fleet_queue(queue) => Err(RequestError {
+            reason: format!("the reply_to property names `{queue}`, one of the fleet's own queues; name the bridge's own reply queue, or none"),
+            handoff_id: Some(request.id.clone()),
+            reply_to_chat_id: request.reply_to_chat_id().map(str::to_string),
+            language: Some(request.language()),
+        }),
+        _ => Ok(request),
+    }
+}
+
+#[tracing::instrument(name = "handoff", skip_all, fields(handoff = %original.id, handoff_id = %original.id))]
+async fn accept(
+    pool: &Pool,
+    cache: &profiles::Cache,
+    original: &HandoffRequest,
+    reply_to: Option<&str>,
+    dead_lettered: Option<&str>,
+) -> anyhow::Result<()> {
+    let mut client = db(pool).await?;
+    // The disclosure policy runs before anything is stored or shown: no
+    // agent, prompt, external tool or operator view sees what it removes.
+    // It runs with the policy of the profiles file as last read, before the
+    // transaction opens (its CPU time on a large body never counts as
+    // idle-in-transaction time), and again in the rare transaction that
+    // finds a newer file applied since.
+    let target = original.target_agent.as_str();
+    let held = cache.held();
+    let early = held.as_ref().map(|known| disclosure::apply(known.disclosure.for_target(target), original));
+    let tx = begin(&mut client).await?;
+    // A cancel for this handoff waits, or sees the request, never neither.
+    // The version of the profiles file rides along (pipelined).
+    let ((), version) = tokio::try_join!(conversations::lock_handoff(&tx, &original.id), profiles::version(&tx))?;
+    let known = cache.at(&tx, version).await?;
+    let filtered = match early {
+        Some(filtered) if held.is_some_and(|held| Arc::ptr_eq(&held, &known)) => filtered,
+        _ => disclosure::apply(known.disclosure.for_target(target), original),
+    };
+    let request = &filtered.request;
+    let body = serde_json::to_value(request)?;
+    let new = NewRequest {
+        id: &request.id,
+        body: &body,
+        source: request.source,
+        target_agent: request.target_agent,
+        status: request.status.into(),
+        language: request.language(),
+        reply_to,
+        reply_chat_id: request.reply_to_chat_id(),
+        status_url: status_url(request),
+    };
+    if requests::insert_or_count(&tx, &new).await? {
+        take_first(&tx, request, &filtered.removed, &known, dead_lettered).await?;
+    } else {
+        take_again(&tx, request, &body, &filtered.removed, &known, dead_lettered).await?;
+    }
+    commit(tx).await?;
+    Ok(())
+}
+
+/// A request just stored: its handoff events, then its run, unless it is a
+/// draft.
+async fn take_first(
+    c: &impl GenericClient,
+    request: &HandoffRequest,
+    removed: &[Redaction],
+    known: &Snapshot,
+    dead_lettered: Option<&str>,
+) -> anyhow::Result<()> {
+    let removed = disclosure_note(removed);
+    let mut said = vec![];
+    if let Some(note) = dead_lettered {
+        said.push((HandoffEvent::DeadLetterRecovered, None, Some(note)));
+    }
+    said.push((HandoffEvent::Created, Some(request.status.into()), None));
+    if let Some(note) = &removed {
+        said.push((HandoffEvent::DisclosureFiltered, None, Some(note.as_str())));
+    }
+    said.push((HandoffEvent::ContextPackaged, None, None));
+    if !request.is_runnable() {
+        return Ok(requests::add_events(c, &request.id, &said).await?);
+    }
+    // Pipelined: the events, and what starting the request reads.
+    let (_, stored, cancel) = tokio::try_join!(
+        requests::add_events(c, &request.id, &said),
+        requests::get(c, &request.id),
+        conversations::pending_cancel(c, &request.id),
+    )?;
+    let stored = stored.expect("inserted in this transaction");
+    start(c, request, known, Some((stored, cancel))).await
+}
+
+/// The same id again: a duplicate (acknowledged, counted, nothing more), or
+/// a draft the bridge now sends as `requested`.
+async fn take_again(
+    c: &impl GenericClient,
+    request: &HandoffRequest,
+    body: &serde_json::Value,
+    removed: &[Redaction],
+    known: &Snapshot,
+    dead_lettered: Option<&str>,
+) -> anyhow::Result<()> {
+    if let Some(note) = dead_lettered {
+        requests::add_event(c, &request.id, HandoffEvent::DeadLetterRecovered, None, Some(note)).await?;
+    }
+    let stored = requests::get(c, &request.id).await?.expect("counted in this transaction");
+    if stored.status == HandoffStatus::Draft && request.is_runnable() {
+        requests::promote_draft(c, &request.id, body, status_url(request)).await?;
+        record_disclosure(c, &request.id, removed).await?;
+        start(c, request, known, None).await?;
+    } else {
+        tracing::info!("duplicate request acknowledged; no new run");
+    }
+    Ok(())
+}
+
+/// A cancel kept for a handoff and not applied yet: its id and reason.
+type PendingCancel = Option<(String, Option<String>)>;
+
+/// Starts the request's run, unless a cancel came first or its conversation
+/// is busy: then it waits, is refused or interrupts the live run, under the
+/// route's strategy, decided under the conversation's row lock. `read` is
+/// the stored request and its pending cancel when the caller read them.
+async fn start(
+    c: &impl GenericClient,
+    request: &HandoffRequest,
+    known: &Snapshot,
+    read: Option<(Request, PendingCancel)>,
+) -> anyhow::Result<()> {
+    let (stored, pending) = match read {
+        Some(read) => read,
+        None => {
+            let (stored, cancel) =
+                tokio::try_join!(requests::get(c, &request.id), conversations::pending_cancel(c, &request.id))?;
+            (stored.expect("inserted in this transaction"), cancel)
+        }
+    };
+    if let Some((cancel, reason)) = pending {
+        tracing::info!("a cancel came before the request; it is cancelled instead of run");
+        conversations::mark_applied(c, &request.id).await?;
+        let note = format!("cancel {cancel}: it came before the request, which is cancelled instead of run");
+        requests::add_event(c, &request.id, HandoffEvent::CancelReceived, None, Some(&note)).await?;
+        return Ok(baton_store::runs::start::cancel(c, &stored, reason.as_deref()).await?);
+    }
+    let key = request.conversation_key().filter(|_| request.target_agent != TargetAgent::Manual);
+    let Some(key) = key else {
+        baton_store::runs::start::request_as(c, &stored, request, Some(known)).await?;
+        return Ok(());
+    };
+    let (live, waiting) = conversations::lock_noting_waiting(c, key).await?;
+    let strategy = known.conversations.for_target(request.target_agent.as_str());
+    let turn = strategy::decide(strategy, live.is_some());
+    tracing::info!(strategy = %strategy, ?turn, "conversation turn");
+    if turn == Turn::Refuse {
+        let message = "this chat is still busy with an earlier request; send it again when that one has ended";
+        return Ok(baton_store::runs::start::refuse(c, &stored, ErrorCode::Busy, message).await?);
+    }
+    if live.is_none() && !waiting {
+        // A free chat with nobody waiting: this request is the one its queue
+        // would hand the turn to, so it takes it without queueing.
+        if let Some(run) = baton_store::runs::start::request_as(c, &stored, request, Some(known)).await? {
+            conversations::set_live(c, key, run).await?;
+        }
+        return Ok(());
+    }
+    let seq = conversations::enqueue(c, key, &request.id).await?;
+    let Some(run) = live.filter(|_| turn != Turn::Start) else {
+        return Ok(baton_store::runs::start::next_in_conversation_as(c, key, Some(known)).await?);
+    };
+    let note =
+        format!("waiting for this chat's live run ({strategy}; arrival {} in the chat)", seq.unwrap_or_default());
+    requests::add_event(c, &request.id, HandoffEvent::Queued, None, Some(&note)).await?;
+    requests::add_event(c, &request.id, HandoffEvent::Accepted, Some(HandoffStatus::Accepted), None).await?;
+    bridge::status(c, &stored, HandoffStatus::Accepted, Some("waiting for this chat's earlier request to end")).await?;
+    if turn == Turn::Interrupt {
+        let events = ending::cancel_run(c, run, "the user sent a new request in this chat").await?;
+        baton_store::journal::append(c, run, &events).await?;
+    }
+    Ok(())
+}
+
+fn status_url(request: &HandoffRequest) -> Option<&str> {
+    request.callback.as_ref().and_then(|c| c.status_url.as_deref()).filter(|u| !u.trim().is_empty())
+}
+
+/// One `disclosure_filtered` event listing what the policy removed, if anything.
+async fn record_disclosure(c: &impl GenericClient, id: &str, removed: &[Redaction]) -> anyhow::Result<()> {
+    if let Some(note) = disclosure_note(removed) {
+        requests::add_event(c, id, HandoffEvent::DisclosureFiltered, None, Some(&note)).await?;
+    }
+    Ok(())
+}
+
+/// What the policy removed, for the `disclosure_filtered` event; `None` when nothing.
+fn disclosure_note(removed: &[Redaction]) -> Option<String> {
+    if removed.is_empty() {
+        return None;
+    }
+    let what: Vec<String> = removed.iter().map(|r| format!("{} ({})", r.field, r.reason)).collect();
+    Some(format!("{} removal(s): {}", what.len(), what.join("; ")))
+}

@@ -1,0 +1,521 @@
+//! Invocation workers: claim an invocation under a row lock, ack the
+//! delivery once the claim commits (from then on the Postgres lease owns the
+//! work), renew the lease by heartbeat, and run the agent loop.
+
+mod claim;
+pub mod slots;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_agent::providers::BuiltinProviders;
+use baton_agent::runner::{Exit, LoopCaps, Preloaded, Runner};
+use baton_bus::consume::{consume_until, Broken};
+use baton_bus::{DeadLetters, Delivery};
+use baton_domain::fleet::{FleetMessage, InvocationQueue, RunInvocation};
+use baton_domain::protocol::request::Priority;
+use baton_domain::run::state::InvocationKind;
+use baton_store::after_commit::scope;
+use baton_store::invocations::{self, Invocation};
+use baton_store::{begin, client as db, commit};
+use baton_store::{runs, Pool};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::config::Settings;
+use crate::roles::invocation::claim::{claim_failure, fail_claimed, first_start, started_events};
+use crate::roles::invocation::slots::Slots;
+use crate::roles::publish_after_commit::PublishAfterCommit;
+use crate::roles::{connect_with, retry_transient, Role};
+
+/// What one worker process shares across its invocations.
+#[derive(Clone)]
+pub struct Worker {
+    pub pool: Pool,
+    pub runner: Runner,
+    pub settings: Settings,
+    /// Heartbeats' own connections: a lease is renewed even while the agent
+    /// loops wait for the main pool, so a pool wait never becomes a takeover.
+    leases: Pool,
+}
+
+impl Worker {
+    pub fn new(pool: Pool, settings: Settings) -> Self {
+        let limiter = Arc::new(baton_agent::limiter::Limiter::new(pool.clone()));
+        let providers = BuiltinProviders::with_work_root(settings.agent_work_dir.clone()).with_limiter(limiter);
+        let runner = Runner::new(pool.clone(), Arc::new(providers), LoopCaps::default());
+        let session = settings.db_session_of("invocation-leases");
+        let leases = baton_store::pool_with(&settings.database_url, 2, &session).unwrap_or_else(|_| pool.clone());
+        Self { pool, runner, settings, leases }
+    }
+}
+
+/// What an invocation role keeps across broker reconnects: agent loops
+/// outlive a lost connection (they only need Postgres), so their slots, pool
+/// and tracker do too, and a reconnect never doubles the concurrency.
+pub struct State {
+    worker: Worker,
+    /// Given out by priority: see [`Slots`].
+    slots: Slots,
+    loops: TaskTracker,
+    /// Fires `shutdown_grace` after shutdown: external agents still running
+    /// are killed, and claims still running are handed back.
+    deadline: CancellationToken,
+}
+
+/// After the deadline, how long a loop may take to record what its killed
+/// external agent became (failed, or handed back) before it is dropped
+/// wherever it is and its claim handed back.
+const HANDBACK_MARGIN: Duration = Duration::from_secs(1);
+
+impl State {
+    pub fn new(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<Self> {
+        let pool = settings.db_pool(Role::Invocation.name())?;
+        let deadline = CancellationToken::new();
+        tokio::spawn({
+            let (shutdown, deadline, grace) = (shutdown.clone(), deadline.clone(), settings.shutdown_grace);
+            async move {
+                shutdown.cancelled().await;
+                tokio::time::sleep(grace).await;
+                deadline.cancel();
+            }
+        });
+        Ok(Self {
+            worker: Worker::new(pool, settings.clone()),
+            slots: Slots::new(settings.max_concurrent_invocations),
+            loops: TaskTracker::new(),
+            deadline,
+        })
+    }
+
+    /// On shutdown: waits for the in-flight loops, each of which stops at a
+    /// persisted step or is handed back by the deadline; bounded, so the
+    /// process exits within the grace (plus a little) whatever a loop does.
+    pub async fn drain(&self) {
+        self.loops.close();
+        let bound = async {
+            self.deadline.cancelled().await;
+            tokio::time::sleep(HANDBACK_MARGIN * 3).await;
+        };
+        tokio::select! {
+            _ = self.loops.wait() => {}
+            _ = bound => tracing::warn!(left = self.loops.len(), "invocations did not stop by the shutdown deadline; their leases will expire"),
+        }
+    }
+}
+
+pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
+    let conn = connect_with(settings, Role::Invocation, &state.worker.pool).await?;
+    let publisher = conn.publisher().await?;
+    let (publishing, direct) = PublishAfterCommit::start(&conn, &state.worker.pool, settings).await?;
+    let publishing = &publishing;
+    let dead = DeadLetters::new(&publisher, &settings.queues());
+    let (worker, slots, loops, deadline) = (&state.worker, &state.slots, &state.loops, &state.deadline);
+    let queues = settings.queues();
+    // Each kind (handoff, delegate) has a queue per priority; a worker
+    // consumes all three of each kind it takes.
+    let lanes = InvocationQueue::ALL.map(|kind| Priority::ALL.map(|p| (kind, p)));
+    let consumers = lanes.concat().into_iter().map(|(kind, priority)| {
+        let enabled = settings.invocation_queues.contains(&kind);
+        let (conn, queue) = (&conn, queues.name(kind.at(priority)));
+        let dead = &dead;
+        async move {
+            if !enabled {
+                shutdown.cancelled().await;
+                return Ok(());
+            }
+            let queue_ref = &queue;
+            let broken = Broken::default();
+            let broken_ref = &broken;
+            consume_until(conn, &queue, settings.invocation_prefetch, shutdown, &broken, move |d| async move {
+                // A free slot first: a saturated worker stops taking deliveries,
+                // and the broker keeps them for another worker. On shutdown the
+                // delivery is left unacked and goes back to the queue.
+                let permit = tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => return Ok(()),
+                    slot = slots.acquire(priority) => slot,
+                };
+                // Claims run side by side, each in its own task: one slow claim
+                // does not hold up the deliveries behind it.
+                let (worker, dead, stop, deadline) = (worker.clone(), dead.clone(), shutdown.clone(), deadline.clone());
+                let (queue, broken) = (queue_ref.clone(), broken_ref.clone());
+                // The hop continues the trace of the span that queued it.
+                let hop = tracing::info_span!("claim", queue = %queue_ref, handoff_id = tracing::field::Empty);
+                crate::telemetry::continue_from(&hop, &d);
+                // Its outbox rows are published by this process right after each commit.
+                loops.spawn(
+                    scope(publishing.clone(), async move {
+                        let _permit = permit;
+                        if stop.is_cancelled() {
+                            return; // unclaimed and unacked: it goes back to the queue
+                        }
+                        match receive(&worker, &dead, &d, &queue, &stop).await {
+                            Ok(Some(Claimed::Run(inv, preloaded))) => {
+                                worker.execute(inv, preloaded.map(|p| *p), stop, deadline).await;
+                            }
+                            Ok(Some(Claimed::Ended(_))) => {}
+                            Ok(None) => {}
+                            Err(e) => broken.fail(format!("{e:#}")),
+                        }
+                    })
+                    .instrument(hop),
+                );
+                Ok(())
+            })
+            .await
+        }
+    });
+    let Ok([a, b, c, d, e, f]) = <[_; 6]>::try_from(consumers.collect::<Vec<_>>()) else {
+        unreachable!("two kinds, three priorities")
+    };
+    let result = tokio::try_join!(a, b, c, d, e, f).map(|_| ());
+    if shutdown.is_cancelled() {
+        // In-flight loops see the same shutdown and stop at a persisted step,
+        // or are handed back at the deadline.
+        state.drain().await;
+    }
+    direct.stop().await;
+    publisher.close().await;
+    result
+}
+
+/// Parses and claims; acks once the claim (or the finding that there is
+/// nothing to do) is committed.
+async fn receive(
+    worker: &Worker,
+    dead: &DeadLetters,
+    d: &Delivery,
+    queue: &str,
+    stop: &CancellationToken,
+) -> anyhow::Result<Option<Claimed>> {
+    let message: RunInvocation = match serde_json::from_slice(d.body()) {
+        Ok(m) => m,
+        Err(e) => {
+            d.dead_letter(dead, queue, &format!("not an invocation message: {e}")).await?;
+            return Ok(None);
+        }
+    };
+    let claimed = match retry_transient("claiming an invocation", worker.settings.transient_patience, stop, || {
+        worker.claim_to_run(message)
+    })
+    .await
+    {
+        Ok(claimed) => claimed,
+        Err(e) if crate::roles::is_transient(&e) => return Err(e),
+        // A claim that can never succeed (a profile this version cannot
+        // read, a malformed skill): the invocation and its run fail, and the
+        // bridge is told, instead of the message coming back for ever.
+        Err(e) => match worker.fail_unclaimable(message, &e).await {
+            Ok(()) => None,
+            Err(again) if crate::roles::is_transient(&again) => return Err(again),
+            // Not even that works (the invocation row itself is corrupt): say why, don't loop.
+            Err(again) => {
+                let reason = format!("could not claim the invocation: {e:#}; nor fail it: {again:#}");
+                d.dead_letter(dead, queue, &reason).await?;
+                return Ok(None);
+            }
+        },
+    };
+    // From here the Postgres lease owns the work: a failed ack (the channel
+    // closed under us) only means a duplicate delivery later, which finds
+    // nothing to claim. The claimed work still runs, or is handed back.
+    if let Err(e) = d.ack().await {
+        tracing::warn!(invocation = %message.invocation_id, error = %format!("{e:#}"), "ack failed after the claim committed");
+    }
+    Ok(claimed)
+}
+
+/// What a committed claim came to.
+enum Claimed {
+    /// A claimed invocation for the loop, with what its first claim read.
+    Run(Invocation, Option<Box<Preloaded>>),
+    /// The claim's transaction also took the first turn (a script's), and
+    /// that ended the invocation here (handed off, finished, parked).
+    Ended(Invocation),
+}
+
+/// A first turn that could not be folded into the claim's transaction for
+/// a reason that is not the database's: the claim is made again without it,
+/// and the loop takes the turn on its own (and says why, if it fails again).
+#[derive(Debug, thiserror::Error)]
+#[error("the first turn could not be taken in the claim's transaction: {0}")]
+struct Unfolded(baton_agent::Error);
+
+/// The span of a claimed invocation's work on this worker.
+fn invocation_span(inv: &Invocation) -> tracing::Span {
+    tracing::info_span!("invocation",
+        run = %inv.run_id, invocation = %inv.id, epoch = inv.claim_epoch, profile = %inv.profile_id,
+        run_id = %inv.run_id, invocation_id = %inv.id, agent = %inv.profile_id, kind = ?inv.kind,
+    )
+}
+
+impl Worker {
+    /// Claims the invocation with its journal events, in one transaction,
+    /// and takes no turn. `None`: already claimed, finished, or given up on.
+    pub async fn claim(&self, message: RunInvocation) -> anyhow::Result<Option<Invocation>> {
+        Ok(self.claim_folding(message, false).await?.map(|claimed| match claimed {
+            Claimed::Run(inv, _) | Claimed::Ended(inv) => inv,
+        }))
+    }
+
+    /// [`Worker::claim`], with what a first claim read for the loop to
+    /// start from, and a script's first turn taken in the same transaction.
+    async fn claim_to_run(&self, message: RunInvocation) -> anyhow::Result<Option<Claimed>> {
+        match self.claim_folding(message, true).await {
+            Err(e) if e.downcast_ref::<Unfolded>().is_some() => {
+                tracing::warn!(invocation = %message.invocation_id, error = %format!("{e:#}"), "claiming again, leaving the first turn to the loop");
+                self.claim_folding(message, false).await
+            }
+            other => other,
+        }
+    }
+
+    async fn claim_folding(&self, message: RunInvocation, fold: bool) -> anyhow::Result<Option<Claimed>> {
+        let mut client = db(&self.pool).await?;
+        let tx = begin(&mut client).await?;
+        let Some((inv, facts)) =
+            invocations::claim_measured(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease)
+                .await?
+        else {
+            commit(tx).await?;
+            tracing::debug!(invocation = %message.invocation_id, "nothing to claim");
+            return Ok(None);
+        };
+        if inv.takeovers > self.settings.max_takeovers {
+            // A stage whose workers keep dying stops here instead of looping.
+            let text = "the agent stopped because its workers kept failing";
+            fail_claimed(&tx, &inv, "host.too_many_takeovers", text, &format!("taken over {} times", inv.takeovers))
+                .await?;
+            commit(tx).await?;
+            return Ok(None);
+        }
+        // Pipelined: one round trip for every read of the claim (the task
+        // started, the profile and prompt, the run, the run's spend).
+        let (first, run, spend) =
+            tokio::try_join!(first_start(&tx, &inv), async { Ok(runs::get(&tx, inv.run_id).await?) }, async {
+                Ok(runs::budgets::get(&tx, inv.run_id).await?)
+            },)?;
+        let evs = started_events(&tx, &inv, &self.settings.worker_id, &first, run.as_ref()).await?;
+        // A first claim's prompt and start events are written by the runner,
+        // which may take the first turn in this transaction too.
+        let preloaded = match (first, spend) {
+            (Some((_, Some(first))), Some(spend)) => Some(Preloaded::new(first, spend)),
+            _ => None,
+        };
+        let span = invocation_span(&inv);
+        let (preloaded, ended) = match preloaded {
+            Some(loaded) => {
+                match self.runner.start_claimed(&tx, &inv, loaded, evs, fold).instrument(span.clone()).await {
+                    Ok((loaded, exit)) => (Some(loaded), exit),
+                    Err(e) if e.is_transient() || !fold => return Err(e.into()),
+                    Err(e) => return Err(Unfolded(e).into()),
+                }
+            }
+            None => {
+                baton_store::journal::append(&tx, inv.run_id, &evs).await?;
+                (None, None)
+            }
+        };
+        commit(tx).await?;
+        // Log lines and spans of the claimed work name the bridge's handoff.
+        if let Some(handoff) = run.and_then(|run| run.handoff_id) {
+            tracing::Span::current().record("handoff_id", handoff.as_str());
+        }
+        crate::metrics::claimed(inv.kind.as_str(), facts.takeover);
+        if inv.kind == InvocationKind::Handoff && inv.claim_epoch == 1 {
+            crate::metrics::hop(facts.waited_seconds);
+        }
+        Ok(Some(match ended {
+            Some(exit) => {
+                span.in_scope(|| tracing::info!(?exit, "invocation exited within its claim"));
+                Claimed::Ended(inv)
+            }
+            None => Claimed::Run(inv, preloaded.map(Box::new)),
+        }))
+    }
+
+    /// A claim failed for a reason that will not pass (`error`): claims the
+    /// invocation again without starting it, and fails it in the same
+    /// transaction. An owner's run fails with it, so the collector sends the
+    /// bridge a `failed` reply; a child's task fails and its parent reads why.
+    pub async fn fail_unclaimable(&self, message: RunInvocation, error: &anyhow::Error) -> anyhow::Result<()> {
+        let mut client = db(&self.pool).await?;
+        let tx = begin(&mut client).await?;
+        let Some(inv) =
+            invocations::claim(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease).await?
+        else {
+            return Ok(()); // someone else holds or ended it meanwhile
+        };
+        let (code, text) = claim_failure(&inv, error);
+        tracing::error!(invocation = %inv.id, profile = %inv.profile_id, error = %format!("{error:#}"), "cannot start the invocation; failing it");
+        fail_claimed(&tx, &inv, code, &text, &format!("{error:#}")).await?;
+        commit(tx).await?;
+        Ok(())
+    }
+
+    /// Runs a claimed invocation with a heartbeat until it exits. On
+    /// `shutdown` it stops at its next persisted step (an external agent
+    /// already running goes on); at `deadline` an external agent is killed,
+    /// and a moment later whatever still runs is dropped and handed back.
+    pub async fn execute(
+        &self,
+        inv: Invocation,
+        preloaded: Option<Preloaded>,
+        shutdown: CancellationToken,
+        deadline: CancellationToken,
+    ) {
+        let span = invocation_span(&inv);
+        self.execute_claimed(inv, preloaded, shutdown, deadline).instrument(span).await;
+    }
+
+    async fn execute_claimed(
+        &self,
+        inv: Invocation,
+        preloaded: Option<Preloaded>,
+        shutdown: CancellationToken,
+        deadline: CancellationToken,
+    ) {
+        let lost = CancellationToken::new();
+        let stop = CancellationToken::new();
+        let kill = CancellationToken::new();
+        // Aborted when this function returns or unwinds: a panicking loop must
+        // not keep its lease alive.
+        let beat = heartbeat(self.leases.clone(), inv.id, inv.claim_epoch, self.settings.lease, lost.clone());
+        let _heartbeat = AbortOnDrop(tokio::spawn(beat.in_current_span()));
+        let _watcher = AbortOnDrop({
+            let (stop, kill, lost, shutdown, deadline) =
+                (stop.clone(), kill.clone(), lost.clone(), shutdown.clone(), deadline.clone());
+            tokio::spawn(async move {
+                tokio::select! { _ = lost.cancelled() => {}, _ = shutdown.cancelled() => {} }
+                stop.cancel();
+                tokio::select! { _ = lost.cancelled() => {}, _ = deadline.cancelled() => {} }
+                kill.cancel();
+            })
+        });
+        let past_deadline = async {
+            deadline.cancelled().await;
+            tokio::time::sleep(HANDBACK_MARGIN).await;
+        };
+        let exit = tokio::select! {
+            exit = self.run_through_blips(&inv, preloaded, &stop, &kill) => exit,
+            // Dropped wherever it is, as in a crash (an uncommitted step rolls
+            // back, an external agent's group is killed), but handed back at
+            // once instead of waiting for the lease.
+            _ = past_deadline => {
+                tracing::warn!("still running at the shutdown deadline; handing it back");
+                Ok(Exit::Stopped)
+            }
+        };
+        match exit {
+            Ok(Exit::Stopped) if !lost.is_cancelled() => self.release(&inv, &deadline).await,
+            Ok(Exit::Parked) => tracing::info!("parked until its delegated tasks are done"),
+            Ok(exit) => tracing::info!(?exit, "invocation exited"),
+            Err(e) => tracing::warn!(error = %e, "invocation interrupted; another worker resumes it after the lease"),
+        }
+    }
+
+    /// Runs the loop, and again after each transient database failure: the
+    /// claim still holds (the heartbeat keeps it, the fence guards it), so a
+    /// database blip or a pool wait is neither a failed invocation nor a takeover.
+    async fn run_through_blips(
+        &self,
+        inv: &Invocation,
+        mut preloaded: Option<Preloaded>,
+        stop: &CancellationToken,
+        kill: &CancellationToken,
+    ) -> Result<Exit, baton_agent::Error> {
+        let mut delays = crate::roles::backoff();
+        loop {
+            // The first attempt starts from what the claim read; a later one reads again.
+            let e = match self.runner.run_from(inv, preloaded.take(), stop, kill).await {
+                Err(e) if e.is_transient() => e,
+                other => return other,
+            };
+            // Shutting down: nothing runs any more, so the claim is handed
+            // back (if the database takes it) rather than left to expire and
+            // be counted as a takeover.
+            if stop.is_cancelled() {
+                tracing::warn!(error = %e, "the database is unavailable at shutdown; handing the invocation back");
+                return Ok(Exit::Stopped);
+            }
+            let delay = delays.next().unwrap_or(Duration::from_secs(10));
+            tracing::warn!(error = %e, ?delay, "the database is unavailable for now; resuming the invocation after it");
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = stop.cancelled() => {
+                    tracing::warn!(error = %e, "shutdown during a database outage; handing the invocation back");
+                    return Ok(Exit::Stopped);
+                }
+            }
+        }
+    }
+
+    /// Hands a claim back on shutdown so another worker resumes it at once
+    /// (not counted as a takeover), retried through a database outage until
+    /// the shutdown deadline; after it, the lease simply expires.
+    async fn release(&self, inv: &Invocation, deadline: &CancellationToken) {
+        let mut delays = crate::roles::backoff();
+        loop {
+            let e = match self.try_release(inv).await {
+                Ok(true) => return tracing::info!("claim released for another worker"),
+                Ok(false) => return tracing::info!("claim already gone; nothing to release"),
+                Err(e) => e,
+            };
+            if !crate::roles::is_transient(&e) || deadline.is_cancelled() {
+                return tracing::warn!(error = %format!("{e:#}"), "could not release claim; the lease will expire");
+            }
+            let delay = delays.next().unwrap_or(Duration::from_secs(10));
+            tracing::warn!(error = %format!("{e:#}"), ?delay, "releasing a claim: the database is unavailable for now; retrying");
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = deadline.cancelled() => {}
+            }
+        }
+    }
+
+    /// `false`: the claim was no longer this worker's (taken over, or ended).
+    async fn try_release(&self, inv: &Invocation) -> anyhow::Result<bool> {
+        let mut client = db(&self.pool).await?;
+        let tx = begin(&mut client).await?;
+        if !invocations::release(&tx, inv.id, inv.claim_epoch).await? {
+            return Ok(false);
+        }
+        baton_store::outbox::enqueue_fleet(&tx, &FleetMessage::run(inv.run_id, inv.id, inv.kind)).await?;
+        commit(tx).await?;
+        Ok(true)
+    }
+}
+
+/// Renews the lease every third of its length; cancels `lost` when the claim
+/// is gone, so the loop stops (its writes would be refused anyway).
+async fn heartbeat(pool: Pool, id: uuid::Uuid, epoch: i64, lease: Duration, lost: CancellationToken) {
+    let mut tick = tokio::time::interval(lease / 3);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let renewed = match pool.get().await {
+            Ok(client) => invocations::renew(&client, id, epoch, lease).await,
+            Err(e) => Err(e.into()),
+        };
+        match renewed {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!("claim lost; stopping");
+                lost.cancel();
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed; retrying"),
+        }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,237 @@
+//! The in-process publisher: the outbox rows a role's transactions write
+//! are published on the role's own confirm channel right after their
+//! commit, and deleted in batches once confirmed (see
+//! `baton_store::after_commit`). The relay is the safety net: it sweeps a
+//! row only once its grace has passed (this process died between the commit
+//! and the publish).
+//!
+//! Only the plain case is handled here. A row that needs more (a body to
+//! cut or refuse, a nack, a return, a broken channel) is handed to the relay
+//! at once, which settles it with its full rules. A bridge message is
+//! published only when no earlier message of its handoff is left in the
+//! outbox, under the same row lock the relay takes; one that has to wait
+//! for an earlier one is tried again for a while, then left to the relay.
+
+use std::time::Duration;
+
+use baton_bus::{Connection, Publisher, Settled};
+use baton_store::after_commit::Publishing;
+use baton_store::outbox::{self, Row};
+use baton_store::{begin, client as db, commit, Pool};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::roles::outbox_message::{outgoing, prepare};
+
+/// Rows published together at most.
+const BATCH: usize = 512;
+/// How long the broker may take to confirm before the rows go to the relay.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a bridge message waiting for an earlier one of its handoff is tried again.
+const RECHECK: Duration = Duration::from_millis(10);
+/// Confirmed rows that need no ordering wait this long at most, so that one
+/// statement (and one commit) deletes many: until then the relay leaves them
+/// alone anyway (their grace is seconds), and a crash meanwhile only means
+/// the relay publishes them again, which a hint's reader takes in its stride.
+const DELETE_EVERY: Duration = Duration::from_millis(25);
+
+/// A running in-process publisher; [`PublishAfterCommit::stop`] ends it.
+pub(crate) struct PublishAfterCommit {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl PublishAfterCommit {
+    /// Opens a confirm channel of its own on `conn` and starts publishing.
+    /// With a grace of zero, nothing is published in process.
+    pub(crate) async fn start(
+        conn: &Connection,
+        pool: &Pool,
+        settings: &Settings,
+    ) -> anyhow::Result<(Publishing, Self)> {
+        let (publishing, rows) = Publishing::new(settings.outbox_grace);
+        let publisher = conn.publisher().await?;
+        let stop = CancellationToken::new();
+        let mut worker = Worker {
+            pool: pool.clone(),
+            publisher,
+            settings: settings.clone(),
+            rows,
+            waiting: vec![],
+            confirmed: vec![],
+            delete_at: None,
+        };
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = worker.serve(&stopped).await {
+                // Rows from now on are the relay's at once (the sender sees the
+                // receiver gone); rows already written wait for its sweep.
+                tracing::warn!(error = %format!("{e:#}"), "in-process publishing stopped; the relay publishes instead");
+            }
+            worker.publisher.close().await;
+        });
+        Ok((publishing, Self { stop, task }))
+    }
+
+    /// Publishes what it has already received, then stops.
+    pub(crate) async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+struct Worker {
+    pool: Pool,
+    publisher: Publisher,
+    settings: Settings,
+    rows: UnboundedReceiver<Vec<Row>>,
+    /// Bridge messages waiting for an earlier message of their handoff, with
+    /// when they were first tried.
+    waiting: Vec<(Instant, Row)>,
+    /// Rows published and confirmed, to be deleted together by `delete_at`.
+    confirmed: Vec<i64>,
+    delete_at: Option<Instant>,
+}
+
+impl Worker {
+    async fn serve(&mut self, stop: &CancellationToken) -> anyhow::Result<()> {
+        loop {
+            let mut rows = tokio::select! {
+                biased;
+                received = self.rows.recv() => match received {
+                    Some(rows) => rows,
+                    None => return Ok(()),
+                },
+                _ = stop.cancelled() => {
+                    self.rows.close();
+                    let mut rest = vec![];
+                    while let Ok(more) = self.rows.try_recv() {
+                        rest.extend(more);
+                    }
+                    self.flush(rest).await?;
+                    return self.delete_confirmed().await;
+                }
+                _ = tokio::time::sleep(RECHECK), if !self.waiting.is_empty() => vec![],
+                _ = sleep_until(self.delete_at), if self.delete_at.is_some() => {
+                    self.delete_confirmed().await?;
+                    continue;
+                }
+            };
+            // Whatever else has been committed meanwhile goes in the same batch.
+            while rows.len() < BATCH {
+                match self.rows.try_recv() {
+                    Ok(more) => rows.extend(more),
+                    Err(_) => break,
+                }
+            }
+            self.flush(rows).await?;
+        }
+    }
+
+    /// Publishes the rows (and the bridge messages whose turn has come),
+    /// deletes those confirmed, and hands the others to the relay.
+    async fn flush(&mut self, fresh: Vec<Row>) -> anyhow::Result<()> {
+        let now = Instant::now();
+        // A message waiting longer than this is the relay's, which takes it
+        // once its grace is over and its turn has come.
+        let patience = self.settings.outbox_grace / 2;
+        let mut rows: Vec<(Instant, Row)> = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .filter(|(since, _)| now.duration_since(*since) < patience)
+            .collect();
+        rows.extend(fresh.into_iter().map(|row| (now, row)));
+        if rows.iter().all(|(_, r)| r.message.correlation_id.is_none()) {
+            let rows: Vec<Row> = rows.into_iter().map(|(_, row)| row).collect();
+            let (done, refused) = self.publish(&rows).await?;
+            self.confirmed.extend(done);
+            if self.confirmed.len() >= BATCH {
+                self.delete_confirmed().await?;
+            } else if !self.confirmed.is_empty() {
+                self.delete_at.get_or_insert_with(|| Instant::now() + DELETE_EVERY);
+            }
+            if !refused.is_empty() {
+                outbox::give_back(&db(&self.pool).await?, &refused).await?;
+            }
+            return Ok(());
+        }
+        // Bridge messages leave in their handoff's order, each only when no
+        // earlier one is left (under the row lock the relay takes too): a
+        // round that sends one may free the next.
+        loop {
+            let bridge: Vec<i64> =
+                rows.iter().filter(|(_, r)| r.message.correlation_id.is_some()).map(|(_, r)| r.id).collect();
+            let mut client = db(&self.pool).await?;
+            let tx = begin(&mut client).await?;
+            let free = outbox::take_own(&tx, &bridge).await?;
+            let (ready, later): (Vec<_>, Vec<_>) =
+                rows.into_iter().partition(|(_, r)| r.message.correlation_id.is_none() || free.contains(&r.id));
+            let ready: Vec<Row> = ready.into_iter().map(|(_, row)| row).collect();
+            let (done, refused) = self.publish(&ready).await?;
+            outbox::delete(&tx, &done).await?;
+            outbox::give_back(&tx, &refused).await?;
+            commit(tx).await?;
+            rows = later;
+            if rows.is_empty() || free.is_empty() {
+                break;
+            }
+        }
+        self.waiting = rows;
+        Ok(())
+    }
+
+    /// Sends the rows, then waits for their confirms: the ids confirmed, and
+    /// those for the relay to settle. A broken channel ends the publisher.
+    /// Deletes the confirmed rows waiting for it, in one statement.
+    async fn delete_confirmed(&mut self) -> anyhow::Result<()> {
+        self.delete_at = None;
+        if !self.confirmed.is_empty() {
+            outbox::delete(&db(&self.pool).await?, &self.confirmed).await?;
+            self.confirmed.clear();
+        }
+        Ok(())
+    }
+
+    async fn publish(&mut self, rows: &[Row]) -> anyhow::Result<(Vec<i64>, Vec<i64>)> {
+        let (mut done, mut refused) = (vec![], vec![]);
+        let prepared = rows
+            .iter()
+            .map(|r| prepare(&self.settings, &r.message).map(|p| p.traced(r)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let started = std::time::Instant::now();
+        let mut sent = vec![];
+        for (row, p) in rows.iter().zip(&prepared) {
+            if !p.is_plain() {
+                refused.push(row.id);
+                continue;
+            }
+            match self.publisher.send(&outgoing(&row.message, p)).await {
+                Ok(pending) => sent.push((row, pending)),
+                // The rows of this round stay for the relay's sweep.
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let deadline = Instant::now() + CONFIRM_TIMEOUT;
+        for (row, pending) in sent {
+            match tokio::time::timeout_at(deadline, pending.settled()).await {
+                Ok(Ok(Settled::Confirmed)) => {
+                    crate::metrics::bridge_message_sent(&row.message.body);
+                    done.push(row.id);
+                }
+                _ => refused.push(row.id),
+            }
+        }
+        crate::metrics::relay_published(started.elapsed());
+        Ok((done, refused))
+    }
+}
+
+/// Sleeps until `at` (for ever without one: its branch is disabled then).
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
