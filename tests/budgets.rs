@@ -12,7 +12,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use baton_domain::run::journal::JournalEvent;
 use baton_store::runs::budgets;
-use baton_tests::{sample_request_json, until_reply, TestEnv};
+use baton_tests::{logs, sample_request_json, until_reply, TestEnv};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -103,6 +103,7 @@ struct Stopped {
 /// a `run_budget_exhausted` journal event naming `limit`, and no model call
 /// after the stop.
 async fn run_until_stopped(env: &TestEnv, server: &Looper, id: &str, language: &str, limit: &str) -> Stopped {
+    logs::capture();
     let fleet = env.start_all();
     let mut replies = env.replies().await;
     env.send_request(&sample_request_json(id, "docs_agent", language)).await;
@@ -120,9 +121,10 @@ async fn run_until_stopped(env: &TestEnv, server: &Looper, id: &str, language: &
     assert_eq!(exhausted.len(), 1, "one budget event: {exhausted:?}");
     assert_eq!(exhausted[0]["limit"], limit);
 
-    // Nothing may call the model once the run stopped: let time pass and count.
+    // Nothing may call the model once the run stopped: count once every
+    // loop of the run has ended (a call counts when it arrives).
     let at_stop = server.requests();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    env.wait_for_loops_to_end(run, Duration::from_secs(30)).await;
     assert_eq!(server.requests(), at_stop, "a model call happened after the run stopped");
     let live =
         env.scalar_i64("SELECT count(*) FROM invocations WHERE status IN ('created', 'running', 'parked')", &[]).await;

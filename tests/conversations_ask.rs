@@ -9,7 +9,7 @@ use baton_bus::lapin::options::BasicAckOptions;
 use baton_bus::lapin::Consumer;
 use baton_domain::protocol::request::HandoffEvent;
 use baton_domain::run::journal::JournalEvent;
-use baton_tests::{profile, sample_request_json, until_reply, TestEnv};
+use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
 use futures_lite::StreamExt;
 use serde_json::{json, Value};
 
@@ -211,7 +211,7 @@ async fn duplicate_closed_and_unknown_answers_are_recorded_and_change_nothing() 
 
 async fn wait_for_outcome(env: &TestEnv, id: &str) {
     let c = env.db().await;
-    baton_tests::eventually(WAIT, &format!("answer {id} recorded"), || async {
+    eventually(WAIT, &format!("answer {id} recorded"), || async {
         let row = c
             .query_opt("SELECT outcome FROM bridge_answers WHERE id = $1 AND outcome <> 'received'", &[&id])
             .await
@@ -296,7 +296,15 @@ async fn time_spent_waiting_for_the_user_does_not_count_against_the_wall_clock()
     let mut replies = env.replies().await;
     env.send_request(&sample_request_json("ask-slow", "docs_agent", "en")).await;
     let (question, _) = until_question(&mut replies).await.pop().unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Answered once the run is older than its wall clock (on the database's
+    // clock, which the budget reads): only the time spent waiting for the
+    // user keeps it within its budget.
+    let run = env.run_of("ask-slow").await;
+    let age_ms = "SELECT (extract(epoch FROM now() - created_at) * 1000)::bigint FROM runs WHERE id = $1";
+    eventually(WAIT, "the run is older than its wall clock", || async {
+        (env.scalar_i64(age_ms, &[&run]).await > 2_000).then_some(())
+    })
+    .await;
     env.send_raw(&answer("s-1", "ask-slow", question["questionId"].as_str().unwrap(), "yes"), None).await;
     let messages = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;

@@ -13,7 +13,7 @@ use baton_bus::lapin::Consumer;
 use baton_domain::fleet::Queue;
 use baton_domain::protocol::request::HandoffEvent;
 use baton_domain::run::journal::JournalEvent;
-use baton_tests::{eventually, next_json, profile, sample_request_json, until_reply, TestEnv};
+use baton_tests::{eventually, logs, next_json, profile, sample_request_json, until_reply, TestEnv};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -62,6 +62,7 @@ async fn activity(env: &TestEnv, run: Uuid) -> (i64, i64) {
 
 #[tokio::test]
 async fn a_cancel_during_a_model_call_stops_the_run_and_nothing_runs_afterwards() {
+    logs::capture();
     let env = TestEnv::new().await;
     env.apply_profiles(&routed(&[slow_lead(2_500)], "")).await;
     let fleet = env.start_all();
@@ -78,7 +79,9 @@ async fn a_cancel_during_a_model_call_stops_the_run_and_nothing_runs_afterwards(
     assert!(reply["text"].as_str().unwrap().contains("The user said stop."), "{reply}");
     let run = env.run_of("cancel-model").await;
     let before = activity(&env, run).await;
-    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    // Once the cancelled loop has ended (however long its model call would
+    // have taken), nothing of the run can write any more.
+    env.wait_for_loops_to_end(run, WAIT).await;
     assert_eq!(activity(&env, run).await, before, "no step and no file after the cancel");
     assert_eq!(before.1, 0, "the slow model call's write never happened");
     // The same cancel again, and another for the ended handoff: recorded, nothing sent.
@@ -96,6 +99,7 @@ async fn a_cancel_during_a_model_call_stops_the_run_and_nothing_runs_afterwards(
 
 #[tokio::test]
 async fn a_cancel_during_delegated_children_stops_the_children_too() {
+    logs::capture();
     let env = TestEnv::new().await;
     let delegate =
         r#"{ tool = "agent_delegate", args = { agentId = "helper", task = { objective = "Look it up." } } }"#;
@@ -119,7 +123,8 @@ async fn a_cancel_during_delegated_children_stops_the_children_too() {
     send_cancel(&env, "stop-children", "cancel-children").await;
     let messages = until_reply(&mut replies, WAIT).await;
     assert_eq!(messages.last().unwrap()["status"], "cancelled");
-    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    // The child's slow turn would have come back by the time its loop ended.
+    env.wait_for_loops_to_end(run, WAIT).await;
     let live = "SELECT count(*) FROM invocations WHERE run_id = $1 AND status NOT IN ('cancelled', 'failed')";
     assert_eq!(env.scalar_i64(live, &[&run]).await, 0, "every invocation of the run stopped");
     let tasks = "SELECT count(*) FROM tasks WHERE run_id = $1 AND status <> 'cancelled'";

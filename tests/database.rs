@@ -10,7 +10,7 @@ use baton_bus::lapin::types::FieldTable;
 use baton_domain::fleet::Queue;
 use baton_domain::protocol::request::HandoffEvent;
 use baton_domain::run::journal::JournalEvent;
-use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
+use baton_tests::{eventually, logs, profile, sample_request_json, until_reply, TestEnv};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -55,6 +55,7 @@ async fn assert_rode_it_out(env: &TestEnv, messages: &[Value]) {
 
 #[tokio::test]
 async fn a_request_arriving_while_the_database_is_read_only_runs_once_it_is_writable() {
+    logs::capture();
     let mut env = TestEnv::new().await;
     env.settings.lease = Duration::from_secs(15);
     env.apply_example_profiles().await;
@@ -63,9 +64,9 @@ async fn a_request_arriving_while_the_database_is_read_only_runs_once_it_is_writ
 
     env.set_read_only(true).await;
     env.send_request(&sample_request_json("read-only", "docs_agent", "en")).await;
-    // The fault lasts a few seconds: the intake has the request and cannot
+    // The fault lasts until the intake has the request and has failed to
     // store it (reads still work, so this is observable).
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    logs::wait_for_line(WAIT, &["handoff_id=read-only", "storing a request: the database is unavailable"]).await;
     assert_eq!(
         count(&env, "SELECT count(*) FROM handoff_requests").await,
         0,
@@ -82,9 +83,12 @@ async fn a_request_arriving_while_the_database_is_read_only_runs_once_it_is_writ
 
 #[tokio::test]
 async fn a_run_mid_chain_rides_out_a_read_only_database_without_a_takeover() {
+    logs::capture();
     let mut env = TestEnv::new().await;
     // Longer than the fault, so the heartbeat's missed renewals do not matter.
     env.settings.lease = Duration::from_secs(20);
+    // Shrunk from 5 s, so that the fault outlasts it quickly.
+    env.settings.persist_patience = Duration::from_millis(500);
     let writer = profile(
         "writer",
         &["workspace_write", "workspace_commit", "agent_handoff"],
@@ -109,10 +113,12 @@ async fn a_run_mid_chain_rides_out_a_read_only_database_without_a_takeover() {
             .then_some(())
     })
     .await;
+    let run = env.run_of("mid-chain").await.to_string();
     env.set_read_only(true).await;
-    // Longer than the runner's own patience for storing a finished turn, so
-    // the invocation role has to resume the claimed invocation itself.
-    tokio::time::sleep(Duration::from_secs(7)).await;
+    // Until the runner's own patience for storing a finished turn has run
+    // out, so the invocation role has to resume the claimed invocation itself.
+    let resuming = "the database is unavailable for now; resuming the invocation after it";
+    logs::wait_for_line(WAIT, &[&run, resuming]).await;
     env.set_read_only(false).await;
 
     let messages = until_reply(&mut replies, WAIT).await;

@@ -21,6 +21,7 @@ async fn a_profile_this_version_cannot_read_fails_the_run_and_the_bridge_hears_i
     // while the test watches.
     env.settings.unclaimed_grace = Duration::from_millis(500);
     env.apply_example_profiles().await;
+    env.count_sweeps().await;
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
     let mut replies = env.replies().await;
     env.send_request(&sample_request_json("unreadable-1", "docs_agent", "en")).await;
@@ -59,8 +60,9 @@ async fn a_profile_this_version_cannot_read_fails_the_run_and_the_bridge_hears_i
     let journal = env.journal(run).await;
     assert!(journal.contains(&JournalEvent::HostError) && journal.contains(&JournalEvent::RunFailed), "{journal:?}");
 
-    // Several grace periods later nothing re-published it, and it is still failed.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Several grace periods later (15 sweeps of 200 ms, 6 graces) nothing
+    // re-published it, and it is still failed.
+    env.wait_for_sweeps(15, WAIT).await;
     assert_eq!(status().await, ("failed".to_string(), republished));
     let queued =
         env.scalar_i64("SELECT count(*) FROM outbox WHERE body->>'invocationId' = $1", &[&root.to_string()]).await;

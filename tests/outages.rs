@@ -5,9 +5,12 @@ use std::time::Duration;
 
 use baton::roles::Role;
 use baton_domain::run::journal::JournalEvent;
-use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
+use baton_tests::{eventually, logs, profile, sample_request_json, until_reply, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(40);
+/// The runner's patience for storing a finished turn, shrunk from its 5 s
+/// default so that the faults below outlast it quickly.
+const PATIENCE: Duration = Duration::from_millis(500);
 
 fn starts(log: &std::path::Path) -> usize {
     std::fs::read_to_string(log).map(|s| s.lines().count()).unwrap_or(0)
@@ -20,9 +23,11 @@ fn starts(log: &std::path::Path) -> usize {
 /// "interrupted") because its start marker is the last stored step.
 #[tokio::test]
 async fn an_external_agents_result_outlasts_a_database_outage_and_the_agent_runs_once() {
+    logs::capture();
     let mut env = TestEnv::new().await;
     // Longer than the fault: the heartbeat's missed renewals do not matter.
     env.settings.lease = Duration::from_secs(30);
+    env.settings.persist_patience = PATIENCE;
     let log = std::env::temp_dir().join(format!("{}starts", env.settings.queue_prefix));
     let script = format!("cat > /dev/null; echo started >> '{}'; sleep 2; echo 'Built once.'", log.display());
     env.apply_profiles(&format!(
@@ -36,9 +41,17 @@ async fn an_external_agents_result_outlasts_a_database_outage_and_the_agent_runs
 
     eventually(WAIT, "the agent started", || async { (starts(&log) >= 1).then_some(()) }).await;
     env.set_read_only(true).await;
-    // The agent finishes 2 s in; the fault outlasts the runner's 5 s
-    // patience for storing a finished turn by a good margin.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // The agent finishes 2 s in, and its result cannot be stored. The fault
+    // lasts until the worker has kept it for longer than its patience for
+    // storing a finished turn (a model's turn would be given up by then).
+    let run = env.run_of("external-outage").await.to_string();
+    let keeping = [run.as_str(), "keeping an external agent's outcome until it is stored"];
+    eventually(WAIT, "the agent's result kept past the runner's patience", || async {
+        let kept = logs::lines_with(&keeping);
+        let (first, last) = (kept.first()?.0, kept.last()?.0);
+        (last - first > PATIENCE).then_some(())
+    })
+    .await;
     env.set_read_only(false).await;
 
     let messages = until_reply(&mut replies, WAIT).await;
@@ -67,10 +80,13 @@ async fn count(env: &TestEnv, sql: &str) -> i64 {
 /// claim being left to expire and counted as a worker that died.
 #[tokio::test]
 async fn a_worker_shut_down_during_a_database_outage_hands_its_claim_back_without_a_takeover() {
+    logs::capture();
     let mut env = TestEnv::new().await;
     // Long: a claim left to expire would show as a takeover and a slow resume.
     env.settings.lease = Duration::from_secs(30);
     env.settings.shutdown_grace = Duration::from_secs(20);
+    // Long enough for the deploy to come while the turn is being stored.
+    env.settings.persist_patience = Duration::from_secs(1);
     let writer = profile(
         "writer",
         &["workspace_write", "workspace_commit", "agent_handoff"],
@@ -96,13 +112,14 @@ async fn a_worker_shut_down_during_a_database_outage_hands_its_claim_back_withou
             .then_some(())
     })
     .await;
+    let run = env.run_of("handed-back").await.to_string();
     env.set_read_only(true).await;
     // The turn is back and being stored (through the outage) when the deploy comes.
-    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    logs::wait_for_line(WAIT, &[&run, "storing a finished turn; retrying"]).await;
     let stopping = tokio::spawn(leaving.stop());
     // Past the runner's patience for storing the turn: the loop ends on a
     // transient error while shutting down.
-    tokio::time::sleep(Duration::from_secs(7)).await;
+    logs::wait_for_line(WAIT, &[&run, "the database is unavailable at shutdown; handing the invocation back"]).await;
     env.set_read_only(false).await;
     stopping.await.unwrap();
     let arriving = env.start(&[Role::Invocation]);

@@ -218,6 +218,7 @@ async fn a_stopped_collector_gets_one_message_per_finished_run_not_one_per_sweep
     env.settings.relay_poll = Duration::from_millis(100);
     env.settings.unclaimed_grace = Duration::from_millis(500);
     env.apply_profiles(&solo("Done.")).await;
+    env.count_sweeps().await;
     let fleet = env.start(&[Role::Intake, Role::Invocation, Role::Relay]);
     for i in 0..10 {
         env.send_request(&sample_request_json(&format!("idle-{i}"), "docs_agent", "en")).await;
@@ -228,7 +229,7 @@ async fn a_stopped_collector_gets_one_message_per_finished_run_not_one_per_sweep
     .await;
     let finished = env.queue(Queue::RunsFinished);
     // 60 sweeps, 12 graces: nobody reads the queue, and it holds what it needs.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    env.wait_for_sweeps(60, WAIT).await;
     let queued = ready(&env, &finished).await;
     assert!((10..=12).contains(&queued), "{queued} messages for 10 finished runs");
     // A collector that takes the messages but never replies (they are lost
@@ -259,13 +260,14 @@ async fn queued_invocations_without_workers_are_not_multiplied() {
     .await
     .unwrap();
     let queue = env.queue(Queue::InvocationsHandoff);
+    env.count_sweeps().await;
     let fleet = env.start(&[Role::Relay]);
     eventually(WAIT, "every invocation published", || async {
         (i64::from(ready(&env, &queue).await) >= N).then_some(())
     })
     .await;
-    // 16 leases, 8 graces, no worker: the queue holds one message each.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // 80 sweeps, 16 leases, 8 graces, no worker: the queue holds one message each.
+    env.wait_for_sweeps(80, WAIT).await;
     let queued = i64::from(ready(&env, &queue).await);
     assert!(queued <= N + N / 50, "{queued} messages for {N} queued invocations");
     // Workers that take the messages and lose them: re-sent, with backoff.

@@ -1,14 +1,22 @@
 //! The workspace keeps its shape (issue 9): crates depend on each other in
-//! one direction, no source file outgrows 500 lines and no function 80
-//! (tests aside). Pure reading of the checkout: no service is touched.
+//! one direction, no module outside the bus speaks lapin, modules within a
+//! crate import each other one way. Sizes are reported, not policed line by
+//! line: files over 500 lines and functions over 80 (tests aside) are listed
+//! (`cargo nextest run -E 'test(/^shape::/)' --no-capture` shows the list)
+//! as seams to split along; only a file over 700 lines or a function over
+//! 120 fails. Pure reading of the checkout: no service is touched.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use syn::visit::Visit;
 
-const MAX_FILE_LINES: usize = 500;
-const MAX_FN_LINES: usize = 80;
+/// Sizes above these are listed in the report.
+const REPORT_FILE_LINES: usize = 500;
+const REPORT_FN_LINES: usize = 80;
+/// Sizes above these fail the test.
+const MAX_FILE_LINES: usize = 700;
+const MAX_FN_LINES: usize = 120;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ sits in the workspace").to_path_buf()
@@ -91,22 +99,33 @@ fn product_lines(text: &str) -> usize {
     tests.unwrap_or(lines.len())
 }
 
-#[test]
-fn no_file_outgrows_five_hundred_lines() {
-    let long: Vec<String> = product_sources()
-        .iter()
-        .filter_map(|path| {
-            let n = product_lines(&std::fs::read_to_string(path).expect("readable"));
-            (n > MAX_FILE_LINES).then(|| format!("{} ({n} lines)", relative(path)))
-        })
-        .collect();
-    assert!(long.is_empty(), "files over {MAX_FILE_LINES} lines: {long:?}");
+/// Prints the sizes over the report's threshold, largest first, and fails
+/// on any over the hard limit. `sizes` holds `(what, lines)`.
+fn report_and_check(kind: &str, mut sizes: Vec<(String, usize)>, report: usize, max: usize) {
+    sizes.retain(|(_, n)| *n > report);
+    sizes.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    println!("{kind} over {report} lines ({} found; more than {max} fails):", sizes.len());
+    for (what, n) in &sizes {
+        println!("  {n:>4}  {what}");
+    }
+    let over: Vec<String> =
+        sizes.iter().filter(|(_, n)| *n > max).map(|(what, n)| format!("{what} ({n} lines)")).collect();
+    assert!(over.is_empty(), "{kind} over {max} lines (split them along a seam): {over:?}");
 }
 
-/// Functions longer than the limit, tests and `#[cfg(test)]` modules aside.
+#[test]
+fn no_file_outgrows_seven_hundred_lines() {
+    let sizes = product_sources()
+        .iter()
+        .map(|path| (relative(path), product_lines(&std::fs::read_to_string(path).expect("readable"))))
+        .collect();
+    report_and_check("files", sizes, REPORT_FILE_LINES, MAX_FILE_LINES);
+}
+
+/// The length of every function, tests and `#[cfg(test)]` modules aside.
 #[derive(Default)]
-struct LongFunctions {
-    found: Vec<String>,
+struct FunctionSizes {
+    found: Vec<(String, usize)>,
 }
 
 fn is_test_attr(attrs: &[syn::Attribute]) -> bool {
@@ -118,15 +137,13 @@ fn is_test_attr(attrs: &[syn::Attribute]) -> bool {
     })
 }
 
-impl LongFunctions {
+impl FunctionSizes {
     fn check(&mut self, name: &syn::Ident, attrs: &[syn::Attribute], block: &syn::Block) {
         if is_test_attr(attrs) {
             return;
         }
         let (start, end) = (name.span().start().line, block_end(block));
-        if end - start + 1 > MAX_FN_LINES {
-            self.found.push(format!("{name} ({} lines)", end - start + 1));
-        }
+        self.found.push((name.to_string(), end - start + 1));
     }
 }
 
@@ -134,7 +151,7 @@ fn block_end(block: &syn::Block) -> usize {
     block.brace_token.span.close().end().line
 }
 
-impl<'ast> Visit<'ast> for LongFunctions {
+impl<'ast> Visit<'ast> for FunctionSizes {
     fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
         if !is_test_attr(&m.attrs) {
             syn::visit::visit_item_mod(self, m);
@@ -153,15 +170,15 @@ impl<'ast> Visit<'ast> for LongFunctions {
 }
 
 #[test]
-fn no_function_outgrows_eighty_lines() {
-    let mut long = vec![];
+fn no_function_outgrows_a_hundred_and_twenty_lines() {
+    let mut sizes = vec![];
     for path in product_sources() {
         let file = syn::parse_file(&std::fs::read_to_string(&path).expect("readable")).expect("parses");
-        let mut visitor = LongFunctions::default();
+        let mut visitor = FunctionSizes::default();
         visitor.visit_file(&file);
-        long.extend(visitor.found.into_iter().map(|f| format!("{}: {f}", relative(&path))));
+        sizes.extend(visitor.found.into_iter().map(|(name, n)| (format!("{}: {name}", relative(&path)), n)));
     }
-    assert!(long.is_empty(), "functions over {MAX_FN_LINES} lines: {long:?}");
+    report_and_check("functions", sizes, REPORT_FN_LINES, MAX_FN_LINES);
 }
 
 /// The top-level module a source file belongs to (`runner/mod.rs` → `runner`).

@@ -23,6 +23,7 @@ use uuid::Uuid;
 
 pub mod browser;
 pub mod http;
+pub mod logs;
 pub mod paced;
 pub mod webhook;
 
@@ -455,5 +456,78 @@ impl TestEnv {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "baton {args:?} failed: {stderr}");
         String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+/// How the invocation role's log says a claimed invocation's loop ended on
+/// its worker (`workers/src/roles/invocation.rs`, `Worker::execute`).
+const LOOP_ENDINGS: [&str; 6] = [
+    "invocation exited",
+    "parked until its delegated tasks are done",
+    "invocation interrupted",
+    "claim released",
+    "claim already gone",
+    "could not release claim",
+];
+
+impl TestEnv {
+    /// Waits until the loop of every claim of the run's invocations has
+    /// ended on its worker in this process (its log says how), so nothing
+    /// of the run runs any more: what a test then counts can no longer
+    /// change. Needs [`logs::capture`] before the fleet starts.
+    pub async fn wait_for_loops_to_end(&self, run: Uuid, within: Duration) {
+        let claims = self
+            .db()
+            .await
+            .query("SELECT id, claim_epoch FROM invocations WHERE run_id = $1 AND claim_epoch > 0", &[&run])
+            .await
+            .unwrap();
+        for claim in claims {
+            let (id, epoch): (Uuid, i64) = (claim.get(0), claim.get(1));
+            let (id, epoch) = (format!("invocation={id}"), format!("epoch={epoch} "));
+            eventually(within, &format!("the loop of {id} {epoch}ended"), || async {
+                let lines = logs::lines_with(&[&id, &epoch]);
+                lines.iter().any(|(_, line)| LOOP_ENDINGS.iter().any(|end| line.contains(end))).then_some(())
+            })
+            .await;
+        }
+    }
+
+    /// Counts the relay's sweeps from now on: a statement trigger on the
+    /// sweep's `UPDATE runs … republish_count + 1` (`runs::unreplied`, once
+    /// per sweep; a statement trigger fires even when no row changes) adds a
+    /// row to `test_sweeps`. A test that checks that sweeps did not do
+    /// something waits for a number of them instead of guessing a time.
+    pub async fn count_sweeps(&self) {
+        self.db()
+            .await
+            .batch_execute(
+                "CREATE TABLE test_sweeps (at timestamptz NOT NULL DEFAULT clock_timestamp());
+                 CREATE FUNCTION test_count_sweep() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                     IF current_query() LIKE '%republish_count = republish_count + 1%' THEN
+                         INSERT INTO test_sweeps DEFAULT VALUES;
+                     END IF;
+                     RETURN NULL;
+                 END $$;
+                 CREATE TRIGGER test_count_sweep AFTER UPDATE ON runs
+                     FOR EACH STATEMENT EXECUTE FUNCTION test_count_sweep();",
+            )
+            .await
+            .unwrap();
+    }
+
+    /// The relay's sweeps since [`TestEnv::count_sweeps`].
+    pub async fn sweeps(&self) -> i64 {
+        self.scalar_i64("SELECT count(*) FROM test_sweeps", &[]).await
+    }
+
+    /// Waits until the relay has swept `n` more times than it had now.
+    pub async fn wait_for_sweeps(&self, n: i64, within: Duration) {
+        let target = self.sweeps().await + n;
+        eventually(within, &format!("{n} more relay sweeps"), || async {
+            (self.sweeps().await >= target).then_some(())
+        })
+        .await;
     }
 }

@@ -51,6 +51,10 @@ pub struct Settings {
     /// failure in place before the role gives up its connection (and the
     /// message comes back, counted toward the delivery limit).
     pub transient_patience: Duration,
+    /// How long an agent loop retries storing a finished model turn while
+    /// the database is away before it gives up and resumes the invocation
+    /// (well within the lease; an external agent's result is kept longer).
+    pub persist_patience: Duration,
     /// The largest body the relay hands to the broker, well under RabbitMQ's
     /// `max_message_size` (128 MiB by default): a bridge message over it is
     /// cut (the full text stays in Postgres), anything else is dead-lettered.
@@ -252,6 +256,7 @@ impl Settings {
             },
             outbox_grace: r.millis("BATON_OUTBOX_GRACE_MS", Duration::from_millis(2_000)),
             transient_patience: r.millis("BATON_TRANSIENT_PATIENCE_MS", Duration::from_millis(120_000)),
+            persist_patience: r.millis("BATON_PERSIST_PATIENCE_MS", baton_agent::runner::PERSIST_PATIENCE),
             max_message_bytes: {
                 let n = r.count("BATON_MAX_MESSAGE_BYTES", 4 * 1024 * 1024);
                 r.above_zero("BATON_MAX_MESSAGE_BYTES", n, "no message would fit")
@@ -354,6 +359,7 @@ impl fmt::Debug for Settings {
             .field("relay_poll", &self.relay_poll)
             .field("outbox_grace", &self.outbox_grace)
             .field("transient_patience", &self.transient_patience)
+            .field("persist_patience", &self.persist_patience)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("dead_max_length", &self.dead_max_length)
             .field("republish_max", &self.republish_max)
@@ -525,6 +531,7 @@ mod parsing {
         assert_eq!((s.prefetch, s.intake_concurrency), (1, 16));
         assert_eq!(s.invocation_queues, InvocationQueue::ALL);
         assert_eq!(s.db_session.idle_in_transaction_timeout, Some(Duration::from_secs(10)));
+        assert_eq!(s.persist_patience, Duration::from_secs(5));
         assert!(s.warnings().is_empty());
     }
 

@@ -76,6 +76,7 @@ pub struct Runner {
     pool: Pool,
     providers: Arc<dyn Providers>,
     limits: LoopCaps,
+    persist_patience: std::time::Duration,
 }
 
 /// One claimed invocation on this worker.
@@ -128,8 +129,9 @@ fn narrow(limits: LoopCaps, budget: Option<&Budget>) -> (LoopCaps, Option<u64>) 
 }
 
 /// How long a finished turn is retried while the database is away (well
-/// within the default lease).
-const PERSIST_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+/// within the default lease), unless [`Runner::with_persist_patience`] says
+/// otherwise (`BATON_PERSIST_PATIENCE_MS`).
+pub const PERSIST_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What agents and users read when the host broke; the journal keeps the details.
 const HOST_ERROR_TEXT: &str = "the agent stopped because of an internal error";
@@ -139,7 +141,12 @@ commit and finish the work, or hand it to another agent.";
 
 impl Runner {
     pub fn new(pool: Pool, providers: Arc<dyn Providers>, limits: LoopCaps) -> Self {
-        Self { pool, providers, limits }
+        Self { pool, providers, limits, persist_patience: PERSIST_PATIENCE }
+    }
+
+    /// How long a finished turn is retried while the database is away.
+    pub fn with_persist_patience(self, persist_patience: std::time::Duration) -> Self {
+        Self { persist_patience, ..self }
     }
 
     /// Runs (or resumes) a claimed invocation until it hands off, finishes,
@@ -364,7 +371,7 @@ impl Runner {
     /// Stores a finished turn, riding out a short database outage: a turn
     /// that is not stored would be asked of the model again.
     async fn persist_turn(&self, c: &Claimed<'_>, turn: &ModelTurn) -> Result<Written, Error> {
-        let give_up = tokio::time::Instant::now() + PERSIST_PATIENCE;
+        let give_up = tokio::time::Instant::now() + self.persist_patience;
         loop {
             match self.turn_and_calls(c, turn).await {
                 Err(e) if e.is_transient() && tokio::time::Instant::now() < give_up => {

@@ -44,7 +44,8 @@ impl Worker {
     pub fn new(pool: Pool, settings: Settings) -> Self {
         let limiter = Arc::new(baton_agent::limiter::Limiter::new(pool.clone()));
         let providers = BuiltinProviders::with_work_root(settings.agent_work_dir.clone()).with_limiter(limiter);
-        let runner = Runner::new(pool.clone(), Arc::new(providers), LoopCaps::default());
+        let runner = Runner::new(pool.clone(), Arc::new(providers), LoopCaps::default())
+            .with_persist_patience(settings.persist_patience);
         let session = settings.db_session_of("invocation-leases");
         let leases = baton_store::pool_with(&settings.database_url, 2, &session).unwrap_or_else(|_| pool.clone());
         Self { pool, runner, settings, leases }
