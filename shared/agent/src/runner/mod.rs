@@ -15,6 +15,7 @@ mod turn;
 use std::sync::Arc;
 
 use baton_domain::profiles::{ModelBinding, Profile};
+use baton_domain::protocol::contract::ErrorCode;
 use baton_domain::run::journal::JournalEvent;
 use baton_domain::run::state::InvocationKind;
 use baton_domain::tools::delegation::Budget;
@@ -199,9 +200,13 @@ impl Runner {
                     // An operator can act on this one: say it in words.
                     Error::Store(unreadable @ baton_store::Error::Unreadable { .. }) => {
                         let text = format!("the agent `{}` could not go on: {unreadable}", inv.profile_id);
-                        patiently(kill, || self.fail(inv, "host.profile_unreadable", &text, Some(&detail))).await?;
+                        let code = ErrorCode::ProfileUnreadable.as_str();
+                        patiently(kill, || self.fail(inv, code, &text, Some(&detail))).await?;
                     }
-                    _ => patiently(kill, || self.fail(inv, "host_error", HOST_ERROR_TEXT, Some(&detail))).await?,
+                    _ => {
+                        let code = ErrorCode::HostError.as_str();
+                        patiently(kill, || self.fail(inv, code, HOST_ERROR_TEXT, Some(&detail))).await?;
+                    }
                 }
                 Ok(Exit::Failed(detail))
             }
@@ -298,7 +303,7 @@ impl Runner {
             let code = if c.inv.kind == InvocationKind::Child {
                 "agent.child_budget_exhausted"
             } else {
-                "agent.round_budget_exhausted"
+                ErrorCode::RoundBudgetExhausted.as_str()
             };
             self.fail(c.inv, code, &message, None).await?;
             return Ok(Some(Exit::Failed(message)));
@@ -445,13 +450,13 @@ impl Runner {
                 let mut evs = vec![];
                 if closing_not_last {
                     let message = "the agent called a tool after a closing tool in the same turn";
-                    evs.extend(ending::fail_invocation(tx, c.inv, "agent.tool_after_finish", message).await?);
+                    evs.extend(ending::fail_invocation(tx, c.inv, ErrorCode::ToolAfterFinish.as_str(), message).await?);
                     w.exit = Some(Exit::Failed(message.into()));
                 } else if plain && transcript::nudges(&c.steps) < self.limits.max_nudges {
                     w.append(tx, c.inv.id, transcript::NUDGE, json!({"content": NUDGE_TEXT})).await?;
                 } else if plain {
                     let message = "the agent stopped answering in plain text without finishing or handing off";
-                    evs.extend(ending::fail_invocation(tx, c.inv, "agent.no_closing_tool", message).await?);
+                    evs.extend(ending::fail_invocation(tx, c.inv, ErrorCode::NoClosingTool.as_str(), message).await?);
                     w.exit = Some(Exit::Failed(message.into()));
                 }
                 events::append(tx, c.inv.run_id, &evs).await?;
