@@ -1,5 +1,9 @@
 //! Invocations: claims under a row lock, leases renewed by heartbeat, and the
 //! epoch fence every later write passes through.
+//!
+//! - [`spawn`]: a new invocation with its task and journal events (root, handoff, delegation).
+//! - [`tasks`]: handoff and delegated task records.
+//! - [`steps`]: the persisted transcript of each invocation.
 
 pub mod spawn;
 pub mod steps;

@@ -1,6 +1,10 @@
 //! The transactional outbox: a message is a row committed with the change
 //! that caused it; the relay publishes it and deletes it after the confirm.
+//!
+//! - [`after_commit`]: rows a role publishes itself right after the commit that wrote them.
+//! - [`sent`]: a copy of every bridge message queued, kept for operators after the row is gone.
 
+pub mod after_commit;
 pub mod sent;
 
 use baton_domain::fleet::FleetMessage;
@@ -10,8 +14,6 @@ use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
 use crate::{sql, Result};
-
-pub mod after_commit;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Message {

@@ -2,6 +2,8 @@
 //! key), what waits for a person (`manual` handoffs, runs blocked on a
 //! question), and the fleet's counts. Read only; the CLI (`baton runs
 //! list`, `baton handoff list --waiting`) and the web console both read these.
+//!
+//! - [`gauges`]: fleet-wide figures for the metrics gauges (live invocations, outbox backlog, hop waits).
 
 pub mod gauges;
 

@@ -1,4 +1,7 @@
 //! Agent profiles and routes, loaded from the operators' file.
+//!
+//! - [`limits`]: fleet-wide limits on model calls: admission, end of a call, a provider's pause, usage.
+//! - [`settings`]: the file's other sections (disclosure, budgets, conversations, callbacks).
 
 pub mod limits;
 pub mod settings;

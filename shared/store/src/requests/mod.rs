@@ -1,4 +1,9 @@
 //! Bridge requests: stored once per id, with their events and status counter.
+//!
+//! - [`bridge`]: what the bridge hears (status changes, questions, the final reply), through the outbox.
+//! - [`conversations`]: a bridge's cancels, and one chat's requests taking turns under a row lock.
+//! - [`questions`]: questions agents ask their users (`ask_user`), and the answers received.
+//! - [`callbacks`]: HTTP status callbacks waiting for delivery.
 
 pub mod bridge;
 pub mod callbacks;

@@ -1,4 +1,10 @@
 //! Runs: one per request, holding the handoff counter and the final reply.
+//!
+//! - [`start`]: starting a request's run (intake on arrival, or a chat's next request at its turn).
+//! - [`ending`]: transitions that end invocations, tasks and runs, with their events and outbox messages.
+//! - [`retry`]: a failed run resumed from its last stored step.
+//! - [`budgets`]: run budgets and what each run has spent.
+//! - [`workspace`]: files, read marks and the commit ledger.
 
 pub mod budgets;
 pub mod ending;

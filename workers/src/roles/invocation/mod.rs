@@ -3,7 +3,7 @@
 //! work), renew the lease by heartbeat, and run the agent loop.
 
 mod claim;
-pub mod slots;
+pub mod priority_slots;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +25,7 @@ use tracing::Instrument;
 
 use crate::config::Settings;
 use crate::roles::invocation::claim::{claim_failure, fail_claimed, first_start, started_events};
-use crate::roles::invocation::slots::Slots;
+use crate::roles::invocation::priority_slots::Slots;
 use crate::roles::publish_after_commit::PublishAfterCommit;
 use crate::roles::{connect_with, retry_transient, Role};
 
