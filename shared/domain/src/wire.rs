@@ -12,11 +12,42 @@ pub struct Unknown {
     pub value: String,
 }
 
+/// Fails the build when a list names one string twice (called by [`wire_enum!`](crate::wire_enum)
+/// at compile time, so two values can never be written alike).
+pub const fn assert_distinct(strings: &[&str]) {
+    let mut i = 0;
+    while i < strings.len() {
+        let mut j = i + 1;
+        while j < strings.len() {
+            if same(strings[i].as_bytes(), strings[j].as_bytes()) {
+                panic!("a wire_enum! writes two of its values with one string");
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+}
+
+const fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// Declares an enum whose values are written as fixed strings: it derives
 /// serde with those strings and generates `ALL` (every value, in declaration
 /// order), `as_str`, `parse`, `Display` and `FromStr`, and its JSON Schema
 /// (`schemars`) and TypeScript type (`ts-rs`): a union of the strings. Extra
 /// derives and attributes (`#[derive(Default)]`, `#[default]`) pass through.
+/// A string listed twice fails the build.
 #[macro_export]
 macro_rules! wire_enum {
     (
@@ -30,6 +61,8 @@ macro_rules! wire_enum {
         pub enum $name {
             $($(#[$vmeta])* #[serde(rename = $wire)] $variant),+
         }
+
+        const _: () = $crate::wire::assert_distinct(&[$($wire),+]);
 
         impl $name {
             /// Every value, in declaration order.
@@ -86,6 +119,13 @@ mod tests {
             assert_eq!(fruit.to_string(), fruit.as_str());
         }
         assert_eq!(Fruit::default(), Fruit::Apple);
+    }
+
+    #[test]
+    fn a_string_listed_twice_is_found() {
+        super::assert_distinct(&["apple", "pear"]);
+        let twice = std::panic::catch_unwind(|| super::assert_distinct(&["apple", "pear", "apple"]));
+        assert!(twice.is_err());
     }
 
     #[test]
