@@ -55,6 +55,10 @@ pub struct Settings {
     /// the database is away before it gives up and resumes the invocation
     /// (well within the lease; an external agent's result is kept longer).
     pub persist_patience: Duration,
+    /// The longest pause between a role's attempts to reconnect after the
+    /// broker or the database went away (and between an invocation's tries
+    /// to resume or hand back its claim through a database outage).
+    pub reconnect_max: Duration,
     /// The largest body the relay hands to the broker, well under RabbitMQ's
     /// `max_message_size` (128 MiB by default): a bridge message over it is
     /// cut (the full text stays in Postgres), anything else is dead-lettered.
@@ -257,6 +261,10 @@ impl Settings {
             outbox_grace: r.millis("BATON_OUTBOX_GRACE_MS", Duration::from_millis(2_000)),
             transient_patience: r.millis("BATON_TRANSIENT_PATIENCE_MS", Duration::from_millis(120_000)),
             persist_patience: r.millis("BATON_PERSIST_PATIENCE_MS", baton_agent::runner::PERSIST_PATIENCE),
+            reconnect_max: {
+                let d = r.millis("BATON_RECONNECT_MAX_MS", crate::roles::RECONNECT_MAX);
+                r.above_zero("BATON_RECONNECT_MAX_MS", d, "a role would reconnect without pause")
+            },
             max_message_bytes: {
                 let n = r.count("BATON_MAX_MESSAGE_BYTES", 4 * 1024 * 1024);
                 r.above_zero("BATON_MAX_MESSAGE_BYTES", n, "no message would fit")
@@ -360,6 +368,7 @@ impl fmt::Debug for Settings {
             .field("outbox_grace", &self.outbox_grace)
             .field("transient_patience", &self.transient_patience)
             .field("persist_patience", &self.persist_patience)
+            .field("reconnect_max", &self.reconnect_max)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("dead_max_length", &self.dead_max_length)
             .field("republish_max", &self.republish_max)
@@ -532,6 +541,7 @@ mod parsing {
         assert_eq!(s.invocation_queues, InvocationQueue::ALL);
         assert_eq!(s.db_session.idle_in_transaction_timeout, Some(Duration::from_secs(10)));
         assert_eq!(s.persist_patience, Duration::from_secs(5));
+        assert_eq!(s.reconnect_max, Duration::from_secs(10));
         assert!(s.warnings().is_empty());
     }
 

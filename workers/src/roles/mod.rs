@@ -109,7 +109,7 @@ async fn run_attempts(
     shutdown: &CancellationToken,
     state: Option<&invocation::State>,
 ) {
-    let mut delays = backoff();
+    let mut delays = backoff(settings.reconnect_max);
     loop {
         let started = tokio::time::Instant::now();
         let attempt = match role {
@@ -130,9 +130,9 @@ async fn run_attempts(
                 // An attempt that ran a good while was healthy: the next
                 // outage starts again from the shortest delay.
                 if started.elapsed() > HEALTHY_ATTEMPT {
-                    delays = backoff();
+                    delays = backoff(settings.reconnect_max);
                 }
-                let delay = delays.next().unwrap_or(Duration::from_secs(10));
+                let delay = delays.next().unwrap_or(settings.reconnect_max);
                 if is_transient(&e) {
                     tracing::warn!(error = %format!("{e:#}"), ?delay, "a service is unavailable; reconnecting");
                 } else {
@@ -193,11 +193,15 @@ pub(crate) fn is_transient(e: &anyhow::Error) -> bool {
     e.chain().find_map(decides).unwrap_or(false)
 }
 
-/// Delays between attempts: exponential from 200 ms to 10 s, with jitter.
-pub(crate) fn backoff() -> impl Iterator<Item = Duration> {
+/// The longest pause between attempts unless a setting says otherwise
+/// (`BATON_RECONNECT_MAX_MS`).
+pub const RECONNECT_MAX: Duration = Duration::from_secs(10);
+
+/// Delays between attempts: exponential from 200 ms (or `max`, if less) to `max`, with jitter.
+pub(crate) fn backoff(max: Duration) -> impl Iterator<Item = Duration> {
     backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(10))
+        .with_min_delay(Duration::from_millis(200).min(max))
+        .with_max_delay(max)
         .with_jitter()
         .without_max_times()
         .build()
@@ -217,13 +221,13 @@ where
     Fut: Future<Output = anyhow::Result<T>>,
 {
     let give_up = tokio::time::Instant::now() + patience;
-    let mut delays = backoff();
+    let mut delays = backoff(RECONNECT_MAX);
     loop {
         let e = match attempt().await {
             Err(e) if is_transient(&e) => e,
             other => return other,
         };
-        let delay = delays.next().unwrap_or(Duration::from_secs(10));
+        let delay = delays.next().unwrap_or(RECONNECT_MAX);
         if shutdown.is_cancelled() || tokio::time::Instant::now() + delay > give_up {
             return Err(e);
         }

@@ -427,7 +427,7 @@ impl Worker {
         stop: &CancellationToken,
         kill: &CancellationToken,
     ) -> Result<Exit, baton_agent::Error> {
-        let mut delays = crate::roles::backoff();
+        let mut delays = crate::roles::backoff(self.settings.reconnect_max);
         loop {
             // The first attempt starts from what the claim read; a later one reads again.
             let e = match self.runner.run_from(inv, preloaded.take(), stop, kill).await {
@@ -441,7 +441,7 @@ impl Worker {
                 tracing::warn!(error = %e, "the database is unavailable at shutdown; handing the invocation back");
                 return Ok(Exit::Stopped);
             }
-            let delay = delays.next().unwrap_or(Duration::from_secs(10));
+            let delay = delays.next().unwrap_or(self.settings.reconnect_max);
             tracing::warn!(error = %e, ?delay, "the database is unavailable for now; resuming the invocation after it");
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
@@ -457,7 +457,7 @@ impl Worker {
     /// (not counted as a takeover), retried through a database outage until
     /// the shutdown deadline; after it, the lease simply expires.
     async fn release(&self, inv: &Invocation, deadline: &CancellationToken) {
-        let mut delays = crate::roles::backoff();
+        let mut delays = crate::roles::backoff(self.settings.reconnect_max);
         loop {
             let e = match self.try_release(inv).await {
                 Ok(true) => return tracing::info!("claim released for another worker"),
@@ -467,7 +467,7 @@ impl Worker {
             if !crate::roles::is_transient(&e) || deadline.is_cancelled() {
                 return tracing::warn!(error = %format!("{e:#}"), "could not release claim; the lease will expire");
             }
-            let delay = delays.next().unwrap_or(Duration::from_secs(10));
+            let delay = delays.next().unwrap_or(self.settings.reconnect_max);
             tracing::warn!(error = %format!("{e:#}"), ?delay, "releasing a claim: the database is unavailable for now; retrying");
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
