@@ -412,6 +412,9 @@ impl TestEnv {
             )
             .await
             .unwrap();
+        // The test's own idle sessions were ended too: forget them, so its
+        // next query opens a fresh one instead of failing on a dead one.
+        self.pool.retain(|_, _| false);
     }
 }
 

@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use baton_domain::fleet::InvocationQueue;
 
+/// The longest pause between a role's reconnect attempts unless
+/// `BATON_RECONNECT_MAX_MS` says otherwise.
+pub const RECONNECT_MAX: Duration = Duration::from_secs(10);
+
 #[derive(Clone)]
 pub struct Settings {
     pub database_url: String,
@@ -262,7 +266,7 @@ impl Settings {
             transient_patience: r.millis("BATON_TRANSIENT_PATIENCE_MS", Duration::from_millis(120_000)),
             persist_patience: r.millis("BATON_PERSIST_PATIENCE_MS", baton_agent::runner::PERSIST_PATIENCE),
             reconnect_max: {
-                let d = r.millis("BATON_RECONNECT_MAX_MS", crate::roles::RECONNECT_MAX);
+                let d = r.millis("BATON_RECONNECT_MAX_MS", RECONNECT_MAX);
                 r.above_zero("BATON_RECONNECT_MAX_MS", d, "a role would reconnect without pause")
             },
             max_message_bytes: {

@@ -193,10 +193,6 @@ pub(crate) fn is_transient(e: &anyhow::Error) -> bool {
     e.chain().find_map(decides).unwrap_or(false)
 }
 
-/// The longest pause between attempts unless a setting says otherwise
-/// (`BATON_RECONNECT_MAX_MS`).
-pub const RECONNECT_MAX: Duration = Duration::from_secs(10);
-
 /// Delays between attempts: exponential from 200 ms (or `max`, if less) to `max`, with jitter.
 pub(crate) fn backoff(max: Duration) -> impl Iterator<Item = Duration> {
     backon::ExponentialBuilder::default()
@@ -221,13 +217,13 @@ where
     Fut: Future<Output = anyhow::Result<T>>,
 {
     let give_up = tokio::time::Instant::now() + patience;
-    let mut delays = backoff(RECONNECT_MAX);
+    let mut delays = backoff(crate::config::RECONNECT_MAX);
     loop {
         let e = match attempt().await {
             Err(e) if is_transient(&e) => e,
             other => return other,
         };
-        let delay = delays.next().unwrap_or(RECONNECT_MAX);
+        let delay = delays.next().unwrap_or(crate::config::RECONNECT_MAX);
         if shutdown.is_cancelled() || tokio::time::Instant::now() + delay > give_up {
             return Err(e);
         }
