@@ -463,7 +463,7 @@ impl TestEnv {
 }
 
 /// How the invocation role's log says a claimed invocation's loop ended on
-/// its worker (`workers/src/roles/invocation.rs`, `Worker::execute`).
+/// its worker (`workers/src/roles/invocation/mod.rs`, `Worker::execute`).
 const LOOP_ENDINGS: [&str; 6] = [
     "invocation exited",
     "parked until its delegated tasks are done",

@@ -32,7 +32,7 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let dead = DeadLetters::new(&publisher, &settings.queues());
     let queue = settings.queues().name(Queue::RunsFinished);
     tracing::info!(%queue, concurrency = settings.intake_lanes(), "collector consuming");
-    let (publishing, direct) = PublishAfterCommit::start(&conn, &pool, settings).await?;
+    let (publishing, publisher_after_commit) = PublishAfterCommit::start(&conn, &pool, settings).await?;
     let role = Arc::new((pool.clone(), dead, settings.clone(), publishing));
     // Runs are collected side by side, one message of a run after the other.
     let keys = |d: &Delivery| {
@@ -46,7 +46,7 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
         }
     })
     .await;
-    direct.stop().await;
+    publisher_after_commit.stop().await;
     publisher.close().await;
     result
 }

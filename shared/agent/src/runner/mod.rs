@@ -196,18 +196,15 @@ impl Runner {
             Err(e) => {
                 let detail = e.to_string();
                 tracing::error!(error = %detail, "invocation failed");
-                match &e {
+                let (code, text) = match &e {
                     // An operator can act on this one: say it in words.
-                    Error::Store(unreadable @ baton_store::Error::Unreadable { .. }) => {
-                        let text = format!("the agent `{}` could not go on: {unreadable}", inv.profile_id);
-                        let code = ErrorCode::ProfileUnreadable.as_str();
-                        patiently(kill, || self.fail(inv, code, &text, Some(&detail))).await?;
-                    }
-                    _ => {
-                        let code = ErrorCode::HostError.as_str();
-                        patiently(kill, || self.fail(inv, code, HOST_ERROR_TEXT, Some(&detail))).await?;
-                    }
-                }
+                    Error::Store(unreadable @ baton_store::Error::Unreadable { .. }) => (
+                        ErrorCode::ProfileUnreadable,
+                        format!("the agent `{}` could not go on: {unreadable}", inv.profile_id),
+                    ),
+                    _ => (ErrorCode::HostError, HOST_ERROR_TEXT.to_string()),
+                };
+                patiently(kill, || self.fail(inv, code.as_str(), &text, Some(&detail))).await?;
                 Ok(Exit::Failed(detail))
             }
         }

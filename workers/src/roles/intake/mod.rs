@@ -36,7 +36,7 @@ use baton_store::requests::bridge;
 pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let (conn, pool) = connect(settings, Role::Intake).await?;
     let publisher = conn.publisher().await?;
-    let (publishing, direct) = PublishAfterCommit::start(&conn, &pool, settings).await?;
+    let (publishing, publisher_after_commit) = PublishAfterCommit::start(&conn, &pool, settings).await?;
     let queue = settings.queues().name(Queue::BridgeRequests);
     let dead = settings.queues().name(Queue::DeadRequests);
     tracing::info!(%queue, concurrency = settings.intake_lanes(), "intake consuming");
@@ -80,7 +80,7 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
         ),
     )
     .map(|_| ());
-    direct.stop().await;
+    publisher_after_commit.stop().await;
     publisher.close().await;
     result
 }

@@ -109,7 +109,7 @@ impl State {
 pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToken) -> anyhow::Result<()> {
     let conn = connect_with(settings, Role::Invocation, &state.worker.pool).await?;
     let publisher = conn.publisher().await?;
-    let (publishing, direct) = PublishAfterCommit::start(&conn, &state.worker.pool, settings).await?;
+    let (publishing, publisher_after_commit) = PublishAfterCommit::start(&conn, &state.worker.pool, settings).await?;
     let publishing = &publishing;
     let dead = DeadLetters::new(&publisher, &settings.queues());
     let (worker, slots, loops, deadline) = (&state.worker, &state.slots, &state.loops, &state.deadline);
@@ -177,7 +177,7 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
         // or are handed back at the deadline.
         state.drain().await;
     }
-    direct.stop().await;
+    publisher_after_commit.stop().await;
     publisher.close().await;
     result
 }
