@@ -130,6 +130,7 @@ fn reply_input(outcome: Outcome, chat: Option<&'static str>, run: Option<&str>) 
         outcome,
         run_id: run.map(str::to_string),
         agents: vec!["writer".into(), "editor".into()],
+        changes: None,
         at: AT.to_string(),
     }
 }

@@ -35,6 +35,15 @@ impl Tracker {
         self.spend.budget.check(&spent)
     }
 
+    /// What the run may still spend, for a coding agent's gateway.
+    pub(crate) fn allowance(&self) -> crate::providers::Allowance {
+        let (budget, spent) = (&self.spend.budget, &self.spend.spent);
+        crate::providers::Allowance {
+            calls_left: Some(budget.max_model_calls.saturating_sub(spent.model_calls)),
+            tokens_left: Some(budget.max_tokens.saturating_sub(spent.tokens) as i64),
+        }
+    }
+
     /// How long the run may still go on before its wall clock runs out.
     pub(crate) fn time_left(&self) -> Duration {
         let elapsed = self.spend.spent.elapsed + self.read_at.elapsed();

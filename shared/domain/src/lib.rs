@@ -13,6 +13,7 @@
 //!   fleet-wide model limits, priority, the external agent's box.
 //! - [`run`]: run, invocation and task state machines, and the journal's events (`JournalEvent`).
 //! - [`profiles`]: agent profiles, the default system prompt and the briefs agents read first.
+//! - [`projects`]: the repositories coding agents work on, branch names and diffs' summaries.
 //! - [`fleet`]: the fleet's queues and the id-only messages between its roles.
 //! - [`schema`]: whether a database's migrations are the ones a binary was built with.
 //! - [`wire`]: `wire_enum!`, the one way a closed set of strings (statuses, sources, tool names, languages, event names) is declared.
@@ -20,6 +21,7 @@
 pub mod fleet;
 pub mod policy;
 pub mod profiles;
+pub mod projects;
 pub mod protocol;
 pub mod run;
 pub mod schema;

@@ -21,12 +21,14 @@
 //! - [`profiles`]: agent profiles, skills and routes; fleet-wide model limits;
 //!   fleet-wide settings (the disclosure policy).
 //! - [`overview`]: what an operator looks at, and the metrics gauges' figures.
+//! - [`coding`]: coding agents' diffs and resumable sessions, and `[[projects]]`.
 //! - [`connect`]: pools and connections, with the fleet's session timeouts and keepalives.
 //! - [`schema`]: creating the database, migrating under a lock, the startup check.
 //! - `error`: the store's error and which failures are transient.
 //! - `decode`: typed values out of rows; a value that does not read is `Error::Corrupt`.
 //! - `sql`: every statement through the client's statement cache.
 
+pub mod coding;
 pub mod connect;
 mod decode;
 mod error;

@@ -121,8 +121,14 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
         }
     };
     let status = outcome.status();
+    let changes = async {
+        match outcome {
+            Outcome::Completed { .. } => baton_store::coding::reply_changes(&tx, run.id).await,
+            _ => Ok(None),
+        }
+    };
     // Pipelined, in this order: the event goes before the status's own.
-    tokio::try_join!(event, bridge::status(&tx, &request, status, None))?;
+    let (_, _, changes) = tokio::try_join!(event, bridge::status(&tx, &request, status, None), changes)?;
     let input = ReplyInput {
         handoff_id: &handoff,
         chat_id: request.reply_chat_id.as_deref(),
@@ -131,6 +137,7 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
         outcome,
         run_id: Some(run.id.to_string()),
         agents: agents(invocations),
+        changes,
         at: bridge::timestamp(),
     };
     bridge::reply_at(&tx, &request, &input, attempt).await?;

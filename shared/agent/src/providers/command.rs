@@ -1,4 +1,4 @@
-//! An external coding agent (codex, qwen_code, claude_code …) run as a
+//! An external agent run as a
 //! process: the brief on stdin, the result on stdout. Its result becomes the
 //! stage's reply (an owner commits and finishes with it) or the task's
 //! result (a child returns it), through the ordinary tools, so it is stored
@@ -35,6 +35,8 @@ const DRAIN: Duration = Duration::from_secs(2);
 pub struct CommandAgent {
     /// Where each invocation's working directory is created.
     work_root: PathBuf,
+    /// Another user, bubblewrap (see [`crate::jail`]).
+    pub(crate) jail: crate::jail::Jail,
 }
 
 impl Default for CommandAgent {
@@ -45,7 +47,7 @@ impl Default for CommandAgent {
 
 impl CommandAgent {
     pub fn new(work_root: PathBuf) -> Self {
-        Self { work_root }
+        Self { work_root, jail: crate::jail::Jail::default() }
     }
 }
 
@@ -58,6 +60,7 @@ pub struct Spec<'a> {
     pub timeout: Duration,
     pub max_output_bytes: u64,
     pub work_root: &'a Path,
+    pub jail: &'a crate::jail::Jail,
 }
 
 #[async_trait]
@@ -81,13 +84,14 @@ impl Provider for CommandAgent {
             timeout: Duration::from_secs(timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS)),
             max_output_bytes: max_output_bytes.unwrap_or(sandbox::DEFAULT_MAX_OUTPUT_BYTES),
             work_root: &self.work_root,
+            jail: &self.jail,
         };
         let output = run(&spec, &brief).await?;
         let result = output.trim();
         if result.is_empty() {
             return Err(ProviderError::Failed(format!("`{}` printed no result", command[0])));
         }
-        Ok(ModelTurn { content: None, tool_calls: calls(request, result), usage: None, attempts: Some(1) })
+        Ok(ModelTurn { tool_calls: calls(request, result), attempts: Some(1), ..Default::default() })
     }
 }
 
@@ -101,7 +105,7 @@ fn is_child(request: &ModelRequest<'_>) -> bool {
 }
 
 /// The tool calls that record the result the way this stage must end.
-fn calls(request: &ModelRequest<'_>, result: &str) -> Vec<ToolCall> {
+pub(crate) fn calls(request: &ModelRequest<'_>, result: &str) -> Vec<ToolCall> {
     let call = |n: usize, name: &str, arguments: Value| ToolCall {
         id: format!("call_{n}"),
         name: name.to_string(),
@@ -135,11 +139,19 @@ pub async fn run(spec: &Spec<'_>, stdin: &str) -> Result<String, ProviderError> 
         .map_err(|e| failed("preparing a working directory for", e))?;
     let home = dir.path().to_string_lossy().into_owned();
     let env = sandbox::environment(spec.env, spec.env_values, |name| std::env::var(name).ok(), &home);
-    let mut child = tokio::process::Command::new(program)
-        .args(&spec.command[1..])
+    spec.jail.hand_over(&[dir.path()]).map_err(|e| failed("preparing a working directory for", e))?;
+    let layout = crate::jail::Layout {
+        work: dir.path().to_path_buf(),
+        writable: vec![],
+        tmp: None,
+        readable: vec![],
+        hidden: vec![spec.work_root.to_path_buf()],
+    };
+    let mut child = spec
+        .jail
+        .command(program, &spec.command[1..], &layout)
         .env_clear()
         .envs(&env)
-        .current_dir(dir.path())
         // A group of its own: whatever it starts is killed with it.
         .process_group(0)
         .stdin(Stdio::piped())
@@ -150,7 +162,7 @@ pub async fn run(spec: &Spec<'_>, stdin: &str) -> Result<String, ProviderError> 
         .map_err(|e| failed("could not start", e))?;
     // Declared after `child` and `dir`, so dropped first: the whole group is
     // killed before the leader is reaped and the directory removed.
-    let group = Group(child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)));
+    let group = Group::of(&child);
     let mut input = child.stdin.take().expect("piped");
     let brief = stdin.to_string();
     // A command that never reads stdin must not block us: write in the background.
@@ -253,10 +265,15 @@ async fn read_both(
 /// The agent's process group; killing it kills every process the agent
 /// started that stayed in it (a daemon that calls `setsid` leaves; the
 /// container's init reaps such orphans).
-struct Group(Option<rustix::process::Pid>);
+pub(crate) struct Group(Option<rustix::process::Pid>);
 
 impl Group {
-    fn kill(&self) {
+    /// The group `child` leads (it was spawned with `process_group(0)`).
+    pub(crate) fn of(child: &tokio::process::Child) -> Group {
+        Group(child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)))
+    }
+
+    pub(crate) fn kill(&self) {
         if let Some(pgid) = self.0 {
             // ESRCH (the group is already gone) is the normal case.
             let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
@@ -289,8 +306,16 @@ mod tests {
     async fn run_sh(script: &str, timeout: Duration, cap: u64) -> Result<String, ProviderError> {
         let root = std::env::temp_dir().join("baton-agent-unit");
         let (command, values) = (sh(script), BTreeMap::new());
-        let spec =
-            Spec { command: &command, env: &[], env_values: &values, timeout, max_output_bytes: cap, work_root: &root };
+        let jail = crate::jail::Jail::default();
+        let spec = Spec {
+            command: &command,
+            env: &[],
+            env_values: &values,
+            timeout,
+            max_output_bytes: cap,
+            work_root: &root,
+            jail: &jail,
+        };
         run(&spec, "hello").await
     }
 

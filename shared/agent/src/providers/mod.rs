@@ -5,10 +5,13 @@
 //!
 //! - [`scripted`](Scripted): a deterministic list of turns, for demos and tests.
 //! - [`openai`]: any OpenAI-compatible Chat Completions endpoint.
-//! - [`command`]: an external coding agent run as a process.
+//! - [`command`]: an external agent run as a process.
+//! - [`CodingAgent`]: Codex, Claude Code, Qwen Code and Gemini CLI (see [`crate::coding`]).
 
 pub mod command;
 pub mod openai;
+
+pub use crate::coding::CodingAgent;
 
 use async_trait::async_trait;
 use baton_domain::profiles::{ModelBinding, Profile};
@@ -36,6 +39,14 @@ pub struct ModelTurn {
     /// Calls it took to get this turn (retries included), for the journal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<u32>,
+    /// Model calls the run's budget counts for this turn: a coding agent's
+    /// through its gateway (any number, 0 included); one when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_calls: Option<u32>,
+    /// What a coding agent changed and the session it leaves, stored in the
+    /// turn's transaction (never in the transcript).
+    #[serde(skip)]
+    pub coding: Option<Box<crate::coding::CodingOutcome>>,
 }
 
 /// Tokens a model turn used, as its provider reported them: OpenAI's names
@@ -75,6 +86,15 @@ pub struct ModelRequest<'a> {
     /// Whose call it is (the journal records a throttled wait); never sent.
     pub run_id: uuid::Uuid,
     pub invocation_id: uuid::Uuid,
+    /// What the run may still spend (a coding agent's gateway enforces it).
+    pub allowance: Allowance,
+}
+
+/// The run's budget left, as of the invocation's last step (`None`: no figure).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Allowance {
+    pub calls_left: Option<u64>,
+    pub tokens_left: Option<i64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,22 +127,48 @@ pub trait Providers: Send + Sync {
 }
 
 /// The providers built into the fleet.
-#[derive(Default)]
 pub struct BuiltinProviders {
     scripted: Scripted,
     openai: openai::OpenAi,
     command: command::CommandAgent,
+    coding: CodingAgent,
+}
+
+impl Default for BuiltinProviders {
+    fn default() -> Self {
+        Self::with_work_root(std::env::temp_dir().join("baton-agents"))
+    }
 }
 
 impl BuiltinProviders {
     /// External agents get their working directories under `work_root`.
     pub fn with_work_root(work_root: std::path::PathBuf) -> Self {
-        Self { command: command::CommandAgent::new(work_root), ..Default::default() }
+        Self {
+            scripted: Scripted,
+            openai: openai::OpenAi::default(),
+            command: command::CommandAgent::new(work_root.clone()),
+            coding: CodingAgent::new(work_root),
+        }
     }
 
-    /// Model calls under a fleet-wide limit wait their turn with `limiter`.
+    /// Model calls under a fleet-wide limit wait their turn with `limiter`
+    /// (a coding agent's too, at its gateway).
     pub fn with_limiter(mut self, limiter: std::sync::Arc<crate::limiter::Limiter>) -> Self {
-        self.openai.limiter = Some(limiter);
+        self.openai.limiter = Some(limiter.clone());
+        self.coding.limiter = Some(limiter);
+        self
+    }
+
+    /// Coding agents read their request, project and session, and write their progress, here.
+    pub fn with_pool(mut self, pool: baton_store::Pool) -> Self {
+        self.coding.pool = Some(pool);
+        self
+    }
+
+    /// External agents run in `jail` (another user, bubblewrap).
+    pub fn with_jail(mut self, jail: crate::jail::Jail) -> Self {
+        self.command.jail = jail.clone();
+        self.coding.jail = jail;
         self
     }
 }
@@ -133,6 +179,9 @@ impl Providers for BuiltinProviders {
             ModelBinding::Scripted { .. } => &self.scripted,
             ModelBinding::Openai { .. } => &self.openai,
             ModelBinding::Command { .. } => &self.command,
+            ModelBinding::Codex(_) | ModelBinding::ClaudeCode(_) | ModelBinding::QwenCode(_) | ModelBinding::GeminiCli(_) => {
+                &self.coding
+            }
         })
     }
 }
@@ -192,5 +241,5 @@ fn play(request: &ModelRequest<'_>) -> Result<ModelTurn, ProviderError> {
             .collect(),
     };
     let usage = Usage { prompt_tokens: Some(0), completion_tokens: Some(0), ..Default::default() };
-    Ok(ModelTurn { content: turn.text.clone(), tool_calls, usage: Some(usage), attempts: None })
+    Ok(ModelTurn { content: turn.text.clone(), tool_calls, usage: Some(usage), ..Default::default() })
 }

@@ -246,7 +246,7 @@ pub fn parse_response(response: &Value) -> Result<ModelTurn, ProviderError> {
         tool_calls,
         // Figures a provider spells its own way count as none, as before.
         usage: response.get("usage").and_then(|u| serde_json::from_value(u.clone()).ok()),
-        attempts: None,
+        ..Default::default()
     })
 }
 

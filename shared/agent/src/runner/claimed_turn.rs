@@ -46,9 +46,9 @@ impl Runner {
             serde_json::from_value(payload["toolCalls"].clone()).map_err(|e| Error::Contract(e.to_string()))?;
         // The start events go first in the journal, with the turn's own.
         let step = self.turn_step(&c, &turn, payload, calls.len()).log_before(started);
-        let (cr, this, calls) = (&c, self, &calls);
+        let (cr, this, calls, t) = (&c, self, &calls, &turn);
         let turned =
-            step.within(tx, |Scope { tx, w, .. }| Box::pin(async move { this.run_calls(tx, cr, calls, w).await }));
+            step.within(tx, |Scope { tx, w, .. }| Box::pin(async move { this.run_calls(tx, cr, calls, t, w).await }));
         // Pipelined: the prompt goes out with the turn's own writes.
         let written = match tokio::join!(turned, prompt) {
             (Ok(written), Ok(())) => written,

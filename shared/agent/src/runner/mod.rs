@@ -14,7 +14,7 @@ mod turn;
 
 use std::sync::Arc;
 
-use baton_domain::profiles::{ModelBinding, Profile};
+use baton_domain::profiles::Profile;
 use baton_domain::protocol::contract::ErrorCode;
 use baton_domain::run::journal::JournalEvent;
 use baton_domain::run::state::InvocationKind;
@@ -305,10 +305,7 @@ impl Runner {
             self.fail(c.inv, code, &message, None).await?;
             return Ok(Some(Exit::Failed(message)));
         }
-        let on_interrupt = match &c.profile.model {
-            ModelBinding::Command { on_interrupt, .. } => Some(*on_interrupt),
-            _ => None,
-        };
+        let on_interrupt = c.profile.model.on_interrupt();
         if let Some(on_interrupt) = on_interrupt {
             if let Some(exit) = self.before_external(c, on_interrupt).await? {
                 return Ok(Some(exit));
@@ -411,7 +408,8 @@ impl Runner {
         step.run(|Scope { tx, w, .. }| {
             Box::pin(async move {
                 test_pause_in_step().await;
-                self.run_calls(tx, c, calls, w).await
+                store_coding(tx, turn).await?;
+                self.run_calls(tx, c, calls, turn, w).await
             })
         })
         .await
@@ -424,6 +422,7 @@ impl Runner {
         tx: &Transaction<'_>,
         c: &Claimed<'_>,
         calls: &[ToolCall],
+        turn: &ModelTurn,
         w: &mut Written,
     ) -> Result<(), Error> {
         for call in calls {
@@ -433,7 +432,7 @@ impl Runner {
                 break;
             }
         }
-        w.budget = budget::record(tx, c.inv.id, &w.steps, 1).await?;
+        w.budget = budget::record(tx, c.inv.id, &w.steps, model_calls(turn)).await?;
         Ok(())
     }
 
@@ -457,7 +456,8 @@ impl Runner {
                     w.exit = Some(Exit::Failed(message.into()));
                 }
                 events::append(tx, c.inv.run_id, &evs).await?;
-                w.budget = budget::record(tx, c.inv.id, &w.steps, 1).await?;
+                store_coding(tx, turn).await?;
+                w.budget = budget::record(tx, c.inv.id, &w.steps, model_calls(turn)).await?;
                 Ok(())
             })
         })
@@ -499,6 +499,23 @@ impl Runner {
             other => other.map(drop),
         }
     }
+}
+
+/// The model calls a stored turn counts against the run's budget.
+fn model_calls(turn: &ModelTurn) -> i32 {
+    turn.model_calls.map_or(1, |n| n as i32)
+}
+
+/// What a coding agent changed, and the session it leaves, in the turn's transaction.
+async fn store_coding(tx: &Transaction<'_>, turn: &ModelTurn) -> Result<(), Error> {
+    let Some(outcome) = &turn.coding else { return Ok(()) };
+    if let Some(changes) = &outcome.changes {
+        baton_store::coding::put_changes(tx, changes).await?;
+    }
+    if let Some((key, session)) = &outcome.session {
+        baton_store::coding::put_session(tx, key, session).await?;
+    }
+    Ok(())
 }
 
 /// A model call, its duration, outcome and tokens recorded.

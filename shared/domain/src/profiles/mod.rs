@@ -4,8 +4,10 @@
 //!
 //! - [`prompt`]: the default system prompt.
 //! - [`brief`]: the markdown briefs agents read first.
+//! - [`coding`]: the coding-agent CLIs (Codex, Claude Code, Qwen Code, Gemini CLI).
 
 pub mod brief;
+pub mod coding;
 pub mod prompt;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,6 +44,9 @@ pub struct ProfilesFile {
     /// Fleet-wide limits on model calls, per endpoint and key.
     #[serde(default)]
     pub limits: Vec<crate::policy::limits::ModelLimit>,
+    /// The repositories coding agents work on, by `projectId`.
+    #[serde(default)]
+    pub projects: Vec<crate::projects::Project>,
 }
 
 /// A named instruction pack, included in the prompt of every profile that
@@ -125,6 +130,18 @@ pub enum ModelBinding {
         #[serde(default, skip_serializing_if = "crate::policy::sandbox::OnInterrupt::is_default")]
         on_interrupt: crate::policy::sandbox::OnInterrupt,
     },
+    /// OpenAI's Codex CLI, on the request's project (CONTRACT §7).
+    #[serde(rename = "codex")]
+    Codex(coding::CodingBinding),
+    /// Anthropic's Claude Code.
+    #[serde(rename = "claude_code")]
+    ClaudeCode(coding::CodingBinding),
+    /// Qwen Code.
+    #[serde(rename = "qwen_code")]
+    QwenCode(coding::CodingBinding),
+    /// Google's Gemini CLI.
+    #[serde(rename = "gemini_cli")]
+    GeminiCli(coding::CodingBinding),
 }
 
 /// One scripted model turn: one tool call, or plain text when `tool` is absent.
@@ -206,6 +223,7 @@ impl ModelBinding {
             }
             ModelBinding::Command { command, .. } if command.is_empty() => vec!["command"],
             ModelBinding::Command { .. } => vec![],
+            _ => self.coding().map(|(_, b)| b.missing_configuration()).unwrap_or_default(),
         }
     }
 
@@ -222,7 +240,12 @@ impl ModelBinding {
             ModelBinding::Openai { base_url: Some(base_url), api_key_env, .. } => {
                 Some(crate::policy::limits::Target { base_url, api_key_env: api_key_env.as_deref() })
             }
-            _ => None,
+            _ => match self.coding() {
+                Some((_, coding::CodingBinding { base_url: Some(base_url), api_key_env, .. })) => {
+                    Some(crate::policy::limits::Target { base_url, api_key_env: api_key_env.as_deref() })
+                }
+                _ => None,
+            },
         }
     }
 
@@ -231,12 +254,33 @@ impl ModelBinding {
             ModelBinding::Scripted { .. } => "scripted",
             ModelBinding::Openai { .. } => "openai",
             ModelBinding::Command { .. } => "command",
+            _ => self.coding().map_or("command", |(cli, _)| cli.as_str()),
+        }
+    }
+
+    /// The CLI and its settings, when a coding agent drives the profile.
+    pub fn coding(&self) -> Option<(coding::CodingCli, &coding::CodingBinding)> {
+        use coding::CodingCli;
+        match self {
+            ModelBinding::Codex(b) => Some((CodingCli::Codex, b)),
+            ModelBinding::ClaudeCode(b) => Some((CodingCli::ClaudeCode, b)),
+            ModelBinding::QwenCode(b) => Some((CodingCli::QwenCode, b)),
+            ModelBinding::GeminiCli(b) => Some((CodingCli::GeminiCli, b)),
+            _ => None,
+        }
+    }
+
+    /// What an interrupted run of an external agent (a command or a CLI) becomes.
+    pub fn on_interrupt(&self) -> Option<crate::policy::sandbox::OnInterrupt> {
+        match self {
+            ModelBinding::Command { on_interrupt, .. } => Some(*on_interrupt),
+            _ => self.coding().map(|(_, b)| b.on_interrupt),
         }
     }
 }
 
 /// Providers this build of the fleet can run.
-pub const RUNNABLE_PROVIDERS: &[&str] = &["scripted", "openai", "command"];
+pub const RUNNABLE_PROVIDERS: &[&str] = &["scripted", "openai", "command", "codex", "claude_code", "qwen_code", "gemini_cli"];
 
 impl Profile {
     /// Complete and runnable here: only such a profile can receive work.
@@ -293,6 +337,12 @@ impl ProfilesFile {
                     problems.push(format!("profile `{}`: max_output_bytes must be above 0", p.id));
                 }
             }
+            if let Some((_, coding)) = p.model.coding() {
+                problems.extend(coding.problems().into_iter().map(|e| format!("profile `{}`: {e}", p.id)));
+                if let Some(project) = coding.project.as_deref().filter(|id| !self.projects.iter().any(|p| p.id == *id)) {
+                    problems.push(format!("profile `{}` names unknown project `{project}`", p.id));
+                }
+            }
             for t in &p.tools {
                 if ToolName::parse(t).is_none() {
                     problems.push(format!("profile `{}` lists unknown tool `{t}`", p.id));
@@ -311,6 +361,13 @@ impl ProfilesFile {
         for (target, profile) in &self.routes {
             if !seen.contains(profile.as_str()) {
                 problems.push(format!("route `{target}` names unknown profile `{profile}`"));
+            }
+        }
+        let mut projects = BTreeSet::new();
+        for project in &self.projects {
+            problems.extend(project.problems());
+            if !projects.insert(project.id.as_str()) {
+                problems.push(format!("project `{}` is defined twice", project.id));
             }
         }
         problems.extend(self.budgets.problems(&self.routes));

@@ -78,6 +78,30 @@ pub struct ReplyResult {
     pub final_text: String,
     /// The agents that held the work, in order (`manual` handoffs list none).
     pub agents: Vec<String>,
+    /// What a coding agent changed in the request's project (CONTRACT §7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub changes: Option<ReplyChanges>,
+}
+
+/// What a coding agent changed: the diff of its checkout (CONTRACT §7).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, TS)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplyChanges {
+    /// The request's `projectId`.
+    pub project: String,
+    /// Paths changed, relative to the project.
+    pub files: Vec<String>,
+    pub insertions: u64,
+    pub deletions: u64,
+    /// Where they were pushed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub branch: Option<String>,
+    /// The pushed commit's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub commit: Option<String>,
 }
 
 /// Why a handoff failed: a code for the bridge, a message for people.
@@ -131,6 +155,8 @@ pub struct ReplyInput<'a> {
     pub outcome: Outcome,
     pub run_id: Option<String>,
     pub agents: Vec<String>,
+    /// What a coding agent changed, when one ran.
+    pub changes: Option<ReplyChanges>,
     pub at: String,
 }
 
@@ -146,7 +172,15 @@ pub fn reply_message(input: &ReplyInput<'_>) -> BridgeReply {
     let (result, error) = match &input.outcome {
         Outcome::Completed { final_text } => {
             let run_id = input.run_id.clone().unwrap_or_default();
-            (Some(ReplyResult { run_id, final_text: final_text.clone(), agents: input.agents.clone() }), None)
+            {
+            let result = ReplyResult {
+                run_id,
+                final_text: final_text.clone(),
+                agents: input.agents.clone(),
+                changes: input.changes.clone(),
+            };
+            (Some(result), None)
+        }
         }
         Outcome::Failed { code, message } => (None, Some(ReplyError { code: *code, message: message.clone() })),
         _ => (None, None),
@@ -178,6 +212,7 @@ mod tests {
             outcome,
             run_id: Some("r1".into()),
             agents: vec!["writer".into(), "editor".into()],
+            changes: None,
             at: "2026-11-30T00:00:00Z".into(),
         }
     }

@@ -105,6 +105,21 @@ wire_enum! {
         ModelCallWaiting => "model_call_waiting",
         /// A model call that waited under a limit may go: how long it waited (`waitedMs`).
         ModelCallThrottled => "model_call_throttled",
+        /// A coding agent (CONTRACT §7) starts: the CLI, its project and
+        /// checkout base, whether it resumes a session, and its permissions
+        /// (what was enforced, what could not be).
+        CodingAgentStarted => "coding_agent_started",
+        /// A coding agent ran a shell command: the command, its exit code, the end of its output.
+        CodingAgentCommand => "coding_agent_command",
+        /// A coding agent created or edited a file: its path in the project.
+        CodingAgentFileEdited => "coding_agent_file_edited",
+        /// A coding agent's model call went through its gateway: path, status, tokens, duration.
+        CodingModelCall => "coding_agent_model_call",
+        /// A conversation's session could not be resumed; the agent starts a new one (why).
+        CodingSessionRestarted => "coding_agent_session_restarted",
+        /// A coding agent ended: its CLI's session id, the files it changed, the branch and commit
+        /// pushed (or why the push failed), the model calls and tokens it spent.
+        CodingAgentFinished => "coding_agent_finished",
     }
 }
 

@@ -1,5 +1,5 @@
 //! Fleet-wide settings that operators load with the profiles file: its
-//! `[disclosure]`, `[budgets]`, `[conversations]` and `[callbacks]` sections,
+//! `[disclosure]`, `[budgets]`, `[conversations]` and `[callbacks]` sections and `[[projects]]`,
 //! one row each in `fleet_settings`. The folders that act on a section read
 //! it from here, so the profiles file's loader depends on none of them.
 
@@ -17,6 +17,7 @@ pub(crate) const DISCLOSURE: &str = "disclosure";
 pub(crate) const BUDGETS: &str = "budgets";
 pub(crate) const CONVERSATIONS: &str = "conversations";
 const CALLBACKS: &str = "callbacks";
+pub(crate) const PROJECTS: &str = "projects";
 
 pub async fn put(c: &impl GenericClient, key: &str, value: &Value) -> Result<()> {
     sql::execute(
@@ -38,7 +39,8 @@ pub(crate) async fn put_sections(c: &impl GenericClient, file: &ProfilesFile) ->
     put(c, DISCLOSURE, &serde_json::to_value(&file.disclosure)?).await?;
     put(c, BUDGETS, &serde_json::to_value(&file.budgets)?).await?;
     put(c, CONVERSATIONS, &serde_json::to_value(&file.conversations)?).await?;
-    put(c, CALLBACKS, &serde_json::to_value(&file.callbacks)?).await
+    put(c, CALLBACKS, &serde_json::to_value(&file.callbacks)?).await?;
+    put(c, PROJECTS, &serde_json::to_value(&file.projects)?).await
 }
 
 /// The `[budgets]` section (empty when none was loaded).

@@ -163,6 +163,7 @@ pub async fn prune(c: &impl GenericClient, older_than: Duration, limit: i64) -> 
         "DELETE FROM workspace_reads WHERE invocation_id IN (SELECT id FROM invocations WHERE run_id = ANY($1))",
         "DELETE FROM workspace_files WHERE run_id = ANY($1)",
         "DELETE FROM commits WHERE run_id = ANY($1)",
+        "DELETE FROM coding_changes WHERE run_id = ANY($1)",
         "UPDATE invocations SET incoming_task_id = NULL WHERE run_id = ANY($1)",
         "DELETE FROM tasks WHERE run_id = ANY($1)",
         "DELETE FROM invocations WHERE run_id = ANY($1)",

@@ -164,6 +164,7 @@ fn no_run_reply(stored: &Request, outcome: Outcome) -> ReplyInput<'_> {
         outcome,
         run_id: None,
         agents: vec![],
+        changes: None,
         at: bridge::timestamp(),
     }
 }

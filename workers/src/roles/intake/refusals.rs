@@ -88,6 +88,7 @@ pub(super) async fn answer_and_dead_letter(
             outcome: Outcome::Failed { code: ErrorCode::InvalidRequest, message: reason.clone() },
             run_id: None,
             agents: vec![],
+            changes: None,
             at: bridge::timestamp(),
         };
         let reply = wire::reply(&input);

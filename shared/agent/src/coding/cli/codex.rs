@@ -1,0 +1,216 @@
+//! Codex: `codex exec --json`, the prompt on stdin, a model provider of
+//! Baton's own given entirely as `-c` flags (the gateway, Responses over
+//! SSE, the token in a variable), its remote features off. Its home is
+//! `CODEX_HOME` inside the box's HOME; sessions live under it.
+
+use baton_domain::policy::permissions::Action;
+use serde_json::Value;
+
+use super::{relative, tail, Cli, Launch, Parser, Progress, Report, Setup, OUTPUT_TAIL};
+
+pub struct Codex;
+
+/// The variable holding the gateway's token for it.
+const TOKEN_VAR: &str = "BATON_MODEL_TOKEN";
+
+impl Cli for Codex {
+    fn launch(&self, s: &Setup<'_>) -> Launch {
+        let home = s.home.to_string_lossy();
+        let codex_home = format!("{home}/.codex");
+        let toml = |v: &str| Value::String(v.to_string()).to_string();
+        let idle_ms = super::claude::request_timeout_ms(s.timeout);
+        let mut args: Vec<String> = vec!["exec".into()];
+        if let Some(thread) = s.resume {
+            args.extend(["resume".into(), thread.to_string()]);
+        }
+        args.extend(["--json".into(), "--skip-git-repo-check".into()]);
+        // `resume` takes no --sandbox; its config key says the same.
+        let sandbox = if s.permissions.denies(Action::Edit) { "read-only" } else { "workspace-write" };
+        let mut config = vec![
+            format!("sandbox_mode={}", toml(sandbox)),
+            "model_provider=\"baton\"".to_string(),
+            format!("model={}", toml(s.model)),
+            "model_providers.baton.name=\"Baton gateway\"".to_string(),
+            format!("model_providers.baton.base_url={}", toml(s.base_url)),
+            "model_providers.baton.wire_api=\"responses\"".to_string(),
+            format!("model_providers.baton.env_key={}", toml(TOKEN_VAR)),
+            // A dead endpoint fails the run instead of waiting for ever.
+            "model_providers.baton.request_max_retries=1".to_string(),
+            "model_providers.baton.stream_max_retries=1".to_string(),
+            format!("model_providers.baton.stream_idle_timeout_ms={idle_ms}"),
+            "approval_policy=\"never\"".to_string(),
+            "check_for_update_on_startup=false".to_string(),
+            "analytics.enabled=false".to_string(),
+            "feedback.enabled=false".to_string(),
+            "otel.exporter=\"none\"".to_string(),
+            "history.persistence=\"save-all\"".to_string(),
+            "sandbox_workspace_write.network_access=false".to_string(),
+        ];
+        if s.permissions.denies(Action::Web) {
+            config.push("tools.web_search=false".to_string());
+        }
+        if !s.system_prompt.trim().is_empty() {
+            config.push(format!("developer_instructions={}", toml(s.system_prompt)));
+        }
+        for c in config {
+            args.extend(["-c".into(), c]);
+        }
+        for feature in ["plugins", "remote_plugin", "apps"] {
+            args.extend(["--disable".into(), feature.into()]);
+        }
+        args.push("-".into());
+        let mut files = vec![];
+        let denied = s.permissions.denied_commands();
+        let shell = s.permissions.denies(Action::Shell);
+        if shell || !denied.is_empty() {
+            files.push((s.home.join(".codex/rules/baton.rules"), rules(shell, &denied)));
+        }
+        Launch {
+            args,
+            env: [("CODEX_HOME".to_string(), codex_home), (TOKEN_VAR.to_string(), s.token.to_string())]
+                .into_iter()
+                .collect(),
+            stdin: Some(s.brief.to_string()),
+            files,
+        }
+    }
+
+    fn parser(&self, work: &std::path::Path) -> Box<dyn Parser> {
+        Box::new(CodexParser { work: work.to_path_buf(), ..Default::default() })
+    }
+}
+
+/// Its exec policy (Starlark `prefix_rule`s): what the request forbids is
+/// refused before it runs.
+fn rules(shell: bool, commands: &[&str]) -> String {
+    let mut text = String::from("# Written by Baton for one invocation: the request's forbidden actions.\n");
+    let mut prefixes: Vec<Vec<&str>> = commands.iter().map(|c| c.split_whitespace().collect()).collect();
+    if shell {
+        prefixes.extend([vec!["bash"], vec!["sh"], vec!["/bin/bash"], vec!["/bin/sh"]]);
+    }
+    for words in prefixes {
+        let pattern: Vec<String> = words.iter().map(|w| Value::String(w.to_string()).to_string()).collect();
+        text.push_str(&format!(
+            "prefix_rule(pattern = [{}], decision = \"forbidden\", justification = \"the request forbids it\")\n",
+            pattern.join(", ")
+        ));
+    }
+    text
+}
+
+#[derive(Default)]
+struct CodexParser {
+    report: Report,
+    /// The messages it wrote, last one the result.
+    last_message: Option<String>,
+    /// An `error` event's message, the failure when no turn completes.
+    last_error: Option<String>,
+    work: std::path::PathBuf,
+}
+
+impl Parser for CodexParser {
+    fn line(&mut self, v: &Value) -> Vec<Progress> {
+        let mut progress = vec![];
+        match v["type"].as_str() {
+            Some("thread.started") => self.report.session_id = v["thread_id"].as_str().map(str::to_string),
+            Some("item.completed") => {
+                let item = &v["item"];
+                match item["type"].as_str() {
+                    Some("agent_message") => self.last_message = item["text"].as_str().map(str::to_string),
+                    Some("command_execution") => progress.push(Progress::Command {
+                        command: unwrap_shell(item["command"].as_str().unwrap_or("")),
+                        exit_code: item["exit_code"].as_i64(),
+                        output: tail(item["aggregated_output"].as_str().unwrap_or(""), OUTPUT_TAIL),
+                    }),
+                    Some("file_change") => {
+                        for change in item["changes"].as_array().into_iter().flatten() {
+                            let path = change["path"].as_str().unwrap_or("");
+                            progress.push(Progress::FileEdited { path: relative(&self.work, path) });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Some("turn.completed") => {
+                let usage = &v["usage"];
+                let n = |k: &str| usage[k].as_i64().unwrap_or(0);
+                // Cumulative over a resumed thread: for the journal only.
+                self.report.reported_tokens = Some(n("input_tokens") + n("output_tokens"));
+                self.report.result = self.last_message.clone();
+            }
+            Some("turn.failed") => {
+                self.report.error = Some(v["error"]["message"].as_str().unwrap_or("the turn failed").to_string());
+            }
+            // A stream error it retries, or a note about model metadata: a
+            // failure only when no turn completes (`turn.failed` then says so).
+            Some("error") => {
+                if self.report.error.is_none() && self.report.result.is_none() {
+                    self.last_error = v["message"].as_str().map(str::to_string);
+                }
+            }
+            _ => {}
+        }
+        progress
+    }
+
+    fn finish(mut self: Box<Self>) -> Report {
+        if self.report.result.is_none() && self.report.error.is_none() {
+            self.report.error = self.last_error.take();
+        }
+        self.report
+    }
+}
+
+/// `/bin/bash -lc 'echo hi'` as the command it runs: `echo hi`.
+fn unwrap_shell(command: &str) -> String {
+    for prefix in ["/bin/bash -lc ", "bash -lc ", "/bin/sh -c ", "sh -c "] {
+        if let Some(rest) = command.strip_prefix(prefix) {
+            let rest = rest.trim();
+            if let Some(inner) = rest.strip_prefix('\'').and_then(|r| r.strip_suffix('\'')) {
+                return inner.replace("'\\''", "'");
+            }
+            return rest.to_string();
+        }
+    }
+    command.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{read, setup};
+    use super::*;
+    use baton_domain::policy::permissions::Permissions;
+
+    const SAMPLE: &str = include_str!("samples/codex-ok.jsonl");
+
+    #[test]
+    fn a_run_reads_as_its_thread_edits_commands_and_result() {
+        let (progress, report) = read(&Codex, SAMPLE);
+        assert!(report.session_id.is_some());
+        assert_eq!(report.result.as_deref(), Some("Done: wrote hello.txt."));
+        assert!(progress.iter().any(|p| matches!(p, Progress::FileEdited { path } if path.ends_with("hello.txt"))));
+        assert!(progress.contains(&Progress::Command { command: "echo hi".into(), exit_code: Some(0), output: "hi\n".into() }), "{progress:?}");
+    }
+
+    #[test]
+    fn a_failed_turn_is_the_error_and_a_metadata_warning_is_not() {
+        let lines = "{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n{\"type\":\"error\",\"message\":\"Model metadata for `m` not found\"}\n{\"type\":\"item.completed\",\"item\":{\"type\":\"agent_message\",\"text\":\"ok\"}}\n{\"type\":\"turn.completed\",\"usage\":{}}";
+        let (_, report) = read(&Codex, lines);
+        assert_eq!((report.result.as_deref(), report.error.as_deref()), (Some("ok"), None));
+        let failed = "{\"type\":\"error\",\"message\":\"stream disconnected\"}\n{\"type\":\"turn.failed\",\"error\":{\"message\":\"stream disconnected before completion\"}}";
+        let (_, report) = read(&Codex, failed);
+        assert_eq!(report.error.as_deref(), Some("stream disconnected before completion"));
+    }
+
+    #[test]
+    fn the_provider_is_the_gateway_and_forbidden_commands_are_rules() {
+        let p = Permissions::from_constraints(&["git push".into()], &[]);
+        let launch = Codex.launch(&setup(&p, Some("thread-1")));
+        let args = launch.args.join(" ");
+        assert!(args.starts_with("exec resume thread-1 --json"), "{args}");
+        assert!(args.contains("model_providers.baton.base_url=\"http://127.0.0.1:9\""), "{args}");
+        assert_eq!(launch.env[TOKEN_VAR], "baton-token");
+        let (_, rules) = &launch.files[0];
+        assert!(rules.contains("prefix_rule(pattern = [\"git\", \"push\"], decision = \"forbidden\""), "{rules}");
+    }
+}
