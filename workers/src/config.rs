@@ -84,6 +84,10 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// Where each external agent gets its own working directory.
     pub agent_work_dir: std::path::PathBuf,
+    /// The box's outer layers for external agents: the user they run as
+    /// (`BATON_AGENT_USER`; `nobody` when the worker is root) and bubblewrap
+    /// (`BATON_AGENT_BWRAP`: `auto`, `off` or a path).
+    pub agent_jail: baton_agent::jail::Jail,
     /// Where the `admin` role serves the operator's console.
     pub admin_addr: std::net::SocketAddr,
     /// The console's token (bearer or login cookie); required off loopback.
@@ -284,6 +288,14 @@ impl Settings {
             agent_work_dir: r
                 .raw("BATON_AGENT_WORK_DIR")
                 .map_or_else(|| std::env::temp_dir().join("baton-agents"), Into::into),
+            agent_jail: baton_agent::jail::Jail::from_settings(
+                r.raw("BATON_AGENT_USER").as_deref(),
+                r.raw("BATON_AGENT_BWRAP").as_deref(),
+            )
+            .unwrap_or_else(|why| {
+                r.problems.push(why);
+                Default::default()
+            }),
             admin_addr: r.socket_addr("BATON_ADMIN_ADDR", "127.0.0.1:8080"),
             admin_token: r.raw("BATON_ADMIN_TOKEN").map(|t| Secret::new(t.trim())),
             metrics_addr: r.socket_addr("BATON_METRICS_ADDR", "127.0.0.1:9464"),
@@ -380,6 +392,7 @@ impl fmt::Debug for Settings {
             .field("db_session", &self.db_session)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("agent_work_dir", &self.agent_work_dir)
+            .field("agent_jail", &self.agent_jail)
             .field("admin_addr", &self.admin_addr)
             .field("admin_token", &self.admin_token)
             .field("metrics_addr", &self.metrics_addr)

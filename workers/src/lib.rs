@@ -13,7 +13,8 @@
 //! - [`timeline`]: a run's journal as a readable table.
 //! - [`console`]: the operator's web console (the `admin` role).
 //! - [`contract`]: `baton contract`, the bridge's JSON Schemas and TypeScript types generated from the domain's.
-//! - [`demo`]: the end-to-end demo (`--ask`: an agent asks, the demo answers).
+//! - [`demo`]: the end-to-end demo (`--ask`: an agent asks, the demo answers; `--target codex` …: a real coding CLI).
+//! - [`model_server`]: a scripted model server speaking each coding CLI's wire API (the demo's and the tests').
 
 pub mod answering;
 pub mod config;
@@ -23,6 +24,7 @@ pub mod demo;
 pub mod fleet;
 pub mod health;
 pub mod metrics;
+pub mod model_server;
 pub mod operator;
 pub mod roles;
 pub mod startup;

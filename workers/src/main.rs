@@ -292,6 +292,11 @@ async fn up(settings: &Settings, role: Vec<Role>) -> anyhow::Result<()> {
         baton::console::check_bind(settings)?;
     }
     let roles = if role.is_empty() { Role::UP.to_vec() } else { role };
+    // No process of the worker's user (an agent, say) may read its memory or environment.
+    baton_agent::jail::harden_worker();
+    if roles.contains(&Role::Invocation) {
+        tracing::info!(work_dir = %settings.agent_work_dir.display(), "{}", settings.agent_jail.describe());
+    }
     // Served from the start: alive (and not ready) while the schema check waits.
     let listener = tokio_util::sync::CancellationToken::new();
     if let Err(e) = baton::health::start(settings, &roles, listener.clone()).await {

@@ -60,11 +60,12 @@ impl Opening {
     }
 }
 
-/// The tools a profile's agent may call. An external command agent's
-/// result is recorded through the workspace tools, whatever its profile lists.
+/// The tools a profile's agent may call. An external agent's (a command's,
+/// a coding CLI's) result is recorded through the workspace tools, whatever
+/// its profile lists.
 pub(crate) fn tool_names(profile: &Profile) -> Vec<ToolName> {
-    match profile.model {
-        baton_domain::profiles::ModelBinding::Command { .. } => {
+    match profile.model.on_interrupt() {
+        Some(_) => {
             vec![
                 ToolName::WorkspaceRead,
                 ToolName::WorkspaceWrite,

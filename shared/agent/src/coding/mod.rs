@@ -119,7 +119,8 @@ impl Provider for CodingAgent {
             return Err(ProviderError::Failed("the coding agent's result could not be recorded".into()));
         }
         let context = self.context(request, binding).await?;
-        let dirs = Dirs::create(&self.work_root).map_err(|e| failed(format!("preparing the agent's directories: {e}")))?;
+        let dirs = Dirs::create(&self.work_root, context.session_key().as_ref())
+            .map_err(|e| failed(format!("preparing the agent's directories: {e}")))?;
         let outcome = self.run(request, cli, binding, &context, &dirs).await;
         dirs.remove();
         outcome
@@ -128,8 +129,15 @@ impl Provider for CodingAgent {
 
 /// One invocation's directories: the checkout, HOME and `/tmp` the agent
 /// writes, and a scratch place only the worker uses.
+///
+/// A run that may continue a session gets the same path each time (named
+/// after the session's key), because some CLIs find a session by its
+/// working directory; a lock keeps two invocations of one key (a rare
+/// overlap) apart, the second taking a path of its own.
 struct Dirs {
     root: PathBuf,
+    /// Held while the directories are in use.
+    _lock: Option<std::fs::File>,
     work: PathBuf,
     home: PathBuf,
     tmp: PathBuf,
@@ -137,9 +145,18 @@ struct Dirs {
 }
 
 impl Dirs {
-    fn create(work_root: &Path) -> std::io::Result<Dirs> {
+    fn create(work_root: &Path, key: Option<&SessionKey>) -> std::io::Result<Dirs> {
         use std::os::unix::fs::PermissionsExt;
-        let root = work_root.join("agents").join(uuid::Uuid::new_v4().simple().to_string());
+        let agents = work_root.join("agents");
+        std::fs::create_dir_all(&agents)?;
+        let (root, lock) = match key.and_then(|key| Self::claim(&agents, key)) {
+            Some((root, lock)) => (root, Some(lock)),
+            None => (agents.join(uuid::Uuid::new_v4().simple().to_string()), None),
+        };
+        if root.exists() {
+            // Left by an invocation that died; its lock is free, so nothing uses it.
+            std::fs::remove_dir_all(&root)?;
+        }
         std::fs::create_dir_all(&root)?;
         // Passable, not listable, by the agent's user; the rest is its own.
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))?;
@@ -149,12 +166,22 @@ impl Dirs {
             tmp: root.join("tmp"),
             scratch: root.join("scratch"),
             root,
+            _lock: lock,
         };
         for dir in [&dirs.home, &dirs.tmp, &dirs.scratch] {
             std::fs::create_dir_all(dir)?;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         }
         Ok(dirs)
+    }
+
+    /// The session's own path and its lock, unless another invocation holds it.
+    fn claim(agents: &Path, key: &SessionKey) -> Option<(PathBuf, std::fs::File)> {
+        let name = format!("{}\u{0}{}\u{0}{}", key.conversation, key.target_agent, key.project);
+        let id = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, name.as_bytes()).simple().to_string();
+        let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(agents.join(format!("{id}.lock"))).ok()?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).ok()?;
+        Some((agents.join(id), lock))
     }
 
     fn remove(&self) {
@@ -293,6 +320,7 @@ impl CodingAgent {
             resume: resume.as_deref(),
             permissions: &context.permissions,
             timeout: binding.timeout(),
+            boxed: self.jail.bwrap.is_some(),
         };
         let launch = cli::of(cli).launch(&setup);
         for (path, text) in &launch.files {

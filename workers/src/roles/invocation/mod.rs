@@ -43,7 +43,10 @@ pub struct Worker {
 impl Worker {
     pub fn new(pool: Pool, settings: Settings) -> Self {
         let limiter = Arc::new(baton_agent::limiter::Limiter::new(pool.clone()));
-        let providers = BuiltinProviders::with_work_root(settings.agent_work_dir.clone()).with_limiter(limiter);
+        let providers = BuiltinProviders::with_work_root(settings.agent_work_dir.clone())
+            .with_limiter(limiter)
+            .with_pool(pool.clone())
+            .with_jail(settings.agent_jail.clone());
         let runner = Runner::new(pool.clone(), Arc::new(providers), LoopCaps::default())
             .with_persist_patience(settings.persist_patience);
         let session = settings.db_session_of("invocation-leases");

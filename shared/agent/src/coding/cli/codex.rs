@@ -15,61 +15,36 @@ const TOKEN_VAR: &str = "BATON_MODEL_TOKEN";
 
 impl Cli for Codex {
     fn launch(&self, s: &Setup<'_>) -> Launch {
-        let home = s.home.to_string_lossy();
-        let codex_home = format!("{home}/.codex");
-        let toml = |v: &str| Value::String(v.to_string()).to_string();
-        let idle_ms = super::claude::request_timeout_ms(s.timeout);
-        let mut args: Vec<String> = vec!["exec".into()];
+        let codex_home = s.home.join(".codex");
+        // Inside Baton's own bubblewrap its sandbox cannot nest; the box is the sandbox then.
+        let sandbox = match (s.permissions.denies(Action::Edit), s.boxed) {
+            (true, _) => "read-only",
+            (false, true) => "danger-full-access",
+            (false, false) => "workspace-write",
+        };
+        let mut args: Vec<String> =
+            ["exec", "--json", "--skip-git-repo-check", "--color", "never", "--sandbox", sandbox].map(String::from).to_vec();
+        if s.permissions.denies(Action::Shell) {
+            args.extend(["--disable".into(), "shell_tool".into()]);
+        }
         if let Some(thread) = s.resume {
             args.extend(["resume".into(), thread.to_string()]);
         }
-        args.extend(["--json".into(), "--skip-git-repo-check".into()]);
-        // `resume` takes no --sandbox; its config key says the same.
-        let sandbox = if s.permissions.denies(Action::Edit) { "read-only" } else { "workspace-write" };
-        let mut config = vec![
-            format!("sandbox_mode={}", toml(sandbox)),
-            "model_provider=\"baton\"".to_string(),
-            format!("model={}", toml(s.model)),
-            "model_providers.baton.name=\"Baton gateway\"".to_string(),
-            format!("model_providers.baton.base_url={}", toml(s.base_url)),
-            "model_providers.baton.wire_api=\"responses\"".to_string(),
-            format!("model_providers.baton.env_key={}", toml(TOKEN_VAR)),
-            // A dead endpoint fails the run instead of waiting for ever.
-            "model_providers.baton.request_max_retries=1".to_string(),
-            "model_providers.baton.stream_max_retries=1".to_string(),
-            format!("model_providers.baton.stream_idle_timeout_ms={idle_ms}"),
-            "approval_policy=\"never\"".to_string(),
-            "check_for_update_on_startup=false".to_string(),
-            "analytics.enabled=false".to_string(),
-            "feedback.enabled=false".to_string(),
-            "otel.exporter=\"none\"".to_string(),
-            "history.persistence=\"save-all\"".to_string(),
-            "sandbox_workspace_write.network_access=false".to_string(),
-        ];
-        if s.permissions.denies(Action::Web) {
-            config.push("tools.web_search=false".to_string());
-        }
-        if !s.system_prompt.trim().is_empty() {
-            config.push(format!("developer_instructions={}", toml(s.system_prompt)));
-        }
-        for c in config {
-            args.extend(["-c".into(), c]);
-        }
-        for feature in ["plugins", "remote_plugin", "apps"] {
-            args.extend(["--disable".into(), feature.into()]);
-        }
         args.push("-".into());
-        let mut files = vec![];
+        let mut files = vec![(codex_home.join("config.toml"), config(s))];
         let denied = s.permissions.denied_commands();
-        let shell = s.permissions.denies(Action::Shell);
-        if shell || !denied.is_empty() {
-            files.push((s.home.join(".codex/rules/baton.rules"), rules(shell, &denied)));
+        if !denied.is_empty() {
+            files.push((codex_home.join("rules/baton.rules"), rules(&denied)));
         }
         Launch {
             args,
-            env: [("CODEX_HOME".to_string(), codex_home), (TOKEN_VAR.to_string(), s.token.to_string())]
-                .into_iter()
-                .collect(),
+            env: [
+                ("CODEX_HOME".to_string(), codex_home.to_string_lossy().into_owned()),
+                (TOKEN_VAR.to_string(), s.token.to_string()),
+                ("NO_COLOR".to_string(), "1".to_string()),
+            ]
+            .into_iter()
+            .collect(),
             stdin: Some(s.brief.to_string()),
             files,
         }
@@ -80,15 +55,41 @@ impl Cli for Codex {
     }
 }
 
+/// Its `config.toml` for one run: Baton's gateway as the only provider,
+/// every remote feature off, retries bounded so a dead endpoint fails fast.
+fn config(s: &Setup<'_>) -> String {
+    let q = |v: &str| Value::String(v.to_string()).to_string();
+    let idle_ms = super::claude::request_timeout_ms(s.timeout);
+    let mut text = format!(
+        "# Written by Baton for one invocation.\nmodel = {model}\nmodel_provider = \"baton\"\napproval_policy = \"never\"\n\
+         check_for_update_on_startup = false\n",
+        model = q(s.model),
+    );
+    if !s.system_prompt.trim().is_empty() {
+        text.push_str(&format!("developer_instructions = {}\n", q(s.system_prompt)));
+    }
+    text.push_str(&format!(
+        "\n[analytics]\nenabled = false\n[feedback]\nenabled = false\n[history]\npersistence = \"none\"\n\
+         [otel]\nexporter = \"none\"\nmetrics_exporter = \"none\"\ntrace_exporter = \"none\"\n\n\
+         [features]\nplugins = false\nremote_plugin = false\napps = false\nunbounded_connection_retries = false\n\n\
+         # The model's commands never see the gateway's token.\n[shell_environment_policy]\nexclude = [\"BATON_*\"]\n\n\
+         [skills]\ninclude_instructions = false\n[skills.bundled]\nenabled = false\n\n\
+         [model_providers.baton]\nname = \"baton\"\nbase_url = {base_url}\nwire_api = \"responses\"\nenv_key = {key}\n\
+         request_max_retries = 1\nstream_max_retries = 1\nstream_idle_timeout_ms = {idle_ms}\n",
+        base_url = q(s.base_url),
+        key = q(TOKEN_VAR),
+    ));
+    if s.permissions.denies(Action::Web) {
+        text.push_str("\n[tools]\nweb_search = false\n");
+    }
+    text
+}
+
 /// Its exec policy (Starlark `prefix_rule`s): what the request forbids is
 /// refused before it runs.
-fn rules(shell: bool, commands: &[&str]) -> String {
+fn rules(commands: &[&str]) -> String {
     let mut text = String::from("# Written by Baton for one invocation: the request's forbidden actions.\n");
-    let mut prefixes: Vec<Vec<&str>> = commands.iter().map(|c| c.split_whitespace().collect()).collect();
-    if shell {
-        prefixes.extend([vec!["bash"], vec!["sh"], vec!["/bin/bash"], vec!["/bin/sh"]]);
-    }
-    for words in prefixes {
+    for words in commands.iter().map(|c| c.split_whitespace().collect::<Vec<_>>()) {
         let pattern: Vec<String> = words.iter().map(|w| Value::String(w.to_string()).to_string()).collect();
         text.push_str(&format!(
             "prefix_rule(pattern = [{}], decision = \"forbidden\", justification = \"the request forbids it\")\n",
@@ -207,10 +208,13 @@ mod tests {
         let p = Permissions::from_constraints(&["git push".into()], &[]);
         let launch = Codex.launch(&setup(&p, Some("thread-1")));
         let args = launch.args.join(" ");
-        assert!(args.starts_with("exec resume thread-1 --json"), "{args}");
-        assert!(args.contains("model_providers.baton.base_url=\"http://127.0.0.1:9\""), "{args}");
+        assert!(args.starts_with("exec --json") && args.ends_with("resume thread-1 -"), "{args}");
+        let (path, config) = &launch.files[0];
+        assert!(path.ends_with(".codex/config.toml"));
+        assert!(config.contains("base_url = \"http://127.0.0.1:9\"") && config.contains("unbounded_connection_retries = false"), "{config}");
+        toml::from_str::<toml::Value>(config).expect("valid TOML");
         assert_eq!(launch.env[TOKEN_VAR], "baton-token");
-        let (_, rules) = &launch.files[0];
+        let (_, rules) = &launch.files[1];
         assert!(rules.contains("prefix_rule(pattern = [\"git\", \"push\"], decision = \"forbidden\""), "{rules}");
     }
 }

@@ -2,13 +2,14 @@
 //! the brief on stdin. It speaks Gemini `streamGenerateContent` to
 //! `GOOGLE_GEMINI_BASE_URL` (the gateway); its settings (API-key auth,
 //! telemetry, usage statistics and updates off, one attempt per call) and
-//! sessions live under `GEMINI_CLI_HOME` in the box's HOME, and the
+//! sessions live under `GEMINI_CLI_HOME` in the box's HOME (the profile's
+//! system prompt in its user-level `GEMINI.md`), and the
 //! request's forbidden actions become a policy file of deny rules.
 
 use baton_domain::policy::permissions::Action;
 use serde_json::{json, Value};
 
-use super::{prompt_with_instructions, relative, tail, Cli, Launch, Parser, Progress, Report, Setup, OUTPUT_TAIL};
+use super::{relative, tail, Cli, Launch, Parser, Progress, Report, Setup, OUTPUT_TAIL};
 
 pub struct Gemini;
 
@@ -39,14 +40,23 @@ impl Cli for Gemini {
             ("GEMINI_CLI_HOME", home),
             ("GEMINI_API_KEY", s.token.to_string()),
             ("GOOGLE_GEMINI_BASE_URL", s.base_url.to_string()),
+            // One process (it relaunches itself otherwise, and the copy ignores SIGTERM).
             ("GEMINI_CLI_NO_RELAUNCH", "true".to_string()),
+            ("GEMINI_SANDBOX", "false".to_string()),
+            ("GEMINI_SYSTEM_MD", "false".to_string()),
+            ("GEMINI_TELEMETRY_ENABLED", "false".to_string()),
+            ("NO_COLOR", "1".to_string()),
         ];
+        let mut files = vec![(s.home.join(".gemini/settings.json"), settings().to_string()), (policy, rules(s))];
+        // Its user-level GEMINI.md is appended to its own system instruction.
+        if !s.system_prompt.trim().is_empty() {
+            files.push((s.home.join(".gemini/GEMINI.md"), s.system_prompt.to_string()));
+        }
         Launch {
             args,
             env: env.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-            // It takes no system prompt on the command line: the profile's comes first in the prompt.
-            stdin: Some(prompt_with_instructions(s)),
-            files: vec![(s.home.join(".gemini/settings.json"), settings().to_string()), (policy, rules(s))],
+            stdin: Some(s.brief.to_string()),
+            files,
         }
     }
 
@@ -60,8 +70,11 @@ fn settings() -> Value {
         "security": {"auth": {"selectedType": "gemini-api-key"}},
         "privacy": {"usageStatisticsEnabled": false},
         "telemetry": {"enabled": false},
-        "general": {"enableAutoUpdate": false, "enableAutoUpdateNotification": false, "maxAttempts": 1, "retryFetchErrors": false},
+        "ide": {"enabled": false},
+        "general": {"enableAutoUpdate": false, "enableAutoUpdateNotification": false, "maxAttempts": 1,
+                    "retryFetchErrors": false, "sessionRetention": {"enabled": false}},
         "model": {"disableLoopDetection": true},
+        "advanced": {"ignoreLocalEnv": true},
     })
 }
 
@@ -196,6 +209,6 @@ mod tests {
         let launch = Gemini.launch(&setup(&p, None));
         let (_, policy) = &launch.files[1];
         assert!(policy.contains("commandPrefix = \"git push\"") && policy.contains("decision = \"deny\""), "{policy}");
-        assert!(launch.stdin.unwrap().starts_with("Be careful."));
+        assert!(launch.files.iter().any(|(p, text)| p.ends_with(".gemini/GEMINI.md") && text == "Be careful."));
     }
 }

@@ -41,6 +41,8 @@ pub struct Setup<'a> {
     pub permissions: &'a Permissions,
     /// The profile's timeout: each model request is bounded well inside it.
     pub timeout: Duration,
+    /// Inside Baton's bubblewrap (a CLI's own sandbox may not nest in it).
+    pub boxed: bool,
 }
 
 /// How to start it.
@@ -98,15 +100,6 @@ pub fn of(cli: CodingCli) -> &'static dyn Cli {
     }
 }
 
-/// The system prompt and the brief as one prompt, for CLIs that take no
-/// separate system prompt on the command line.
-pub fn prompt_with_instructions(setup: &Setup<'_>) -> String {
-    if setup.system_prompt.trim().is_empty() {
-        return setup.brief.to_string();
-    }
-    format!("{}\n\n---\n\n{}", setup.system_prompt.trim(), setup.brief)
-}
-
 /// A path the CLI reported, relative to the checkout when it is inside it.
 pub fn relative(work: &Path, path: &str) -> String {
     Path::new(path).strip_prefix(work).map_or_else(|_| path.to_string(), |p| p.to_string_lossy().into_owned())
@@ -149,6 +142,7 @@ pub(crate) mod test_support {
             resume,
             permissions,
             timeout: Duration::from_secs(600),
+            boxed: false,
         }
     }
 }

@@ -1,6 +1,11 @@
 //! `baton demo`: migrate, load the example profiles, start every role in this
 //! process, send a WeChat-style request through `baton.bridge.requests`, and
 //! print the run's timeline and the reply the bridge received.
+//!
+//! `coding`: `--target codex` (or `claude_code`, `qwen_code`, `gemini_cli`)
+//! runs that real CLI on a throwaway project against a scripted model.
+
+mod coding;
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +20,7 @@ use crate::config::Settings;
 use crate::fleet::Fleet;
 use crate::roles::Role;
 
-const EXAMPLE_PROFILES: &str = include_str!("../../examples/profiles.toml");
+const EXAMPLE_PROFILES: &str = include_str!("../../../examples/profiles.toml");
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
@@ -28,7 +33,9 @@ pub struct DemoArgs {
     /// How long to wait for the reply, in seconds.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
-    /// The request's targetAgent (routed through the profiles file).
+    /// The request's targetAgent (routed through the profiles file); a
+    /// coding CLI's name (`codex`, `claude_code`, `qwen_code`, `gemini_cli`)
+    /// runs that CLI on a throwaway project against a scripted model.
     #[arg(long, default_value = "docs_agent")]
     pub target: String,
     /// Route the request to an agent that asks the user a question first
@@ -69,9 +76,27 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     })?;
     let applied = prepare_database(settings).await?;
     step(&format!("database migrated ({applied} new migration(s))"));
-    let text = match &args.profiles {
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
-        None => EXAMPLE_PROFILES.to_string(),
+    let coding = match coding::cli_of(&args.target).filter(|_| args.profiles.is_none()) {
+        Some(cli) => {
+            let demo = coding::CodingDemo::prepare(cli, None).await?;
+            step(&format!(
+                "{} will work on a throwaway project ({}), its model scripted at {}",
+                cli.display_name(),
+                demo.repository.display(),
+                demo.server.base_url()
+            ));
+            Some(demo)
+        }
+        None => None,
+    };
+    let mut args = args;
+    let text = match (&args.profiles, &coding) {
+        (Some(path), _) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        (None, Some(demo)) => {
+            args.target = demo.target.clone();
+            demo.profiles.clone()
+        }
+        (None, None) => EXAMPLE_PROFILES.to_string(),
     };
     let mut profiles = ProfilesFile::parse(&text)?;
     if args.ask {
@@ -86,7 +111,8 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
 
     let fleet = Fleet::start(settings, &Role::ALL);
     step("started roles: intake, invocation, relay, collector");
-    let outcome = send_and_wait(settings, &broker, &args).await;
+    let project = coding.as_ref().map(|_| coding::PROJECT);
+    let outcome = send_and_wait(settings, &broker, &args, project).await;
     fleet.stop().await;
     broker.close("demo done").await;
     let (request_id, reply) = outcome?;
@@ -97,6 +123,9 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     println!("\nTimeline of run {run_id} ({} events across agents)\n", events.len());
     print!("{}", crate::timeline::render(&events));
     print_reply(&reply);
+    if let Some(demo) = &coding {
+        print_changes(demo, &reply).await?;
+    }
     let tokens = baton_store::runs::tokens_used(&pool.get().await?, run_id).await?;
     println!("\nDone in {:.1}s ({tokens} model tokens).", started.elapsed().as_secs_f64());
     if reply["status"] != "completed" {
@@ -115,14 +144,26 @@ fn names(profiles: &ProfilesFile) -> String {
 
 /// Plays the bridge: publishes the request with `reply_to` set to its own
 /// queue and prints each status until the reply arrives.
-async fn send_and_wait(settings: &Settings, broker: &Connection, args: &DemoArgs) -> anyhow::Result<(String, Value)> {
+async fn send_and_wait(
+    settings: &Settings,
+    broker: &Connection,
+    args: &DemoArgs,
+    project: Option<&str>,
+) -> anyhow::Result<(String, Value)> {
     // Declare the fleet's queues first: on a fresh broker the roles may not
     // have yet, and a request published to a missing queue would be lost.
     broker.declare(&settings.queues()).await?;
     let mut replies = broker.subscribe_private().await?;
 
     let id = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let body = serde_json::to_vec(&sample_request_json(&id, &args.target, &args.language))?;
+    let mut request = sample_request_json(&id, &args.target, &args.language);
+    if let Some(project) = project {
+        request["projectId"] = project.into();
+        request["userIntent"] = "Add a hello.txt greeting to the site.".into();
+        // A chat of its own: each demo starts a new session on a new project.
+        request["conversationKey"] = format!("demo-chat-{id}").into();
+    }
+    let body = serde_json::to_vec(&request)?;
     let publisher = broker.publisher().await?;
     let queue = settings.queues().name(Queue::BridgeRequests);
     let out = Outgoing {
@@ -173,6 +214,28 @@ async fn answer(publisher: &baton_bus::Publisher, queue: &str, question: &Value)
         bail!("the answer was not delivered: {why}");
     }
     step(&format!("bridge answered: {text}"));
+    Ok(())
+}
+
+/// What the coding agent changed, as the reply and the repository tell it.
+async fn print_changes(demo: &coding::CodingDemo, reply: &Value) -> anyhow::Result<()> {
+    let changes = &reply["result"]["changes"];
+    if changes.is_null() {
+        return Ok(());
+    }
+    println!("\nWhat {} changed (result.changes)", demo.cli.display_name());
+    println!("{}", "-".repeat(90));
+    let files: Vec<&str> = changes["files"].as_array().map(|f| f.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    println!("project:  {}", changes["project"].as_str().unwrap_or("?"));
+    println!("files:    {} (+{} −{})", files.join(", "), changes["insertions"], changes["deletions"]);
+    println!("branch:   {}", changes["branch"].as_str().unwrap_or("-"));
+    println!("commit:   {}", changes["commit"].as_str().unwrap_or("-"));
+    if let Some(branch) = changes["branch"].as_str() {
+        println!("{}", "-".repeat(90));
+        print!("{}", demo.pushed(branch).await?);
+    }
+    println!("{}", "-".repeat(90));
+    println!("model calls the scripted model answered: {}", demo.server.model_calls().len());
     Ok(())
 }
 
