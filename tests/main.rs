@@ -7,6 +7,7 @@ mod budgets;
 mod callbacks;
 mod chain;
 mod claims;
+mod coding_agents;
 mod cluster;
 mod console_browser;
 mod console_http;

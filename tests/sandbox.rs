@@ -206,9 +206,9 @@ fn spawn_worker(env: &TestEnv, worker_id: &str, grace_ms: u64, extra: &[(&str, &
 /// Starts a worker process running the agent, waits until the agent runs,
 /// sends SIGTERM and checks that the process left within the grace plus a
 /// small margin, after waiting for the agent during the grace.
-async fn deploy_during_the_agent(env: &TestEnv, id: &str, mark: &str) {
+async fn deploy_during_the_agent(env: &TestEnv, id: &str, mark: &str, extra: &[(&str, &str)]) {
     let grace = Duration::from_millis(2_000);
-    let mut leaving = spawn_worker(env, "leaving", grace.as_millis() as u64, &[]);
+    let mut leaving = spawn_worker(env, "leaving", grace.as_millis() as u64, extra);
     env.send_request(&sample_request_json(id, "docs_agent", "en")).await;
     eventually(WAIT, "the agent runs", || async { (!processes_with(mark).is_empty()).then_some(()) }).await;
     let sent = Instant::now();
@@ -223,10 +223,14 @@ async fn deploy_during_the_agent(env: &TestEnv, id: &str, mark: &str) {
 #[tokio::test]
 async fn a_deploy_hands_a_rerun_agent_to_another_worker_which_runs_it_again() {
     let mark = marker();
-    let env = TestEnv::new().await;
+    let mut env = TestEnv::new().await;
     let flag = std::env::temp_dir().join(format!("{}first-run", env.settings.queue_prefix));
     // The first run marks that it started, then works "for ever"; the re-run
-    // (from scratch, on another worker) finishes at once.
+    // (from scratch, on another worker) finishes at once. The flag outlives
+    // the first run only outside the box (whose /tmp is its own), so both
+    // workers run this agent unboxed.
+    let unboxed = [("BATON_AGENT_BWRAP", "off"), ("BATON_AGENT_USER", "self")];
+    env.settings.agent_jail = Default::default();
     let script = format!(
         "cat > /dev/null; if [ -e {flag} ]; then echo 'Finished on the second run.'; else touch {flag}; sleep 1000 {mark}; fi",
         flag = flag.display()
@@ -234,7 +238,7 @@ async fn a_deploy_hands_a_rerun_agent_to_another_worker_which_runs_it_again() {
     env.apply_profiles(&command_profile(&script, "timeout_secs = 600\non_interrupt = \"rerun\"")).await;
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
     let mut replies = env.replies().await;
-    deploy_during_the_agent(&env, "deploy-rerun", &mark).await;
+    deploy_during_the_agent(&env, "deploy-rerun", &mark, &unboxed).await;
     let root: Uuid =
         env.db().await.query_one("SELECT id FROM invocations WHERE kind = 'root'", &[]).await.unwrap().get(0);
     let handed_back = env
@@ -268,7 +272,7 @@ async fn a_deploy_fails_an_agent_that_must_not_run_twice_with_a_readable_reason(
     env.apply_profiles(&command_profile(&script, "timeout_secs = 600")).await;
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
     let mut replies = env.replies().await;
-    deploy_during_the_agent(&env, "deploy-fail", &mark).await;
+    deploy_during_the_agent(&env, "deploy-fail", &mark, &[]).await;
     let messages = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;
     let reply = reply_of(&messages);

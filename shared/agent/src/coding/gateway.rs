@@ -32,6 +32,10 @@ use crate::limiter::{Caller, Limiter};
 
 /// The most of a request body the gateway takes from the CLI.
 const MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
+/// Calls in a row that reach no endpoint before the agent is stopped: a CLI
+/// retries what it sees as a server error for minutes (Qwen Code's backoff
+/// reaches a minute), and none of that can succeed.
+pub const UNREACHABLE_LIMIT: u32 = 3;
 /// How long a limited call is held as in flight at most.
 const LIMIT_HOLD: Duration = Duration::from_secs(600);
 
@@ -59,6 +63,9 @@ pub struct Spend {
     pub output_tokens: AtomicI64,
     /// A call was refused because the run's budget was spent.
     pub over_budget: AtomicBool,
+    /// The endpoint could not be reached [`UNREACHABLE_LIMIT`] times in a row.
+    pub endpoint_dead: AtomicBool,
+    consecutive_unreachable: AtomicU32,
     /// Calls the endpoint failed (a status of 400 or more, or no answer).
     pub failed_calls: AtomicU32,
     pub last_error: std::sync::Mutex<Option<String>>,
@@ -76,8 +83,8 @@ struct Shared {
     client: reqwest::Client,
     spend: Arc<Spend>,
     journal: Journal,
-    /// Fired when the run's budget refuses a call: the agent is stopped.
-    over_budget: CancellationToken,
+    /// Fired when the agent must stop: the run's budget refused a call, or the endpoint is gone.
+    stop_agent: CancellationToken,
 }
 
 /// A running gateway; it stops when dropped.
@@ -85,7 +92,8 @@ pub struct Gateway {
     pub addr: SocketAddr,
     pub token: String,
     pub spend: Arc<Spend>,
-    pub over_budget: CancellationToken,
+    /// Fired when the agent must stop (see [`Spend::over_budget`], [`Spend::endpoint_dead`]).
+    pub stop_agent: CancellationToken,
     stop: CancellationToken,
 }
 
@@ -96,23 +104,27 @@ impl Drop for Gateway {
 }
 
 impl Gateway {
-    /// Listens on 127.0.0.1, on a port of the system's choosing.
-    pub async fn start(upstream: Upstream, journal: Journal) -> std::io::Result<Gateway> {
+    /// A token for one invocation's CLI (256 random bits).
+    pub fn new_token() -> String {
+        format!("baton-{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
+    }
+
+    /// Listens on 127.0.0.1, on a port of the system's choosing, for calls that present `token`.
+    pub async fn start(upstream: Upstream, token: String, journal: Journal) -> std::io::Result<Gateway> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
-        let token = format!("baton-{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(std::io::Error::other)?;
-        let (spend, over_budget, stop) = (Arc::new(Spend::default()), CancellationToken::new(), CancellationToken::new());
+        let (spend, stop_agent, stop) = (Arc::new(Spend::default()), CancellationToken::new(), CancellationToken::new());
         let shared = Arc::new(Shared {
             upstream,
             token: token.clone(),
             client,
             spend: spend.clone(),
             journal,
-            over_budget: over_budget.clone(),
+            stop_agent: stop_agent.clone(),
         });
         let app = axum::Router::new().fallback(forward).with_state(shared);
         let stopped = stop.clone();
@@ -122,7 +134,7 @@ impl Gateway {
                 tracing::warn!(error = %e, "a coding agent's model gateway stopped");
             }
         });
-        Ok(Gateway { addr, token, spend, over_budget, stop })
+        Ok(Gateway { addr, token, spend, stop_agent, stop })
     }
 
     /// The base URL the CLI is given, in its own convention.
@@ -222,6 +234,10 @@ async fn forward(State(s): State<Arc<Shared>>, request: Request) -> Response {
             if counted {
                 s.spend.failed_calls.fetch_add(1, Ordering::Relaxed);
                 *s.spend.last_error.lock().expect("not poisoned") = Some(why.clone());
+                if s.spend.consecutive_unreachable.fetch_add(1, Ordering::Relaxed) + 1 >= UNREACHABLE_LIMIT {
+                    s.spend.endpoint_dead.store(true, Ordering::Relaxed);
+                    s.stop_agent.cancel();
+                }
             }
             drop(pass);
             return refuse(StatusCode::BAD_GATEWAY, &why);
@@ -229,6 +245,7 @@ async fn forward(State(s): State<Arc<Shared>>, request: Request) -> Response {
     };
     let status = answer.status();
     if counted {
+        s.spend.consecutive_unreachable.store(0, Ordering::Relaxed);
         s.spend.calls.fetch_add(1, Ordering::Relaxed);
         if status.as_u16() >= 400 {
             s.spend.failed_calls.fetch_add(1, Ordering::Relaxed);
@@ -305,7 +322,7 @@ fn check_budget(s: &Shared) -> Option<Response> {
         return None;
     }
     s.spend.over_budget.store(true, Ordering::Relaxed);
-    s.over_budget.cancel();
+    s.stop_agent.cancel();
     Some(refuse(StatusCode::FORBIDDEN, "the run's budget is spent; the agent is being stopped"))
 }
 

@@ -121,9 +121,8 @@ impl Provider for CodingAgent {
         let context = self.context(request, binding).await?;
         let dirs = Dirs::create(&self.work_root, context.session_key().as_ref())
             .map_err(|e| failed(format!("preparing the agent's directories: {e}")))?;
-        let outcome = self.run(request, cli, binding, &context, &dirs).await;
-        dirs.remove();
-        outcome
+        // The directories go when `dirs` does, also when this future is dropped (a cancelled run).
+        self.run(request, cli, binding, &context, &dirs).await
     }
 }
 
@@ -184,7 +183,10 @@ impl Dirs {
         Some((agents.join(id), lock))
     }
 
-    fn remove(&self) {
+}
+
+impl Drop for Dirs {
+    fn drop(&mut self) {
         if let Err(e) = std::fs::remove_dir_all(&self.root) {
             tracing::warn!(error = %e, dir = %self.root.display(), "could not remove a coding agent's directory");
         }
@@ -251,14 +253,15 @@ impl CodingAgent {
         let mut scrub = Scrubber::new(context.policy.clone(), Scrubber::worker_secrets(std::env::vars()));
         // The checkout.
         let mirrors = self.work_root.join("projects");
-        let branch = context.project.as_ref().and_then(|p| p.branch_for(context.handoff_id.as_deref().unwrap_or("run")));
+        // A conversation's session goes on on the branch it pushed; a new one
+        // gets the request's (a retried run finds its own there).
+        let branch = context.session.as_ref().and_then(|s| s.branch.clone()).or_else(|| {
+            context.project.as_ref().and_then(|p| p.branch_for(context.handoff_id.as_deref().unwrap_or("run")))
+        });
         let (mirror, checkout) = match &context.project {
             Some(project) => {
                 let mirror = checkout::Mirror::fetch(&mirrors, project).await.map_err(|e| failed(e.0))?;
-                let mut starts: Vec<&str> = branch.as_deref().into_iter().collect();
-                if let Some(b) = context.session.as_ref().and_then(|s| s.branch.as_deref()) {
-                    starts.push(b);
-                }
+                let starts: Vec<&str> = branch.as_deref().into_iter().collect();
                 let checkout = mirror.checkout(&dirs.work, &starts).await.map_err(|e| failed(e.0))?;
                 (Some(mirror), Some(checkout))
             }
@@ -282,13 +285,15 @@ impl CodingAgent {
             }
             None => None,
         };
-        // The gateway.
+        // The gateway: its token and the real key are secrets the journal never shows.
         let caller = Caller { run_id: request.run_id, invocation_id: request.invocation_id };
-        let (journal, writer) = Journal::start(self.pool.clone(), request.run_id, request.invocation_id, Arc::new(scrub.clone()));
         let api_key = binding.api_key_env.as_deref().and_then(|name| std::env::var(name).ok());
+        let token = gateway::Gateway::new_token();
+        scrub.add_secret(token.clone());
         if let Some(key) = &api_key {
             scrub.add_secret(key.clone());
         }
+        let (journal, writer) = Journal::start(self.pool.clone(), request.run_id, request.invocation_id, Arc::new(scrub.clone()));
         let upstream = gateway::Upstream {
             wire: cli.wire_api(),
             base_url: binding.base_url.clone().unwrap_or_default(),
@@ -300,10 +305,9 @@ impl CodingAgent {
             calls_left: request.allowance.calls_left,
             tokens_left: request.allowance.tokens_left,
         };
-        let gateway = gateway::Gateway::start(upstream, journal.clone())
+        let gateway = gateway::Gateway::start(upstream, token, journal.clone())
             .await
             .map_err(|e| ProviderError::Failed(format!("starting the model gateway: {e}")))?;
-        scrub.add_secret(gateway.token.clone());
         let base_url = gateway.base_url(cli.wire_api());
         let program = binding.bin.clone().unwrap_or_else(|| cli.default_bin().to_string());
         let system_prompt = system_prompt_of(request);
@@ -460,6 +464,11 @@ impl CodingAgent {
         if text.trim().is_empty() {
             text = format!("{name} finished without a word.");
         }
+        // What it was stopped from doing, so the user can allow it in a new request.
+        for (tool, detail) in ended.denied.iter().take(5) {
+            let what = if detail.is_empty() { tool.as_str() } else { detail.as_str() };
+            text.push_str(&format!("\n\n{name} was not allowed to run `{}`: {}.", scrub.text(what), denial_reason(&context.permissions)));
+        }
         Ok(ModelTurn {
             content: None,
             tool_calls: crate::providers::command::calls(request, &text),
@@ -495,6 +504,17 @@ impl CodingAgent {
     }
 }
 
+/// Why a denied action was denied, in the reply's words.
+fn denial_reason(p: &Permissions) -> &'static str {
+    if p.needs_confirmation.is_empty() {
+        "the request forbids it"
+    } else if p.forbidden.is_empty() {
+        "the request needs the user's confirmation for it, which cannot be asked while the agent works"
+    } else {
+        "the request forbids it, or needs the user's confirmation for it"
+    }
+}
+
 /// Why the run failed, in words for people and for the journal; `None` when it did not.
 fn failure_of(
     cli: CodingCli,
@@ -506,7 +526,9 @@ fn failure_of(
     let name = cli.display_name();
     let endpoint = spend.last_error.lock().expect("not poisoned").clone();
     let calls = spend.calls.load(Ordering::Relaxed);
-    let why = if let Some(error) = &report.error {
+    let why = if spend.endpoint_dead.load(Ordering::Relaxed) {
+        Some(format!("its model endpoint could not be reached {} times in a row", gateway::UNREACHABLE_LIMIT))
+    } else if let Some(error) = &report.error {
         Some(error.clone())
     } else if status != "exit status: 0" {
         Some(format!("it exited with {status}"))
@@ -546,6 +568,8 @@ struct Ended {
     status: String,
     report: Report,
     stderr: String,
+    /// Tool calls its permissions refused: (tool, what it tried).
+    denied: Vec<(String, String)>,
 }
 
 /// Runs the CLI until it exits, times out, floods its output or the run's
@@ -595,6 +619,7 @@ async fn supervise(
         tail.text()
     });
     let mut parser = cli::of(cli).parser(work);
+    let denied = std::sync::Mutex::new(Vec::new());
     let reading = async {
         let mut lines = tokio::io::BufReader::new(out);
         let (mut line, mut total) = (Vec::new(), 0u64);
@@ -611,6 +636,9 @@ async fn supervise(
             }
             let Ok(value) = serde_json::from_slice::<serde_json::Value>(line.trim_ascii()) else { continue };
             for progress in parser.line(&value) {
+                if let Progress::Denied { tool, detail } = &progress {
+                    denied.lock().expect("not poisoned").push((tool.clone(), detail.clone()));
+                }
                 note(journal, progress);
             }
         }
@@ -632,14 +660,14 @@ async fn supervise(
             let message = sandbox::timeout_message(timeout);
             Err(stopped(ErrorCode::AgentTimeout.as_str(), message.clone(), format!("{name}: {message}")))
         }
-        _ = gateway.over_budget.cancelled() => Ok("stopped: the run's budget is spent".to_string()),
+        _ = gateway.stop_agent.cancelled() => Ok("stopped by its gateway".to_string()),
     };
     writer.abort();
     group.kill();
     let _ = child.wait().await;
     let stderr = tokio::time::timeout(Duration::from_secs(2), stderr_task).await.ok().and_then(Result::ok).unwrap_or_default();
     let status = result?;
-    Ok(Ended { status, report: parser.finish(), stderr })
+    Ok(Ended { status, report: parser.finish(), stderr, denied: denied.into_inner().expect("not poisoned") })
 }
 
 /// One thing the CLI did, as a journal event.

@@ -11,8 +11,9 @@ use baton_store::coding::{Session, SessionKey, StoredChanges};
 
 /// The most session state kept; a larger HOME starts the next request afresh.
 const MAX_STATE_BYTES: u64 = 16 * 1024 * 1024;
-/// Directories of the HOME that are caches, never session state.
-const SKIPPED: &[&str] = &[".cache", ".npm", "node_modules", "tmp"];
+/// Directories at the top of the HOME that are caches, never session state
+/// (Gemini CLI keeps its sessions under `.gemini/tmp`, so only the top is skipped).
+const SKIPPED: &[&str] = &[".cache", ".npm", "node_modules"];
 
 /// What a coding invocation leaves for the transaction that stores its result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +50,7 @@ fn add_dir(builder: &mut tar::Builder<Vec<u8>>, root: &Path, rel: &Path, total: 
     for entry in std::fs::read_dir(root.join(rel))? {
         let entry = entry?;
         let name = entry.file_name();
-        if SKIPPED.iter().any(|s| name == *s) {
+        if rel.as_os_str().is_empty() && SKIPPED.iter().any(|s| name == *s) {
             continue;
         }
         let (path, kind) = (rel.join(&name), entry.file_type()?);

@@ -26,14 +26,20 @@ impl Cli for Claude {
             ("ANTHROPIC_DEFAULT_HAIKU_MODEL", s.model.to_string()),
             ("ANTHROPIC_DEFAULT_SONNET_MODEL", s.model.to_string()),
             ("ANTHROPIC_DEFAULT_OPUS_MODEL", s.model.to_string()),
+            ("ANTHROPIC_DEFAULT_FABLE_MODEL", s.model.to_string()),
+            ("CLAUDE_CODE_SUBAGENT_MODEL", s.model.to_string()),
             ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
             ("DISABLE_AUTOUPDATER", "1".into()),
             ("DISABLE_TELEMETRY", "1".into()),
             ("DISABLE_ERROR_REPORTING", "1".into()),
             ("DISABLE_BUG_COMMAND", "1".into()),
             // A dead endpoint fails fast instead of retrying for minutes.
-            ("CLAUDE_CODE_MAX_RETRIES", "2".into()),
+            ("CLAUDE_CODE_MAX_RETRIES", "1".into()),
+            // Until the answer's headers; a stream that stalls is cut by the next.
             ("API_TIMEOUT_MS", request_timeout_ms(s.timeout).to_string()),
+            ("CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS", request_timeout_ms(s.timeout).min(120_000).to_string()),
+            // The repository's CLAUDE.md still counts (its settings do not, below).
+            ("CLAUDE_CODE_ADDITIONAL_DIRECTORIES_CLAUDE_MD", "1".into()),
             // It refuses to skip permission prompts as root unless told it is boxed.
             ("IS_SANDBOX", "1".into()),
         ];
@@ -42,6 +48,10 @@ impl Cli for Claude {
             .map(|a| a.to_string())
             .collect();
         args.extend(["--permission-mode".into(), "bypassPermissions".into()]);
+        // A repository's own `.claude/settings.json` could set the base URL or
+        // run hooks: only the settings Baton writes in the box's HOME count.
+        args.extend(["--setting-sources".into(), "user".into(), "--strict-mcp-config".into()]);
+        args.extend(["--add-dir".into(), s.work.to_string_lossy().into_owned()]);
         if !s.system_prompt.trim().is_empty() {
             args.extend(["--append-system-prompt".into(), s.system_prompt.to_string()]);
         }

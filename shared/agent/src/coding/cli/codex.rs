@@ -162,18 +162,21 @@ impl Parser for CodexParser {
     }
 }
 
-/// `/bin/bash -lc 'echo hi'` as the command it runs: `echo hi`.
+/// `/bin/bash -lc 'echo hi'` (any shell, either quoting) as the command it runs: `echo hi`.
 fn unwrap_shell(command: &str) -> String {
-    for prefix in ["/bin/bash -lc ", "bash -lc ", "/bin/sh -c ", "sh -c "] {
-        if let Some(rest) = command.strip_prefix(prefix) {
-            let rest = rest.trim();
-            if let Some(inner) = rest.strip_prefix('\'').and_then(|r| r.strip_suffix('\'')) {
-                return inner.replace("'\\''", "'");
-            }
-            return rest.to_string();
-        }
+    let Some((shell, rest)) = command.split_once(' ') else { return command.to_string() };
+    let is_shell = ["bash", "sh", "zsh", "dash"].iter().any(|s| shell == *s || shell.ends_with(&format!("/{s}")));
+    let Some(script) = rest.strip_prefix("-lc ").or_else(|| rest.strip_prefix("-c ")).filter(|_| is_shell) else {
+        return command.to_string();
+    };
+    let script = script.trim();
+    if let Some(inner) = script.strip_prefix('\'').and_then(|r| r.strip_suffix('\'')) {
+        return inner.replace("'\\''", "'");
     }
-    command.to_string()
+    if let Some(inner) = script.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        return inner.replace("\\\"", "\"").replace("\\\\", "\\");
+    }
+    script.to_string()
 }
 
 #[cfg(test)]
@@ -191,6 +194,14 @@ mod tests {
         assert_eq!(report.result.as_deref(), Some("Done: wrote hello.txt."));
         assert!(progress.iter().any(|p| matches!(p, Progress::FileEdited { path } if path.ends_with("hello.txt"))));
         assert!(progress.contains(&Progress::Command { command: "echo hi".into(), exit_code: Some(0), output: "hi\n".into() }), "{progress:?}");
+    }
+
+    #[test]
+    fn a_shell_wrapper_is_unwrapped_in_either_quoting() {
+        assert_eq!(unwrap_shell("/bin/bash -lc 'echo hi'"), "echo hi");
+        assert_eq!(unwrap_shell("/usr/bin/bash -lc \"printf '%s' 'x' > 'a b'\""), "printf '%s' 'x' > 'a b'");
+        assert_eq!(unwrap_shell("sh -c 'it'\\''s'"), "it's");
+        assert_eq!(unwrap_shell("git status"), "git status");
     }
 
     #[test]

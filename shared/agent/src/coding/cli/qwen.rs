@@ -1,7 +1,8 @@
 //! Qwen Code: `qwen --auth-type openai --approval-mode yolo --output-format
 //! stream-json`, the brief on stdin, the system prompt appended to its own.
 //! It speaks Chat Completions (streaming) to `OPENAI_BASE_URL` (the
-//! gateway); its settings (`~/.qwen/settings.json`: telemetry, usage
+//! gateway); its settings (system scope, so a repository's own cannot
+//! override them: telemetry, usage
 //! statistics, auto-update and managed memory off, retries bounded,
 //! permissions) and sessions live in the box's HOME.
 
@@ -29,7 +30,14 @@ impl Cli for Qwen {
         if let Some(session) = s.resume {
             args.extend(["--resume".into(), session.to_string()]);
         }
+        let qwen_home = s.home.join(".qwen");
+        let settings_path = qwen_home.join("system-settings.json");
         let env = [
+            ("QWEN_HOME", qwen_home.to_string_lossy().into_owned()),
+            // The system scope wins over a repository's own `.qwen/settings.json`.
+            ("QWEN_CODE_SYSTEM_SETTINGS_PATH", settings_path.to_string_lossy().into_owned()),
+            ("QWEN_USAGE_STATISTICS_ENABLED", "false".to_string()),
+            ("QWEN_TELEMETRY_ENABLED", "false".to_string()),
             ("OPENAI_BASE_URL", s.base_url.to_string()),
             ("OPENAI_API_KEY", s.token.to_string()),
             ("OPENAI_MODEL", s.model.to_string()),
@@ -40,7 +48,7 @@ impl Cli for Qwen {
             args,
             env: env.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
             stdin: Some(s.brief.to_string()),
-            files: vec![(s.home.join(".qwen/settings.json"), settings(s).to_string())],
+            files: vec![(settings_path, settings(s).to_string())],
         }
     }
 
@@ -68,7 +76,7 @@ fn settings(s: &Setup<'_>) -> Value {
         "memory": {"enableManagedAutoMemory": false, "enableManagedAutoDream": false},
         "tools": {"useRipgrep": false},
         "model": {"generationConfig": {
-            "maxRetries": 1,
+            "maxRetries": 0,
             "timeout": super::claude::request_timeout_ms(s.timeout),
         }},
         "permissions": {"deny": deny},
@@ -106,7 +114,8 @@ mod tests {
         let p = Permissions::from_constraints(&["run shell commands".into()], &[]);
         let launch = Qwen.launch(&setup(&p, None));
         let (path, text) = &launch.files[0];
-        assert!(path.ends_with(".qwen/settings.json"));
+        assert!(path.ends_with(".qwen/system-settings.json"));
+        assert_eq!(launch.env["QWEN_CODE_SYSTEM_SETTINGS_PATH"], path.to_string_lossy());
         let settings: Value = serde_json::from_str(text).unwrap();
         assert_eq!(settings["telemetry"]["enabled"], false);
         assert_eq!(settings["permissions"]["deny"], json!(["run_shell_command"]));
