@@ -30,9 +30,24 @@ fn api_of(cli: CodingCli) -> Api {
     }
 }
 
-/// The pinned CLI, installed by `npm ci --prefix agents` (`.ci/run` does it).
+/// The pinned CLI, installed by `npm ci --prefix agents` (`.ci/run` does
+/// it; a test that finds it missing does it once, under a lock, so the
+/// README's test command works on a fresh machine with npm).
 fn bin(cli: CodingCli) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agents/node_modules/.bin").join(cli.default_bin());
+    let agents = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agents");
+    let path = agents.join("node_modules/.bin").join(cli.default_bin());
+    if !path.is_file() {
+        let lock = std::fs::File::create(std::env::temp_dir().join("baton-agents-npm-ci.lock")).unwrap();
+        lock.lock().unwrap();
+        if !path.is_file() {
+            let status = std::process::Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+                .current_dir(&agents)
+                .status()
+                .expect("npm (Node 20) installs the coding-agent CLIs");
+            assert!(status.success(), "npm ci in {} failed", agents.display());
+        }
+    }
     assert!(path.is_file(), "{} is not installed: run `npm ci --prefix agents`", path.display());
     path
 }
@@ -203,6 +218,11 @@ async fn edits_the_project_and_a_follow_up_resumes_the_session(cli: CodingCli) {
     assert!(model_calls.iter().all(|c| c["inputTokens"] == 100 && c["outputTokens"] == 10), "{model_calls:?}");
     let kept: i64 = rig.env.scalar_i64("SELECT count(*) FROM coding_changes WHERE run_id = $1 AND patch LIKE '%+hello from the model%'", &[&run]).await;
     assert_eq!(kept, 1, "the patch is stored with the run");
+    // The console's run page shows the patch, the files and what the agent did.
+    let console = rig.env.serve_console(None).await;
+    let page = reqwest::get(format!("{}/runs/{run}", console.base)).await.unwrap().text().await.unwrap();
+    assert!(page.contains("Project changes") && page.contains("+hello from the model"), "the patch is on the run page");
+    assert!(page.contains(&format!("baton&#x2f;{first}")) && page.contains("coding_agent_command"), "the branch and the commands are on the run page");
 
     // The follow-up: same chat, same target and project.
     let before = server.model_calls().len();
@@ -393,4 +413,52 @@ async fn a_forbidden_git_push_is_denied_to_the_cli_and_the_reply_says_so() {
     let run = rig.env.run_of(&id).await;
     let started = rig.journal_of(run, JournalEvent::CodingAgentStarted).await;
     assert_eq!(started[0]["permissions"]["forbidden"], serde_json::json!(["git_push"]), "{started:?}");
+}
+
+#[tokio::test]
+async fn an_unknown_project_or_an_unreachable_repository_is_a_failed_reply_in_words() {
+    let rig = Rig::new(CodingCli::ClaudeCode).await;
+    let server = ModelServer::start(Api::AnthropicMessages, Script::edit("hello.txt", "x\n")).await.unwrap();
+    rig.env.apply_profiles(&rig.profiles(&server.base_url(), "")).await;
+    let fleet = rig.env.start_all();
+    let mut replies = rig.env.replies().await;
+    let unknown = format!("unknown-{}", Uuid::new_v4().simple());
+    let mut request = rig.request(&unknown, "chat-unknown");
+    request["projectId"] = "no-such-project".into();
+    rig.env.send_request(&request).await;
+    let reply = reply_of(&until_reply(&mut replies, WAIT).await).clone();
+    assert_eq!(reply["status"], "failed", "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(message.contains("the project `no-such-project` is not configured"), "{message}");
+    // The repository goes away: the checkout cannot be made.
+    std::fs::rename(&rig.bare, rig.dir.path().join("moved.git")).unwrap();
+    let gone = format!("gone-{}", Uuid::new_v4().simple());
+    rig.env.send_request(&rig.request(&gone, "chat-gone")).await;
+    let reply = reply_of(&until_reply(&mut replies, WAIT).await).clone();
+    fleet.stop().await;
+    assert_eq!(reply["status"], "failed", "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(message.contains("the repository of project `site` cannot be reached"), "{message}");
+    assert!(server.model_calls().is_empty(), "no agent ran without its checkout");
+}
+
+#[tokio::test]
+async fn a_push_the_repository_refuses_fails_the_reply_and_keeps_the_patch() {
+    let rig = Rig::new(CodingCli::ClaudeCode).await;
+    let hook = rig.bare.join("hooks/pre-receive");
+    std::fs::write(&hook, "#!/bin/sh\necho 'pushes are closed today' >&2\nexit 1\n").unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let server = ModelServer::start(Api::AnthropicMessages, Script::edit("hello.txt", "kept\n")).await.unwrap();
+    rig.env.apply_profiles(&rig.profiles(&server.base_url(), "")).await;
+    let id = format!("push-{}", Uuid::new_v4().simple());
+    let messages = rig.env.run(&rig.request(&id, "chat-push")).await;
+    let reply = reply_of(&messages);
+    assert_eq!(reply["status"], "failed", "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(message.contains("could not be pushed to `baton/") && message.contains("its patch is kept"), "{message}");
+    let run = rig.env.run_of(&id).await;
+    let row = rig.env.db().await.query_one("SELECT patch, push_error FROM coding_changes WHERE run_id = $1", &[&run]).await.unwrap();
+    let (patch, why): (String, Option<String>) = (row.get(0), row.get(1));
+    assert!(patch.contains("+kept"), "{patch}");
+    assert!(why.unwrap().contains("pushes are closed today"));
 }

@@ -154,6 +154,21 @@ fn every_message_baton_builds_for_a_bridge_is_valid_against_its_schema() {
         messages.push(("BridgeReply", bridge::reply(&reply_input(outcome.clone(), Some("wx"), Some("r-1")))));
         messages.push(("BridgeReply", bridge::reply(&reply_input(outcome, None, None))));
     }
+    // A coding agent's reply says what it changed (CONTRACT §7), pushed or not.
+    for (branch, commit) in [(Some("baton/h-1"), Some("0123abcd")), (None, None)] {
+        let mut input = reply_input(Outcome::Completed { final_text: "Done.".into() }, Some("wx"), Some("r-1"));
+        input.changes = Some(baton_domain::protocol::bridge::ReplyChanges {
+            project: "acme-web".into(),
+            files: vec!["src/a.rs".into()],
+            insertions: 3,
+            deletions: 1,
+            branch: branch.map(str::to_string),
+            commit: commit.map(str::to_string),
+        });
+        let reply = bridge::reply(&input);
+        assert_eq!(reply["result"]["changes"]["files"][0], "src/a.rs");
+        messages.push(("BridgeReply", reply));
+    }
     let options = ["yes".to_string(), "no".to_string()];
     for options in [&options[..], &[]] {
         let input = question::QuestionInput {

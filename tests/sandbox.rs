@@ -87,7 +87,8 @@ fn reply_of(messages: &[Value]) -> &Value {
 async fn an_external_agent_sees_only_the_variables_its_profile_lists() {
     let env = TestEnv::new().await;
     let extra = "env = [\"BATON_TEST_AGENT_KEY\"]\nenv_values = { AGENT_MODE = \"review\" }";
-    env.apply_profiles(&command_profile("cat > /dev/null; env", extra)).await;
+    let script = "cat > /dev/null; env; echo \"CWD=$(pwd)\"; [ \"$BATON_TEST_AGENT_KEY\" = sk-for-the-agent ] && echo 'the key arrived'";
+    env.apply_profiles(&command_profile(script, extra)).await;
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
     let mut replies = env.replies().await;
     // A real worker process, with what a worker really has in its
@@ -106,14 +107,17 @@ async fn an_external_agent_sees_only_the_variables_its_profile_lists() {
     assert!(!vars.contains_key("DATABASE_URL") && !vars.contains_key("AMQP_URL"), "the fleet's URLs leaked: {text}");
     assert!(!text.contains(&env.settings.database_url) && !text.contains("amqp://"), "{text}");
     assert!(!text.contains("sk-for-nobody") && !vars.contains_key("BATON_QUEUE_PREFIX"), "{text}");
-    assert_eq!(vars.get("BATON_TEST_AGENT_KEY"), Some(&"sk-for-the-agent"), "{text}");
+    // It got its key, and printing it reaches no chat: a worker's secret is cut from what an agent prints.
+    assert!(text.contains("the key arrived"), "{text}");
+    assert!(!text.contains("sk-for-the-agent"), "{text}");
+    assert_eq!(vars.get("BATON_TEST_AGENT_KEY"), Some(&baton_agent::coding::scrub::WORKER_SECRET), "{text}");
     assert_eq!(vars.get("AGENT_MODE"), Some(&"review"), "{text}");
     assert_eq!(vars.get("PATH"), Some(&baton_domain::policy::sandbox::DEFAULT_PATH), "{text}");
-    assert_eq!(vars.get("HOME"), vars.get("PWD"), "HOME is the agent's own directory: {text}");
-    // Nothing but the listed, the fixed, PATH/HOME and what `sh` itself sets.
+    assert_eq!(vars.get("HOME"), vars.get("CWD"), "HOME is the agent's own directory: {text}");
+    // Nothing but the listed, the fixed, PATH/HOME, what `sh` itself sets and the script's own CWD.
     let unexpected: Vec<&&str> = vars
         .keys()
-        .filter(|k| !["BATON_TEST_AGENT_KEY", "AGENT_MODE", "PATH", "HOME", "PWD", "SHLVL", "OLDPWD", "_"].contains(k))
+        .filter(|k| !["BATON_TEST_AGENT_KEY", "AGENT_MODE", "PATH", "HOME", "PWD", "SHLVL", "OLDPWD", "_", "CWD"].contains(k))
         .collect();
     assert!(unexpected.is_empty(), "unexpected variables {unexpected:?} in {text}");
 }
@@ -280,4 +284,49 @@ async fn a_deploy_fails_an_agent_that_must_not_run_twice_with_a_readable_reason(
     assert_eq!(reply["error"]["code"], "agent_interrupted", "{reply}");
     let text = reply["text"].as_str().unwrap();
     assert!(text.contains("the external agent was interrupted") && text.contains("not re-run"), "{text}");
+}
+
+/// The worker is undumpable (`PR_SET_DUMPABLE` 0): even an agent that runs
+/// as the worker's own user, outside bubblewrap, cannot read the worker's
+/// environment through `/proc/<worker pid>/environ`. The worker runs as an
+/// unprivileged user here (root could read any process's environment).
+#[tokio::test]
+async fn an_agent_of_the_workers_own_user_cannot_read_the_workers_environment() {
+    let env = TestEnv::new().await;
+    let canary = format!("canary-{}", Uuid::new_v4().simple());
+    let script = "if cat /proc/$PPID/environ >/dev/null 2>&1; then tr '\\0' '\\n' < /proc/$PPID/environ; else echo 'the worker is unreadable'; fi";
+    env.apply_profiles(&command_profile(script, "timeout_secs = 30")).await;
+    let work = std::env::temp_dir().join(format!("{}unprivileged", env.settings.queue_prefix));
+    std::fs::create_dir_all(&work).unwrap();
+    std::os::unix::fs::chown(&work, Some(65534), Some(65534)).unwrap();
+    let log = std::fs::File::create(env.log_of("unprivileged")).unwrap();
+    let mut worker = tokio::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(baton_tests::baton_binary())
+        .args(["up", "--role", "invocation"])
+        .env("DATABASE_URL", &env.settings.database_url)
+        .env("AMQP_URL", &env.settings.amqp_url)
+        .env("BATON_QUEUE_PREFIX", &env.settings.queue_prefix)
+        .env("BATON_WORKER_ID", "unprivileged")
+        .env("BATON_DB_POOL_SIZE", "3")
+        .env("BATON_AGENT_WORK_DIR", &work)
+        .env("BATON_AGENT_USER", "self")
+        .env("BATON_AGENT_BWRAP", "off")
+        .env("BATON_TEST_CANARY_VALUE", &canary)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("setpriv starts the worker as nobody");
+    let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("undumpable", "docs_agent", "en")).await;
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    let _ = worker.kill().await;
+    let _ = std::fs::remove_dir_all(&work);
+    let reply = reply_of(&messages);
+    assert_eq!(reply["status"], "completed", "{reply}");
+    assert_eq!(reply["text"], "the worker is unreadable", "{reply}");
+    assert!(!messages.iter().any(|m| m.to_string().contains(&canary)));
 }

@@ -19,6 +19,7 @@ export * from "./MemoryScope.js";
 export * from "./Priority.js";
 export * from "./QuestionType.js";
 export * from "./Redaction.js";
+export * from "./ReplyChanges.js";
 export * from "./ReplyError.js";
 export * from "./ReplyResult.js";
 export * from "./ReplyStatus.js";

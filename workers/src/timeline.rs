@@ -23,7 +23,7 @@ pub fn render(events: &[EventRow]) -> String {
 pub fn detail(payload: &serde_json::Value) -> String {
     let keys = [
         "tool", "agentId", "path", "kind", "code", "limit", "reason", "waitedMs", "message", "exit", "provider",
-        "resumed",
+        "resumed", "cli", "project", "command", "exitCode", "inputTokens", "outputTokens", "sessionId", "modelCalls",
     ];
     let parts: Vec<String> = keys
         .iter()

@@ -118,8 +118,8 @@ pub fn numstat(project: &str, text: &str) -> Changes {
     for line in text.lines() {
         let mut cols = line.splitn(3, '\t');
         let (Some(added), Some(removed), Some(path)) = (cols.next(), cols.next(), cols.next()) else { continue };
-        changes.insertions += added.parse::<u64>().unwrap_or(0);
-        changes.deletions += removed.parse::<u64>().unwrap_or(0);
+        changes.insertions = changes.insertions.saturating_add(added.parse::<i32>().unwrap_or(0));
+        changes.deletions = changes.deletions.saturating_add(removed.parse::<i32>().unwrap_or(0));
         changes.files.push(path.to_string());
     }
     changes

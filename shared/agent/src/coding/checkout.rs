@@ -91,9 +91,11 @@ async fn git(dir: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Result<
         .await
         .map_err(|_| GitError(format!("git {shown} did not finish in {} s", GIT_TIMEOUT.as_secs())))??;
     if !status.success() {
+        // The last few lines: a remote's own reason comes before git's summary.
         let stderr = String::from_utf8_lossy(&stderr);
-        let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-        return Err(GitError(format!("git {shown} failed: {last}")));
+        let mut last: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).rev().take(4).collect();
+        last.reverse();
+        return Err(GitError(format!("git {shown} failed: {}", last.join(" / "))));
     }
     Ok(String::from_utf8_lossy(&stdout).into_owned())
 }

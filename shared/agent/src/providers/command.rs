@@ -86,7 +86,16 @@ impl Provider for CommandAgent {
             work_root: &self.work_root,
             jail: &self.jail,
         };
-        let output = run(&spec, &brief).await?;
+        // What it prints is hostile input: the worker's secrets and what the
+        // disclosure policy removes never reach the reply.
+        let scrub = crate::coding::scrub::Scrubber::new(Default::default(), crate::coding::scrub::Scrubber::worker_secrets(std::env::vars()));
+        let output = run(&spec, &brief).await.map_err(|e| match e {
+            ProviderError::Stopped { code, message, detail } => {
+                ProviderError::Stopped { code, message: scrub.text(&message), detail: scrub.text(&detail) }
+            }
+            other => other,
+        })?;
+        let output = scrub.text(&output);
         let result = output.trim();
         if result.is_empty() {
             return Err(ProviderError::Failed(format!("`{}` printed no result", command[0])));

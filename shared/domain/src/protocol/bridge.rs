@@ -92,8 +92,10 @@ pub struct ReplyChanges {
     pub project: String,
     /// Paths changed, relative to the project.
     pub files: Vec<String>,
-    pub insertions: u64,
-    pub deletions: u64,
+    #[schemars(range(min = 0))]
+    pub insertions: i32,
+    #[schemars(range(min = 0))]
+    pub deletions: i32,
     /// Where they were pushed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]

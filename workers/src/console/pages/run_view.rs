@@ -41,6 +41,36 @@ pub struct RunView {
     pub spend: Option<String>,
     /// What the run's model calls waited under fleet-wide limits.
     pub throttled: Option<String>,
+    /// What its coding agents changed in their projects.
+    pub changes: Vec<ChangesView>,
+}
+
+#[derive(Serialize)]
+pub struct ChangesView {
+    pub project: String,
+    pub files: Vec<String>,
+    pub insertions: i32,
+    pub deletions: i32,
+    pub branch: Option<String>,
+    pub commit: Option<String>,
+    pub push_error: Option<String>,
+    pub patch: String,
+    pub patch_lines: usize,
+}
+
+fn changes_view(stored: baton_store::coding::StoredChanges) -> ChangesView {
+    let c = stored.changes;
+    ChangesView {
+        patch_lines: stored.patch.lines().count(),
+        patch: stored.patch,
+        project: c.project,
+        files: c.files,
+        insertions: c.insertions,
+        deletions: c.deletions,
+        branch: c.branch,
+        commit: c.commit,
+        push_error: stored.push_error,
+    }
 }
 
 #[derive(Serialize)]
@@ -157,6 +187,7 @@ pub async fn load(c: &impl GenericClient, run: Run) -> anyhow::Result<RunView> {
         tokens: invocations.iter().map(|i| i.tokens_used).sum(),
         spend: baton_store::runs::budgets::get(c, run.id).await?.map(|s| crate::timeline::render_spend(&s)),
         throttled: crate::timeline::render_throttled(&events),
+        changes: baton_store::coding::changes_of_run(c, run.id).await?.into_iter().map(changes_view).collect(),
         lanes,
     })
 }
