@@ -192,21 +192,37 @@ async fn edits_the_project_and_a_follow_up_resumes_the_session(cli: CodingCli) {
     let text = reply["text"].as_str().unwrap();
     assert!(text.contains("Done: wrote hello.txt.") && text.contains("hello.txt") && text.contains(&branch), "{text}");
     assert_eq!(rig.file_on(&branch, "hello.txt").await, "hello from the model\n");
-    let author = git(&["--git-dir", rig.bare.to_str().unwrap(), "log", "-1", "--format=%an|%s%n%b", &branch], rig.dir.path()).await;
-    assert!(author.starts_with("Baton Test|Add a hello.txt greeting.") && author.contains(&format!("Handoff: {first}")), "{author}");
+    let author =
+        git(&["--git-dir", rig.bare.to_str().unwrap(), "log", "-1", "--format=%an|%s%n%b", &branch], rig.dir.path())
+            .await;
+    assert!(
+        author.starts_with("Baton Test|Add a hello.txt greeting.") && author.contains(&format!("Handoff: {first}")),
+        "{author}"
+    );
     // Usage is counted once, from the gateway: every call the model answered, 110 tokens each.
     let run = rig.env.run_of(&first).await;
     let calls = server.model_calls();
     assert!(calls.len() >= 3, "the model was asked for each step: {}", calls.len());
     let (tokens, counted) = {
-        let row = rig.env.db().await.query_one("SELECT tokens_used, model_calls FROM invocations WHERE run_id = $1 AND kind = 'root'", &[&run]).await.unwrap();
+        let row = rig
+            .env
+            .db()
+            .await
+            .query_one("SELECT tokens_used, model_calls FROM invocations WHERE run_id = $1 AND kind = 'root'", &[&run])
+            .await
+            .unwrap();
         (row.get::<_, i64>(0), row.get::<_, i32>(1))
     };
     assert_eq!(counted as usize, calls.len(), "each model call counted once");
     assert_eq!(tokens, 110 * calls.len() as i64, "each call's tokens counted once");
     // The real key went upstream; the CLI only ever had its invocation's token.
     for call in &calls {
-        let auth: Vec<&str> = call.headers.iter().filter(|(k, _)| ["authorization", "x-api-key", "x-goog-api-key"].contains(&k.as_str())).map(|(_, v)| v.as_str()).collect();
+        let auth: Vec<&str> = call
+            .headers
+            .iter()
+            .filter(|(k, _)| ["authorization", "x-api-key", "x-goog-api-key"].contains(&k.as_str()))
+            .map(|(_, v)| v.as_str())
+            .collect();
         assert!(auth.iter().any(|v| v.contains(REAL_KEY)), "the gateway sent the real key: {auth:?}");
         assert!(!call.body.to_string().contains(REAL_KEY), "the key is in no model request");
     }
@@ -216,13 +232,22 @@ async fn edits_the_project_and_a_follow_up_resumes_the_session(cli: CodingCli) {
     let model_calls = rig.journal_of(run, JournalEvent::CodingModelCall).await;
     assert_eq!(model_calls.len(), calls.len(), "each call recorded with its usage: {model_calls:?}");
     assert!(model_calls.iter().all(|c| c["inputTokens"] == 100 && c["outputTokens"] == 10), "{model_calls:?}");
-    let kept: i64 = rig.env.scalar_i64("SELECT count(*) FROM coding_changes WHERE run_id = $1 AND patch LIKE '%+hello from the model%'", &[&run]).await;
+    let kept: i64 = rig
+        .env
+        .scalar_i64(
+            "SELECT count(*) FROM coding_changes WHERE run_id = $1 AND patch LIKE '%+hello from the model%'",
+            &[&run],
+        )
+        .await;
     assert_eq!(kept, 1, "the patch is stored with the run");
     // The console's run page shows the patch, the files and what the agent did.
     let console = rig.env.serve_console(None).await;
     let page = reqwest::get(format!("{}/runs/{run}", console.base)).await.unwrap().text().await.unwrap();
     assert!(page.contains("Project changes") && page.contains("+hello from the model"), "the patch is on the run page");
-    assert!(page.contains(&format!("baton&#x2f;{first}")) && page.contains("coding_agent_command"), "the branch and the commands are on the run page");
+    assert!(
+        page.contains(&format!("baton&#x2f;{first}")) && page.contains("coding_agent_command"),
+        "the branch and the commands are on the run page"
+    );
 
     // The follow-up: same chat, same target and project.
     let before = server.model_calls().len();
@@ -233,7 +258,11 @@ async fn edits_the_project_and_a_follow_up_resumes_the_session(cli: CodingCli) {
     let reply = reply_of(&messages);
     assert_eq!(reply["status"], "completed", "{reply}");
     let resumed = &server.model_calls()[before];
-    assert!(resumed.earlier_results >= 2, "the resumed session sent the model its earlier turns ({} earlier tool results)", resumed.earlier_results);
+    assert!(
+        resumed.earlier_results >= 2,
+        "the resumed session sent the model its earlier turns ({} earlier tool results)",
+        resumed.earlier_results
+    );
     let changes = &reply["result"]["changes"];
     assert_eq!(changes["files"], serde_json::json!(["FOLLOWUP.md"]), "{reply}");
     assert_eq!(changes["branch"], branch.as_str(), "the session's branch goes on: {reply}");
@@ -302,7 +331,10 @@ async fn cancelling_a_coding_run_kills_the_cli_and_everything_it_started_even_a_
     let rig = Rig::new(CodingCli::ClaudeCode).await;
     let mark = format!("0.{}", Uuid::new_v4().as_u128() % 1_000_000_000_000);
     let script = Script {
-        first: vec![Step::Shell { command: format!("setsid sleep 1000 {mark} & sleep 1000 {mark}") }, Step::Say { text: "done".into() }],
+        first: vec![
+            Step::Shell { command: format!("setsid sleep 1000 {mark} & sleep 1000 {mark}") },
+            Step::Say { text: "done".into() },
+        ],
         resumed: vec![],
         endless: false,
     };
@@ -383,7 +415,14 @@ async fn a_canary_secret_of_the_worker_reaches_no_reply_commit_journal_or_log() 
         .collect();
     assert!(journal.contains("PATH="), "the command's output is in the journal");
     assert!(!journal.contains(&canary) && !journal.contains(REAL_KEY), "the journal carries a secret");
-    let patch: String = rig.env.db().await.query_one("SELECT patch FROM coding_changes WHERE run_id = $1", &[&run]).await.unwrap().get(0);
+    let patch: String = rig
+        .env
+        .db()
+        .await
+        .query_one("SELECT patch FROM coding_changes WHERE run_id = $1", &[&run])
+        .await
+        .unwrap()
+        .get(0);
     assert!(!patch.contains(&canary));
     assert!(baton_tests::logs::lines_with(&[&canary]).is_empty(), "a log line carries the canary");
     // The worker's own model calls went out with the key, the box's never saw it.
@@ -394,7 +433,10 @@ async fn a_canary_secret_of_the_worker_reaches_no_reply_commit_journal_or_log() 
 async fn a_forbidden_git_push_is_denied_to_the_cli_and_the_reply_says_so() {
     let rig = Rig::new(CodingCli::ClaudeCode).await;
     let script = Script {
-        first: vec![Step::Shell { command: "git push origin HEAD:refs/heads/sneaky".into() }, Step::Say { text: "Tried.".into() }],
+        first: vec![
+            Step::Shell { command: "git push origin HEAD:refs/heads/sneaky".into() },
+            Step::Say { text: "Tried.".into() },
+        ],
         resumed: vec![],
         endless: false,
     };
@@ -407,7 +449,10 @@ async fn a_forbidden_git_push_is_denied_to_the_cli_and_the_reply_says_so() {
     let reply = reply_of(&messages);
     assert_eq!(reply["status"], "completed", "{reply}");
     let text = reply["text"].as_str().unwrap();
-    assert!(text.contains("was not allowed to run `git push origin HEAD:refs/heads/sneaky`: the request forbids it"), "{text}");
+    assert!(
+        text.contains("was not allowed to run `git push origin HEAD:refs/heads/sneaky`: the request forbids it"),
+        "{text}"
+    );
     let branches = git(&["--git-dir", rig.bare.to_str().unwrap(), "branch", "--list", "sneaky"], rig.dir.path()).await;
     assert!(branches.trim().is_empty(), "nothing was pushed by the agent");
     let run = rig.env.run_of(&id).await;
@@ -457,8 +502,41 @@ async fn a_push_the_repository_refuses_fails_the_reply_and_keeps_the_patch() {
     let message = reply["error"]["message"].as_str().unwrap();
     assert!(message.contains("could not be pushed to `baton/") && message.contains("its patch is kept"), "{message}");
     let run = rig.env.run_of(&id).await;
-    let row = rig.env.db().await.query_one("SELECT patch, push_error FROM coding_changes WHERE run_id = $1", &[&run]).await.unwrap();
+    let row = rig
+        .env
+        .db()
+        .await
+        .query_one("SELECT patch, push_error FROM coding_changes WHERE run_id = $1", &[&run])
+        .await
+        .unwrap();
     let (patch, why): (String, Option<String>) = (row.get(0), row.get(1));
     assert!(patch.contains("+kept"), "{patch}");
     assert!(why.unwrap().contains("pushes are closed today"));
+}
+
+#[tokio::test]
+async fn a_coding_agents_model_calls_wait_their_turn_under_the_fleets_limit() {
+    let rig = Rig::new(CodingCli::ClaudeCode).await;
+    let server = ModelServer::start(Api::AnthropicMessages, Script::edit("hello.txt", "x\n")).await.unwrap();
+    // One call a second for this endpoint and key, fleet-wide.
+    let limit = format!(
+        "[[limits]]\nname = \"slow-endpoint\"\nbase_url = \"{}\"\napi_key_env = \"{KEY_VAR}\"\nrequests_per_minute = 1\nwindow_secs = 1\n",
+        server.base_url()
+    );
+    rig.env.apply_profiles(&format!("{limit}\n{}", rig.profiles(&server.base_url(), ""))).await;
+    let id = format!("limit-{}", Uuid::new_v4().simple());
+    let started = Instant::now();
+    let messages = rig.env.run(&rig.request(&id, "chat-limit")).await;
+    assert_eq!(reply_of(&messages)["status"], "completed");
+    let calls = server.model_calls().len();
+    assert!(calls >= 3);
+    assert!(
+        started.elapsed() >= Duration::from_secs(calls as u64 - 1),
+        "one call a second: {:?} for {calls}",
+        started.elapsed()
+    );
+    let run = rig.env.run_of(&id).await;
+    let waited = rig.journal_of(run, JournalEvent::ModelCallThrottled).await;
+    assert!(waited.len() >= calls - 1, "each later call waited its turn: {waited:?}");
+    assert!(waited.iter().all(|w| w["limit"] == "slow-endpoint"), "{waited:?}");
 }

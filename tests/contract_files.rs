@@ -157,7 +157,7 @@ fn every_message_baton_builds_for_a_bridge_is_valid_against_its_schema() {
     // A coding agent's reply says what it changed (CONTRACT §7), pushed or not.
     for (branch, commit) in [(Some("baton/h-1"), Some("0123abcd")), (None, None)] {
         let mut input = reply_input(Outcome::Completed { final_text: "Done.".into() }, Some("wx"), Some("r-1"));
-        input.changes = Some(baton_domain::protocol::bridge::ReplyChanges {
+        input.changes = Some(bridge::ReplyChanges {
             project: "acme-web".into(),
             files: vec!["src/a.rs".into()],
             insertions: 3,

@@ -28,6 +28,8 @@ async fn an_external_agents_result_outlasts_a_database_outage_and_the_agent_runs
     // Longer than the fault: the heartbeat's missed renewals do not matter.
     env.settings.lease = Duration::from_secs(30);
     env.settings.persist_patience = PATIENCE;
+    // The agent counts its starts in a file of the test's; the box would give it a /tmp of its own.
+    env.settings.agent_jail = Default::default();
     let log = std::env::temp_dir().join(format!("{}starts", env.settings.queue_prefix));
     let script = format!("cat > /dev/null; echo started >> '{}'; sleep 2; echo 'Built once.'", log.display());
     env.apply_profiles(&format!(

@@ -174,7 +174,10 @@ async fn an_external_agent_reads_the_brief_on_stdin_and_its_stdout_is_the_reply(
     let messages = env.run_request("command-ok").await;
     let reply = messages.last().unwrap();
     assert_eq!(reply["status"], "completed");
-    assert_eq!(reply["text"], "Patched the flaky test and pushed a branch.", "the brief on stdin starts with `# Request` and has its constraints");
+    assert_eq!(
+        reply["text"], "Patched the flaky test and pushed a branch.",
+        "the brief on stdin starts with `# Request` and has its constraints"
+    );
 }
 
 #[tokio::test]

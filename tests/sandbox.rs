@@ -110,14 +110,16 @@ async fn an_external_agent_sees_only_the_variables_its_profile_lists() {
     // It got its key, and printing it reaches no chat: a worker's secret is cut from what an agent prints.
     assert!(text.contains("the key arrived"), "{text}");
     assert!(!text.contains("sk-for-the-agent"), "{text}");
-    assert_eq!(vars.get("BATON_TEST_AGENT_KEY"), Some(&baton_agent::coding::scrub::WORKER_SECRET), "{text}");
+    assert_eq!(vars.get("BATON_TEST_AGENT_KEY"), Some(&baton_agent::providers::coding::scrub::WORKER_SECRET), "{text}");
     assert_eq!(vars.get("AGENT_MODE"), Some(&"review"), "{text}");
     assert_eq!(vars.get("PATH"), Some(&baton_domain::policy::sandbox::DEFAULT_PATH), "{text}");
     assert_eq!(vars.get("HOME"), vars.get("CWD"), "HOME is the agent's own directory: {text}");
     // Nothing but the listed, the fixed, PATH/HOME, what `sh` itself sets and the script's own CWD.
     let unexpected: Vec<&&str> = vars
         .keys()
-        .filter(|k| !["BATON_TEST_AGENT_KEY", "AGENT_MODE", "PATH", "HOME", "PWD", "SHLVL", "OLDPWD", "_", "CWD"].contains(k))
+        .filter(|k| {
+            !["BATON_TEST_AGENT_KEY", "AGENT_MODE", "PATH", "HOME", "PWD", "SHLVL", "OLDPWD", "_", "CWD"].contains(k)
+        })
         .collect();
     assert!(unexpected.is_empty(), "unexpected variables {unexpected:?} in {text}");
 }

@@ -253,9 +253,18 @@ async fn profiles(settings: &Settings, command: ProfilesCommand) -> anyhow::Resu
 /// What `profiles check` says of one profile: ready, or what it still needs.
 fn readiness(p: &baton_domain::profiles::Profile) -> String {
     let mut missing: Vec<String> = p.model.missing_configuration().iter().map(ToString::to_string).collect();
-    if let baton_domain::profiles::ModelBinding::Openai { api_key_env: Some(var), .. } = &p.model {
-        if std::env::var(var).is_err() {
-            missing.push(format!("environment variable {var}"));
+    let key_var = match &p.model {
+        baton_domain::profiles::ModelBinding::Openai { api_key_env, .. } => api_key_env.as_ref(),
+        other => other.coding().and_then(|(_, b)| b.api_key_env.as_ref()),
+    };
+    if let Some(var) = key_var.filter(|var| std::env::var(var).is_err()) {
+        missing.push(format!("environment variable {var}"));
+    }
+    // A coding CLI must be installed where the worker looks for it.
+    if let Some((cli, binding)) = p.model.coding() {
+        let bin = baton_agent::providers::coding::program_of(cli, binding);
+        if baton::demo::find_program(&bin).is_none() {
+            missing.push(format!("the `{bin}` program ({}; `npm ci --prefix agents` installs it)", cli.display_name()));
         }
     }
     match (missing.is_empty(), p.model.unavailable()) {

@@ -22,8 +22,26 @@ pub fn render(events: &[EventRow]) -> String {
 /// The few payload fields worth a glance, on one short line.
 pub fn detail(payload: &serde_json::Value) -> String {
     let keys = [
-        "tool", "agentId", "path", "kind", "code", "limit", "reason", "waitedMs", "message", "exit", "provider",
-        "resumed", "cli", "project", "command", "exitCode", "inputTokens", "outputTokens", "sessionId", "modelCalls",
+        "tool",
+        "agentId",
+        "path",
+        "kind",
+        "code",
+        "limit",
+        "reason",
+        "waitedMs",
+        "message",
+        "exit",
+        "provider",
+        "resumed",
+        "cli",
+        "project",
+        "command",
+        "exitCode",
+        "inputTokens",
+        "outputTokens",
+        "sessionId",
+        "modelCalls",
     ];
     let parts: Vec<String> = keys
         .iter()

@@ -122,12 +122,29 @@ impl Jail {
 
 fn bwrap_args(layout: &Layout) -> Vec<String> {
     let mut args: Vec<String> = [
-        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/root",
-        "--tmpfs", "/home", "--tmpfs", "/run", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-        "--die-with-parent", "--new-session",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/root",
+        "--tmpfs",
+        "/home",
+        "--tmpfs",
+        "/run",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--die-with-parent",
+        "--new-session",
     ]
     .iter()
-    .map(|s| s.to_string())
+    .map(ToString::to_string)
     .collect();
     let path = |p: &Path| p.to_string_lossy().into_owned();
     for hidden in &layout.hidden {
@@ -213,6 +230,9 @@ mod tests {
         let args = bwrap_args(&layout).join(" ");
         assert!(args.contains("--ro-bind / /") && args.contains("--unshare-pid") && args.contains("--die-with-parent"));
         assert!(args.contains("--tmpfs /w --ro-bind /w/projects /w/projects --bind /w/inv/tmp /tmp"), "{args}");
-        assert!(args.ends_with("--bind /w/inv/work /w/inv/work --bind /w/inv/home /w/inv/home --chdir /w/inv/work"), "{args}");
+        assert!(
+            args.ends_with("--bind /w/inv/work /w/inv/work --bind /w/inv/home /w/inv/home --chdir /w/inv/work"),
+            "{args}"
+        );
     }
 }

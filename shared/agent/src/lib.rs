@@ -10,16 +10,15 @@
 //! - `step`: the step transaction (`StepTx`: begin, fence, write, commit, retried whole),
 //!   what it wrote, how a loop ended ([`Exit`]), safe-to-store model output.
 //! - [`tools`]: the model-visible tools, run inside the step's transaction.
-//! - [`providers`]: the provider trait; scripted, OpenAI-compatible and command providers.
+//! - [`providers`]: the provider trait; scripted, OpenAI-compatible and command providers, and
+//!   [`providers::coding`]: the coding CLIs on a checkout of the request's project (the CLIs, the
+//!   checkout, the model gateway, sessions that continue).
 //! - [`limiter`]: model calls under a fleet-wide limit wait their turn (admission in Postgres).
 //! - [`transcript`]: the persisted transcript, read back as chat messages.
-//! - [`coding`]: coding agents (Codex, Claude Code, Qwen Code, Gemini CLI) on a checkout of the request's project:
-//!   the CLIs, the checkout, the model gateway, sessions that continue.
 //! - [`jail`]: the box's outer layers: another user, bubblewrap, an undumpable worker.
 //! - `budget`: run budgets on the step path: spend recorded per step, checked before the next.
 
 mod budget;
-pub mod coding;
 pub mod http;
 pub mod jail;
 pub mod limiter;

@@ -49,10 +49,21 @@ pub fn find_cli(cli: CodingCli) -> anyhow::Result<PathBuf> {
     if local.is_file() {
         return Ok(local.canonicalize()?);
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file()).with_context(|| {
-        format!("`{name}` ({}) is not installed: run `npm ci --prefix agents` in the checkout, or put it on the PATH", cli.display_name())
+    find_program(name).with_context(|| {
+        format!(
+            "`{name}` ({}) is not installed: run `npm ci --prefix agents` in the checkout, or put it on the PATH",
+            cli.display_name()
+        )
     })
+}
+
+/// A program by path, or by name on the PATH.
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        return Path::new(name).is_file().then(|| PathBuf::from(name));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 impl CodingDemo {

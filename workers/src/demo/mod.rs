@@ -7,6 +7,8 @@
 
 mod coding;
 
+pub use coding::find_program;
+
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -225,7 +227,8 @@ async fn print_changes(demo: &coding::CodingDemo, reply: &Value) -> anyhow::Resu
     }
     println!("\nWhat {} changed (result.changes)", demo.cli.display_name());
     println!("{}", "-".repeat(90));
-    let files: Vec<&str> = changes["files"].as_array().map(|f| f.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let files: Vec<&str> =
+        changes["files"].as_array().map(|f| f.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     println!("project:  {}", changes["project"].as_str().unwrap_or("?"));
     println!("files:    {} (+{} −{})", files.join(", "), changes["insertions"], changes["deletions"]);
     println!("branch:   {}", changes["branch"].as_str().unwrap_or("-"));

@@ -136,16 +136,9 @@ async fn answer(State(s): State<Arc<Shared>>, request: Request) -> Response {
     let bytes = axum::body::to_bytes(body, 64 * 1024 * 1024).await.unwrap_or_default();
     // None of the four CLIs compresses its requests.
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    let headers =
-        parts.headers.iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string())).collect();
+    let headers = parts.headers.iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string())).collect();
     let script = s.script.lock().expect("not poisoned").clone();
     let (response, model_call, earlier) = wire::respond(s.api, &parts.method, &path, &body, &script);
-    s.seen.lock().expect("not poisoned").push(Seen {
-        path,
-        headers,
-        body,
-        model_call,
-        earlier_results: earlier,
-    });
+    s.seen.lock().expect("not poisoned").push(Seen { path, headers, body, model_call, earlier_results: earlier });
     response
 }

@@ -69,7 +69,7 @@ impl Exchange {
         let after = items[prompt.min(items.len())..].iter().filter(|i| **i == Item::Result).count();
         let before = &items[..prompt.min(items.len())];
         let earlier = before.iter().filter(|i| **i == Item::Result).count();
-        let resumed = before.iter().any(|i| *i == Item::ModelTurn);
+        let resumed = before.contains(&Item::ModelTurn);
         let auxiliary = !tools.iter().any(|t| is_edit_tool(t) || is_shell_tool(t));
         Exchange { after, earlier, resumed, auxiliary, tools }
     }
@@ -148,12 +148,25 @@ fn items(api: Api, body: &Value) -> Vec<Item> {
 
 /// Codex puts its environment and instructions in user messages of their own.
 fn is_real_prompt(item: &Value) -> bool {
-    let text: String =
-        item["content"].as_array().into_iter().flatten().filter_map(|c| c["text"].as_str()).collect::<Vec<_>>().join("");
+    let text: String = item["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("");
     let text = text.trim_start();
-    !["<environment_context", "<user_instructions", "# AGENTS.md", "<INSTRUCTIONS>", "<permissions", "<skill", "<turn_aborted"]
-        .iter()
-        .any(|tag| text.starts_with(tag))
+    ![
+        "<environment_context",
+        "<user_instructions",
+        "# AGENTS.md",
+        "<INSTRUCTIONS>",
+        "<permissions",
+        "<skill",
+        "<turn_aborted",
+    ]
+    .iter()
+    .any(|tag| text.starts_with(tag))
 }
 
 fn tool_names(api: Api, body: &Value) -> Vec<String> {
@@ -203,7 +216,9 @@ fn absolute(workdir: &str, path: &str) -> String {
 /// An auxiliary call's answer: JSON where one is asked for (Gemini's routing and next-speaker checks).
 fn aux_text(api: Api, body: &Value) -> String {
     let config = &body["generationConfig"];
-    if api == Api::Gemini && (config["responseMimeType"] == "application/json" || config.get("responseJsonSchema").is_some()) {
+    if api == Api::Gemini
+        && (config["responseMimeType"] == "application/json" || config.get("responseJsonSchema").is_some())
+    {
         return json!({"reasoning": "scripted", "next_speaker": "user", "complexity_reasoning": "scripted", "complexity_score": 10})
             .to_string();
     }
@@ -216,7 +231,10 @@ fn side_answer(api: Api, path: &str) -> Response {
         _ if path.ends_with("/count_tokens") => json!({"input_tokens": INPUT_TOKENS}),
         Api::Gemini if path.contains(":countTokens") => json!({"totalTokens": INPUT_TOKENS}),
         _ if path.ends_with("/models") => json!({"object": "list", "data": [], "models": []}),
-        _ => return (StatusCode::NOT_FOUND, axum::Json(json!({"error": {"message": format!("no route {path}")}}))).into_response(),
+        _ => {
+            return (StatusCode::NOT_FOUND, axum::Json(json!({"error": {"message": format!("no route {path}")}})))
+                .into_response()
+        }
     };
     axum::Json(body).into_response()
 }
@@ -276,8 +294,12 @@ fn anthropic(step: &Step, workdir: &str, streamed: bool) -> Response {
             json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}),
         )
     };
-    events.push(event(Some("content_block_start"), &json!({"type": "content_block_start", "index": 0, "content_block": start})));
-    events.push(event(Some("content_block_delta"), &json!({"type": "content_block_delta", "index": 0, "delta": delta})));
+    events.push(event(
+        Some("content_block_start"),
+        &json!({"type": "content_block_start", "index": 0, "content_block": start}),
+    ));
+    events
+        .push(event(Some("content_block_delta"), &json!({"type": "content_block_delta", "index": 0, "delta": delta})));
     events.push(event(Some("content_block_stop"), &json!({"type": "content_block_stop", "index": 0})));
     events.push(event(
         Some("message_delta"),
@@ -300,8 +322,10 @@ fn responses(step: &Step, tools: &[String]) -> Response {
         other => other,
     };
     let item = match step {
-        Step::Say { text } => json!({"type": "message", "id": call_id("msg"), "role": "assistant", "status": "completed",
-                                     "content": [{"type": "output_text", "text": text, "annotations": []}]}),
+        Step::Say { text } => {
+            json!({"type": "message", "id": call_id("msg"), "role": "assistant", "status": "completed",
+                                     "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        }
         Step::Write { path, content } => {
             let added: String = content.lines().map(|l| format!("+{l}\n")).collect();
             let patch = format!("*** Begin Patch\n*** Add File: {path}\n{added}*** End Patch\n");
@@ -326,14 +350,23 @@ fn responses(step: &Step, tools: &[String]) -> Response {
                        "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS});
     sse(vec![
         event(Some("response.created"), &json!({"type": "response.created", "response": {"id": id}})),
-        event(Some("response.output_item.added"), &json!({"type": "response.output_item.added", "output_index": 0, "item": item})),
-        event(Some("response.output_item.done"), &json!({"type": "response.output_item.done", "output_index": 0, "item": item})),
-        event(Some("response.completed"), &json!({"type": "response.completed", "response": {"id": id, "usage": usage}})),
+        event(
+            Some("response.output_item.added"),
+            &json!({"type": "response.output_item.added", "output_index": 0, "item": item}),
+        ),
+        event(
+            Some("response.output_item.done"),
+            &json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+        ),
+        event(
+            Some("response.completed"),
+            &json!({"type": "response.completed", "response": {"id": id, "usage": usage}}),
+        ),
     ])
 }
 
 fn chat(step: &Step, workdir: &str, tools: &[String], streamed: bool) -> Response {
-    let pick = |options: &[&str]| options.iter().find(|o| tools.iter().any(|t| t == *o)).map(|s| s.to_string());
+    let pick = |options: &[&str]| options.iter().find(|o| tools.iter().any(|t| t == *o)).map(ToString::to_string);
     let call = match step {
         Step::Say { .. } => None,
         Step::Write { path, content } => Some((
@@ -368,11 +401,20 @@ fn chat(step: &Step, workdir: &str, tools: &[String], streamed: bool) -> Respons
         .into_response();
     }
     sse(vec![
-        event(None, &json!({"id": id, "object": "chat.completion.chunk", "model": "scripted",
-                             "choices": [{"index": 0, "delta": delta, "finish_reason": null}]})),
-        event(None, &json!({"id": id, "object": "chat.completion.chunk", "model": "scripted",
-                             "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})),
-        event(None, &json!({"id": id, "object": "chat.completion.chunk", "model": "scripted", "choices": [], "usage": usage})),
+        event(
+            None,
+            &json!({"id": id, "object": "chat.completion.chunk", "model": "scripted",
+                             "choices": [{"index": 0, "delta": delta, "finish_reason": null}]}),
+        ),
+        event(
+            None,
+            &json!({"id": id, "object": "chat.completion.chunk", "model": "scripted",
+                             "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}),
+        ),
+        event(
+            None,
+            &json!({"id": id, "object": "chat.completion.chunk", "model": "scripted", "choices": [], "usage": usage}),
+        ),
         "data: [DONE]\n\n".to_string(),
     ])
 }
@@ -380,7 +422,9 @@ fn chat(step: &Step, workdir: &str, tools: &[String], streamed: bool) -> Respons
 fn gemini(step: &Step, streamed: bool) -> Response {
     let part = match step {
         Step::Say { text } => json!({"text": text}),
-        Step::Write { path, content } => json!({"functionCall": {"name": "write_file", "args": {"file_path": path, "content": content}}}),
+        Step::Write { path, content } => {
+            json!({"functionCall": {"name": "write_file", "args": {"file_path": path, "content": content}}})
+        }
         Step::Shell { command } => json!({"functionCall": {"name": "run_shell_command", "args": {"command": command}}}),
     };
     let answer = json!({
@@ -426,7 +470,8 @@ mod tests {
 
     #[test]
     fn the_checkout_is_found_in_the_request() {
-        let body = json!({"system": "Primary working directory: /tmp/b/agents/0123456789abcdef0123456789abcdef/work\n"});
+        let body =
+            json!({"system": "Primary working directory: /tmp/b/agents/0123456789abcdef0123456789abcdef/work\n"});
         assert_eq!(workdir_of(&body), "/tmp/b/agents/0123456789abcdef0123456789abcdef/work");
     }
 }

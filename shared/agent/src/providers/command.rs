@@ -88,7 +88,10 @@ impl Provider for CommandAgent {
         };
         // What it prints is hostile input: the worker's secrets and what the
         // disclosure policy removes never reach the reply.
-        let scrub = crate::coding::scrub::Scrubber::new(Default::default(), crate::coding::scrub::Scrubber::worker_secrets(std::env::vars()));
+        let scrub = crate::providers::coding::scrub::Scrubber::new(
+            Default::default(),
+            crate::providers::coding::scrub::Scrubber::worker_secrets(std::env::vars()),
+        );
         let output = run(&spec, &brief).await.map_err(|e| match e {
             ProviderError::Stopped { code, message, detail } => {
                 ProviderError::Stopped { code, message: scrub.text(&message), detail: scrub.text(&detail) }

@@ -6,12 +6,13 @@
 //! - [`scripted`](Scripted): a deterministic list of turns, for demos and tests.
 //! - [`openai`]: any OpenAI-compatible Chat Completions endpoint.
 //! - [`command`]: an external agent run as a process.
-//! - [`CodingAgent`]: Codex, Claude Code, Qwen Code and Gemini CLI (see [`crate::coding`]).
+//! - [`coding`]: Codex, Claude Code, Qwen Code and Gemini CLI on the request's project.
 
+pub mod coding;
 pub mod command;
 pub mod openai;
 
-pub use crate::coding::CodingAgent;
+pub use coding::CodingAgent;
 
 use async_trait::async_trait;
 use baton_domain::profiles::{ModelBinding, Profile};
@@ -46,7 +47,7 @@ pub struct ModelTurn {
     /// What a coding agent changed and the session it leaves, stored in the
     /// turn's transaction (never in the transcript).
     #[serde(skip)]
-    pub coding: Option<Box<crate::coding::CodingOutcome>>,
+    pub coding: Option<Box<coding::CodingOutcome>>,
 }
 
 /// Tokens a model turn used, as its provider reported them: OpenAI's names
@@ -179,9 +180,10 @@ impl Providers for BuiltinProviders {
             ModelBinding::Scripted { .. } => &self.scripted,
             ModelBinding::Openai { .. } => &self.openai,
             ModelBinding::Command { .. } => &self.command,
-            ModelBinding::Codex(_) | ModelBinding::ClaudeCode(_) | ModelBinding::QwenCode(_) | ModelBinding::GeminiCli(_) => {
-                &self.coding
-            }
+            ModelBinding::Codex(_)
+            | ModelBinding::ClaudeCode(_)
+            | ModelBinding::QwenCode(_)
+            | ModelBinding::GeminiCli(_) => &self.coding,
         })
     }
 }

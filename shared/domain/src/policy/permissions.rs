@@ -46,7 +46,17 @@ impl Action {
     fn words(self) -> &'static [&'static str] {
         match self {
             Action::Shell => &["shell", "run command", "running command", "execute command", "bash", "terminal"],
-            Action::Edit => &["edit file", "editing file", "write file", "writing file", "modify file", "change file", "file write", "file edit", "code change"],
+            Action::Edit => &[
+                "edit file",
+                "editing file",
+                "write file",
+                "writing file",
+                "modify file",
+                "change file",
+                "file write",
+                "file edit",
+                "code change",
+            ],
             Action::Web => &["network", "internet", "web", "http", "download", "fetch url"],
             Action::GitPush => &["push", "git push"],
             Action::GitCommit => &["commit"],

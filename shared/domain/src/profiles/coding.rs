@@ -151,7 +151,10 @@ mod tests {
     #[test]
     fn each_cli_is_a_provider_of_its_own_name() {
         for cli in CodingCli::ALL {
-            let text = format!("provider = \"{}\"\nmodel = \"m\"\nbase_url = \"http://127.0.0.1:1\"\napi_key_env = \"K\"", cli.as_str());
+            let text = format!(
+                "provider = \"{}\"\nmodel = \"m\"\nbase_url = \"http://127.0.0.1:1\"\napi_key_env = \"K\"",
+                cli.as_str()
+            );
             let binding: ModelBinding = toml::from_str(&text).unwrap();
             assert_eq!(binding.coding().map(|(c, _)| c), Some(cli), "{text}");
             assert!(binding.missing_configuration().is_empty());

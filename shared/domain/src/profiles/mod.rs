@@ -280,7 +280,8 @@ impl ModelBinding {
 }
 
 /// Providers this build of the fleet can run.
-pub const RUNNABLE_PROVIDERS: &[&str] = &["scripted", "openai", "command", "codex", "claude_code", "qwen_code", "gemini_cli"];
+pub const RUNNABLE_PROVIDERS: &[&str] =
+    &["scripted", "openai", "command", "codex", "claude_code", "qwen_code", "gemini_cli"];
 
 impl Profile {
     /// Complete and runnable here: only such a profile can receive work.
@@ -339,7 +340,8 @@ impl ProfilesFile {
             }
             if let Some((_, coding)) = p.model.coding() {
                 problems.extend(coding.problems().into_iter().map(|e| format!("profile `{}`: {e}", p.id)));
-                if let Some(project) = coding.project.as_deref().filter(|id| !self.projects.iter().any(|p| p.id == *id)) {
+                if let Some(project) = coding.project.as_deref().filter(|id| !self.projects.iter().any(|p| p.id == *id))
+                {
                     problems.push(format!("profile `{}` names unknown project `{project}`", p.id));
                 }
             }

@@ -175,14 +175,14 @@ pub fn reply_message(input: &ReplyInput<'_>) -> BridgeReply {
         Outcome::Completed { final_text } => {
             let run_id = input.run_id.clone().unwrap_or_default();
             {
-            let result = ReplyResult {
-                run_id,
-                final_text: final_text.clone(),
-                agents: input.agents.clone(),
-                changes: input.changes.clone(),
-            };
-            (Some(result), None)
-        }
+                let result = ReplyResult {
+                    run_id,
+                    final_text: final_text.clone(),
+                    agents: input.agents.clone(),
+                    changes: input.changes.clone(),
+                };
+                (Some(result), None)
+            }
         }
         Outcome::Failed { code, message } => (None, Some(ReplyError { code: *code, message: message.clone() })),
         _ => (None, None),

@@ -22,7 +22,7 @@ impl Cli for Qwen {
         let mut args: Vec<String> =
             ["--auth-type", "openai", "--approval-mode", "yolo", "--output-format", "stream-json", "--model", s.model]
                 .iter()
-                .map(|a| a.to_string())
+                .map(ToString::to_string)
                 .collect();
         if !s.system_prompt.trim().is_empty() {
             args.extend(["--append-system-prompt".into(), s.system_prompt.to_string()]);
@@ -62,8 +62,8 @@ fn settings(s: &Setup<'_>) -> Value {
     let mut deny: Vec<String> = vec![];
     for action in s.permissions.denied() {
         match action {
-            Action::Shell => deny.extend(SHELL_TOOLS.iter().map(|t| t.to_string())),
-            Action::Edit => deny.extend(EDIT_TOOLS.iter().map(|t| t.to_string())),
+            Action::Shell => deny.extend(SHELL_TOOLS.iter().map(ToString::to_string)),
+            Action::Edit => deny.extend(EDIT_TOOLS.iter().map(ToString::to_string)),
             Action::Web => deny.extend(["web_fetch".to_string(), "web_search".to_string()]),
             other => deny.extend(other.commands().iter().map(|c| format!("Bash({c} *)"))),
         }
@@ -87,7 +87,7 @@ fn settings(s: &Setup<'_>) -> Value {
 mod tests {
     use super::super::test_support::{read, setup};
     use super::*;
-    use crate::coding::cli::Progress;
+    use crate::providers::coding::cli::Progress;
     use baton_domain::policy::permissions::Permissions;
 
     #[test]

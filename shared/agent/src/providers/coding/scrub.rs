@@ -11,8 +11,19 @@ use serde_json::Value;
 pub const WORKER_SECRET: &str = "[redacted: a secret of the worker]";
 
 /// Names of variables whose values are secrets (matched in upper case).
-const SECRET_NAME_PARTS: &[&str] =
-    &["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "DATABASE_URL", "AMQP_URL", "DSN", "COOKIE"];
+const SECRET_NAME_PARTS: &[&str] = &[
+    "KEY",
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "CREDENTIAL",
+    "AUTH",
+    "DATABASE_URL",
+    "AMQP_URL",
+    "DSN",
+    "COOKIE",
+];
 /// Values shorter than this are too common to cut out.
 const MIN_SECRET_LEN: usize = 8;
 
@@ -81,7 +92,8 @@ mod tests {
             ("LANG".to_string(), "C.UTF-8 long enough".to_string()),
         ];
         let scrub = Scrubber::new(DisclosurePolicy::default(), Scrubber::worker_secrets(vars));
-        let out = scrub.text("env: canary-5f1e0c9a and postgres://baton:hunter2@db/baton, mail a@b.example, C.UTF-8 long enough");
+        let out = scrub
+            .text("env: canary-5f1e0c9a and postgres://baton:hunter2@db/baton, mail a@b.example, C.UTF-8 long enough");
         assert!(!out.contains("canary-5f1e0c9a") && !out.contains("hunter2") && !out.contains("a@b.example"), "{out}");
         assert!(out.contains("C.UTF-8 long enough"), "{out}");
         let v = scrub.value(serde_json::json!({"cmd": ["echo", "canary-5f1e0c9a"]}));

@@ -23,7 +23,9 @@ impl Cli for Codex {
             (false, false) => "workspace-write",
         };
         let mut args: Vec<String> =
-            ["exec", "--json", "--skip-git-repo-check", "--color", "never", "--sandbox", sandbox].map(String::from).to_vec();
+            ["exec", "--json", "--skip-git-repo-check", "--color", "never", "--sandbox", sandbox]
+                .map(String::from)
+                .to_vec();
         if s.permissions.denies(Action::Shell) {
             args.extend(["--disable".into(), "shell_tool".into()]);
         }
@@ -144,10 +146,8 @@ impl Parser for CodexParser {
             }
             // A stream error it retries, or a note about model metadata: a
             // failure only when no turn completes (`turn.failed` then says so).
-            Some("error") => {
-                if self.report.error.is_none() && self.report.result.is_none() {
-                    self.last_error = v["message"].as_str().map(str::to_string);
-                }
+            Some("error") if self.report.error.is_none() && self.report.result.is_none() => {
+                self.last_error = v["message"].as_str().map(str::to_string);
             }
             _ => {}
         }
@@ -193,7 +193,14 @@ mod tests {
         assert!(report.session_id.is_some());
         assert_eq!(report.result.as_deref(), Some("Done: wrote hello.txt."));
         assert!(progress.iter().any(|p| matches!(p, Progress::FileEdited { path } if path.ends_with("hello.txt"))));
-        assert!(progress.contains(&Progress::Command { command: "echo hi".into(), exit_code: Some(0), output: "hi\n".into() }), "{progress:?}");
+        assert!(
+            progress.contains(&Progress::Command {
+                command: "echo hi".into(),
+                exit_code: Some(0),
+                output: "hi\n".into()
+            }),
+            "{progress:?}"
+        );
     }
 
     #[test]
@@ -222,7 +229,11 @@ mod tests {
         assert!(args.starts_with("exec --json") && args.ends_with("resume thread-1 -"), "{args}");
         let (path, config) = &launch.files[0];
         assert!(path.ends_with(".codex/config.toml"));
-        assert!(config.contains("base_url = \"http://127.0.0.1:9\"") && config.contains("unbounded_connection_retries = false"), "{config}");
+        assert!(
+            config.contains("base_url = \"http://127.0.0.1:9\"")
+                && config.contains("unbounded_connection_retries = false"),
+            "{config}"
+        );
         toml::from_str::<toml::Value>(config).expect("valid TOML");
         assert_eq!(launch.env[TOKEN_VAR], "baton-token");
         let (_, rules) = &launch.files[1];

@@ -45,7 +45,7 @@ impl Cli for Claude {
         ];
         let mut args: Vec<String> = ["-p", "--output-format", "stream-json", "--verbose", "--model", s.model]
             .iter()
-            .map(|a| a.to_string())
+            .map(ToString::to_string)
             .collect();
         args.extend(["--permission-mode".into(), "bypassPermissions".into()]);
         // A repository's own `.claude/settings.json` could set the base URL or
@@ -87,7 +87,7 @@ fn disallowed_tools(s: &Setup<'_>) -> Vec<String> {
     for action in s.permissions.denied() {
         match action {
             Action::Shell => rules.push("Bash".to_string()),
-            Action::Edit => rules.extend(EDIT_TOOLS.iter().map(|t| t.to_string())),
+            Action::Edit => rules.extend(EDIT_TOOLS.iter().map(ToString::to_string)),
             Action::Web => rules.extend(["WebFetch".to_string(), "WebSearch".to_string()]),
             other => rules.extend(other.commands().iter().map(|c| format!("Bash({c}:*)"))),
         }
@@ -100,7 +100,7 @@ fn disallowed_tools(s: &Setup<'_>) -> Vec<String> {
 mod tests {
     use super::super::test_support::{read, setup};
     use super::*;
-    use crate::coding::cli::Progress;
+    use crate::providers::coding::cli::Progress;
     use baton_domain::policy::permissions::Permissions;
 
     const SAMPLE: &str = include_str!("samples/claude-ok.jsonl");

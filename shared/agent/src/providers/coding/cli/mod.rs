@@ -59,10 +59,19 @@ pub struct Launch {
 /// Something the CLI did while it works, for the journal.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Progress {
-    Command { command: String, exit_code: Option<i64>, output: String },
-    FileEdited { path: String },
+    Command {
+        command: String,
+        exit_code: Option<i64>,
+        output: String,
+    },
+    FileEdited {
+        path: String,
+    },
     /// A tool call its permissions refused (a denied command, an edit it may not make).
-    Denied { tool: String, detail: String },
+    Denied {
+        tool: String,
+        detail: String,
+    },
 }
 
 /// What the CLI reported when it ended.

@@ -19,18 +19,11 @@ const SHELL_TOOL: &str = "run_shell_command";
 impl Cli for Gemini {
     fn launch(&self, s: &Setup<'_>) -> Launch {
         let policy = s.home.join(".gemini/baton-policy.toml");
-        let mut args: Vec<String> = [
-            "--model",
-            s.model,
-            "--skip-trust",
-            "--approval-mode",
-            "yolo",
-            "--output-format",
-            "stream-json",
-        ]
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
+        let mut args: Vec<String> =
+            ["--model", s.model, "--skip-trust", "--approval-mode", "yolo", "--output-format", "stream-json"]
+                .iter()
+                .map(ToString::to_string)
+                .collect();
         args.extend(["--policy".into(), policy.to_string_lossy().into_owned()]);
         if let Some(session) = s.resume {
             args.extend(["--resume".into(), session.to_string()]);
@@ -150,7 +143,11 @@ impl Parser for GeminiParser {
                         progress.push(Progress::Denied { tool, detail: subject });
                     } else if tool == SHELL_TOOL {
                         let exit_code = Some(if ok { 0 } else { 1 });
-                        progress.push(Progress::Command { command: subject, exit_code, output: tail(output, OUTPUT_TAIL) });
+                        progress.push(Progress::Command {
+                            command: subject,
+                            exit_code,
+                            output: tail(output, OUTPUT_TAIL),
+                        });
                     } else if ok {
                         progress.push(Progress::FileEdited { path: relative(&self.work, &subject) });
                     }
@@ -193,7 +190,9 @@ mod tests {
         assert!(report.session_id.is_some());
         assert_eq!(report.result.as_deref(), Some("Done: wrote hello.txt."));
         assert!(progress.contains(&Progress::FileEdited { path: "hello.txt".into() }), "{progress:?}");
-        assert!(progress.iter().any(|p| matches!(p, Progress::Command { command, exit_code: Some(0), .. } if command == "echo hi")));
+        assert!(progress
+            .iter()
+            .any(|p| matches!(p, Progress::Command { command, exit_code: Some(0), .. } if command == "echo hi")));
     }
 
     #[test]

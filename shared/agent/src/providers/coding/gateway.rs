@@ -27,8 +27,8 @@ use futures_lite::StreamExt;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::coding::journal::Journal;
 use crate::limiter::{Caller, Limiter};
+use crate::providers::coding::journal::Journal;
 
 /// The most of a request body the gateway takes from the CLI.
 const MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
@@ -117,7 +117,8 @@ impl Gateway {
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(std::io::Error::other)?;
-        let (spend, stop_agent, stop) = (Arc::new(Spend::default()), CancellationToken::new(), CancellationToken::new());
+        let (spend, stop_agent, stop) =
+            (Arc::new(Spend::default()), CancellationToken::new(), CancellationToken::new());
         let shared = Arc::new(Shared {
             upstream,
             token: token.clone(),
@@ -170,9 +171,7 @@ fn presented(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
     header("x-api-key")
         .or_else(|| header("x-goog-api-key"))
         .or_else(|| header("authorization").map(|v| v.trim_start_matches("Bearer ").trim().to_string()))
-        .or_else(|| {
-            query?.split('&').find_map(|kv| kv.strip_prefix("key=").map(str::to_string))
-        })
+        .or_else(|| query?.split('&').find_map(|kv| kv.strip_prefix("key=").map(str::to_string)))
 }
 
 fn refuse(status: StatusCode, message: &str) -> Response {
@@ -207,25 +206,7 @@ async fn forward(State(s): State<Arc<Shared>>, request: Request) -> Response {
         _ => None,
     };
     let bytes = if counted && wire == WireApi::ChatCompletions { with_usage_requested(bytes) } else { bytes };
-    let mut url = format!("{}{}", s.upstream.base_url.trim_end_matches('/'), upstream_path(wire, &path));
-    if let Some(q) = query.as_deref().map(without_key).filter(|q| !q.is_empty()) {
-        url.push('?');
-        url.push_str(&q);
-    }
-    let mut call = s.client.request(parts.method.clone(), &url).timeout(s.upstream.timeout).body(bytes);
-    for (name, value) in &parts.headers {
-        let skip = ["host", "content-length", "authorization", "x-api-key", "x-goog-api-key", "connection", "accept-encoding"];
-        if !skip.contains(&name.as_str()) {
-            call = call.header(name, value);
-        }
-    }
-    if let Some(key) = &s.upstream.api_key {
-        call = match wire {
-            WireApi::AnthropicMessages => call.header("x-api-key", key),
-            WireApi::Gemini => call.header("x-goog-api-key", key),
-            WireApi::OpenAiResponses | WireApi::ChatCompletions => call.bearer_auth(key),
-        };
-    }
+    let call = upstream_call(&s, &parts, &path, query.as_deref(), bytes);
     let started = Instant::now();
     let answer = match call.send().await {
         Ok(answer) => answer,
@@ -268,9 +249,63 @@ async fn forward(State(s): State<Arc<Shared>>, request: Request) -> Response {
         *response.headers_mut() = headers;
         return response;
     }
-    // Tee the answer: the CLI gets every byte as it comes, the meter reads it.
+    let rx = metered(s.clone(), answer, status, pass, path, started);
+    let stream = futures_lite::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    let mut response = Response::new(Body::from_stream(stream));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    if !response.headers().contains_key("content-type") {
+        response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    }
+    response
+}
+
+/// The call to the real endpoint: the same path and query (without a
+/// `key`), the CLI's headers but its credentials, the real key in the
+/// header the endpoint's API reads it from.
+fn upstream_call(
+    s: &Shared,
+    parts: &axum::http::request::Parts,
+    path: &str,
+    query: Option<&str>,
+    bytes: axum::body::Bytes,
+) -> reqwest::RequestBuilder {
+    let wire = s.upstream.wire;
+    let mut url = format!("{}{}", s.upstream.base_url.trim_end_matches('/'), upstream_path(wire, path));
+    if let Some(q) = query.map(without_key).filter(|q| !q.is_empty()) {
+        url.push('?');
+        url.push_str(&q);
+    }
+    let mut call = s.client.request(parts.method.clone(), &url).timeout(s.upstream.timeout).body(bytes);
+    for (name, value) in &parts.headers {
+        let skip =
+            ["host", "content-length", "authorization", "x-api-key", "x-goog-api-key", "connection", "accept-encoding"];
+        if !skip.contains(&name.as_str()) {
+            call = call.header(name, value);
+        }
+    }
+    if let Some(key) = &s.upstream.api_key {
+        call = match wire {
+            WireApi::AnthropicMessages => call.header("x-api-key", key),
+            WireApi::Gemini => call.header("x-goog-api-key", key),
+            WireApi::OpenAiResponses | WireApi::ChatCompletions => call.bearer_auth(key),
+        };
+    }
+    call
+}
+
+/// Tees a model call's answer: the CLI gets every byte as it comes, the
+/// meter reads its usage; when it ends, the call is counted and journaled.
+fn metered(
+    shared: Arc<Shared>,
+    answer: reqwest::Response,
+    status: StatusCode,
+    pass: Option<crate::limiter::Pass>,
+    path: String,
+    started: Instant,
+) -> tokio::sync::mpsc::Receiver<Result<axum::body::Bytes, std::io::Error>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes, std::io::Error>>(16);
-    let shared = s.clone();
+    let wire = shared.upstream.wire;
     tokio::spawn(async move {
         let mut meter = Meter::default();
         let mut stream = answer.bytes_stream();
@@ -303,14 +338,7 @@ async fn forward(State(s): State<Arc<Shared>>, request: Request) -> Response {
         });
         shared.journal.note(JournalEvent::CodingModelCall, payload);
     });
-    let stream = futures_lite::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
-    let mut response = Response::new(Body::from_stream(stream));
-    *response.status_mut() = status;
-    *response.headers_mut() = headers;
-    if !response.headers().contains_key("content-type") {
-        response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
-    }
-    response
+    rx
 }
 
 /// Refuses a call the run can no longer pay for, and stops the agent.

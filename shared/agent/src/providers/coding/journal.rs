@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::coding::scrub::Scrubber;
+use crate::providers::coding::scrub::Scrubber;
 
 /// Events waiting to be written at most; past it new ones are dropped (and counted).
 const BACKLOG: usize = 1024;

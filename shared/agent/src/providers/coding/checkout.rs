@@ -114,7 +114,8 @@ impl Mirror {
     /// every other, so the run starts from what the repository has now.
     pub async fn fetch(root: &Path, project: &Project) -> Result<Mirror, GitError> {
         let dir = root.join(mirror_name(project));
-        let unreachable = |e: GitError| GitError(format!("the repository of project `{}` cannot be reached: {e}", project.id));
+        let unreachable =
+            |e: GitError| GitError(format!("the repository of project `{}` cannot be reached: {e}", project.id));
         if dir.join("HEAD").exists() {
             git(Some(&dir), &["fetch", "--prune", "--quiet", "origin"], &[]).await.map_err(unreachable)?;
         } else {

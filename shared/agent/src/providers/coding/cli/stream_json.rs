@@ -76,8 +76,11 @@ impl Parser for StreamJson {
                     || v["subtype"].as_str().is_some_and(|s| s.starts_with("error"))
                     || api_error;
                 if failed {
-                    let why = result.clone().or_else(|| self.last_text.clone()).or_else(|| v["subtype"].as_str().map(str::to_string));
-                    self.report.error = Some(why.unwrap_or_else(|| format!("{} reported an error", self.name).into()));
+                    let why = result
+                        .clone()
+                        .or_else(|| self.last_text.clone())
+                        .or_else(|| v["subtype"].as_str().map(str::to_string));
+                    self.report.error = Some(why.unwrap_or_else(|| format!("{} reported an error", self.name)));
                 } else {
                     self.report.result = result;
                 }
@@ -86,7 +89,9 @@ impl Parser for StreamJson {
                 self.report.reported_tokens = Some(n("input_tokens") + n("output_tokens"));
                 for denial in v["permission_denials"].as_array().into_iter().flatten() {
                     let tool = denial["tool_name"].as_str().unwrap_or("a tool").to_string();
-                    let detail = denial["tool_input"]["command"].as_str().map_or_else(|| denial["tool_input"].to_string(), str::to_string);
+                    let detail = denial["tool_input"]["command"]
+                        .as_str()
+                        .map_or_else(|| denial["tool_input"].to_string(), str::to_string);
                     progress.push(Progress::Denied { tool, detail });
                 }
             }
@@ -101,7 +106,12 @@ impl Parser for StreamJson {
 }
 
 impl StreamJson {
-    pub fn new(work: &Path, edit_tools: &'static [&'static str], shell_tools: &'static [&'static str], name: &'static str) -> Self {
+    pub fn new(
+        work: &Path,
+        edit_tools: &'static [&'static str],
+        shell_tools: &'static [&'static str],
+        name: &'static str,
+    ) -> Self {
         StreamJson {
             report: Report::default(),
             edit_tools,
