@@ -19,6 +19,7 @@ mod conversations_ask;
 mod conversations_chat;
 mod corrupt_rows;
 mod database;
+mod dead_letters;
 mod delegation;
 mod errors;
 mod events_readme;
