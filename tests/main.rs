@@ -37,6 +37,7 @@ mod process;
 mod protocol;
 mod providers;
 mod relay;
+mod returned_messages;
 mod sandbox;
 mod shape;
 mod traces;
