@@ -32,6 +32,7 @@ mod memory;
 mod metrics;
 mod operator_console_cli;
 mod outages;
+mod prefetch;
 mod priority;
 mod process;
 mod protocol;
