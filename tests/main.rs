@@ -38,6 +38,7 @@ mod process;
 mod protocol;
 mod providers;
 mod relay;
+mod retention;
 mod returned_messages;
 mod sandbox;
 mod shape;

@@ -21,6 +21,7 @@
 //! - [`profiles`]: agent profiles, skills and routes; fleet-wide model limits;
 //!   fleet-wide settings (the disclosure policy).
 //! - [`overview`]: what an operator looks at, and the metrics gauges' figures.
+//! - [`retention`]: what `baton runs prune` deletes: old runs, their requests' trails, idle conversations.
 //! - [`coding`]: coding agents' diffs and resumable sessions, and `[[projects]]`.
 //! - [`connect`]: pools and connections, with the fleet's session timeouts and keepalives.
 //! - [`schema`]: creating the database, migrating under a lock, the startup check.
@@ -38,6 +39,7 @@ pub mod outbox;
 pub mod overview;
 pub mod profiles;
 pub mod requests;
+pub mod retention;
 pub mod runs;
 pub mod schema;
 mod sql;
