@@ -120,8 +120,9 @@ async fn a_limit_of_two_concurrent_calls_holds_across_three_workers() {
 #[tokio::test]
 async fn a_token_limit_holds_against_the_usage_the_provider_reports() {
     // 50 tokens a call; 6,000 a minute held over each second is 100 a
-    // second: two calls. Until a call reports its usage, a call is assumed
-    // to take the whole quota, so the first ones go one at a time.
+    // second. While it runs, a call counts the tokens of its own request
+    // (its prompt alone is over 100, so it counts the whole quota and runs
+    // alone in its second); once done, the 50 the provider reported.
     let server = PacedModelServer::start(Paced { tokens: 50, ..Default::default() }).await;
     let env = TestEnv::new().await;
     let limit = format!(
@@ -150,7 +151,7 @@ async fn a_token_limit_holds_against_the_usage_the_provider_reports() {
     assert!(tokens <= 100, "{tokens} tokens admitted in one second");
     let reported = env.scalar_i64("SELECT count(*) FROM model_limit_calls WHERE reported AND tokens = 50", &[]).await;
     assert_eq!(reported, 30, "every call ended with the usage the provider reported");
-    assert!(started.elapsed() >= Duration::from_secs(12), "30 calls at two a second take fifteen seconds");
+    assert!(started.elapsed() >= Duration::from_secs(12), "30 calls at no more than two a second take fifteen seconds");
     let tokens = "SELECT count(*) FROM events WHERE type = $1 AND payload->>'reason' = 'tokens_per_minute'";
     let reasons = env.scalar_i64(tokens, &[&JournalEvent::ModelCallWaiting.as_str()]).await;
     assert!(reasons > 0);

@@ -27,6 +27,7 @@ mod hardening_claims;
 mod hop_costs;
 mod hot_path;
 mod intake_lanes;
+mod limit_slots;
 mod limits;
 mod memory;
 mod metrics;

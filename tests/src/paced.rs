@@ -7,7 +7,9 @@
 //!
 //! Each run takes two calls: the first writes and commits (two tool calls
 //! in one turn), the second finishes. A request whose text contains
-//! `SLOWLY` is answered after [`Paced::slow`], others after [`Paced::delay`].
+//! `SLOWLY` is answered after [`Paced::slow`], others after [`Paced::delay`];
+//! the first call of one whose text contains `HUGELY` reports
+//! [`Paced::huge`] tokens.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,6 +31,8 @@ pub struct Paced {
     pub slow: Duration,
     /// Total tokens reported per completion.
     pub tokens: u64,
+    /// Total tokens reported by the first call of a `HUGELY` request.
+    pub huge: u64,
     /// The first this many requests are answered 429 with `Retry-After`
     /// (whole seconds), whatever the rate: a provider asking for a pause.
     pub refuse_first: usize,
@@ -42,6 +46,7 @@ impl Default for Paced {
             delay: Duration::from_millis(20),
             slow: Duration::from_secs(2),
             tokens: 50,
+            huge: 50,
             refuse_first: 0,
             retry_after_secs: 1,
         }
@@ -153,7 +158,8 @@ async fn complete(State(shared): State<Arc<Shared>>, headers: HeaderMap, Json(bo
         response.headers_mut().insert("retry-after", shared.paced.retry_after_secs.to_string().parse().unwrap());
         return response;
     }
-    let slow = body.to_string().contains("SLOWLY");
+    let text = body.to_string();
+    let slow = text.contains("SLOWLY");
     tokio::time::sleep(if slow { shared.paced.slow } else { shared.paced.delay }).await;
     let message = if turn == 1 {
         json!({"role": "assistant", "content": null, "tool_calls": [
@@ -163,7 +169,7 @@ async fn complete(State(shared): State<Arc<Shared>>, headers: HeaderMap, Json(bo
     } else {
         json!({"role": "assistant", "content": null, "tool_calls": [call("workspace_finish", json!({}))]})
     };
-    let tokens = shared.paced.tokens;
+    let tokens = if turn == 1 && text.contains("HUGELY") { shared.paced.huge } else { shared.paced.tokens };
     Json(json!({
         "id": "chatcmpl-paced", "object": "chat.completion", "model": "test-model",
         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
@@ -189,7 +195,8 @@ pub fn profiles(server: &PacedModelServer, extra: &str) -> String {
 }
 
 /// A sample request with its own conversation (so runs do not take turns)
-/// and `priority`; `slow` makes its model calls take [`Paced::slow`].
+/// and `priority`; `slow` makes its model calls take [`Paced::slow`]
+/// (`HUGELY` in a test's own `userIntent` makes its first call huge).
 pub fn request(id: &str, priority: &str, slow: bool) -> Value {
     let mut r = crate::sample_request_json(id, "docs_agent", "en");
     r["priority"] = priority.into();

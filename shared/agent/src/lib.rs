@@ -14,6 +14,7 @@
 //!   [`providers::coding`]: the coding CLIs on a checkout of the request's project (the CLIs, the
 //!   checkout, the model gateway, sessions that continue).
 //! - [`limiter`]: model calls under a fleet-wide limit wait their turn (admission in Postgres).
+//! - [`slots`]: slots given out by priority with aging (a worker's invocations, a limit's turn).
 //! - [`transcript`]: the persisted transcript, read back as chat messages.
 //! - [`jail`]: the box's outer layers: another user, bubblewrap, an undumpable worker.
 //! - `budget`: run budgets on the step path: spend recorded per step, checked before the next.
@@ -26,6 +27,7 @@ pub mod metrics;
 pub mod opening;
 pub mod providers;
 pub mod runner;
+pub mod slots;
 mod step;
 pub mod tools;
 pub mod transcript;

@@ -3,24 +3,38 @@
 //! Admission is decided in Postgres (`baton_store::profiles::limits`), so a limit
 //! holds across every worker process. A call that must wait sleeps with no
 //! transaction, no pooled connection and no HTTP connection held; within one
-//! process the calls under a limit queue up in arrival order behind one
-//! poller, so a thousand waiting calls cost the database one poll at a time
-//! per process. Waiting is not failing: the journal records it
+//! process the calls under a limit take turns behind one poller, so a
+//! thousand waiting calls cost the database one poll at a time per process.
+//! The turn goes by the run's priority, oldest first, with aging
+//! ([`crate::slots`]): a `high` run's call goes before `low` ones waiting,
+//! and a `low` one is overtaken at most [`MAX_OVERTAKES`] times.
+//! Waiting is not failing: the journal records it
 //! (`model_call_waiting`, then `model_call_throttled` with how long), and a
 //! metric counts it by the limit's name. A call under no limit never gets
 //! here (no round trip).
+//!
+//! An admitted call counts for the tokens estimated from its request
+//! ([`baton_domain::policy::limits::estimate_tokens`]) and is held in flight
+//! for [`SLOT_HOLD`], renewed every third of it while its [`Pass`] lives: a
+//! worker that dies mid-call frees its slot within [`SLOT_HOLD`], however
+//! long the call's own timeout.
+//!
+//! [`MAX_OVERTAKES`]: baton_domain::policy::priority::MAX_OVERTAKES
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use baton_domain::policy::limits::{ModelLimit, WaitReason};
+use baton_domain::protocol::request::Priority;
 use baton_domain::run::journal::JournalEvent;
 use baton_store::journal::Event;
 use baton_store::profiles::limits::{self, Admission};
 use baton_store::Pool;
 use serde_json::json;
 use uuid::Uuid;
+
+use crate::slots::Slots;
 
 /// A call the database could not admit (it stayed away past the patience).
 #[derive(Debug, thiserror::Error)]
@@ -33,50 +47,67 @@ const POLL_MIN: Duration = Duration::from_millis(20);
 const POLL_MAX: Duration = Duration::from_millis(500);
 /// How long admission rides out a database that is away before the call fails.
 const DB_PATIENCE: Duration = Duration::from_secs(120);
+/// How long an admitted call counts as in flight without a renewal: a
+/// worker that died mid-call frees its slot within this.
+pub const SLOT_HOLD: Duration = Duration::from_secs(15);
 
-/// Whose call this is, for the journal.
+/// Whose call this is, for the journal and its turn.
 #[derive(Debug, Clone, Copy)]
 pub struct Caller {
     pub run_id: Uuid,
     pub invocation_id: Uuid,
+    /// The run's priority: its place in line behind this process's other calls.
+    pub priority: Priority,
 }
 
 /// Admits model calls under their limits; one per worker process.
 pub struct Limiter {
     pool: Pool,
-    /// One queue per limit: calls of this process wait in arrival order.
-    turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Where admitted calls renew their hold.
+    renewals: Pool,
+    hold: Duration,
+    /// One turn per limit: calls of this process take it by priority.
+    turns: Mutex<HashMap<String, Slots>>,
 }
 
-/// An admitted call. [`Pass::done`] ends it with the tokens it used; a pass
-/// dropped without it (the call was dropped on shutdown) ends it with its
-/// estimate, in the background.
+/// An admitted call, renewing its hold while it lives. [`Pass::done`] ends
+/// it with the tokens it used; a pass dropped without it (the call was
+/// dropped on shutdown) ends it with its estimate, in the background.
 pub struct Pass {
     pool: Pool,
     call: Option<Uuid>,
+    renewing: tokio::task::JoinHandle<()>,
 }
 
 impl Limiter {
     pub fn new(pool: Pool) -> Self {
-        Self { pool, turns: Mutex::default() }
+        Self { renewals: pool.clone(), pool, hold: SLOT_HOLD, turns: Mutex::default() }
     }
 
-    fn turn(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+    /// Renews admitted calls on `pool` (a worker's lease pool: a renewal
+    /// does not wait behind the agent loops for a connection).
+    pub fn renewing_on(mut self, pool: Pool) -> Self {
+        self.renewals = pool;
+        self
+    }
+
+    fn turn(&self, name: &str) -> Slots {
         let mut turns = self.turns.lock().expect("not poisoned");
-        turns.entry(name.to_string()).or_default().clone()
+        turns.entry(name.to_string()).or_insert_with(|| Slots::new(1)).clone()
     }
 
-    /// Waits until a call under `limit` may start, then counts it as in
-    /// flight for at most `hold`.
-    pub async fn admit(&self, limit: &ModelLimit, caller: Caller, hold: Duration) -> Result<Pass, NotAdmitted> {
+    /// Waits until a call under `limit` may start (its turn in this process
+    /// first, by `caller`'s priority), then counts it as in flight with
+    /// `estimate` tokens until its [`Pass`] ends.
+    pub async fn admit(&self, limit: &ModelLimit, caller: Caller, estimate: i64) -> Result<Pass, NotAdmitted> {
         let turn = self.turn(&limit.name);
-        let _turn = turn.lock().await;
+        let _turn = turn.acquire(caller.priority).await;
         let started = Instant::now();
         let (mut waited_for, mut poll, mut db_since) = (None::<WaitReason>, POLL_MIN, None::<Instant>);
         loop {
             let call = Uuid::now_v7();
             let attempt = match self.pool.get().await {
-                Ok(client) => limits::admit(&client, limit, call, hold).await,
+                Ok(client) => limits::admit(&client, limit, call, self.hold, estimate).await,
                 Err(e) => Err(e.into()),
             };
             let (wait, reason) = match attempt {
@@ -84,7 +115,7 @@ impl Limiter {
                     if let Some(reason) = waited_for {
                         self.note_throttled(limit, caller, reason, started.elapsed()).await;
                     }
-                    return Ok(Pass { pool: self.pool.clone(), call: Some(call) });
+                    return Ok(Pass::start(self, call));
                 }
                 Ok(Admission::Wait(wait, reason)) => (wait, reason),
                 Err(e) => {
@@ -158,8 +189,31 @@ impl Limiter {
 }
 
 impl Pass {
+    /// Holds `call` in flight, renewed every third of the hold until the pass ends.
+    fn start(limiter: &Limiter, call: Uuid) -> Self {
+        let (renewals, hold) = (limiter.renewals.clone(), limiter.hold);
+        let renewing = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(hold / 3);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let renewed = match renewals.get().await {
+                    Ok(client) => limits::renew(&client, call, hold).await,
+                    Err(e) => Err(e.into()),
+                };
+                match renewed {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(e) => tracing::warn!(error = %e, "could not renew a limited model call's hold; retrying"),
+                }
+            }
+        });
+        Self { pool: limiter.pool.clone(), call: Some(call), renewing }
+    }
+
     /// Ends the call with the tokens the provider reported, if it did.
     pub async fn done(mut self, tokens: Option<i64>) {
+        self.renewing.abort();
         if let Some(call) = self.call.take() {
             end(&self.pool, call, tokens).await;
         }
@@ -168,6 +222,7 @@ impl Pass {
 
 impl Drop for Pass {
     fn drop(&mut self) {
+        self.renewing.abort();
         if let Some(call) = self.call.take() {
             let pool = self.pool.clone();
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -183,7 +238,7 @@ async fn end(pool: &Pool, call: Uuid, tokens: Option<i64>) {
         Err(e) => Err(e.into()),
     };
     if let Err(e) = ended {
-        // It stops counting as in flight when its hold runs out.
+        // It stops counting as in flight when its hold runs out (nothing renews it now).
         tracing::warn!(error = %e, "could not end a limited model call; its hold will expire");
     }
 }

@@ -87,6 +87,8 @@ pub struct ModelRequest<'a> {
     /// Whose call it is (the journal records a throttled wait); never sent.
     pub run_id: uuid::Uuid,
     pub invocation_id: uuid::Uuid,
+    /// The run's priority: a call waiting under a fleet-wide limit takes its turn by it.
+    pub priority: baton_domain::protocol::request::Priority,
     /// What the run may still spend (a coding agent's gateway enforces it).
     pub allowance: Allowance,
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use backon::BackoffBuilder;
+use baton_domain::policy::limits::estimate_tokens;
 use baton_domain::profiles::ModelBinding;
 use serde_json::{json, Value};
 
@@ -46,10 +47,6 @@ impl Default for OpenAi {
         }
     }
 }
-
-/// How much longer than its request timeout an admitted call may count as
-/// in flight when its worker dies before ending it.
-const HOLD_MARGIN: Duration = Duration::from_secs(5);
 
 /// The endpoint and settings a profile binds to.
 struct Endpoint<'a> {
@@ -118,6 +115,9 @@ impl Provider for OpenAi {
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelTurn, ProviderError> {
         let e = endpoint(&request.profile.model)?;
         let body = body(&e, request);
+        // Sent as these bytes at each attempt; a call under a limit counts
+        // for the tokens they and the answer's allowance come to.
+        let payload = serde_json::to_vec(&body).map_err(|err| ProviderError::Failed(err.to_string()))?;
         let mut delays = backon::ExponentialBuilder::default()
             .with_min_delay(self.min_backoff)
             .with_max_delay(Duration::from_secs(20))
@@ -126,16 +126,19 @@ impl Provider for OpenAi {
             .build();
         let mut last = String::new();
         let limited = request.profile.model_limit.as_ref().zip(self.limiter.as_deref());
-        let caller = Caller { run_id: request.run_id, invocation_id: request.invocation_id };
+        let caller =
+            Caller { run_id: request.run_id, invocation_id: request.invocation_id, priority: request.priority };
         for attempt in 1..=e.attempts {
             let pass = match limited {
                 Some((limit, limiter)) => {
-                    let admitted = limiter.admit(limit, caller, e.timeout + HOLD_MARGIN).await;
+                    let estimate =
+                        estimate_tokens(payload.len(), e.max_tokens.map(u64::from), limit.quota().estimated_tokens);
+                    let admitted = limiter.admit(limit, caller, estimate).await;
                     Some(admitted.map_err(|why| ProviderError::Failed(why.to_string()))?)
                 }
                 None => None,
             };
-            let outcome = self.attempt(&e, &body, &request.session_id).await;
+            let outcome = self.attempt(&e, &payload, &request.session_id).await;
             end_call(pass, &outcome).await;
             if let Attempt::Retry(.., status) | Attempt::Fatal(.., status) = &outcome {
                 crate::metrics::model_error(&request.profile.id, status);
@@ -166,8 +169,14 @@ impl Provider for OpenAi {
 }
 
 impl OpenAi {
-    async fn attempt(&self, e: &Endpoint<'_>, body: &Value, session: &str) -> Attempt {
-        let mut call = self.client.post(&e.url).timeout(e.timeout).header("X-Session-Id", session).json(body);
+    async fn attempt(&self, e: &Endpoint<'_>, body: &[u8], session: &str) -> Attempt {
+        let mut call = self
+            .client
+            .post(&e.url)
+            .timeout(e.timeout)
+            .header("X-Session-Id", session)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_vec());
         if let Some(key) = &e.key {
             call = call.bearer_auth(key);
         }

@@ -29,6 +29,7 @@ impl Asking {
             turn_index: turns,
             run_id: c.inv.run_id,
             invocation_id: c.inv.id,
+            priority: c.inv.priority,
             allowance: c.budget.allowance(),
         }
     }

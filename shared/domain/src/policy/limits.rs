@@ -19,9 +19,36 @@ pub struct Target<'a> {
     pub api_key_env: Option<&'a str>,
 }
 
-/// Tokens a call is assumed to use before any call under its limit has
-/// reported its usage.
+/// Tokens a call's answer is assumed to take when its request sets no
+/// `max_tokens` (a limit's `estimated_tokens` overrides it).
 pub const DEFAULT_ESTIMATED_TOKENS: u64 = 1000;
+
+/// Bytes of a serialized request per token, for the estimate: about four
+/// for English text and JSON, fewer for other scripts (an overestimate for
+/// those is paid back when the call reports its usage).
+pub const BYTES_PER_TOKEN: usize = 4;
+
+/// Tokens a model call counts for while it runs, estimated from the
+/// request itself: its serialized size at [`BYTES_PER_TOKEN`], plus what
+/// its answer may take (`max_output`, the request's own `max_tokens`; else
+/// `output_estimate`, the limit's). Once the call ends, the usage the
+/// provider reported replaces it. Never below 1.
+pub fn estimate_tokens(request_bytes: usize, max_output: Option<u64>, output_estimate: i64) -> i64 {
+    let prompt = i64::try_from(request_bytes.div_ceil(BYTES_PER_TOKEN)).unwrap_or(i64::MAX);
+    let answer = max_output.map_or(output_estimate, |m| i64::try_from(m).unwrap_or(i64::MAX));
+    prompt.saturating_add(answer.max(0)).max(1)
+}
+
+/// The most tokens a request lets its answer take, as the four wire APIs
+/// a coding agent's gateway forwards spell it: Chat Completions'
+/// `max_tokens` or `max_completion_tokens`, Responses' `max_output_tokens`,
+/// Anthropic's `max_tokens`, Gemini's `generationConfig.maxOutputTokens`.
+pub fn max_output_tokens(request: &serde_json::Value) -> Option<u64> {
+    ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+        .iter()
+        .find_map(|key| request.get(key).and_then(serde_json::Value::as_u64))
+        .or_else(|| request.get("generationConfig")?.get("maxOutputTokens")?.as_u64())
+}
 
 /// One limit, as the profiles file declares it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,9 +74,9 @@ pub struct ModelLimit {
     /// minute as 1 per second) are matched with a shorter window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_secs: Option<u32>,
-    /// Tokens a call is assumed to use until calls under this limit report
-    /// theirs (default [`DEFAULT_ESTIMATED_TOKENS`]); after that, the
-    /// largest usage reported in the last ten minutes.
+    /// Tokens a call's answer is assumed to take while it runs, when its
+    /// request sets no `max_tokens` (default [`DEFAULT_ESTIMATED_TOKENS`]):
+    /// see [`estimate_tokens`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_tokens: Option<u64>,
 }
@@ -196,6 +223,29 @@ mod tests {
             (l.quota().requests, l.quota().window, l.quota().estimated_tokens),
             (Some(1), Duration::from_secs(60), 1000)
         );
+    }
+
+    #[test]
+    fn a_calls_estimate_is_its_requests_size_in_tokens_and_what_its_answer_may_take() {
+        assert_eq!(estimate_tokens(4000, Some(500), 1000), 1500);
+        assert_eq!(estimate_tokens(4001, None, 1000), 2001, "a started token counts whole");
+        assert_eq!(estimate_tokens(0, Some(0), 0), 1, "never free");
+        assert_eq!(estimate_tokens(usize::MAX, Some(u64::MAX), 1), i64::MAX, "saturates");
+        // One huge request counts for itself only: the next small one is small.
+        let huge = estimate_tokens(4_000_000, Some(100), 1000);
+        let small = estimate_tokens(2_000, Some(100), 1000);
+        assert_eq!((huge, small), (1_000_100, 600));
+    }
+
+    #[test]
+    fn the_answers_allowance_is_read_as_each_wire_api_spells_it() {
+        use serde_json::json;
+        assert_eq!(max_output_tokens(&json!({"model": "m", "max_tokens": 256})), Some(256));
+        assert_eq!(max_output_tokens(&json!({"max_completion_tokens": 64})), Some(64));
+        assert_eq!(max_output_tokens(&json!({"max_output_tokens": 32})), Some(32));
+        assert_eq!(max_output_tokens(&json!({"generationConfig": {"maxOutputTokens": 16}})), Some(16));
+        assert_eq!(max_output_tokens(&json!({"messages": []})), None);
+        assert_eq!(max_output_tokens(&json!({"max_tokens": "lots"})), None);
     }
 
     #[test]

@@ -249,6 +249,23 @@ impl ModelBinding {
         }
     }
 
+    /// Why its `timeout_secs` is refused: a model call may take at most
+    /// [`MAX_CALL_TIMEOUT_SECS`], an external or coding agent at most
+    /// [`MAX_AGENT_TIMEOUT_SECS`] (0 is refused as well).
+    pub fn timeout_problem(&self) -> Option<String> {
+        let (secs, most, what) = match self {
+            ModelBinding::Openai { timeout_secs, .. } => (*timeout_secs, MAX_CALL_TIMEOUT_SECS, "a model call"),
+            ModelBinding::Command { timeout_secs, .. } => (*timeout_secs, MAX_AGENT_TIMEOUT_SECS, "an external agent"),
+            // A coding binding refuses 0 itself.
+            _ => (self.coding()?.1.timeout_secs.filter(|s| *s > 0), MAX_AGENT_TIMEOUT_SECS, "a coding agent"),
+        };
+        match secs? {
+            0 => Some("timeout_secs must be above 0".into()),
+            secs if secs > most => Some(format!("timeout_secs = {secs} is over the {most} seconds {what} may take")),
+            _ => None,
+        }
+    }
+
     pub fn provider_name(&self) -> &'static str {
         match self {
             ModelBinding::Scripted { .. } => "scripted",
@@ -300,6 +317,13 @@ impl Profile {
     }
 }
 
+/// The longest one model call may take (an `openai` profile's
+/// `timeout_secs`): a call under a fleet-wide limit counts as in flight no
+/// longer than this, whatever its worker does.
+pub const MAX_CALL_TIMEOUT_SECS: u64 = 3600;
+/// The longest an external agent or a coding agent may run (`timeout_secs`).
+pub const MAX_AGENT_TIMEOUT_SECS: u64 = 24 * 3600;
+
 /// Why a profiles file was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ProfilesError {
@@ -330,6 +354,9 @@ impl ProfilesFile {
             }
             if !seen.insert(p.id.as_str()) {
                 problems.push(format!("profile `{}` is defined twice", p.id));
+            }
+            if let Some(why) = p.model.timeout_problem() {
+                problems.push(format!("profile `{}`: {why}", p.id));
             }
             if let ModelBinding::Command { env, env_values, max_output_bytes, .. } = &p.model {
                 let env_problems = crate::policy::sandbox::environment_problems(env, env_values);
@@ -538,6 +565,38 @@ on_interrupt = "rerun"
             &SAMPLE.replace("description = \"Drafts text.\"", "description = \"Drafts text.\"\nmodel_limit = 1")
         )
         .is_err());
+    }
+
+    #[test]
+    fn a_timeout_beyond_what_a_call_or_an_agent_may_take_is_refused_naming_the_profile() {
+        let with = |secs: &str| {
+            SAMPLE.replace(
+                "base_url = \"http://localhost:1/v1\"",
+                &format!("base_url = \"http://localhost:1/v1\"\ntimeout_secs = {secs}"),
+            )
+        };
+        assert!(ProfilesFile::parse(&with("3600")).is_ok());
+        let err = ProfilesFile::parse(&with("1000000000000")).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "profile `editor`: timeout_secs = 1000000000000 is over the 3600 seconds a model call may take"
+            ),
+            "{err}"
+        );
+        let err = ProfilesFile::parse(&with("0")).unwrap_err().to_string();
+        assert!(err.contains("profile `editor`: timeout_secs must be above 0"), "{err}");
+        let agent = ModelBinding::Command {
+            command: vec!["sh".into()],
+            timeout_secs: Some(90_000),
+            env: vec![],
+            env_values: BTreeMap::new(),
+            max_output_bytes: None,
+            on_interrupt: Default::default(),
+        };
+        assert_eq!(
+            agent.timeout_problem().unwrap(),
+            "timeout_secs = 90000 is over the 86400 seconds an external agent may take"
+        );
     }
 
     #[test]

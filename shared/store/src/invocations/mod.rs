@@ -11,6 +11,7 @@ pub mod tasks;
 
 use std::time::Duration;
 
+use baton_domain::protocol::request::Priority;
 use baton_domain::run::state::{InvocationKind, InvocationStatus, RunStatus};
 use baton_domain::tools::delegation::{AwaitSpec, Budget};
 use deadpool_postgres::GenericClient;
@@ -51,6 +52,8 @@ pub struct Invocation {
     pub await_spec: Option<AwaitSpec>,
     /// Claims taken from a holder that neither finished nor handed back.
     pub takeovers: i32,
+    /// Its run's priority (a model call under a limit waits in line by it).
+    pub priority: Priority,
 }
 
 pub struct NewInvocation<'a> {
@@ -67,7 +70,8 @@ pub struct NewInvocation<'a> {
 
 const COLUMNS: &str =
     "i.id, i.run_id, i.parent_invocation_id, i.incoming_task_id, i.profile_id, i.kind, i.status, i.brief, \
-     i.claim_epoch, i.budget, i.deadline_at, i.tokens_used, i.await_spec, i.takeovers";
+     i.claim_epoch, i.budget, i.deadline_at, i.tokens_used, i.await_spec, i.takeovers, \
+     (SELECT r.priority FROM runs r WHERE r.id = i.run_id)";
 
 fn from_row(row: &Row) -> Result<Invocation> {
     let id: Uuid = row.get(0);
@@ -87,6 +91,7 @@ fn from_row(row: &Row) -> Result<Invocation> {
         tokens_used: row.get(11),
         await_spec: at.json_opt(row, 12)?,
         takeovers: row.get(13),
+        priority: at.wire(row, 14)?,
     })
 }
 
@@ -165,7 +170,7 @@ pub async fn claim_measured(
     let Some(row) = sql::query_opt(c, &sql, params).await? else {
         return Ok(None);
     };
-    let facts = ClaimFacts { waited_seconds: row.get(14), takeover: row.get(15) };
+    let facts = ClaimFacts { waited_seconds: row.get(15), takeover: row.get(16) };
     Ok(Some((from_row(&row)?, facts)))
 }
 

@@ -1,7 +1,7 @@
 //! Fleet-wide limits on model calls, enforced in Postgres so they hold
 //! across every worker process. Each function is one statement (a function
-//! of migration V22): the limit's row lock is held only while it runs, so a
-//! call that must wait holds no transaction and no connection.
+//! of migrations V22 and V11): the limit's row lock is held only while it
+//! runs, so a call that must wait holds no transaction and no connection.
 
 use std::time::Duration;
 
@@ -21,16 +21,23 @@ pub enum Admission {
     Wait(Option<Duration>, WaitReason),
 }
 
-/// Admits call `call` under `limit`, or says how long to wait. An admitted
-/// call counts as in flight for `hold` at most (a worker that dies while
-/// calling stops counting then), until [`done`].
-pub async fn admit(c: &impl GenericClient, limit: &ModelLimit, call: Uuid, hold: Duration) -> Result<Admission> {
+/// Admits call `call` under `limit`, counting `estimate` tokens while it
+/// runs, or says how long to wait. An admitted call counts as in flight for
+/// `hold`, and for `hold` again at each [`renew`] (a worker that dies while
+/// calling stops renewing, and its call stops counting), until [`done`].
+pub async fn admit(
+    c: &impl GenericClient,
+    limit: &ModelLimit,
+    call: Uuid,
+    hold: Duration,
+    estimate: i64,
+) -> Result<Admission> {
     let q = limit.quota();
     let (window, hold) = (q.window.as_secs_f64(), hold.as_secs_f64());
     let row = sql::query_one(
         c,
-        "SELECT wait_secs, reason FROM baton_limit_admit($1, $2, $3, $4, $5, $6, $7, $8)",
-        &[&limit.name, &call, &q.requests, &q.tokens, &q.concurrent, &window, &q.estimated_tokens, &hold],
+        "SELECT wait_secs, reason FROM baton_limit_admit_call($1, $2, $3, $4, $5, $6, $7, $8)",
+        &[&limit.name, &call, &q.requests, &q.tokens, &q.concurrent, &window, &estimate, &hold],
     )
     .await?;
     let (wait, reason): (Option<f64>, Option<String>) = (row.get(0), row.get(1));
@@ -44,6 +51,19 @@ pub async fn admit(c: &impl GenericClient, limit: &ModelLimit, call: Uuid, hold:
     })?;
     let wait = wait.map(|secs| Duration::from_secs_f64(secs.clamp(0.0, 3600.0)));
     Ok(Admission::Wait(wait, reason))
+}
+
+/// Holds an admitted call in flight for `hold` more from now; `false` once
+/// it has ended (or its row is gone), when there is nothing to renew.
+pub async fn renew(c: &impl GenericClient, call: Uuid, hold: Duration) -> Result<bool> {
+    let n = sql::execute(
+        c,
+        "UPDATE model_limit_calls SET held_until = clock_timestamp() + make_interval(secs => $2)
+          WHERE id = $1 AND held_until IS NOT NULL",
+        &[&call, &hold.as_secs_f64()],
+    )
+    .await?;
+    Ok(n == 1)
 }
 
 /// Ends an admitted call: it no longer counts as in flight, and its tokens

@@ -3,7 +3,6 @@
 //! work), renew the lease by heartbeat, and run the agent loop.
 
 mod claim;
-pub mod priority_slots;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,9 +25,9 @@ use tracing::Instrument;
 
 use crate::config::Settings;
 use crate::roles::invocation::claim::{claim_failure, fail_claimed, first_start, started_events};
-use crate::roles::invocation::priority_slots::{Slot, Slots};
 use crate::roles::publish_after_commit::PublishAfterCommit;
 use crate::roles::{connect_with, retry_transient, Role};
+use baton_agent::slots::{Slot, Slots};
 
 /// What one worker process shares across its invocations.
 #[derive(Clone)]
@@ -43,15 +42,16 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(pool: Pool, settings: Settings) -> Self {
-        let limiter = Arc::new(baton_agent::limiter::Limiter::new(pool.clone()));
+        let session = settings.db_session_of("invocation-leases");
+        let leases = baton_store::pool_with(&settings.database_url, 2, &session).unwrap_or_else(|_| pool.clone());
+        // Model-limit slots are renewed like leases, on the leases' own pool.
+        let limiter = Arc::new(baton_agent::limiter::Limiter::new(pool.clone()).renewing_on(leases.clone()));
         let providers = BuiltinProviders::with_work_root(settings.agent_work_dir.clone())
             .with_limiter(limiter)
             .with_pool(pool.clone())
             .with_jail(settings.agent_jail.clone());
         let runner = Runner::new(pool.clone(), Arc::new(providers), LoopCaps::default())
             .with_persist_patience(settings.persist_patience);
-        let session = settings.db_session_of("invocation-leases");
-        let leases = baton_store::pool_with(&settings.database_url, 2, &session).unwrap_or_else(|_| pool.clone());
         Self { pool, runner, settings, leases }
     }
 }

@@ -36,8 +36,6 @@ const MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
 /// retries what it sees as a server error for minutes (Qwen Code's backoff
 /// reaches a minute), and none of that can succeed.
 pub const UNREACHABLE_LIMIT: u32 = 3;
-/// How long a limited call is held as in flight at most.
-const LIMIT_HOLD: Duration = Duration::from_secs(600);
 
 /// Where the calls go and what they may spend.
 pub struct Upstream {
@@ -199,10 +197,12 @@ async fn forward(State(s): State<Arc<Shared>>, request: Request) -> Response {
         }
     }
     let pass = match (counted, &s.upstream.limit, &s.upstream.limiter) {
-        (true, Some(limit), Some(limiter)) => match limiter.admit(limit, s.upstream.caller, LIMIT_HOLD).await {
-            Ok(pass) => Some(pass),
-            Err(e) => return refuse(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
-        },
+        (true, Some(limit), Some(limiter)) => {
+            match limiter.admit(limit, s.upstream.caller, estimate(limit, &bytes)).await {
+                Ok(pass) => Some(pass),
+                Err(e) => return refuse(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+            }
+        }
         _ => None,
     };
     let bytes = if counted && wire == WireApi::ChatCompletions { with_usage_requested(bytes) } else { bytes };
@@ -258,6 +258,14 @@ async fn forward(State(s): State<Arc<Shared>>, request: Request) -> Response {
         response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
     }
     response
+}
+
+/// The tokens a CLI's model call counts for while it runs under a limit:
+/// from the request itself (its size, and the answer's allowance it asks for).
+fn estimate(limit: &ModelLimit, body: &[u8]) -> i64 {
+    use baton_domain::policy::limits::{estimate_tokens, max_output_tokens};
+    let asked = serde_json::from_slice::<Value>(body).ok().as_ref().and_then(max_output_tokens);
+    estimate_tokens(body.len(), asked, limit.quota().estimated_tokens)
 }
 
 /// The call to the real endpoint: the same path and query (without a

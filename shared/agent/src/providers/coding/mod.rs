@@ -282,7 +282,8 @@ impl CodingAgent {
         binding: &CodingBinding,
         scrub: &mut Scrubber,
     ) -> Result<(gateway::Gateway, Journal, journal::Writer), ProviderError> {
-        let caller = Caller { run_id: request.run_id, invocation_id: request.invocation_id };
+        let caller =
+            Caller { run_id: request.run_id, invocation_id: request.invocation_id, priority: request.priority };
         let api_key = binding.api_key_env.as_deref().and_then(|name| std::env::var(name).ok());
         let token = gateway::Gateway::new_token();
         scrub.add_secret(token.clone());

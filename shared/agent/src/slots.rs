@@ -1,10 +1,15 @@
-//! A worker's invocation slots, given out by priority. Each invocation
-//! queue's consumer waits here for a slot before it claims its delivery
-//! (and before it takes the next one), so while every slot is busy the
-//! worker holds one delivery per queue (its prefetch is 1, and it takes
-//! more of its queue only with a slot in hand), and a freed slot goes to the one
-//! [`baton_domain::policy::priority::next`] picks: the highest priority, oldest
+//! Slots given out by priority, the decision itself the domain's
+//! ([`baton_domain::policy::priority::next`]): the highest priority, oldest
 //! first, with aging so low work is never passed over for ever.
+//!
+//! - A worker's invocation slots: each invocation queue's consumer waits
+//!   here for a slot before it claims its delivery (and before it takes the
+//!   next one), so while every slot is busy the worker holds one delivery
+//!   per queue (its prefetch is 1, and it takes more of its queue only with
+//!   a slot in hand).
+//! - The turn of a fleet-wide model limit in one process (one slot): the
+//!   calls waiting under the limit take turns asking Postgres by their runs'
+//!   priority (the limiter).
 
 use std::sync::{Arc, Mutex};
 
@@ -12,7 +17,7 @@ use baton_domain::policy::priority::{self, Waiting};
 use baton_domain::protocol::request::Priority;
 use tokio::sync::oneshot;
 
-/// A fixed number of slots, shared by the consumers of one worker.
+/// A fixed number of slots, shared by whoever takes them.
 #[derive(Clone)]
 pub struct Slots {
     inner: Arc<Mutex<Inner>>,
