@@ -3,6 +3,7 @@
 
 mod bridge;
 mod bridge_edges;
+mod bridges;
 mod budgets;
 mod callbacks;
 mod chain;
