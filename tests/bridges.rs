@@ -354,3 +354,53 @@ async fn a_request_too_large_to_read_is_answered_failed_from_its_amqp_properties
     assert!(reply["error"]["message"].as_str().unwrap().contains("bytes; the limit is"), "{reply}");
     assert_eq!(env.scalar_i64("SELECT count(*) FROM handoff_requests", &[]).await, 0, "it never ran");
 }
+
+#[tokio::test]
+async fn a_bridge_user_confined_as_the_readme_says_can_speak_only_through_baton_bridge() {
+    let env = TestEnv::new().await;
+    let base = env.settings.queue_prefix.trim_end_matches('.').to_string();
+    let (name, queue) = (format!("{base}confined"), format!("{}confined.replies", env.settings.queue_prefix));
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/rabbitmq/add-bridge-user.sh");
+    let prefix = env.settings.queue_prefix.clone();
+    let out =
+        std::process::Command::new("sh").arg(&script).args([&name, "bridge-pw", &queue, &prefix]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let user = BrokerUser { name };
+    let text = format!(
+        "{}\n[[bridges]]\nid = \"confined\"\nuser = \"{}\"\nsources = [\"weixin\"]\nreply_queues = [\"{queue}\"]\n",
+        agents(0),
+        user.name
+    );
+    env.apply_profiles(&text).await;
+    let bridge = Bridge { conn: user.connect().await, user: user.name.clone(), replies: queue.clone() };
+    let channel = bridge.conn.create_channel().await.unwrap();
+    let exclusive = QueueDeclareOptions { exclusive: true, ..Default::default() };
+    channel
+        .queue_declare(queue.as_str().into(), exclusive, FieldTable::default())
+        .await
+        .expect("it may declare its own queue");
+    let fleet = env.start_all();
+    bridge.request(&env, &request("c-1", "through the bridge exchange")).await;
+    let reply = reply_on(&bridge).await;
+    assert_eq!((reply["handoffId"].as_str(), reply["status"].as_str()), (Some("c-1"), Some("completed")), "{reply}");
+    // It may not publish to a fleet queue through the default exchange.
+    let sneaky = bridge.conn.create_channel().await.unwrap();
+    let work = env.queue(baton_domain::fleet::Queue::BridgeRequests);
+    let publish = sneaky
+        .basic_publish(
+            "".into(),
+            work.as_str().into(),
+            BasicPublishOptions::default(),
+            b"{}",
+            BasicProperties::default(),
+        )
+        .await;
+    if publish.is_ok() {
+        eventually(Duration::from_secs(5), "the broker closes the channel", || async {
+            (!sneaky.status().connected()).then_some(())
+        })
+        .await;
+    }
+    assert!(!sneaky.status().connected(), "the default exchange is closed to a bridge's user");
+    fleet.stop().await;
+}
