@@ -13,9 +13,9 @@ use crate::protocol::request::{HandoffRequest, Source, TargetAgent};
 /// Between a bridge's id and its own ids in the fleet's keys.
 pub const SEPARATOR: char = ':';
 
-/// The header the fleet's own user sets on a replayed dead letter: the user
-/// of the bridge that first sent it (trusted only from the fleet's user).
-pub const REPLAY_USER_HEADER: &str = "x-baton-bridge-user";
+/// The header a dead letter keeps its sender's RabbitMQ user in, so a replay
+/// by the fleet's own user keeps its bridge (trusted only from the fleet's user).
+pub const REPLAY_USER_HEADER: &str = "x-baton-user-id";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
