@@ -82,7 +82,7 @@ async fn act(state: &State, replay: bool, select: Select<'_>, queue: Option<&str
     let queues = state.queues();
     state
         .with_broker(async |conn| match replay {
-            true => Ok(dead::replay(conn, &queues, select, queue).await?),
+            true => crate::operator::dead_letters::replay(conn, &state.pool, &queues, select, queue).await,
             false => Ok(dead::discard(conn, &queues, select, queue).await?),
         })
         .await
