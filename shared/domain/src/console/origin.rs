@@ -143,7 +143,7 @@ impl Hosts {
     }
 
     fn names(&self) -> String {
-        let mut names: Vec<String> = LOOPBACK_NAMES.iter().map(|n| n.to_string()).collect();
+        let mut names: Vec<String> = LOOPBACK_NAMES.iter().map(ToString::to_string).collect();
         names.extend(self.exact.iter().map(ToString::to_string));
         names.join(", ")
     }
