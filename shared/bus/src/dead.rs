@@ -277,13 +277,25 @@ async fn republish(
         return Err("no source queue recorded".into());
     };
     let mut props = delivery.properties.clone();
-    if let Some(headers) = props.headers().as_ref() {
-        let kept = headers.inner().iter().filter(|(k, _)| !DEATH_HEADERS.contains(&k.as_str()));
-        let mut table: FieldTable =
-            kept.map(|(k, v)| (k.clone(), v.clone())).collect::<std::collections::BTreeMap<_, _>>().into();
-        table.insert("x-baton-replayed".into(), AMQPValue::LongString(letter.id.as_str().into()));
-        props = props.with_headers(table);
+    let mut table: FieldTable = match props.headers().as_ref() {
+        Some(headers) => {
+            let kept = headers.inner().iter().filter(|(k, _)| !DEATH_HEADERS.contains(&k.as_str()));
+            kept.map(|(k, v)| (k.clone(), v.clone())).collect::<std::collections::BTreeMap<_, _>>().into()
+        }
+        None => FieldTable::default(),
+    };
+    table.insert("x-baton-replayed".into(), AMQPValue::LongString(letter.id.as_str().into()));
+    // The fleet's user cannot publish as another (the broker checks user_id):
+    // the sender's user travels in the header dead letters keep it in, which
+    // intake trusts only from the fleet's own user (CONTRACT §8).
+    if let Some(user) = props.user_id().clone() {
+        let header = baton_domain::protocol::bridges::REPLAY_USER_HEADER;
+        if !table.inner().contains_key(header) {
+            table.insert(header.into(), AMQPValue::LongString(user.as_str().into()));
+        }
+        props = lapin_without_user_id(props);
     }
+    props = props.with_headers(table);
     let options = BasicPublishOptions { mandatory: true, ..Default::default() };
     let published = async {
         let confirm = channel.basic_publish("".into(), queue.as_str().into(), options, &delivery.data, props).await?;
@@ -297,6 +309,48 @@ async fn republish(
         Ok(Confirmation::Nack(_)) => Err(format!("the broker refused it for `{queue}`")),
         Err(e) => Err(Error::Amqp(e).to_string()),
     }
+}
+
+/// The same properties without `user_id` (lapin offers no setter to clear one).
+fn lapin_without_user_id(p: BasicProperties) -> BasicProperties {
+    let mut out = BasicProperties::default();
+    if let Some(v) = p.content_type().clone() {
+        out = out.with_content_type(v);
+    }
+    if let Some(v) = p.content_encoding().clone() {
+        out = out.with_content_encoding(v);
+    }
+    if let Some(v) = p.headers().clone() {
+        out = out.with_headers(v);
+    }
+    if let Some(v) = *p.delivery_mode() {
+        out = out.with_delivery_mode(v);
+    }
+    if let Some(v) = *p.priority() {
+        out = out.with_priority(v);
+    }
+    if let Some(v) = p.correlation_id().clone() {
+        out = out.with_correlation_id(v);
+    }
+    if let Some(v) = p.reply_to().clone() {
+        out = out.with_reply_to(v);
+    }
+    if let Some(v) = p.expiration().clone() {
+        out = out.with_expiration(v);
+    }
+    if let Some(v) = p.message_id().clone() {
+        out = out.with_message_id(v);
+    }
+    if let Some(v) = *p.timestamp() {
+        out = out.with_timestamp(v);
+    }
+    if let Some(v) = p.kind().clone() {
+        out = out.with_type(v);
+    }
+    if let Some(v) = p.app_id().clone() {
+        out = out.with_app_id(v);
+    }
+    out
 }
 
 /// Reads `baton.dead` with `basic.get` on a channel of its own; what it
