@@ -369,10 +369,19 @@ impl TestEnv {
 
     /// [`TestEnv::spawn_baton`] with extra environment variables.
     pub fn spawn_baton_env(&self, role: &str, worker_id: &str, extra: &[(&str, &str)]) -> BatonProcess {
+        self.spawn_baton_roles(&[role], worker_id, extra)
+    }
+
+    /// `baton up` with each of `roles` (`--role` once per role) in one
+    /// process, with extra environment variables.
+    pub fn spawn_baton_roles(&self, roles: &[&str], worker_id: &str, extra: &[(&str, &str)]) -> BatonProcess {
         let log = std::fs::File::create(self.log_of(worker_id)).unwrap();
         let mut command = tokio::process::Command::new(baton_binary());
+        command.arg("up");
+        for role in roles {
+            command.args(["--role", role]);
+        }
         command
-            .args(["up", "--role", role])
             .env("DATABASE_URL", &self.settings.database_url)
             .env("AMQP_URL", &self.settings.amqp_url)
             .env("BATON_QUEUE_PREFIX", &self.settings.queue_prefix)

@@ -28,7 +28,9 @@ pub fn capture() {
     INSTALLED.get_or_init(|| {
         let filter = Targets::new().with_target("baton", LevelFilter::INFO).with_default(LevelFilter::WARN);
         let layer = tracing_subscriber::fmt::layer().with_writer(Sink).with_ansi(false).without_time();
-        let _ = tracing_subscriber::registry().with(layer.with_filter(filter)).try_init();
+        // What the `baton` binary never logs, this never keeps either.
+        let registry = tracing_subscriber::registry().with(baton::telemetry::withheld());
+        let _ = registry.with(layer.with_filter(filter)).try_init();
     });
 }
 

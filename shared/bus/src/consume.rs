@@ -65,13 +65,28 @@ impl Delivery {
     }
 
     /// [`Delivery::dead_letter`] with the body an operator may see in place
-    /// of the one delivered (intake keeps refused requests redacted).
+    /// of the one delivered (intake keeps refused requests redacted and cut).
+    /// The dead letter keeps what identifies the original: its
+    /// `message_id`, `correlation_id`, `reply_to` and `timestamp`
+    /// properties, its `user_id` in a header (see
+    /// [`ORIGINAL_USER_ID`](crate::dead::ORIGINAL_USER_ID)), and the SHA-256
+    /// and length of the body delivered (see [`crate::dead::original_body`]).
     pub async fn dead_letter_as(&self, to: &DeadLetters, source_queue: &str, reason: &str, body: &[u8]) -> Result<()> {
+        let props = &self.amqp.properties;
+        let mut headers =
+            vec![("x-baton-error", reason.to_string()), ("x-baton-source-queue", source_queue.to_string())];
+        headers.extend(crate::dead::original_body(self.body()));
+        if let Some(user) = short(props.user_id()) {
+            headers.push((crate::dead::ORIGINAL_USER_ID, user.to_string()));
+        }
         let out = Outgoing {
             queue: &to.queue,
             body,
             message_id: self.message_id(),
-            headers: vec![("x-baton-error", reason.to_string()), ("x-baton-source-queue", source_queue.to_string())],
+            correlation_id: short(props.correlation_id()),
+            reply_to: self.reply_to(),
+            timestamp: *props.timestamp(),
+            headers,
             ..Default::default()
         };
         to.publisher.publish(&out).await?;
@@ -79,6 +94,11 @@ impl Delivery {
         tracing::warn!(queue = source_queue, reason, "message dead-lettered");
         self.ack().await
     }
+}
+
+/// A short-string property as text.
+fn short(value: &Option<lapin::types::ShortString>) -> Option<&str> {
+    value.as_ref().map(lapin::types::ShortString::as_str)
 }
 
 /// Where refused messages go: the fleet's `baton.dead`, through a confirm channel.

@@ -11,10 +11,17 @@
 //!
 //! # Identity
 //! A dead letter's [`DeadLetter::id`] is the first 16 hex digits of the
-//! SHA-256 of its source queue, its reason, its `message_id` and its body:
-//! stable while it waits (the broker's own `x-delivery-count` is left out),
-//! the same in every listing. Copies equal in all four share an id and are
-//! replayed or discarded together.
+//! SHA-256 of its source queue, its reason, its `message_id`, the SHA-256
+//! of the original body (header [`BODY_SHA256`], when the body kept is a
+//! redacted or cut copy) and the body kept: stable while it waits (the
+//! broker's own `x-delivery-count` is left out), the same in every listing.
+//! Copies equal in all five share an id and are replayed or discarded
+//! together; two originals that were cut to the same text do not.
+//!
+//! Baton's own dead letters keep the original's `message_id`,
+//! `correlation_id`, `reply_to` and `timestamp` properties, its `user_id`
+//! in [`ORIGINAL_USER_ID`], and the original body's digest and length in
+//! [`BODY_SHA256`] and [`BODY_BYTES`] (see [`original_body`]).
 //!
 //! # What a listing shows
 //! A listing is for an operator's eyes: the body preview, the reason and the
@@ -50,6 +57,24 @@ const PREVIEW_CHARS: usize = 2000;
 /// How much of a body is redacted before the preview is cut from it: well
 /// past the preview, so a secret that crosses the preview's end is found whole.
 const REDACTED_BYTES: usize = 16 * 1024;
+
+/// The hex SHA-256 of the body as it was delivered (or as it would have
+/// been published), before it was redacted or cut for `baton.dead`.
+pub const BODY_SHA256: &str = "x-baton-body-sha256";
+/// The length in bytes of that body.
+pub const BODY_BYTES: &str = "x-baton-body-bytes";
+/// The original's `user_id` property. It travels as a header: the broker
+/// refuses a `user_id` property that is not the publishing connection's
+/// own user (it closes the channel with 406), and the fleet publishes the
+/// dead letter as itself.
+pub const ORIGINAL_USER_ID: &str = "x-baton-user-id";
+
+/// The headers that identify an original body in `baton.dead`: its hex
+/// SHA-256 ([`BODY_SHA256`]) and length ([`BODY_BYTES`]).
+pub fn original_body(body: &[u8]) -> [(&'static str, String); 2] {
+    let digest: String = Sha256::digest(body).iter().map(|b| format!("{b:02x}")).collect();
+    [(BODY_SHA256, digest), (BODY_BYTES, body.len().to_string())]
+}
 
 /// Headers a replayed copy does not carry: they describe its death.
 const DEATH_HEADERS: [&str; 4] = ["x-death", "x-delivery-count", "x-baton-error", "x-baton-source-queue"];
@@ -90,6 +115,11 @@ impl DeadLetter {
         let mut digest = Sha256::new();
         for part in [source_queue.as_deref().unwrap_or(""), &reason, message_id.as_deref().unwrap_or("")] {
             digest.update(part.as_bytes());
+            digest.update([0]);
+        }
+        // Only when it is there, so letters from before it keep their ids.
+        if let Some(original) = header(props, BODY_SHA256) {
+            digest.update(original.as_bytes());
             digest.update([0]);
         }
         digest.update(body);
@@ -289,7 +319,7 @@ async fn republish(
     // the sender's user travels in the header dead letters keep it in, which
     // intake trusts only from the fleet's own user (CONTRACT §8).
     if let Some(user) = props.user_id().clone() {
-        let header = baton_domain::protocol::bridges::REPLAY_USER_HEADER;
+        let header = ORIGINAL_USER_ID;
         if !table.inner().contains_key(header) {
             table.insert(header.into(), AMQPValue::LongString(user.as_str().into()));
         }
@@ -453,5 +483,26 @@ mod tests {
         {
             assert!(!is_replayable_fleet_queue(&q, not), "{not}");
         }
+    }
+
+    #[test]
+    fn intake_reads_a_replays_sender_where_dead_letters_keep_it() {
+        assert_eq!(ORIGINAL_USER_ID, baton_domain::protocol::bridges::REPLAY_USER_HEADER);
+    }
+
+    #[test]
+    fn two_originals_cut_to_the_same_body_are_told_apart_by_their_digest() {
+        let q = Queues::new("t1.");
+        let [(sha_name, sha_a), (bytes_name, bytes_a)] = original_body(b"original a");
+        let [(_, sha_b), _] = original_body(b"original b");
+        assert_eq!((sha_name, bytes_name, bytes_a.as_str()), (BODY_SHA256, BODY_BYTES, "10"));
+        // `printf 'original a' | sha256sum`
+        assert_eq!(sha_a, "99124f806bc3b419d37ac573192acec5823aaa1c508f7eea1a6aec21d8cc291a");
+        let base = [("x-baton-error", "bad"), ("x-baton-source-queue", "baton.bridge.requests")];
+        let a = DeadLetter::read(&q, &props(&[base[0], base[1], (BODY_SHA256, &sha_a)]), b"cut");
+        let b = DeadLetter::read(&q, &props(&[base[0], base[1], (BODY_SHA256, &sha_b)]), b"cut");
+        assert_ne!(a.id, b.id);
+        let old = DeadLetter::read(&q, &props(&base), b"cut");
+        assert_ne!(old.id, a.id, "a letter without the header keeps the id it always had");
     }
 }

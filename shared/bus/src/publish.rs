@@ -16,6 +16,8 @@ pub struct Outgoing<'a> {
     pub message_id: Option<&'a str>,
     pub correlation_id: Option<&'a str>,
     pub reply_to: Option<&'a str>,
+    /// The AMQP `timestamp` property (seconds since the epoch).
+    pub timestamp: Option<u64>,
     pub headers: Vec<(&'a str, String)>,
     pub mandatory: bool,
 }
@@ -148,6 +150,9 @@ fn properties(m: &Outgoing<'_>) -> BasicProperties {
     }
     if let Some(reply_to) = m.reply_to {
         props = props.with_reply_to(reply_to.into());
+    }
+    if let Some(at) = m.timestamp {
+        props = props.with_timestamp(at);
     }
     if !headers.is_empty() {
         let mut table = FieldTable::default();

@@ -290,6 +290,12 @@ impl Relay {
         if cut.is_some() || p.cut_from.is_some() {
             headers.push(("x-baton-truncated", "true".to_string()));
         }
+        // What identifies the row's whole body, whatever is kept of it.
+        let whole = match p.cut_from {
+            Some(_) => baton_bus::dead::original_body(&serde_json::to_vec(&m.body)?),
+            None => baton_bus::dead::original_body(&p.body),
+        };
+        headers.extend(whole);
         let mut out = Outgoing {
             queue: &dead,
             body: cut.as_deref().unwrap_or(&p.body),
