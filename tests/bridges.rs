@@ -404,3 +404,42 @@ async fn a_bridge_user_confined_as_the_readme_says_can_speak_only_through_baton_
     assert!(!sneaky.status().connected(), "the default exchange is closed to a bridge's user");
     fleet.stop().await;
 }
+
+#[tokio::test]
+async fn a_replayed_dead_letter_keeps_its_bridge() {
+    let rig = rig(&agents(0)).await;
+    let env = &rig.env;
+    // A bridge the profiles file does not know yet: its request is dead-lettered, unrun.
+    let late = BrokerUser::create(format!("{}late", env.settings.queue_prefix.trim_end_matches('.')));
+    let replies = format!("{}late.replies", env.settings.queue_prefix);
+    let bridge = Bridge { conn: late.connect().await, user: late.name.clone(), replies: replies.clone() };
+    let channel = bridge.conn.create_channel().await.unwrap();
+    let exclusive = QueueDeclareOptions { exclusive: true, ..Default::default() };
+    channel.queue_declare(replies.as_str().into(), exclusive, FieldTable::default()).await.unwrap();
+    let fleet = env.start_all();
+    bridge.request(env, &request("r-1", "sent before the bridge was configured")).await;
+    let bus = baton_bus::Connection::open(&env.settings.amqp_url, "baton-test-replay").await.unwrap();
+    let why = format!("no bridge of this fleet is RabbitMQ user `{}`", late.name);
+    let id = eventually(WAIT, "the request is dead-lettered", || async {
+        let listed = baton_bus::dead::list(&bus, &env.settings.queues(), 10).await.unwrap();
+        listed.into_iter().find(|l| l.reason.contains(&why)).map(|l| l.id)
+    })
+    .await;
+    // The operator adds the bridge, then replays the letter as the fleet's own user.
+    let text = format!(
+        "{}\n[[bridges]]\nid = \"late\"\nuser = \"{}\"\nsources = [\"weixin\"]\nreply_queues = [\"{replies}\"]\n",
+        agents(0),
+        late.name
+    );
+    env.apply_profiles(&text).await;
+    let acted = baton_bus::dead::replay(&bus, &env.settings.queues(), baton_bus::dead::Select::Id(&id), None, &baton_bus::dead::FleetQueuesOnly)
+        .await
+        .unwrap();
+    assert_eq!(acted.done, [id], "{acted:?}");
+    // It runs as the late bridge's request, and its reply reaches that bridge in its own id.
+    let reply = reply_on(&bridge).await;
+    assert_eq!((reply["handoffId"].as_str(), reply["status"].as_str()), (Some("r-1"), Some("completed")), "{reply}");
+    let stored = env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'late:r-1' AND bridge_id = 'late'", &[]).await;
+    assert_eq!(stored, 1);
+    fleet.stop().await;
+}
