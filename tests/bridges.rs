@@ -432,14 +432,21 @@ async fn a_replayed_dead_letter_keeps_its_bridge() {
         late.name
     );
     env.apply_profiles(&text).await;
-    let acted = baton_bus::dead::replay(&bus, &env.settings.queues(), baton_bus::dead::Select::Id(&id), None, &baton_bus::dead::FleetQueuesOnly)
-        .await
-        .unwrap();
+    let acted = baton_bus::dead::replay(
+        &bus,
+        &env.settings.queues(),
+        baton_bus::dead::Select::Id(&id),
+        None,
+        &baton_bus::dead::FleetQueuesOnly,
+    )
+    .await
+    .unwrap();
     assert_eq!(acted.done, [id], "{acted:?}");
     // It runs as the late bridge's request, and its reply reaches that bridge in its own id.
     let reply = reply_on(&bridge).await;
     assert_eq!((reply["handoffId"].as_str(), reply["status"].as_str()), (Some("r-1"), Some("completed")), "{reply}");
-    let stored = env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'late:r-1' AND bridge_id = 'late'", &[]).await;
+    let stored =
+        env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'late:r-1' AND bridge_id = 'late'", &[]).await;
     assert_eq!(stored, 1);
     fleet.stop().await;
 }

@@ -269,7 +269,7 @@ pub async fn replay(
             acted.failed.push((letter.id, why));
             continue;
         }
-        match republish(&publisher, &delivery, &letter).await {
+        match republish(&publisher, &delivery, &letter, conn.user()).await {
             Ok(()) => {
                 delivery.acker.ack(BasicAckOptions::default()).await?;
                 acted.done.push(letter.id);
@@ -302,6 +302,7 @@ async fn republish(
     channel: &Channel,
     delivery: &lapin::message::Delivery,
     letter: &DeadLetter,
+    fleet_user: &str,
 ) -> std::result::Result<(), String> {
     let Some(queue) = &letter.replay_queue else {
         return Err("no source queue recorded".into());
@@ -325,7 +326,9 @@ async fn republish(
         }
         props = lapin_without_user_id(props);
     }
-    props = props.with_headers(table);
+    // Published as the fleet's own user, which the broker checks: intake
+    // trusts the sender header only from it.
+    props = props.with_headers(table).with_user_id(fleet_user.into());
     let options = BasicPublishOptions { mandatory: true, ..Default::default() };
     let published = async {
         let confirm = channel.basic_publish("".into(), queue.as_str().into(), options, &delivery.data, props).await?;

@@ -13,7 +13,7 @@
 //! - [`dead`]: what is in `baton.dead`: list, replay to the source queue, discard.
 //! - `connection`: a role's connection: topology, publishers, consumers.
 
-mod connection;
+pub mod connection;
 pub mod consume;
 pub mod dead;
 pub mod metrics;

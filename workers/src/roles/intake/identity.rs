@@ -24,27 +24,29 @@ pub(super) async fn speaker(
     settings: &Settings,
     delivery: &Delivery,
 ) -> anyhow::Result<Result<Speaker, Refusal>> {
-    let known = match cache.held() {
-        Some(known) => known,
-        None => {
-            let client = baton_store::client(pool).await?;
-            let version = profiles::version(&client).await?;
-            cache.at(&client, version).await?
-        }
-    };
-    if known.bridges.is_empty() {
-        return Ok(Ok(None));
-    }
     let fleet_user = fleet_user(settings);
     let replayed = delivery.header(bridges::REPLAY_USER_HEADER);
-    let found = bridges::identify(&known.bridges, delivery.user_id(), &fleet_user, replayed.as_deref());
-    Ok(found.map(|bridge| Some(bridge.clone())))
+    let decide = |known: &profiles::Snapshot| match known.bridges.is_empty() {
+        true => Ok(None),
+        false => bridges::identify(&known.bridges, delivery.user_id(), &fleet_user, replayed.as_deref())
+            .map(|bridge| Some(bridge.clone())),
+    };
+    // The profiles as this process last read them decide, unless they refuse:
+    // then the file applied last does (a bridge added a moment ago is known).
+    if let Some(held) = cache.held() {
+        if let Ok(speaker) = decide(&held) {
+            return Ok(Ok(speaker));
+        }
+    }
+    let client = baton_store::client(pool).await?;
+    let version = profiles::version(&client).await?;
+    let known = cache.at(&client, version).await?;
+    Ok(decide(&known))
 }
 
 /// The fleet's own RabbitMQ user (the one its replays come from).
 pub(super) fn fleet_user(settings: &Settings) -> String {
-    let first = baton_bus::broker_urls(&settings.amqp_url).next().unwrap_or_default();
-    url::Url::parse(first).ok().map(|u| u.username().to_string()).filter(|u| !u.is_empty()).unwrap_or("guest".into())
+    baton_bus::broker_urls(&settings.amqp_url).next().map_or_else(|| "guest".into(), baton_bus::connection::user_of)
 }
 
 /// Dead-letters a message that speaks for no bridge it may: the reason in
