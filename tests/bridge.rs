@@ -125,7 +125,7 @@ async fn old_finished_runs_are_pruned_and_their_request_still_counts_as_seen() {
     let run = env.run_of("old-1").await;
     let c = env.db().await;
     c.execute("UPDATE runs SET finished_at = now() - interval '40 days' WHERE id = $1", &[&run]).await.unwrap();
-    assert_eq!(baton::operator::prune_runs(&env.pool, Duration::from_secs(30 * 86_400), 1).await.unwrap(), 1);
+    assert_eq!(baton::operator::prune_runs(&env.pool, Duration::from_secs(30 * 86_400), 1).await.unwrap().runs, 1);
     for table in [
         "runs WHERE id",
         "invocations WHERE run_id",
@@ -138,5 +138,5 @@ async fn old_finished_runs_are_pruned_and_their_request_still_counts_as_seen() {
     assert_eq!(env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'old-1'", &[]).await, 1);
     // A young run is kept.
     env.run_request("young-1").await;
-    assert_eq!(baton::operator::prune_runs(&env.pool, Duration::from_secs(30 * 86_400), 10).await.unwrap(), 0);
+    assert_eq!(baton::operator::prune_runs(&env.pool, Duration::from_secs(30 * 86_400), 10).await.unwrap().runs, 0);
 }

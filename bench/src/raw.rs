@@ -82,13 +82,19 @@ pub async fn start_chain(publisher: &Publisher, settings: &Settings, head: &RawH
     Ok(())
 }
 
+/// The baseline's prefetch: Baton's default before its invocation
+/// consumers took a prefetch of 1 and pulled the rest of a backlog only
+/// with free slots. The baseline keeps the plain pipelined consumer, the
+/// fastest a raw loop gets.
+const RAW_PREFETCH: u16 = 8;
+
 /// One baseline worker process: runs hops until shutdown.
 pub async fn work(settings: &Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let conn = baton_bus::connect(&settings.amqp_url, "baton-bench-raw").await?;
     let pool = baton_store::pool(&settings.database_url, settings.pool_size)?;
     let publisher = Publisher::open(&conn).await?;
     let channel = conn.create_channel().await?;
-    channel.basic_qos(settings.invocation_prefetch, BasicQosOptions::default()).await?;
+    channel.basic_qos(RAW_PREFETCH, BasicQosOptions::default()).await?;
     let queue = hop_queue(settings);
     let mut consumer = channel
         .basic_consume(queue.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())

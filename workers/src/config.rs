@@ -34,8 +34,9 @@ pub struct Settings {
     /// (finished runs) each handle at once. Those of one handoff, of one
     /// conversation, or of one run are still handled in arrival order.
     pub intake_concurrency: usize,
-    /// Unacked deliveries per invocation queue consumer: small, so a busy
-    /// worker does not hoard work another worker could start.
+    /// Unacked deliveries per invocation queue consumer (default 1: the
+    /// one waiting for a slot), so a saturated worker holds no work an
+    /// idle worker could start.
     pub invocation_prefetch: u16,
     /// Invocations one worker process runs at once.
     pub max_concurrent_invocations: usize,
@@ -263,7 +264,7 @@ impl Settings {
                 usize::from(r.above_zero("BATON_INTAKE_CONCURRENCY", n, "no request could ever be taken"))
             },
             invocation_prefetch: {
-                let n = r.count("BATON_INVOCATION_PREFETCH", 8);
+                let n = r.count("BATON_INVOCATION_PREFETCH", 1);
                 r.above_zero("BATON_INVOCATION_PREFETCH", n, "zero means unlimited to the broker")
             },
             max_concurrent_invocations: {
@@ -437,7 +438,7 @@ mod parsing {
     fn nothing_set_gives_the_local_defaults() {
         let s = parse(&[]).unwrap();
         assert_eq!(s.lease, Duration::from_millis(15_000));
-        assert_eq!((s.prefetch, s.intake_concurrency), (1, 16));
+        assert_eq!((s.prefetch, s.intake_concurrency, s.invocation_prefetch), (1, 16, 1));
         assert_eq!(s.invocation_queues, InvocationQueue::ALL);
         assert_eq!(s.db_session.idle_in_transaction_timeout, Some(Duration::from_secs(10)));
         assert_eq!(s.persist_patience, Duration::from_secs(5));

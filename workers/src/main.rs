@@ -137,8 +137,10 @@ enum RunsCommand {
     },
     /// Resume a failed run from its last stored step; the bridge gets a new reply.
     Retry { run: uuid::Uuid },
-    /// Delete finished runs older than N days with everything they own
-    /// (the bridge requests and their events stay).
+    /// Delete finished runs older than N days with everything they own and
+    /// their requests' events and messages, and what is older by age alone
+    /// (answers of no kept request, idle conversations, coding sessions);
+    /// each request's row stays, so its id is still a duplicate.
     Prune {
         #[arg(long)]
         older_than_days: f64,
@@ -337,8 +339,11 @@ async fn runs(settings: &Settings, command: RunsCommand) -> anyhow::Result<()> {
         RunsCommand::Prune { older_than_days, batch } => {
             anyhow::ensure!(older_than_days >= 0.0, "--older-than-days must not be negative");
             let age = std::time::Duration::from_secs_f64(older_than_days * 86_400.0);
-            let n = baton::operator::prune_runs(&pool, age, batch.max(1)).await?;
-            println!("pruned {n} finished run(s)");
+            let p = baton::operator::prune_runs(&pool, age, batch.max(1)).await?;
+            println!(
+                "pruned {} finished run(s), the trails of {} request(s), {} answer(s), {} conversation(s) and {} coding session(s)",
+                p.runs, p.requests, p.answers, p.conversations, p.coding_sessions
+            );
         }
         RunsCommand::Cancel { run, reason } => {
             if baton::operator::cancel_run(&pool, run, &reason).await? {

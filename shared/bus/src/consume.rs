@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use futures_lite::StreamExt;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicQosOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::Channel;
 use tokio_util::sync::CancellationToken;
@@ -130,10 +130,11 @@ where
     Fut: Future<Output = Result<(), E>>,
     E: From<Error>,
 {
-    consume_until(conn, queue, prefetch, shutdown, &Broken::default(), handle).await
+    consume_until(conn, queue, prefetch, shutdown, &Broken::default(), |d, _| handle(d)).await
 }
 
-/// [`consume`], also ended by `broken`.
+/// [`consume`], also ended by `broken`; the handler is also given [`More`],
+/// to take more of the queue's messages while it has work for them.
 pub async fn consume_until<F, Fut, E>(
     conn: &Connection,
     queue: &str,
@@ -143,11 +144,12 @@ pub async fn consume_until<F, Fut, E>(
     handle: F,
 ) -> Result<(), E>
 where
-    F: Fn(Delivery) -> Fut,
+    F: Fn(Delivery, More) -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: From<Error>,
 {
     let mut deliveries = conn.subscribe(queue, prefetch).await?;
+    let more = deliveries.more();
     let result = loop {
         let next = tokio::select! {
             biased;
@@ -157,7 +159,7 @@ where
         };
         match next {
             Ok(delivery) => {
-                if let Err(e) = handle(delivery).await {
+                if let Err(e) = handle(delivery, more.clone()).await {
                     break Err(e);
                 }
             }
@@ -166,6 +168,26 @@ where
     };
     deliveries.close().await;
     result
+}
+
+/// The rest of a consumed queue, taken one message at a time with
+/// `basic.get` on the consumer's channel: a message is taken only when the
+/// handler has work for it, where a prefetched delivery would wait in this
+/// process for whatever it needs (a free slot), out of other consumers'
+/// reach. Settled like any delivery; unsettled, it goes back to the queue
+/// when the channel closes.
+#[derive(Clone)]
+pub struct More {
+    channel: Channel,
+    queue: String,
+}
+
+impl More {
+    /// The queue's next ready message, or `None` when it has none.
+    pub async fn take(&self) -> Result<Option<Delivery>> {
+        let got = self.channel.basic_get(self.queue.as_str().into(), BasicGetOptions { no_ack: false }).await?;
+        Ok(got.map(|got| Delivery { amqp: got.delivery }))
+    }
 }
 
 /// A failure seen by work the consumer handed off to another task: it ends
@@ -218,6 +240,11 @@ impl Subscription {
             .basic_consume(queue.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
             .await?;
         Ok(Self { channel, consumer, queue: queue.to_string() })
+    }
+
+    /// Takes more of this queue's messages on the subscription's channel.
+    pub fn more(&self) -> More {
+        More { channel: self.channel.clone(), queue: self.queue.clone() }
     }
 
     /// The queue's name (the broker's, for a private queue).

@@ -23,6 +23,7 @@
 //! - [`overview`]: what an operator looks at, and the metrics gauges' figures.
 //! - [`console`]: the operator console's sessions, login throttling and shared
 //!   tokens, and the reply queues a dead letter may be replayed to.
+//! - [`retention`]: what `baton runs prune` deletes: old runs, their requests' trails, idle conversations.
 //! - [`coding`]: coding agents' diffs and resumable sessions, and `[[projects]]`.
 //! - [`connect`]: pools and connections, with the fleet's session timeouts and keepalives.
 //! - [`schema`]: creating the database, migrating under a lock, the startup check.
@@ -41,6 +42,7 @@ pub mod outbox;
 pub mod overview;
 pub mod profiles;
 pub mod requests;
+pub mod retention;
 pub mod runs;
 pub mod schema;
 mod sql;

@@ -137,17 +137,23 @@ pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> a
     Ok(run)
 }
 
-/// `baton runs prune`: deletes finished runs older than `older_than`, a batch
-/// per transaction so live work is never held up for long. Returns how many.
-pub async fn prune_runs(pool: &Pool, older_than: std::time::Duration, batch: i64) -> anyhow::Result<usize> {
-    let mut total = 0;
+/// `baton runs prune`: deletes finished runs older than `older_than` with
+/// everything they own, their requests' trails, and what is kept by age
+/// (see [`baton_store::retention`]), a batch per transaction so live work
+/// is never held up for long. Returns what went.
+pub async fn prune_runs(
+    pool: &Pool,
+    older_than: std::time::Duration,
+    batch: i64,
+) -> anyhow::Result<baton_store::retention::Pruned> {
+    let mut total = baton_store::retention::Pruned::default();
     loop {
         let mut client = pool.get().await?;
         let tx = client.transaction().await?;
-        let n = runs::prune(&tx, older_than, batch).await?;
+        let pruned = baton_store::retention::prune(&tx, older_than, batch).await?;
         tx.commit().await?;
-        total += n;
-        if (n as i64) < batch {
+        total.add(pruned);
+        if !pruned.filled(batch) {
             return Ok(total);
         }
     }

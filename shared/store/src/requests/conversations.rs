@@ -66,18 +66,29 @@ pub async fn prune_cancels(c: &impl GenericClient) -> Result<u64> {
     sql::execute(c, "DELETE FROM bridge_cancels WHERE received_at < now() - make_interval(secs => $1)", &[&secs]).await
 }
 
+/// How often locking a conversation makes its row again: once more than
+/// needed, since retention deletes only rows idle for days, and a row made
+/// now is not.
+const LOCK_TRIES: usize = 3;
+
 /// Locks the conversation's row (creating it), and returns its live run
-/// (one that has ended does not count, whatever the row says).
+/// (one that has ended does not count, whatever the row says). A row that
+/// retention deleted between the insert and the lock is made again.
 pub async fn lock(c: &impl GenericClient, key: &str) -> Result<Option<Uuid>> {
-    sql::execute(c, "INSERT INTO conversations (key) VALUES ($1) ON CONFLICT (key) DO NOTHING", &[&key]).await?;
-    let row = sql::query_one(
-        c,
-        "SELECT r.id FROM conversations c LEFT JOIN runs r ON r.id = c.live_run AND r.status = $2
-          WHERE c.key = $1 FOR UPDATE OF c",
-        &[&key, &RunStatus::Running.as_str()],
-    )
-    .await?;
-    Ok(row.get(0))
+    for _ in 0..LOCK_TRIES {
+        sql::execute(c, "INSERT INTO conversations (key) VALUES ($1) ON CONFLICT (key) DO NOTHING", &[&key]).await?;
+        let row = sql::query_opt(
+            c,
+            "SELECT r.id FROM conversations c LEFT JOIN runs r ON r.id = c.live_run AND r.status = $2
+              WHERE c.key = $1 FOR UPDATE OF c",
+            &[&key, &RunStatus::Running.as_str()],
+        )
+        .await?;
+        if let Some(row) = row {
+            return Ok(row.get(0));
+        }
+    }
+    Err(vanished(key))
 }
 
 /// [`lock`], in one round trip, also telling whether requests wait in the
@@ -93,8 +104,17 @@ pub async fn lock_noting_waiting(c: &impl GenericClient, key: &str) -> Result<(O
     let (create, lock) = tokio::try_join!(c.prepare_cached(CREATE), c.prepare_cached(LOCK))?;
     let running = RunStatus::Running.as_str();
     let (create_params, lock_params): (sql::Params, sql::Params) = (&[&key], &[&key, &running]);
-    let (_, row) = tokio::try_join!(c.execute(&create, create_params), c.query_one(&lock, lock_params))?;
-    Ok((row.get(0), row.get(1)))
+    for _ in 0..LOCK_TRIES {
+        let (_, row) = tokio::try_join!(c.execute(&create, create_params), c.query_opt(&lock, lock_params))?;
+        if let Some(row) = row {
+            return Ok((row.get(0), row.get(1)));
+        }
+    }
+    Err(vanished(key))
+}
+
+fn vanished(key: &str) -> crate::Error {
+    crate::Error::Corrupt(format!("conversations {key}: the row was deleted each time it was made"))
 }
 
 /// Gives the conversation's turn to `run`.

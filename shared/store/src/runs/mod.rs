@@ -137,39 +137,3 @@ pub async fn tokens_used(c: &impl GenericClient, id: Uuid) -> Result<i64> {
             .await?;
     Ok(row.get(0))
 }
-
-/// Deletes up to `limit` runs that ended more than `older_than` ago, with
-/// everything they own (journal, transcripts, workspace, ledger, tasks,
-/// invocations). The bridge requests and their events stay: they are the
-/// audit trail, and they keep a repeated request id from running again.
-pub async fn prune(c: &impl GenericClient, older_than: Duration, limit: i64) -> Result<usize> {
-    let secs = older_than.as_secs_f64();
-    let rows = sql::query(
-        c,
-        "SELECT id FROM runs WHERE status <> $3 AND finished_at < now() - make_interval(secs => $1)
-            -- never a run whose bridge has not been told yet
-            AND NOT EXISTS (SELECT 1 FROM handoff_requests h WHERE h.run_id = runs.id AND h.reply_sent_at IS NULL)
-          ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-        &[&secs, &limit, &RUNNING],
-    )
-    .await?;
-    let ids: Vec<Uuid> = rows.iter().map(|r| r.get(0)).collect();
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    for statement in [
-        "DELETE FROM events WHERE run_id = ANY($1)",
-        "DELETE FROM steps WHERE invocation_id IN (SELECT id FROM invocations WHERE run_id = ANY($1))",
-        "DELETE FROM workspace_reads WHERE invocation_id IN (SELECT id FROM invocations WHERE run_id = ANY($1))",
-        "DELETE FROM workspace_files WHERE run_id = ANY($1)",
-        "DELETE FROM commits WHERE run_id = ANY($1)",
-        "DELETE FROM coding_changes WHERE run_id = ANY($1)",
-        "UPDATE invocations SET incoming_task_id = NULL WHERE run_id = ANY($1)",
-        "DELETE FROM tasks WHERE run_id = ANY($1)",
-        "DELETE FROM invocations WHERE run_id = ANY($1)",
-        "DELETE FROM runs WHERE id = ANY($1)",
-    ] {
-        sql::execute(c, statement, &[&ids]).await?;
-    }
-    Ok(ids.len())
-}

@@ -5,12 +5,13 @@
 mod claim;
 pub mod priority_slots;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use baton_agent::providers::BuiltinProviders;
 use baton_agent::runner::{Exit, LoopCaps, Preloaded, Runner};
-use baton_bus::consume::{consume_until, Broken};
+use baton_bus::consume::{consume_until, Broken, More};
 use baton_bus::{DeadLetters, Delivery};
 use baton_domain::fleet::{FleetMessage, InvocationQueue, RunInvocation};
 use baton_domain::protocol::request::Priority;
@@ -25,7 +26,7 @@ use tracing::Instrument;
 
 use crate::config::Settings;
 use crate::roles::invocation::claim::{claim_failure, fail_claimed, first_start, started_events};
-use crate::roles::invocation::priority_slots::Slots;
+use crate::roles::invocation::priority_slots::{Slot, Slots};
 use crate::roles::publish_after_commit::PublishAfterCommit;
 use crate::roles::{connect_with, retry_transient, Role};
 
@@ -129,10 +130,21 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                 shutdown.cancelled().await;
                 return Ok(());
             }
-            let queue_ref = &queue;
             let broken = Broken::default();
-            let broken_ref = &broken;
-            consume_until(conn, &queue, settings.invocation_prefetch, shutdown, &broken, move |d| async move {
+            let lane = Arc::new(Lane {
+                worker: worker.clone(),
+                dead: dead.clone(),
+                loops: loops.clone(),
+                deadline: deadline.clone(),
+                publishing: publishing.clone(),
+                queue: queue.clone(),
+                broken: broken.clone(),
+                shutdown: shutdown.clone(),
+                slots: slots.clone(),
+                draining: AtomicBool::new(false),
+            });
+            let lane = &lane;
+            consume_until(conn, &queue, settings.invocation_prefetch, shutdown, &broken, move |d, more| async move {
                 // A free slot first: a saturated worker stops taking deliveries,
                 // and the broker keeps them for another worker. On shutdown the
                 // delivery is left unacked and goes back to the queue.
@@ -141,31 +153,8 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
                     _ = shutdown.cancelled() => return Ok(()),
                     slot = slots.acquire(priority) => slot,
                 };
-                // Claims run side by side, each in its own task: one slow claim
-                // does not hold up the deliveries behind it.
-                let (worker, dead, stop, deadline) = (worker.clone(), dead.clone(), shutdown.clone(), deadline.clone());
-                let (queue, broken) = (queue_ref.clone(), broken_ref.clone());
-                // The hop continues the trace of the span that queued it.
-                let hop = tracing::info_span!("claim", queue = %queue_ref, handoff_id = tracing::field::Empty);
-                crate::telemetry::continue_from(&hop, &d);
-                // Its outbox rows are published by this process right after each commit.
-                loops.spawn(
-                    scope(publishing.clone(), async move {
-                        let _permit = permit;
-                        if stop.is_cancelled() {
-                            return; // unclaimed and unacked: it goes back to the queue
-                        }
-                        match receive(&worker, &dead, &d, &queue, &stop).await {
-                            Ok(Some(Claimed::Run(inv, preloaded))) => {
-                                worker.execute(inv, preloaded.map(|p| *p), stop, deadline).await;
-                            }
-                            Ok(Some(Claimed::Ended(_))) => {}
-                            Ok(None) => {}
-                            Err(e) => broken.fail(format!("{e:#}")),
-                        }
-                    })
-                    .instrument(hop),
-                );
+                lane.start(d, permit);
+                Lane::take_more(lane, more);
                 Ok(())
             })
             .await
@@ -183,6 +172,79 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
     publisher_after_commit.stop().await;
     publisher.close().await;
     result
+}
+
+/// What the consumer of one invocation queue hands each delivery it takes.
+struct Lane {
+    worker: Worker,
+    dead: DeadLetters,
+    loops: TaskTracker,
+    deadline: CancellationToken,
+    publishing: baton_store::after_commit::Publishing,
+    queue: String,
+    broken: Broken,
+    shutdown: CancellationToken,
+    slots: Slots,
+    /// Whether a task is taking more of the queue (one at a time).
+    draining: AtomicBool,
+}
+
+impl Lane {
+    /// Claims the delivery and runs what it claimed, in a task of its own
+    /// holding `permit`: one slow claim does not hold up the deliveries
+    /// behind it.
+    fn start(&self, d: Delivery, permit: Slot) {
+        let (worker, dead, stop, deadline) =
+            (self.worker.clone(), self.dead.clone(), self.shutdown.clone(), self.deadline.clone());
+        let (queue, broken) = (self.queue.clone(), self.broken.clone());
+        // The hop continues the trace of the span that queued it.
+        let hop = tracing::info_span!("claim", queue = %self.queue, handoff_id = tracing::field::Empty);
+        crate::telemetry::continue_from(&hop, &d);
+        // Its outbox rows are published by this process right after each commit.
+        self.loops.spawn(
+            scope(self.publishing.clone(), async move {
+                let _permit = permit;
+                if stop.is_cancelled() {
+                    return; // unclaimed and unacked: it goes back to the queue
+                }
+                match receive(&worker, &dead, &d, &queue, &stop).await {
+                    Ok(Some(Claimed::Run(inv, preloaded))) => {
+                        worker.execute(inv, preloaded.map(|p| *p), stop, deadline).await;
+                    }
+                    Ok(Some(Claimed::Ended(_))) => {}
+                    Ok(None) => {}
+                    Err(e) => broken.fail(format!("{e:#}")),
+                }
+            })
+            .instrument(hop),
+        );
+    }
+
+    /// While slots are free and nobody waits for one, takes more of the
+    /// queue, each message with its slot in hand, in a task beside the
+    /// consumer (which goes on with its own deliveries meanwhile): the
+    /// claims of a backlog overlap, where a prefetch of 1 alone would claim
+    /// them one by one, and a saturated worker takes nothing it cannot start.
+    fn take_more(lane: &Arc<Lane>, more: More) {
+        if lane.draining.swap(true, Ordering::AcqRel) {
+            return; // one at a time; what it misses comes by the consumer
+        }
+        let lane = lane.clone();
+        lane.loops.clone().spawn(async move {
+            while !lane.shutdown.is_cancelled() {
+                let Some(permit) = lane.slots.try_acquire() else { break };
+                match more.take().await {
+                    Ok(Some(d)) => lane.start(d, permit),
+                    Ok(None) => break,
+                    Err(e) => {
+                        lane.broken.fail(format!("taking more of {}: {e:#}", lane.queue));
+                        break;
+                    }
+                }
+            }
+            lane.draining.store(false, Ordering::Release);
+        });
+    }
 }
 
 /// Parses and claims; acks once the claim (or the finding that there is

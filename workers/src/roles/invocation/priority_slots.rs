@@ -1,7 +1,8 @@
 //! A worker's invocation slots, given out by priority. Each invocation
 //! queue's consumer waits here for a slot before it claims its delivery
 //! (and before it takes the next one), so while every slot is busy the
-//! worker holds one delivery per queue, and a freed slot goes to the one
+//! worker holds one delivery per queue (its prefetch is 1, and it takes
+//! more of its queue only with a slot in hand), and a freed slot goes to the one
 //! [`baton_domain::policy::priority::next`] picks: the highest priority, oldest
 //! first, with aging so low work is never passed over for ever.
 
@@ -64,6 +65,16 @@ impl Slots {
         let _ = granted.await;
         pending.granted = None;
         Slot { inner: self.inner.clone() }
+    }
+
+    /// A slot, if one is free and nobody waits for one (a waiter of any
+    /// priority comes first).
+    pub fn try_acquire(&self) -> Option<Slot> {
+        let mut inner = self.inner.lock().expect("not poisoned");
+        (inner.free > 0 && inner.waiting.is_empty()).then(|| {
+            inner.free -= 1;
+            Slot { inner: self.inner.clone() }
+        })
     }
 
     /// Slots not held right now (for tests and logs).
@@ -136,6 +147,25 @@ mod tests {
         }
         assert_eq!(*order.lock().unwrap(), vec![Priority::High, Priority::Normal, Priority::Low]);
         assert_eq!(slots.available(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_slot_is_taken_at_once_only_while_one_is_free_and_nobody_waits() {
+        let slots = Slots::new(2);
+        let first = slots.try_acquire().expect("two free");
+        let waiter = {
+            let slots = slots.clone();
+            tokio::spawn(async move {
+                let _second = slots.acquire(Priority::Low).await;
+                let _third = slots.acquire(Priority::Low).await;
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(slots.try_acquire().is_none(), "the last slot is taken, and a waiter is in line");
+        drop(first);
+        waiter.await.unwrap();
+        assert_eq!(slots.available(), 2);
+        assert!(slots.try_acquire().is_some());
     }
 
     #[tokio::test]
