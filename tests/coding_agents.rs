@@ -1,5 +1,5 @@
 //! Coding agents (CONTRACT §7) with the real CLIs: Codex, Claude Code, Qwen
-//! Code and Gemini CLI, the pinned versions `npm ci --prefix agents`
+//! Code and Gemini CLI, the pinned versions `npm install --prefix agents`
 //! installs, run by the fleet on a checkout of a local bare repository,
 //! against the scripted model server (`baton::model_server`), which speaks
 //! each CLI's own wire API. Everything else is real: RabbitMQ, Postgres,
@@ -30,7 +30,7 @@ fn api_of(cli: CodingCli) -> Api {
     }
 }
 
-/// The pinned CLI, installed by `npm ci --prefix agents` (`.ci/run` does
+/// The pinned CLI, installed by `npm install --prefix agents` (`.ci/run` does
 /// it; a test that finds it missing does it once, under a lock, so the
 /// README's test command works on a fresh machine with npm).
 fn bin(cli: CodingCli) -> PathBuf {
@@ -41,14 +41,14 @@ fn bin(cli: CodingCli) -> PathBuf {
         lock.lock().unwrap();
         if !path.is_file() {
             let status = std::process::Command::new("npm")
-                .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+                .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
                 .current_dir(&agents)
                 .status()
                 .expect("npm (Node 20) installs the coding-agent CLIs");
-            assert!(status.success(), "npm ci in {} failed", agents.display());
+            assert!(status.success(), "npm install in {} failed", agents.display());
         }
     }
-    assert!(path.is_file(), "{} is not installed: run `npm ci --prefix agents`", path.display());
+    assert!(path.is_file(), "{} is not installed: run `npm install --prefix agents`", path.display());
     path
 }
 

@@ -1,12 +1,15 @@
 //! The operator's console in a real headless Chromium (issue 11): the demo's
 //! chain is listed, filtered to and opened; a slow run is cancelled with the
 //! button; a `manual` handoff is answered with the paste form; a dead letter
-//! is replayed. Each test saves a screenshot under
-//! `target/console-screenshots/`.
+//! is replayed; another site's form and a name pointed at the console are
+//! refused, an error page shows a tag in its URL as text, a login's cookie
+//! is out of a script's reach and logging out ends the session. Each test
+//! saves a screenshot under `target/console-screenshots/`.
 
 use std::time::Duration;
 
 use baton::roles::Role;
+use baton_bus::publish::Outgoing;
 use baton_domain::fleet::Queue;
 use baton_domain::run::journal::JournalEvent;
 use baton_tests::browser::Browser;
@@ -27,10 +30,16 @@ struct Console {
 impl Console {
     /// `None` when this machine has no browser (outside CI: skipped).
     async fn open(test: &str) -> Option<Console> {
-        let browser = Browser::open(test).await?;
+        Self::open_with(test, None, &[]).await
+    }
+
+    /// [`Console::open`] behind `token`, in a Chromium with `switches`.
+    async fn open_with(test: &str, token: Option<&str>, switches: &[&str]) -> Option<Console> {
+        let browser = Browser::open_with(test, switches).await?;
         let env = TestEnv::new().await;
         let mut settings = env.settings.clone();
         settings.admin_addr = ([127, 0, 0, 1], 0).into();
+        settings.admin_token = token.map(baton::config::Secret::new);
         let console = baton::console::Console::bind(&settings).await.expect("the console binds");
         let base = format!("http://{}", console.local_addr());
         let stop = CancellationToken::new();
@@ -252,6 +261,93 @@ async fn a_dead_letter_is_shown_with_its_reason_and_replayed_to_its_queue() {
     console.goto("/dead").await;
     browser.wait_for("body").await;
     assert!(browser.all("tr[data-dead]").await.is_empty(), "the replayed letter left the list");
+    console.close().await;
+}
+
+/// Chromium resolves `attacker.example` to this machine, as a name an
+/// attacker pointed here would (DNS rebinding), and tries no HTTPS first.
+const ATTACKER_NAME: [&str; 2] =
+    ["--host-resolver-rules=MAP attacker.example 127.0.0.1", "--disable-features=HttpsUpgrades"];
+
+#[tokio::test]
+async fn another_sites_form_and_a_name_pointed_at_the_console_are_refused() {
+    let Some(console) = Console::open_with("cross-site", None, &ATTACKER_NAME).await else { return };
+    let (env, browser) = (&console.env, &console.browser);
+    let dead = env.queue(Queue::Dead);
+    let headers =
+        vec![("x-baton-error", "not JSON".to_string()), ("x-baton-source-queue", "baton.bridge.requests".into())];
+    env.publisher.publish(&Outgoing { queue: &dead, body: b"keep me", headers, ..Default::default() }).await.unwrap();
+    let count = || async { env.publisher.ready_count(&dead).await.unwrap() };
+    eventually(WAIT, "the dead letter is there", || async { (count().await == 1).then_some(()) }).await;
+    // The console's CSRF token, as a page that could read the console would have it.
+    console.goto("/dead").await;
+    let csrf = browser.wait_for("#discard-all input[name=csrf]").await.attr("value").await.unwrap().unwrap();
+
+    // Under the attacker's name the console shows nothing, its token least of all.
+    let port = console.base.rsplit(':').next().unwrap().to_string();
+    browser.goto(&format!("http://attacker.example:{port}/dead")).await;
+    let refused = browser.wait_for("#error").await.text().await.unwrap();
+    assert!(refused.contains(&format!("not to `attacker.example:{port}`")), "{refused}");
+    assert!(browser.all("input[name=csrf]").await.is_empty(), "no CSRF token under another name");
+
+    // The attacker's own page posts the console's form, token included.
+    let form = format!(
+        r#"<!doctype html><form id="steal" method="post" action="{}/dead/discard-all">
+           <input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="queue" value="">
+           <button id="go" type="submit">Win a prize</button></form>"#,
+        console.base
+    );
+    let page = axum::Router::new().route("/", axum::routing::get(move || async move { axum::response::Html(form) }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let attacker = format!("http://attacker.example:{}/", listener.local_addr().unwrap().port());
+    let server = tokio::spawn(async move { axum::serve(listener, page).await.unwrap() });
+    browser.goto(&attacker).await;
+    browser.click("#go").await;
+    let said = browser.wait_for_text("#error", "This form was sent from", false).await.text().await.unwrap();
+    assert!(said.contains("refused and changed nothing"), "{said}");
+    assert_eq!(count().await, 1, "nothing was discarded");
+    browser.screenshot("cross-site").await;
+    server.abort();
+    console.close().await;
+}
+
+#[tokio::test]
+async fn an_error_page_shows_a_tag_from_its_url_as_text_and_the_browser_stays() {
+    let Some(console) = Console::open("error-page").await else { return };
+    let browser = &console.browser;
+    let tag = "%3Cmeta%20http-equiv%3D%22refresh%22%20content%3D%220%3Burl%3Dhttp%3A%2F%2Fattacker.example%2F%22%3E";
+    console.goto(&format!("/runs/{tag}")).await;
+    let shown = browser.wait_for("#error").await.text().await.unwrap();
+    assert!(shown.contains(r#"<meta http-equiv="refresh" content="0;url=http://attacker.example/">"#), "{shown}");
+    assert!(browser.url().await.starts_with(&console.base), "no refresh was followed: {}", browser.url().await);
+    assert!(browser.all("meta[http-equiv]").await.is_empty(), "the tag is text, not an element");
+    browser.screenshot("error-page").await;
+    console.close().await;
+}
+
+#[tokio::test]
+async fn a_login_cookie_is_out_of_a_scripts_reach_and_logging_out_ends_the_session() {
+    let Some(console) = Console::open_with("login", Some("s3cret"), &[]).await else { return };
+    let (env, browser) = (&console.env, &console.browser);
+    console.goto("/runs").await;
+    browser.wait_for("form#login input[name=token]").await.send_keys("s3cret").await.unwrap();
+    browser.click("form#login button[type=submit]").await;
+    browser.wait_for("#filters").await;
+    let cookie = browser.client.get_named_cookie("baton_session").await.expect("the session cookie");
+    assert_eq!((cookie.http_only(), format!("{:?}", cookie.same_site())), (Some(true), "Some(Strict)".into()));
+    assert_ne!(cookie.secure(), Some(true), "plain HTTP on loopback: not Secure");
+    assert_eq!(browser.eval("return document.cookie;").await, "", "no script of the page can read it");
+    let id_hash = baton_domain::console::session::id_hash(cookie.value());
+    let live = "SELECT count(*) FROM console_sessions WHERE id_hash = $1 AND revoked_at IS NULL";
+    assert_eq!(env.scalar_i64(live, &[&id_hash]).await, 1, "the session is in Postgres");
+
+    browser.click("form.logout button").await;
+    browser.wait_for("form#login").await;
+    assert_eq!(env.scalar_i64(live, &[&id_hash]).await, 0, "logging out revoked it");
+    browser.client.add_cookie(cookie.clone()).await.unwrap();
+    console.goto("/runs").await;
+    browser.wait_for_text("main", "Your session has ended", false).await;
+    browser.screenshot("login").await;
     console.close().await;
 }
 

@@ -58,13 +58,12 @@ async fn a_wrong_token_is_401_and_a_post_without_the_csrf_token_is_403() {
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
     let right = client().get(&runs).bearer_auth("s3cret").send().await.unwrap();
     assert_eq!(right.status(), StatusCode::OK);
-    let csrf = hidden(&right.text().await.unwrap(), "csrf");
 
     let (_, login_page) = get(&format!("{}/login", console.base)).await;
     let login_csrf = hidden(&login_page, "csrf");
     let login = |token: &'static str| {
         let form = [("token", token), ("csrf", login_csrf.as_str())];
-        client().post(format!("{}/login", console.base)).form(&form).send()
+        console.client().post(format!("{}/login", console.base)).form(&form).send()
     };
     assert_eq!(login("nope").await.unwrap().status(), StatusCode::UNAUTHORIZED);
     let logged_in = login("s3cret").await.unwrap();
@@ -73,16 +72,18 @@ async fn a_wrong_token_is_401_and_a_post_without_the_csrf_token_is_403() {
     assert!(!cookie.contains("s3cret"), "the cookie is not the token: {cookie}");
     let with_cookie = client().get(&runs).header("cookie", &cookie).send().await.unwrap();
     assert_eq!(with_cookie.status(), StatusCode::OK);
+    let csrf = hidden(&with_cookie.text().await.unwrap(), "csrf");
     let forged = client().get(&runs).header("cookie", "baton_session=forged").send().await.unwrap();
     assert_eq!(forged.status(), StatusCode::UNAUTHORIZED);
 
     let cancel = format!("{}/runs/{}/cancel", console.base, uuid::Uuid::now_v7());
-    let post = |form: Vec<(&'static str, String)>| client().post(&cancel).header("cookie", &cookie).form(&form).send();
+    let post =
+        |form: Vec<(&'static str, String)>| console.client().post(&cancel).header("cookie", &cookie).form(&form).send();
     assert_eq!(post(vec![("reason", "x".into())]).await.unwrap().status(), StatusCode::FORBIDDEN);
     assert_eq!(post(vec![("csrf", "0".repeat(64))]).await.unwrap().status(), StatusCode::FORBIDDEN);
     let no_run = post(vec![("csrf", csrf)]).await.unwrap().status();
     assert_eq!(no_run, StatusCode::NOT_FOUND, "with the CSRF token the action runs (and finds no such run)");
-    let unauthenticated = client().post(&cancel).form(&[("csrf", "x")]).send().await.unwrap();
+    let unauthenticated = console.client().post(&cancel).form(&[("csrf", "x")]).send().await.unwrap();
     assert_eq!(unauthenticated.status(), StatusCode::UNAUTHORIZED);
 }
 
@@ -172,7 +173,7 @@ async fn cancel_in_the_console_stops_the_run_and_the_bridge_hears_cancelled() {
     let (_, page) = get(&format!("{}/runs/{run}", console.base)).await;
     assert!(page.contains("id=\"cancel-button\" class=\"danger\" >"), "Cancel is enabled while the run is live");
     let form = [("csrf", hidden(&page, "csrf")), ("reason", "stopped from the console".into())];
-    let done = client().post(format!("{}/runs/{run}/cancel", console.base)).form(&form).send().await.unwrap();
+    let done = console.client().post(format!("{}/runs/{run}/cancel", console.base)).form(&form).send().await.unwrap();
     assert_eq!(done.status(), StatusCode::SEE_OTHER);
     let messages = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;
@@ -203,8 +204,13 @@ async fn a_manual_handoff_is_answered_from_the_console_and_the_bridge_gets_the_r
         "{page}"
     );
     let form = [("csrf", hidden(&page, "csrf")), ("result", "Done by hand: the notice is out.".into())];
-    let sent =
-        client().post(format!("{}/handoffs/console-manual/result", console.base)).form(&form).send().await.unwrap();
+    let sent = console
+        .client()
+        .post(format!("{}/handoffs/console-manual/result", console.base))
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(sent.status(), StatusCode::SEE_OTHER);
     let messages = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;
@@ -213,8 +219,13 @@ async fn a_manual_handoff_is_answered_from_the_console_and_the_bridge_gets_the_r
     assert!(reply["text"].as_str().unwrap().contains("Done by hand: the notice is out."), "{reply}");
     let (_, waiting) = get(&format!("{}/waiting", console.base)).await;
     assert!(!waiting.contains("data-handoff=\"console-manual\""), "no longer waiting");
-    let again =
-        client().post(format!("{}/handoffs/console-manual/result", console.base)).form(&form).send().await.unwrap();
+    let again = console
+        .client()
+        .post(format!("{}/handoffs/console-manual/result", console.base))
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(again.status(), StatusCode::CONFLICT, "an ended handoff is refused");
 }
 
@@ -243,7 +254,8 @@ async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
         row[..row.find('"').unwrap()].to_string()
     };
     let csrf = [("csrf", hidden(&page, "csrf"))];
-    let replayed = client()
+    let replayed = console
+        .client()
         .post(format!("{}/dead/{}/replay", console.base, id(&page, "not json")))
         .form(&csrf)
         .send()
@@ -266,7 +278,8 @@ async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
 
     let (_, page) = get(&format!("{}/dead", console.base)).await;
     assert_eq!(page.matches("<tr data-dead=").count(), 1);
-    let discarded = client()
+    let discarded = console
+        .client()
         .post(format!("{}/dead/discard-all", console.base))
         .form(&[("csrf", csrf[0].1.as_str()), ("queue", "")])
         .send()
@@ -297,7 +310,7 @@ async fn retry_in_the_console_runs_a_failed_run_again() {
     let (_, page) = get(&format!("{}/runs/{run}", console.base)).await;
     assert!(page.contains("id=\"retry-button\" >"), "Retry is enabled for a failed run");
     let form = [("csrf", hidden(&page, "csrf"))];
-    let retried = client().post(format!("{}/runs/{run}/retry", console.base)).form(&form).send().await.unwrap();
+    let retried = console.client().post(format!("{}/runs/{run}/retry", console.base)).form(&form).send().await.unwrap();
     assert_eq!(retried.status(), StatusCode::SEE_OTHER);
     let again = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;
@@ -305,7 +318,8 @@ async fn retry_in_the_console_runs_a_failed_run_again() {
     assert!(env.journal(run).await.contains(&JournalEvent::RunRetried));
     let (_, list) = get(&format!("{}/runs", console.base)).await;
     assert!(list.contains("attempt 2"), "the list shows the attempt");
-    let refused = client()
+    let refused = console
+        .client()
         .post(format!("{}/runs/{}/retry", console.base, uuid::Uuid::now_v7()))
         .form(&form)
         .send()

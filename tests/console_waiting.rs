@@ -96,7 +96,7 @@ async fn a_question_waits_for_a_person_and_the_operators_answer_completes_the_ru
         ("text", "Yes, publish it today.".into()),
     ];
     let url = format!("{}/handoffs/wait-q/answer", console.base);
-    let sent = client().post(&url).form(&form).send().await.unwrap();
+    let sent = console.client().post(&url).form(&form).send().await.unwrap();
     assert_eq!(sent.status(), StatusCode::SEE_OTHER);
     let messages = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;
@@ -115,7 +115,7 @@ async fn a_question_waits_for_a_person_and_the_operators_answer_completes_the_ru
     let outcome = "SELECT count(*) FROM bridge_answers WHERE id LIKE 'console:%' AND outcome = 'applied'";
     assert_eq!(env.scalar_i64(outcome, &[]).await, 1);
     assert!(!get(&format!("{}/waiting", console.base)).await.contains("data-handoff=\"wait-q\""), "no longer waiting");
-    let again = client().post(&url).form(&form).send().await.unwrap();
+    let again = console.client().post(&url).form(&form).send().await.unwrap();
     assert_eq!(again.status(), StatusCode::CONFLICT, "an answer to a closed question changes nothing");
 }
 
@@ -126,7 +126,13 @@ async fn cancelling_a_blocked_run_from_its_handoff_page_tells_the_bridge_cancell
     let console = env.serve_console(None).await;
     let page = get(&format!("{}/handoffs/wait-cancel", console.base)).await;
     let form = [("csrf", hidden(&page, "csrf")), ("reason", "the operator stopped it".into())];
-    let done = client().post(format!("{}/handoffs/wait-cancel/cancel", console.base)).form(&form).send().await.unwrap();
+    let done = console
+        .client()
+        .post(format!("{}/handoffs/wait-cancel/cancel", console.base))
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(done.status(), StatusCode::SEE_OTHER);
     let messages = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;

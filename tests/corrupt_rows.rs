@@ -31,6 +31,7 @@ async fn finished_request(env: &TestEnv, id: &str) -> Uuid {
         reply_to: Some(&env.reply_queue),
         reply_chat_id: Some("wxid_demo_chat"),
         status_url: None,
+        bridge: None,
     };
     assert!(requests::insert_or_count(&c, &new).await.unwrap());
     let run = Uuid::now_v7();

@@ -3,6 +3,7 @@
 
 mod bridge;
 mod bridge_edges;
+mod bridges;
 mod budgets;
 mod callbacks;
 mod chain;
@@ -10,7 +11,10 @@ mod claims;
 mod cluster;
 mod coding_agents;
 mod console_browser;
+mod console_dead;
+mod console_guard;
 mod console_http;
+mod console_sessions;
 mod console_waiting;
 mod contract;
 mod contract_files;

@@ -169,7 +169,7 @@ async fn dead_letters_are_listed_in_order_replayed_to_their_queue_and_discarded(
     let json = json_of(&env, &["dead", "list", "--json"]).await;
     assert_eq!(json, serde_json::to_value(&listed_again).unwrap(), "`dead list --json` is what the queue holds");
 
-    let replayed = dead::replay(&bus, &queues, Select::Id(&second.id), None).await.unwrap();
+    let replayed = dead::replay(&bus, &queues, Select::Id(&second.id), None, &dead::FleetQueuesOnly).await.unwrap();
     assert_eq!(replayed.done, std::slice::from_ref(&second.id));
     let channel = env.conn.create_channel().await.unwrap();
     let finished = env.queue(Queue::RunsFinished);

@@ -71,6 +71,13 @@ impl Browser {
     /// `None` (with the reason printed) when there is no `chromedriver` on
     /// this machine outside CI; panics under `CI=true`.
     pub async fn open(test: &str) -> Option<Browser> {
+        Self::open_with(test, &[]).await
+    }
+
+    /// [`Browser::open`] with more Chromium switches (say
+    /// `--host-resolver-rules=MAP attacker.example 127.0.0.1`, a name an
+    /// attacker pointed at this machine).
+    pub async fn open_with(test: &str, switches: &[&str]) -> Option<Browser> {
         let Some(driver_path) = chromedriver() else {
             let reason = "no chromedriver on this machine (install Debian's `chromium` and `chromium-driver`, or set CHROMEDRIVER)";
             assert!(!in_ci(), "browser test `{test}` cannot run under CI=true: {reason}");
@@ -81,10 +88,11 @@ impl Browser {
         let driver = start_driver(&driver_path, port, test);
         let url = format!("http://127.0.0.1:{port}");
         wait_for_port(port, Duration::from_secs(20)).await;
-        let client =
-            ClientBuilder::new(HttpConnector::new()).capabilities(capabilities()).connect(&url).await.unwrap_or_else(
-                |e| panic!("opening a headless Chromium session through {}: {e}", driver_path.display()),
-            );
+        let client = ClientBuilder::new(HttpConnector::new())
+            .capabilities(capabilities(switches))
+            .connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("opening a headless Chromium session through {}: {e}", driver_path.display()));
         client.set_window_size(1280, 1000).await.expect("window size");
         Some(Browser { client, driver, test: test.to_string() })
     }
@@ -242,10 +250,11 @@ pub async fn wait_for_port(port: u16, within: Duration) {
     }
 }
 
-fn capabilities() -> Map<String, Value> {
-    let mut options = json!({
-        "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,1000"],
-    });
+fn capabilities(switches: &[&str]) -> Map<String, Value> {
+    let mut args =
+        vec!["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,1000"];
+    args.extend_from_slice(switches);
+    let mut options = json!({ "args": args });
     if Path::new(CHROMIUM).exists() {
         options["binary"] = CHROMIUM.into();
     }

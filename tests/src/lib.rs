@@ -434,6 +434,22 @@ pub struct ServedConsole {
     stop: tokio_util::sync::CancellationToken,
 }
 
+impl ServedConsole {
+    /// An HTTP client as the console's own pages are: it names the console
+    /// as its `Origin` (a browser does on every POST) and follows no redirect.
+    pub fn client(&self) -> reqwest::Client {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::ORIGIN, self.base.parse().unwrap());
+        let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+        builder.default_headers(headers).build().unwrap()
+    }
+
+    /// `host:port`, as a browser names the console in `Host`.
+    pub fn authority(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+}
+
 impl Drop for ServedConsole {
     fn drop(&mut self) {
         self.stop.cancel();
@@ -443,9 +459,16 @@ impl Drop for ServedConsole {
 impl TestEnv {
     /// Serves the console in-process (with `token`, if given).
     pub async fn serve_console(&self, token: Option<&str>) -> ServedConsole {
+        self.serve_console_with(token, |_| {}).await
+    }
+
+    /// [`TestEnv::serve_console`] with more settings changed by `change`
+    /// (`admin_url`, say). Each call is another replica on the same database.
+    pub async fn serve_console_with(&self, token: Option<&str>, change: impl FnOnce(&mut Settings)) -> ServedConsole {
         let mut settings = self.settings.clone();
         settings.admin_addr = "127.0.0.1:0".parse().unwrap();
         settings.admin_token = token.map(baton::config::Secret::new);
+        change(&mut settings);
         let console = baton::console::Console::bind(&settings).await.expect("the console binds");
         let base = format!("http://{}", console.local_addr());
         let stop = tokio_util::sync::CancellationToken::new();

@@ -5,7 +5,12 @@
 use std::fmt;
 use std::time::Duration;
 
+use baton_domain::console::origin::PublicUrl;
 use baton_domain::fleet::InvocationQueue;
+
+mod redact;
+pub use redact::redact;
+use redact::MASK;
 
 /// The longest pause between a role's reconnect attempts unless
 /// `BATON_RECONNECT_MAX_MS` says otherwise.
@@ -93,6 +98,10 @@ pub struct Settings {
     pub admin_addr: std::net::SocketAddr,
     /// The console's token (bearer or login cookie); required off loopback.
     pub admin_token: Option<Secret>,
+    /// Where people reach the console when that is not `admin_addr` (a
+    /// name behind a proxy): its host is answered to, and `https` makes the
+    /// session cookie `Secure`.
+    pub admin_url: Option<PublicUrl>,
     /// Where this process serves `/metrics`, `/healthz` and `/readyz`.
     pub metrics_addr: std::net::SocketAddr,
 }
@@ -183,6 +192,12 @@ impl Reader<'_> {
             self.problems.push(format!("{name}={value} is not an IP address with a port (127.0.0.1:8080)"));
             default.parse().expect("the default parses")
         })
+    }
+
+    /// `BATON_ADMIN_URL`, an `http(s)://host[:port]` when set.
+    fn public_url(&mut self, name: &str) -> Option<PublicUrl> {
+        let value = self.raw(name)?;
+        PublicUrl::parse(&value).map_err(|why| self.problems.push(format!("{name}={why}"))).ok()
     }
 
     /// The kinds of invocation queue a worker consumes: both by default.
@@ -299,6 +314,7 @@ impl Settings {
             }),
             admin_addr: r.socket_addr("BATON_ADMIN_ADDR", "127.0.0.1:8080"),
             admin_token: r.raw("BATON_ADMIN_TOKEN").map(|t| Secret::new(t.trim())),
+            admin_url: r.public_url("BATON_ADMIN_URL"),
             metrics_addr: r.socket_addr("BATON_METRICS_ADDR", "127.0.0.1:9464"),
         };
         match r.problems.is_empty() {
@@ -396,142 +412,9 @@ impl fmt::Debug for Settings {
             .field("agent_jail", &self.agent_jail)
             .field("admin_addr", &self.admin_addr)
             .field("admin_token", &self.admin_token)
+            .field("admin_url", &self.admin_url)
             .field("metrics_addr", &self.metrics_addr)
             .finish()
-    }
-}
-
-/// Hides every password a connection string can carry, in any form it
-/// takes: URL user info (`postgres://u:pw@h`, `amqps://:pw@h`), a
-/// `password=` query parameter, and libpq's `key=value` form
-/// (`host=h password=pw`, quoted or not). What is not a password stays, so
-/// an operator can still tell which server a message names.
-pub fn redact(dsn: &str) -> String {
-    mask_password_values(&mask_user_info(dsn))
-}
-
-const MASK: &str = "***";
-
-/// `scheme://user:password@host…` → `scheme://user:***@host…`. The last `@`
-/// ends the user info, so a password holding `@` is hidden whole.
-fn mask_user_info(dsn: &str) -> String {
-    let Some(scheme_end) = dsn.find("://").map(|i| i + 3) else {
-        return dsn.to_string();
-    };
-    let rest = &dsn[scheme_end..];
-    let Some(at) = rest.rfind('@') else {
-        return dsn.to_string();
-    };
-    match rest[..at].split_once(':') {
-        Some((user, _)) => format!("{}{user}:{MASK}{}", &dsn[..scheme_end], &rest[at..]),
-        None => dsn.to_string(),
-    }
-}
-
-/// Every `…password=VALUE` (query parameter or libpq keyword, any case, spaces
-/// around `=` allowed) gets its value masked; a quoted value ends at its
-/// closing quote (`\'` escapes one), a bare one at whitespace or `&`.
-fn mask_password_values(dsn: &str) -> String {
-    let lower = dsn.to_ascii_lowercase();
-    let mut out = String::with_capacity(dsn.len());
-    let mut copied = 0;
-    let mut from = 0;
-    while let Some(found) = lower[from..].find("password") {
-        let key_end = from + found + "password".len();
-        let after_key = dsn[key_end..].trim_start();
-        from = key_end;
-        let Some(value) = after_key.strip_prefix('=') else {
-            continue;
-        };
-        let value = value.trim_start();
-        let value_start = dsn.len() - value.len();
-        let value_end = value_start + value_len(value);
-        out.push_str(&dsn[copied..value_start]);
-        out.push_str(MASK);
-        copied = value_end;
-        from = value_end;
-    }
-    out.push_str(&dsn[copied..]);
-    out
-}
-
-/// How many bytes of `rest` the value takes.
-fn value_len(rest: &str) -> usize {
-    if let Some(quoted) = rest.strip_prefix('\'') {
-        let mut escaped = false;
-        for (i, c) in quoted.char_indices() {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                '\'' => return i + 2,
-                _ => {}
-            }
-        }
-        return rest.len();
-    }
-    rest.find(|c: char| c.is_whitespace() || c == '&').unwrap_or(rest.len())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn url_passwords_never_print() {
-        assert_eq!(redact("amqp://guest:secret@h:5672/%2f"), "amqp://guest:***@h:5672/%2f");
-        assert_eq!(redact("amqps://guest:secret@h:5671/vhost"), "amqps://guest:***@h:5671/vhost");
-        assert_eq!(redact("postgresql://u:secret@h:5432/db"), "postgresql://u:***@h:5432/db");
-        assert_eq!(redact("postgres://:secret@h/db"), "postgres://:***@h/db");
-        assert_eq!(redact("postgres://u:p@ss:w@rd@h/db"), "postgres://u:***@h/db");
-    }
-
-    #[test]
-    fn urls_without_a_password_stay_as_they_are() {
-        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(redact("postgres://h:5432/db"), "postgres://h:5432/db");
-        assert_eq!(redact("amqp://127.0.0.1:5672/%2f"), "amqp://127.0.0.1:5672/%2f");
-    }
-
-    #[test]
-    fn password_query_parameters_never_print() {
-        assert_eq!(redact("postgres://u@h/db?password=secret"), "postgres://u@h/db?password=***");
-        assert_eq!(
-            redact("postgresql:///db?host=/run/pg&password=secret&sslmode=disable"),
-            "postgresql:///db?host=/run/pg&password=***&sslmode=disable"
-        );
-        assert_eq!(redact("postgres://u:one@h/db?PASSWORD=two"), "postgres://u:***@h/db?PASSWORD=***");
-    }
-
-    #[test]
-    fn key_value_passwords_never_print() {
-        assert_eq!(redact("host=h user=u password=secret dbname=d"), "host=h user=u password=*** dbname=d");
-        assert_eq!(redact("host=h password = secret"), "host=h password = ***");
-        assert_eq!(redact("password='se cret' host=h"), "password=*** host=h");
-        assert_eq!(redact(r"host=h password='it\'s secret' port=5432"), "host=h password=*** port=5432");
-        assert_eq!(redact("host=h sslpassword=keypass"), "host=h sslpassword=***");
-        assert_eq!(redact("host=h user=u dbname=d"), "host=h user=u dbname=d");
-    }
-
-    #[test]
-    fn nothing_secret_is_left_in_any_form() {
-        let forms = [
-            "postgres://u:hunter2@h/db",
-            "postgresql://u:hunter2@h/db?sslmode=require",
-            "host=h password=hunter2",
-            "host=h password='hunter2'",
-            "postgres://h/db?password=hunter2",
-            "amqps://u:hunter2@h/v",
-        ];
-        for form in forms {
-            assert!(!redact(form).contains("hunter2"), "{form} → {}", redact(form));
-        }
-    }
-
-    #[test]
-    fn each_broker_of_a_list_hides_its_password() {
-        let mut settings = super::Settings::from_vars(|_| None).unwrap();
-        settings.amqp_url = "amqp://guest:s1@n1:5682/%2f, amqp://guest:s2@n2:5683/%2f".into();
-        assert_eq!(settings.amqp_url_redacted(), "amqp://guest:***@n1:5682/%2f,amqp://guest:***@n2:5683/%2f");
     }
 }
 
@@ -674,6 +557,21 @@ mod parsing {
         for bad in ["localhost:8080", "8080", "127.0.0.1"] {
             let found = problems(&[("BATON_ADMIN_ADDR", bad)]);
             assert_eq!(found, [format!("BATON_ADMIN_ADDR={bad} is not an IP address with a port (127.0.0.1:8080)")]);
+        }
+    }
+
+    #[test]
+    fn the_console_url_is_a_scheme_and_a_host_and_nothing_more() {
+        assert_eq!(parse(&[]).unwrap().admin_url, None);
+        let url = parse(&[("BATON_ADMIN_URL", "https://Console.Example.org/")]).unwrap().admin_url.unwrap();
+        assert!(url.https);
+        assert_eq!(url.authority.to_string(), "console.example.org");
+        let plain = parse(&[("BATON_ADMIN_URL", "http://10.0.0.5:8080")]).unwrap().admin_url.unwrap();
+        assert!(!plain.https && plain.authority.port == Some(8080));
+        for bad in ["console.example.org", "https://console.example.org/baton", "ftp://h"] {
+            let found = problems(&[("BATON_ADMIN_URL", bad)]);
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert!(found[0].starts_with(&format!("BATON_ADMIN_URL={bad} is not")), "{found:?}");
         }
     }
 

@@ -266,7 +266,10 @@ fn readiness(p: &baton_domain::profiles::Profile) -> String {
     if let Some((cli, binding)) = p.model.coding() {
         let bin = baton_agent::providers::coding::program_of(cli, binding);
         if baton::demo::find_program(&bin).is_none() {
-            missing.push(format!("the `{bin}` program ({}; `npm ci --prefix agents` installs it)", cli.display_name()));
+            missing.push(format!(
+                "the `{bin}` program ({}; `npm install --prefix agents` installs it)",
+                cli.display_name()
+            ));
         }
     }
     match (missing.is_empty(), p.model.unavailable()) {

@@ -36,17 +36,11 @@ pub fn init(default_filter: &str) {
 }
 
 /// Drops, whatever `RUST_LOG` says, the events of the AMQP library that
-/// carry a message's bytes: lapin logs every message the broker returns
-/// (a reply to a deleted queue) whole at `warn`, its body as decimal bytes,
-/// and its frames at `trace`. A return is logged by Baton itself instead,
-/// with the queue and the broker's reason and without the body.
+/// carry a message's bytes (see [`baton_bus::carries_message_bytes`]). A
+/// return is logged by Baton itself instead, with the queue and the
+/// broker's reason and without the body.
 pub fn withheld() -> FilterFn<fn(&tracing::Metadata<'_>) -> bool> {
-    FilterFn::new(|meta| !carries_message_bytes(meta.target(), *meta.level(), meta.is_event()))
-}
-
-fn carries_message_bytes(target: &str, level: tracing::Level, event: bool) -> bool {
-    let lapin = target == "lapin" || target.starts_with("lapin::");
-    event && lapin && (target == "lapin::returned_messages" || level == tracing::Level::TRACE)
+    FilterFn::new(|meta| !baton_bus::carries_message_bytes(meta.target(), *meta.level(), meta.is_event()))
 }
 
 /// The tracer provider: OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
@@ -143,20 +137,4 @@ pub async fn continue_request(
 /// [`continue_trace`] from a delivery's headers.
 pub fn continue_from(span: &tracing::Span, delivery: &baton_bus::Delivery) {
     continue_trace(span, delivery.header("traceparent"), delivery.header("tracestate"));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tracing::Level;
-
-    #[test]
-    fn lapins_returned_messages_and_frames_are_never_logged_and_its_other_events_are() {
-        assert!(carries_message_bytes("lapin::returned_messages", Level::WARN, true));
-        assert!(carries_message_bytes("lapin::channels", Level::TRACE, true));
-        assert!(!carries_message_bytes("lapin::channels", Level::ERROR, true));
-        assert!(!carries_message_bytes("lapin::returned_messages", Level::WARN, false), "a span, not an event");
-        assert!(!carries_message_bytes("baton::roles::relay", Level::TRACE, true));
-        assert!(!carries_message_bytes("lapinou", Level::TRACE, true));
-    }
 }

@@ -34,6 +34,12 @@ export interface DropCounts {
   malformed: number;
 }
 
+/** The RabbitMQ user of an AMQP URL (amqplib's default, `guest`, when it names none). */
+export function connectionUser(url: string): string {
+  const user = new URL(url).username;
+  return user === '' ? 'guest' : decodeURIComponent(user);
+}
+
 /** A message the broker returned (no queue) or refused (nack). */
 export class NotDelivered extends Error {
   override readonly name = 'NotDelivered';
@@ -178,6 +184,9 @@ export class Bridge {
       mandatory: true,
       persistent: true,
       contentType: 'application/json',
+      // The connection's own user, which RabbitMQ checks: with [[bridges]] it
+      // is how the fleet knows which bridge speaks (CONTRACT §8).
+      userId: connectionUser(this.options.url),
       ...(short ? { messageId } : {}),
     };
     return new Promise((resolve, reject) => {

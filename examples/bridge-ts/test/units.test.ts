@@ -9,7 +9,7 @@ import { Handoff } from '../src/handoff.js';
 import { MalformedMessage, parseIncoming } from '../src/incoming.js';
 import { StatusOrder } from '../src/order.js';
 import { isFailed } from '../src/replies.js';
-import { Bridge } from '../src/bridge.js';
+import { Bridge, connectionUser } from '../src/bridge.js';
 import { startCallbackReceiver, verifyStatusCallback, WebhookVerificationError } from '../src/callbacks.js';
 
 const status = (handoffId: string, seq: number, s: BridgeStatus['status'] = 'running'): BridgeStatus => ({
@@ -18,6 +18,14 @@ const status = (handoffId: string, seq: number, s: BridgeStatus['status'] = 'run
   status: s,
   seq,
   at: '2026-11-30T19:00:00Z',
+});
+
+describe('the user a bridge publishes as (user_id, CONTRACT §8)', () => {
+  it('is the connection URL\'s own user, decoded, or guest', () => {
+    assert.equal(connectionUser('amqp://wechat-bridge:pw@127.0.0.1:5672/%2f'), 'wechat-bridge');
+    assert.equal(connectionUser('amqp://we%40chat:pw@host/%2f'), 'we@chat');
+    assert.equal(connectionUser('amqp://127.0.0.1:5672'), 'guest');
+  });
 });
 
 describe('de-duplication by message_id', () => {

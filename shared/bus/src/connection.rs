@@ -9,13 +9,21 @@ use crate::{Publisher, Queues, Result};
 
 pub struct Connection {
     amqp: lapin::Connection,
+    /// The RabbitMQ user it logged in as.
+    user: String,
 }
 
 impl Connection {
     /// Connects to the first broker of `urls` that accepts, under a name an
     /// operator can read in the management UI: see [`crate::connect`].
     pub async fn open(urls: &str, name: &str) -> Result<Self> {
-        Ok(Self { amqp: crate::connect(urls, name).await? })
+        let user = crate::broker_urls(urls).next().map_or_else(|| "guest".to_string(), user_of);
+        Ok(Self { amqp: crate::connect(urls, name).await?, user })
+    }
+
+    /// The RabbitMQ user it logged in as (`guest` when its URL names none).
+    pub fn user(&self) -> &str {
+        &self.user
     }
 
     /// lapin's connection, for setup code that declares queues of its own
@@ -80,5 +88,44 @@ impl Connection {
     /// and publishers), so no ack or confirm in flight is lost.
     pub async fn close(&self, why: &str) {
         let _ = self.amqp.close(200, why.into()).await;
+    }
+}
+
+/// The user of an AMQP URL (`amqp://user:password@host…`), percent-decoded;
+/// `guest`, the broker's default, when it names none.
+pub fn user_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let Some((userinfo, _)) = authority.rsplit_once('@') else { return "guest".into() };
+    let user = userinfo.split(':').next().unwrap_or("");
+    if user.is_empty() {
+        return "guest".into();
+    }
+    let mut out = Vec::new();
+    let bytes = user.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_user_of_a_url_is_read_decoded_or_guest() {
+        assert_eq!(super::user_of("amqp://baton:pw@h:5672/%2f"), "baton");
+        assert_eq!(super::user_of("amqp://we%40chat:p@ss@h/%2f"), "we@chat");
+        assert_eq!(super::user_of("amqp://127.0.0.1:5672/%2f"), "guest");
     }
 }

@@ -35,6 +35,12 @@ impl Delivery {
         self.amqp.properties.reply_to().as_ref().map(lapin::types::ShortString::as_str)
     }
 
+    /// The RabbitMQ user that published it, as the broker checked it (a
+    /// publisher cannot set another user's name without the `impersonator` tag).
+    pub fn user_id(&self) -> Option<&str> {
+        self.amqp.properties.user_id().as_ref().map(lapin::types::ShortString::as_str)
+    }
+
     /// A string header (`x-first-death-queue` on what the broker dead-lettered).
     pub fn header(&self, name: &str) -> Option<String> {
         header(&self.amqp.properties, name)

@@ -23,11 +23,22 @@
 //! in [`ORIGINAL_USER_ID`], and the original body's digest and length in
 //! [`BODY_SHA256`] and [`BODY_BYTES`] (see [`original_body`]).
 //!
+//! # What a listing shows
+//! A listing is for an operator's eyes: the body preview, the reason and the
+//! headers pass the strictest redaction first
+//! ([`baton_domain::policy::disclosure::redact_strictly`]), so a password or an
+//! API key in a dead-lettered copy is shown as a placeholder. A replay sends
+//! the message as it was.
+//!
 //! # Where a replay goes
 //! Baton's own dead letters name their queue in `x-baton-source-queue` (a
 //! fleet queue's logical name such as `baton.runs.finished`, its prefixed
 //! name, or a bridge's own reply queue); the broker's (a delivery limit
-//! reached) in the first entry of `x-death`.
+//! reached) in the first entry of `x-death`. Anyone who can publish to
+//! `baton.dead` can write those headers, so a replay goes only to one of the
+//! fleet's own queues (not a dead-letter queue) or to a queue the caller
+//! knows a stored request named as its `reply_to`; any other letter stays
+//! dead, with the reason.
 
 use lapin::options::{BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable};
@@ -35,12 +46,17 @@ use lapin::{BasicProperties, Channel, Confirmation};
 use sha2::{Digest, Sha256};
 
 use baton_domain::fleet::Queue;
+use baton_domain::policy::disclosure::redact_strictly;
 
 use crate::publish::header;
 use crate::{Connection, Error, Queues, Result};
 
 /// How much of a body a listing shows, in characters.
 const PREVIEW_CHARS: usize = 2000;
+
+/// How much of a body is redacted before the preview is cut from it: well
+/// past the preview, so a secret that crosses the preview's end is found whole.
+const REDACTED_BYTES: usize = 16 * 1024;
 
 /// The hex SHA-256 of the body as it was delivered (or as it would have
 /// been published), before it was redacted or cut for `baton.dead`.
@@ -95,7 +111,7 @@ impl DeadLetter {
         };
         let message_id =
             props.message_id().as_ref().map(ToString::to_string).or_else(|| header(props, "x-baton-message-id"));
-        let text = String::from_utf8_lossy(body);
+        let text = redact_strictly(&String::from_utf8_lossy(&body[..body.len().min(REDACTED_BYTES)]));
         let mut digest = Sha256::new();
         for part in [source_queue.as_deref().unwrap_or(""), &reason, message_id.as_deref().unwrap_or("")] {
             digest.update(part.as_bytes());
@@ -110,7 +126,7 @@ impl DeadLetter {
         let id: String = digest.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
         DeadLetter {
             id,
-            reason,
+            reason: redact_strictly(&reason),
             replay_queue: source_queue.as_deref().map(|q| physical(queues, q)),
             source_queue,
             correlation_id: props.correlation_id().as_ref().map(ToString::to_string),
@@ -159,7 +175,8 @@ fn first_death(props: &BasicProperties) -> Option<(String, String)> {
 
 fn string_headers(props: &BasicProperties) -> Vec<(String, String)> {
     let Some(table) = props.headers().as_ref() else { return vec![] };
-    table.inner().keys().filter_map(|k| header(props, k.as_str()).map(|v| (k.to_string(), v))).collect()
+    let shown = |k: &str| header(props, k).map(|v| (k.to_string(), redact_strictly(&v)));
+    table.inner().keys().filter_map(|k| shown(k.as_str())).collect()
 }
 
 /// Which dead letters an action takes.
@@ -192,18 +209,67 @@ pub async fn list(conn: &Connection, queues: &Queues, limit: usize) -> Result<Ve
     Ok(letters)
 }
 
+/// Which bridge queues stored requests named as their `reply_to` (the
+/// store knows; the bus does not).
+pub trait ReplyQueues: Sync {
+    /// Whether one did name `queue`; `Err` says why that could not be told.
+    fn named(&self, queue: &str) -> impl std::future::Future<Output = std::result::Result<bool, String>> + Send;
+}
+
+/// No bridge queue at all: a replay goes only to the fleet's own queues.
+pub struct FleetQueuesOnly;
+
+impl ReplyQueues for FleetQueuesOnly {
+    async fn named(&self, _queue: &str) -> std::result::Result<bool, String> {
+        Ok(false)
+    }
+}
+
+/// Whether `queue` (a physical name) is one of the fleet's own queues a
+/// dead letter may go back to: any but the dead-letter queues.
+pub fn is_replayable_fleet_queue(queues: &Queues, queue: &str) -> bool {
+    Queue::ALL.into_iter().filter(|q| !q.is_dead_letter()).any(|q| queues.name(q) == queue)
+}
+
 /// Replays the selected dead letters (of `queue` only, if given) to their
-/// source queues, each confirmed before its dead copy is acked.
-pub async fn replay(conn: &Connection, queues: &Queues, select: Select<'_>, queue: Option<&str>) -> Result<Acted> {
+/// source queues, each confirmed before its dead copy is acked. A letter
+/// whose queue is not one of the fleet's goes only where `reply_queues`
+/// says a stored request named it as its `reply_to` (asked once per queue);
+/// the others stay dead.
+pub async fn replay(
+    conn: &Connection,
+    queues: &Queues,
+    select: Select<'_>,
+    queue: Option<&str>,
+    reply_queues: &impl ReplyQueues,
+) -> Result<Acted> {
     let publisher = conn.amqp().create_channel().await?;
     publisher.confirm_select(ConfirmSelectOptions::default()).await?;
     let mut reader = Reader::open(conn, queues).await?;
     let mut acted = Acted::default();
+    let mut known = std::collections::BTreeMap::new();
     while let Some((delivery, letter)) = reader.next().await? {
         if !reader.selected(&letter, select, queue) {
             continue;
         }
-        match republish(&publisher, &delivery, &letter).await {
+        let target = letter.replay_queue.clone().unwrap_or_default();
+        if !target.is_empty() && !is_replayable_fleet_queue(queues, &target) && !known.contains_key(&target) {
+            known.insert(target.clone(), reply_queues.named(&target).await);
+        }
+        let allowed = match known.get(&target) {
+            _ if target.is_empty() || is_replayable_fleet_queue(queues, &target) => Ok(()),
+            Some(Ok(true)) => Ok(()),
+            Some(Ok(false)) | None => Err(format!(
+                "`{target}` is neither one of the fleet's queues nor a reply queue a stored request named, \
+                 so it is not replayed there"
+            )),
+            Some(Err(why)) => Err(format!("whether `{target}` is a request's reply queue could not be told: {why}")),
+        };
+        if let Err(why) = allowed {
+            acted.failed.push((letter.id, why));
+            continue;
+        }
+        match republish(&publisher, &delivery, &letter, conn.user()).await {
             Ok(()) => {
                 delivery.acker.ack(BasicAckOptions::default()).await?;
                 acted.done.push(letter.id);
@@ -236,18 +302,33 @@ async fn republish(
     channel: &Channel,
     delivery: &lapin::message::Delivery,
     letter: &DeadLetter,
+    fleet_user: &str,
 ) -> std::result::Result<(), String> {
     let Some(queue) = &letter.replay_queue else {
         return Err("no source queue recorded".into());
     };
     let mut props = delivery.properties.clone();
-    if let Some(headers) = props.headers().as_ref() {
-        let kept = headers.inner().iter().filter(|(k, _)| !DEATH_HEADERS.contains(&k.as_str()));
-        let mut table: FieldTable =
-            kept.map(|(k, v)| (k.clone(), v.clone())).collect::<std::collections::BTreeMap<_, _>>().into();
-        table.insert("x-baton-replayed".into(), AMQPValue::LongString(letter.id.as_str().into()));
-        props = props.with_headers(table);
+    let mut table: FieldTable = match props.headers().as_ref() {
+        Some(headers) => {
+            let kept = headers.inner().iter().filter(|(k, _)| !DEATH_HEADERS.contains(&k.as_str()));
+            kept.map(|(k, v)| (k.clone(), v.clone())).collect::<std::collections::BTreeMap<_, _>>().into()
+        }
+        None => FieldTable::default(),
+    };
+    table.insert("x-baton-replayed".into(), AMQPValue::LongString(letter.id.as_str().into()));
+    // The fleet's user cannot publish as another (the broker checks user_id):
+    // the sender's user travels in the header dead letters keep it in, which
+    // intake trusts only from the fleet's own user (CONTRACT §8).
+    if let Some(user) = props.user_id().clone() {
+        let header = ORIGINAL_USER_ID;
+        if !table.inner().contains_key(header) {
+            table.insert(header.into(), AMQPValue::LongString(user.as_str().into()));
+        }
+        props = lapin_without_user_id(props);
     }
+    // Published as the fleet's own user, which the broker checks: intake
+    // trusts the sender header only from it.
+    props = props.with_headers(table).with_user_id(fleet_user.into());
     let options = BasicPublishOptions { mandatory: true, ..Default::default() };
     let published = async {
         let confirm = channel.basic_publish("".into(), queue.as_str().into(), options, &delivery.data, props).await?;
@@ -261,6 +342,48 @@ async fn republish(
         Ok(Confirmation::Nack(_)) => Err(format!("the broker refused it for `{queue}`")),
         Err(e) => Err(Error::Amqp(e).to_string()),
     }
+}
+
+/// The same properties without `user_id` (lapin offers no setter to clear one).
+fn lapin_without_user_id(p: BasicProperties) -> BasicProperties {
+    let mut out = BasicProperties::default();
+    if let Some(v) = p.content_type().clone() {
+        out = out.with_content_type(v);
+    }
+    if let Some(v) = p.content_encoding().clone() {
+        out = out.with_content_encoding(v);
+    }
+    if let Some(v) = p.headers().clone() {
+        out = out.with_headers(v);
+    }
+    if let Some(v) = *p.delivery_mode() {
+        out = out.with_delivery_mode(v);
+    }
+    if let Some(v) = *p.priority() {
+        out = out.with_priority(v);
+    }
+    if let Some(v) = p.correlation_id().clone() {
+        out = out.with_correlation_id(v);
+    }
+    if let Some(v) = p.reply_to().clone() {
+        out = out.with_reply_to(v);
+    }
+    if let Some(v) = p.expiration().clone() {
+        out = out.with_expiration(v);
+    }
+    if let Some(v) = p.message_id().clone() {
+        out = out.with_message_id(v);
+    }
+    if let Some(v) = *p.timestamp() {
+        out = out.with_timestamp(v);
+    }
+    if let Some(v) = p.kind().clone() {
+        out = out.with_type(v);
+    }
+    if let Some(v) = p.app_id().clone() {
+        out = out.with_app_id(v);
+    }
+    out
 }
 
 /// Reads `baton.dead` with `basic.get` on a channel of its own; what it
@@ -335,6 +458,39 @@ mod tests {
         assert_eq!(a.replay_queue.as_deref(), Some("t1.baton.runs.finished"));
         assert!(a.came_from(&q, "baton.runs.finished") && a.came_from(&q, "t1.baton.runs.finished"));
         assert!(!a.came_from(&q, "baton.invocations.handoff"));
+    }
+
+    #[test]
+    fn a_listing_shows_secrets_as_placeholders_and_keeps_the_id_of_the_raw_body() {
+        let q = Queues::new("t1.");
+        let body = br#"{"userIntent": "log in with password: hunter2 and key sk-abcdefghijklmnopqrstuvwxyz012345"}"#;
+        let headers =
+            [("x-baton-error", "refused: password=hunter2"), ("x-baton-source-queue", "baton.bridge.requests")];
+        let letter = DeadLetter::read(&q, &props(&headers), body);
+        for shown in [&letter.body_preview, &letter.reason] {
+            assert!(!shown.contains("hunter2") && !shown.contains("sk-abcdef"), "{shown}");
+        }
+        assert!(letter.body_preview.contains("[redacted"), "{}", letter.body_preview);
+        assert!(letter.headers.iter().all(|(_, v)| !v.contains("hunter2")), "{:?}", letter.headers);
+        assert_eq!(letter.body_bytes, body.len());
+        let clean = DeadLetter::read(&q, &props(&headers), br#"{"userIntent": "nothing secret"}"#);
+        assert_ne!(letter.id, clean.id);
+    }
+
+    #[test]
+    fn only_the_fleets_working_queues_take_a_replay_without_asking() {
+        let q = Queues::new("t1.");
+        assert!(is_replayable_fleet_queue(&q, "t1.baton.runs.finished"));
+        assert!(is_replayable_fleet_queue(&q, "t1.baton.bridge.requests"));
+        for not in ["t1.baton.dead", "t1.baton.dead.requests", "baton.runs.finished", "t1.baton.evil", "bridge.replies"]
+        {
+            assert!(!is_replayable_fleet_queue(&q, not), "{not}");
+        }
+    }
+
+    #[test]
+    fn intake_reads_a_replays_sender_where_dead_letters_keep_it() {
+        assert_eq!(ORIGINAL_USER_ID, baton_domain::protocol::bridges::REPLAY_USER_HEADER);
     }
 
     #[test]

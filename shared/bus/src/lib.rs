@@ -13,7 +13,7 @@
 //! - [`dead`]: what is in `baton.dead`: list, replay to the source queue, discard.
 //! - `connection`: a role's connection: topology, publishers, consumers.
 
-mod connection;
+pub mod connection;
 pub mod consume;
 pub mod dead;
 pub mod metrics;
@@ -168,5 +168,30 @@ mod tests {
     fn broker_hosts_are_logged_without_credentials() {
         assert_eq!(host_of("amqp://guest:secret@n1:5682/%2f"), "n1:5682");
         assert_eq!(host_of("amqp://n3"), "n3:5672");
+    }
+}
+
+/// Whether a log event of the AMQP library carries a message's bytes:
+/// lapin logs every message the broker returns (a reply to a deleted queue)
+/// whole at `warn`, its body as decimal bytes, and its frames at `trace`.
+/// The binary's and the tests' log filters drop these, whatever `RUST_LOG` says.
+pub fn carries_message_bytes(target: &str, level: tracing::Level, event: bool) -> bool {
+    let lapin = target == "lapin" || target.starts_with("lapin::");
+    event && lapin && (target == "lapin::returned_messages" || level == tracing::Level::TRACE)
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::carries_message_bytes;
+    use tracing::Level;
+
+    #[test]
+    fn lapins_returned_messages_and_frames_are_never_logged_and_its_other_events_are() {
+        assert!(carries_message_bytes("lapin::returned_messages", Level::WARN, true));
+        assert!(carries_message_bytes("lapin::channels", Level::TRACE, true));
+        assert!(!carries_message_bytes("lapin::channels", Level::ERROR, true));
+        assert!(!carries_message_bytes("lapin::returned_messages", Level::WARN, false), "a span, not an event");
+        assert!(!carries_message_bytes("baton::roles::relay", Level::TRACE, true));
+        assert!(!carries_message_bytes("lapinou", Level::TRACE, true));
     }
 }

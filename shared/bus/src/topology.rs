@@ -4,7 +4,7 @@
 //! `baton.dead` for an operator, never in a loop. The logical names are the
 //! domain's ([`Queue`]).
 
-use baton_domain::fleet::{Queue, DEAD_LETTER_EXCHANGE};
+use baton_domain::fleet::{Queue, BRIDGE_EXCHANGE, BRIDGE_ROUTING_KEY, DEAD_LETTER_EXCHANGE};
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, ExchangeKind};
@@ -83,6 +83,13 @@ impl Queues {
         let dlx = self.prefixed(DEAD_LETTER_EXCHANGE);
         let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
         channel.exchange_declare(dlx.as_str().into(), ExchangeKind::Fanout, durable, FieldTable::default()).await?;
+        // Bridges may publish here (routing key `requests`), so a bridge's user
+        // needs write access to this exchange alone (CONTRACT §8).
+        let bridge_exchange = self.prefixed(BRIDGE_EXCHANGE);
+        channel
+            .exchange_declare(bridge_exchange.as_str().into(), ExchangeKind::Direct, durable, FieldTable::default())
+            .await?;
+
         for queue in Queue::ALL {
             let name = self.name(queue);
             // The dead-letter queues themselves have no delivery limit and no
@@ -109,6 +116,16 @@ impl Queues {
                 )
                 .await?;
         }
+        // After the queues: the binding needs the requests queue.
+        channel
+            .queue_bind(
+                self.name(Queue::BridgeRequests).as_str().into(),
+                bridge_exchange.as_str().into(),
+                BRIDGE_ROUTING_KEY.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
         let _ = channel.close(200, "declared".into()).await;
         Ok(())
     }
@@ -135,6 +152,7 @@ impl Queues {
         }
         let dlx = self.prefixed(DEAD_LETTER_EXCHANGE);
         channel.exchange_delete(dlx.as_str().into(), Default::default()).await?;
+        channel.exchange_delete(self.prefixed(BRIDGE_EXCHANGE).as_str().into(), Default::default()).await?;
         Ok(())
     }
 }

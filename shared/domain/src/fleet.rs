@@ -16,6 +16,12 @@ use crate::wire_enum;
 /// The exchange the fleet's queues dead-letter to (a fanout to the two dead-letter queues).
 pub const DEAD_LETTER_EXCHANGE: &str = "baton.dlx";
 
+/// The direct exchange bridges may publish their messages to (CONTRACT §8),
+/// with [`BRIDGE_ROUTING_KEY`]: it routes to `baton.bridge.requests`, so a
+/// bridge's RabbitMQ user needs write access to this exchange alone.
+pub const BRIDGE_EXCHANGE: &str = "baton.bridge";
+pub const BRIDGE_ROUTING_KEY: &str = "requests";
+
 /// A queue the fleet reads or writes, by its logical name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Queue {

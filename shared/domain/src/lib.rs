@@ -14,10 +14,13 @@
 //! - [`run`]: run, invocation and task state machines, and the journal's events (`JournalEvent`).
 //! - [`profiles`]: agent profiles, the default system prompt and the briefs agents read first.
 //! - [`projects`]: the repositories coding agents work on, branch names and diffs' summaries.
+//! - [`console`]: the operator's console: the names it answers to, where its
+//!   POSTs may come from, its session cookies and the login rate limit.
 //! - [`fleet`]: the fleet's queues and the id-only messages between its roles.
 //! - [`schema`]: whether a database's migrations are the ones a binary was built with.
 //! - [`wire`]: `wire_enum!`, the one way a closed set of strings (statuses, sources, tool names, languages, event names) is declared.
 
+pub mod console;
 pub mod fleet;
 pub mod policy;
 pub mod profiles;

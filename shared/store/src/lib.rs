@@ -21,6 +21,8 @@
 //! - [`profiles`]: agent profiles, skills and routes; fleet-wide model limits;
 //!   fleet-wide settings (the disclosure policy).
 //! - [`overview`]: what an operator looks at, and the metrics gauges' figures.
+//! - [`console`]: the operator console's sessions, login throttling and shared
+//!   tokens, and the reply queues a dead letter may be replayed to.
 //! - [`retention`]: what `baton runs prune` deletes: old runs, their requests' trails, idle conversations.
 //! - [`coding`]: coding agents' diffs and resumable sessions, and `[[projects]]`.
 //! - [`connect`]: pools and connections, with the fleet's session timeouts and keepalives.
@@ -31,6 +33,7 @@
 
 pub mod coding;
 pub mod connect;
+pub mod console;
 mod decode;
 mod error;
 pub mod invocations;

@@ -149,7 +149,6 @@ async fn by_age(c: &impl GenericClient, secs: f64, limit: i64) -> Result<(u64, u
     )
     .await?;
     // A conversation row is made again by the next request of its chat.
-    // (Scanned: V11, which could index it, runs before V16 makes the table.)
     let conversations = sql::execute(
         c,
         "DELETE FROM conversations WHERE key IN (

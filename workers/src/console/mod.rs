@@ -5,13 +5,16 @@
 //!
 //! # Layout
 //! - `mod.rs`: binding (loopback, or a token), the router, serving until shutdown.
-//! - `auth`: bearer token or login cookie, and the CSRF token every POST carries.
+//! - `guard`: the names the console answers to, and where a POST may come from.
+//! - `auth`: bearer token or session cookie (sessions and the login limit in
+//!   Postgres), and the CSRF token every form carries.
 //! - `views`: the templates, the markdown filter, errors as pages.
 //! - `state`: what every handler shares (the pool, the broker, the settings).
 //! - `pages/`: one module per page (runs, run, waiting, dead letters, fleet).
 //! - `templates/`, `assets/`: the HTML templates, CSS and JS.
 
 mod auth;
+mod guard;
 mod pages;
 mod state;
 mod views;
@@ -56,10 +59,10 @@ impl Console {
     /// Checks the bind ([`check_bind`]), then listens (port 0 picks a free one).
     pub async fn bind(settings: &Settings) -> anyhow::Result<Self> {
         check_bind(settings)?;
-        let state = Arc::new(State::new(settings)?);
         let listener = tokio::net::TcpListener::bind(settings.admin_addr)
             .await
             .with_context(|| format!("binding the console to {}", settings.admin_addr))?;
+        let state = Arc::new(State::new(settings, listener.local_addr()?)?);
         Ok(Self { listener, state })
     }
 
@@ -71,7 +74,7 @@ impl Console {
     pub async fn serve(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let addr = self.local_addr();
         tracing::info!(%addr, "console at http://{addr}/");
-        let app = router(self.state.clone());
+        let app = router(self.state.clone()).into_make_service_with_connect_info::<SocketAddr>();
         axum::serve(self.listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await?;
         self.state.close().await;
         Ok(())
@@ -103,6 +106,7 @@ fn router(state: Arc<State>) -> Router {
         .route("/login", get(auth::login_page).post(auth::login))
         .route("/assets/console.css", get(views::stylesheet))
         .route("/assets/console.js", get(views::script))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard::names))
         .layer(axum::middleware::map_response(guard_headers))
         .with_state(state)
 }
@@ -117,6 +121,7 @@ async fn guard_headers(mut response: axum::response::Response) -> axum::response
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(policy));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // No URL of the console leaves for another site; its own forms still carry their `Origin`.
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     response
 }

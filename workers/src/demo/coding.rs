@@ -42,7 +42,7 @@ fn api_of(cli: CodingCli) -> Api {
 }
 
 /// The CLI's program: `agents/node_modules/.bin` of this checkout (where
-/// `npm ci --prefix agents` puts the pinned versions), else the PATH.
+/// `npm install --prefix agents` puts the pinned versions), else the PATH.
 pub fn find_cli(cli: CodingCli) -> anyhow::Result<PathBuf> {
     let name = cli.default_bin();
     let local = Path::new("agents/node_modules/.bin").join(name);
@@ -51,7 +51,7 @@ pub fn find_cli(cli: CodingCli) -> anyhow::Result<PathBuf> {
     }
     find_program(name).with_context(|| {
         format!(
-            "`{name}` ({}) is not installed: run `npm ci --prefix agents` in the checkout, or put it on the PATH",
+            "`{name}` ({}) is not installed: run `npm install --prefix agents` in the checkout, or put it on the PATH",
             cli.display_name()
         )
     })

@@ -3,7 +3,8 @@
 
 use std::fmt::Write;
 
-use baton_bus::dead::{self, Acted, DeadLetter, Select};
+use baton_bus::dead::{self, Acted, DeadLetter, ReplyQueues, Select};
+use baton_bus::{Connection, Queues};
 
 use crate::config::Settings;
 
@@ -11,8 +12,8 @@ use crate::config::Settings;
 pub const LIST_LIMIT: usize = 1000;
 
 /// A connection for one operator command, named so in the management UI.
-pub async fn connect(settings: &Settings) -> anyhow::Result<baton_bus::Connection> {
-    Ok(baton_bus::Connection::open(&settings.amqp_url, "baton-operator").await?)
+pub async fn connect(settings: &Settings) -> anyhow::Result<Connection> {
+    Ok(Connection::open(&settings.amqp_url, "baton-operator").await?)
 }
 
 pub async fn list(settings: &Settings) -> anyhow::Result<Vec<DeadLetter>> {
@@ -35,13 +36,38 @@ pub async fn act(settings: &Settings, action: Action, id: Option<&str>, queue: O
     let conn = connect(settings).await?;
     let select = id.map_or(Select::All, Select::Id);
     let acted = match action {
-        Action::Replay => dead::replay(&conn, &settings.queues(), select, queue).await,
-        Action::Discard => dead::discard(&conn, &settings.queues(), select, queue).await,
+        Action::Replay => match settings.db_pool("operator") {
+            Ok(pool) => replay(&conn, &pool, &settings.queues(), select, queue).await,
+            Err(e) => Err(e.into()),
+        },
+        Action::Discard => dead::discard(&conn, &settings.queues(), select, queue).await.map_err(Into::into),
     };
     conn.close("done").await;
-    Ok(acted?)
+    acted
 }
 
+/// Replays the selected dead letters: to the fleet's own queues, or to a
+/// bridge's queue that a stored request named as its `reply_to` (asked of
+/// Postgres), never anywhere else a letter's headers say.
+pub async fn replay(
+    conn: &Connection,
+    pool: &baton_store::Pool,
+    queues: &Queues,
+    select: Select<'_>,
+    queue: Option<&str>,
+) -> anyhow::Result<Acted> {
+    Ok(dead::replay(conn, queues, select, queue, &Stored(pool)).await?)
+}
+
+/// The reply queues of the requests stored in Postgres.
+struct Stored<'a>(&'a baton_store::Pool);
+
+impl ReplyQueues for Stored<'_> {
+    async fn named(&self, queue: &str) -> Result<bool, String> {
+        let c = baton_store::client(self.0).await.map_err(|e| e.to_string())?;
+        baton_store::console::is_reply_queue(&c, queue).await.map_err(|e| e.to_string())
+    }
+}
 /// The dead letters as a table: id, source queue, reason, a body excerpt.
 pub fn table(letters: &[DeadLetter]) -> String {
     if letters.is_empty() {

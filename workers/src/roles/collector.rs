@@ -130,7 +130,7 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     // Pipelined, in this order: the event goes before the status's own.
     let (_, _, changes) = tokio::try_join!(event, bridge::status(&tx, &request, status, None), changes)?;
     let input = ReplyInput {
-        handoff_id: &handoff,
+        handoff_id: request.wire_id(),
         chat_id: request.reply_chat_id.as_deref(),
         source: request.source.as_str(),
         language,

@@ -124,6 +124,10 @@ pub fn request_keys(body: &[u8]) -> Vec<String> {
         conversation_key: Option<Value>,
         callback: Option<Value>,
     }
+    // A body too large or too deep is refused unread: its lane is its own.
+    if baton_domain::protocol::request::refused_unread(body).is_some() {
+        return vec![];
+    }
     let Ok(peek) = serde_json::from_slice::<Peek>(body) else {
         return vec![];
     };

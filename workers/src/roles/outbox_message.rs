@@ -76,7 +76,9 @@ pub(super) fn outgoing<'a>(m: &'a Message, p: &'a Prepared) -> Outgoing<'a> {
         body: &p.body,
         headers: p.trace.as_ref().map(|(_, headers)| headers.clone()).unwrap_or_default(),
         message_id: m.message_id.as_deref(),
-        correlation_id: m.correlation_id.as_deref(),
+        // A bridge message goes out correlated by the bridge's own id (with
+        // `[[bridges]]` the fleet's key is `<bridge>:<id>`).
+        correlation_id: m.body["handoffId"].as_str().or(m.correlation_id.as_deref()),
         mandatory: m.mandatory,
         ..Default::default()
     }

@@ -42,7 +42,7 @@ pub async fn ask_user(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
     bridge::status(c, &request, HandoffStatus::Blocked, Some("waiting for the user's answer")).await?;
     let question_id = asked.id.to_string();
     let input = QuestionInput {
-        handoff_id: &request.id,
+        handoff_id: request.wire_id(),
         question_id: &question_id,
         chat_id: request.reply_chat_id.as_deref(),
         source: request.source.as_str(),

@@ -47,6 +47,9 @@ pub struct ProfilesFile {
     /// The repositories coding agents work on, by `projectId`.
     #[serde(default)]
     pub projects: Vec<crate::projects::Project>,
+    /// The bridges that may speak for requests, by their RabbitMQ users (CONTRACT §8).
+    #[serde(default)]
+    pub bridges: Vec<crate::protocol::bridges::Bridge>,
 }
 
 /// A named instruction pack, included in the prompt of every profile that
@@ -392,6 +395,7 @@ impl ProfilesFile {
                 problems.push(format!("route `{target}` names unknown profile `{profile}`"));
             }
         }
+        problems.extend(crate::protocol::bridges::problems(&self.bridges));
         let mut projects = BTreeSet::new();
         for project in &self.projects {
             problems.extend(project.problems());

@@ -2,6 +2,7 @@
 //!
 //! - [`request`]: the bridge's `HandoffRequest`, parsed and validated at the edge.
 //! - [`bridge`]: the status and reply messages a bridge receives.
+//! - [`bridges`]: `[[bridges]]`: which bridge a message is from, what it may send, its own ids (CONTRACT §8).
 //! - [`reply`]: humanized bridge replies and cutting them into chat-sized parts.
 //! - [`conversation`]: questions agents ask their users and the bridge's answers, a bridge's cancel,
 //!   and one chat's requests taking turns (CONTRACT §6).
@@ -11,6 +12,7 @@
 //! - [`outgoing`]: the size bound of outgoing bodies, cutting them, retry backoff.
 
 pub mod bridge;
+pub mod bridges;
 pub mod callback;
 pub mod contract;
 pub mod conversation;

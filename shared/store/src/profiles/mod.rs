@@ -143,6 +143,8 @@ pub struct Snapshot {
     pub disclosure: DisclosureConfig,
     pub conversations: ConversationsConfig,
     pub budgets: BudgetsConfig,
+    /// `[[bridges]]`: empty, one trusted bridge (CONTRACT §8).
+    pub bridges: Vec<baton_domain::protocol::bridges::Bridge>,
     routes: HashMap<String, String>,
     /// Each profile, read once; one this version cannot read keeps why
     /// (`kind`, `reason` of [`Error::Unreadable`]), so it fails only the
@@ -161,9 +163,10 @@ impl Snapshot {
                     (SELECT value FROM fleet_settings WHERE key = $2),
                     (SELECT value FROM fleet_settings WHERE key = $3),
                     (SELECT coalesce(jsonb_object_agg(target_agent, profile_id), '{}') FROM routes),
-                    (SELECT coalesce(jsonb_object_agg(id, jsonb_build_array(spec, model_limit)), '{}') FROM profiles)
+                    (SELECT coalesce(jsonb_object_agg(id, jsonb_build_array(spec, model_limit)), '{}') FROM profiles),
+                    (SELECT value FROM fleet_settings WHERE key = $4)
                FROM profiles_version v",
-            &[&settings::DISCLOSURE, &settings::CONVERSATIONS, &settings::BUDGETS],
+            &[&settings::DISCLOSURE, &settings::CONVERSATIONS, &settings::BUDGETS, &settings::BRIDGES],
         )
         .await?;
         let setting = |i: usize| row.get::<_, Option<Value>>(i).filter(|v| !v.is_null());
@@ -173,6 +176,7 @@ impl Snapshot {
             disclosure: setting(1).map(serde_json::from_value).transpose()?.unwrap_or_default(),
             conversations: setting(2).map(serde_json::from_value).transpose()?.unwrap_or_default(),
             budgets: setting(3).map(serde_json::from_value).transpose()?.unwrap_or_default(),
+            bridges: setting(6).map(serde_json::from_value).transpose()?.unwrap_or_default(),
             routes: serde_json::from_value(row.get(4))?,
             profiles: profiles
                 .into_iter()

@@ -18,6 +18,7 @@ pub(crate) const BUDGETS: &str = "budgets";
 pub(crate) const CONVERSATIONS: &str = "conversations";
 const CALLBACKS: &str = "callbacks";
 pub(crate) const PROJECTS: &str = "projects";
+pub(crate) const BRIDGES: &str = "bridges";
 
 pub async fn put(c: &impl GenericClient, key: &str, value: &Value) -> Result<()> {
     sql::execute(
@@ -40,7 +41,13 @@ pub(crate) async fn put_sections(c: &impl GenericClient, file: &ProfilesFile) ->
     put(c, BUDGETS, &serde_json::to_value(&file.budgets)?).await?;
     put(c, CONVERSATIONS, &serde_json::to_value(&file.conversations)?).await?;
     put(c, CALLBACKS, &serde_json::to_value(&file.callbacks)?).await?;
-    put(c, PROJECTS, &serde_json::to_value(&file.projects)?).await
+    put(c, PROJECTS, &serde_json::to_value(&file.projects)?).await?;
+    put(c, BRIDGES, &serde_json::to_value(&file.bridges)?).await
+}
+
+/// `[[bridges]]` (none: one trusted bridge, as before CONTRACT §8).
+pub async fn bridges(c: &impl GenericClient) -> Result<Vec<baton_domain::protocol::bridges::Bridge>> {
+    section(c, BRIDGES).await
 }
 
 /// The `[budgets]` section (empty when none was loaded).

@@ -15,7 +15,9 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-/// The bridge's own queue when it set `reply_to`, else the shared replies queue.
+/// The bridge's own queue when it set `reply_to`, else the shared replies
+/// queue. The row's correlation id is the fleet's key for the handoff (the
+/// relay notes what became of it there); the message names the bridge's own id.
 fn route(request: &Request, message_id: String, body: Value, mandatory: bool) -> Message {
     Message {
         queue: request.reply_to.clone().unwrap_or_else(|| Queue::BridgeReplies.as_str().to_string()),
@@ -36,8 +38,8 @@ pub async fn status(
     note: Option<&str>,
 ) -> crate::Result<()> {
     let seq = requests::set_status(c, &request.id, status).await?;
-    let body = bridge::status(&request.id, status, seq, request.reply_chat_id.as_deref(), now());
-    let message = route(request, bridge::status_message_id(&request.id, seq), body, true);
+    let body = bridge::status(request.wire_id(), status, seq, request.reply_chat_id.as_deref(), now());
+    let message = route(request, bridge::status_message_id(request.wire_id(), seq), body, true);
     let callback = async {
         match &request.status_url {
             Some(url) => requests::callbacks::enqueue(c, &request.id, url, &message.body).await,
@@ -73,7 +75,7 @@ pub async fn reply_at(
     attempt: i32,
 ) -> crate::Result<()> {
     let body = bridge::reply(input);
-    let message_id = bridge::attempt_reply_message_id(&request.id, attempt);
+    let message_id = bridge::attempt_reply_message_id(request.wire_id(), attempt);
     let message = route(request, message_id, body, true);
     // Pipelined: rows of different tables, none waiting for another.
     tokio::try_join!(
@@ -92,7 +94,7 @@ pub fn timestamp() -> String {
 /// records it as asked.
 pub async fn question(c: &impl GenericClient, request: &Request, input: &QuestionInput<'_>) -> crate::Result<()> {
     let body = question::message(input);
-    let id = question::message_id(&request.id, input.question_id);
+    let id = question::message_id(request.wire_id(), input.question_id);
     outbox::enqueue(c, &route(request, id, body, true)).await?;
     requests::add_event(
         c,

@@ -18,6 +18,8 @@ pub struct Callback {
     pub url: String,
     pub body: Value,
     pub attempts: i32,
+    /// The request's bridge, with `[[bridges]]`: its own secret and origins sign and bound it.
+    pub bridge: Option<String>,
 }
 
 pub async fn enqueue(c: &impl GenericClient, handoff_id: &str, url: &str, body: &Value) -> Result<()> {
@@ -42,7 +44,7 @@ pub async fn take_due(c: &impl GenericClient, limit: i64, lease: Duration) -> Re
          UPDATE callbacks cb SET next_attempt_at = now() + make_interval(secs => $2)
            FROM due, handoff_requests r
           WHERE cb.id = due.id AND r.id = cb.handoff_id
-         RETURNING cb.id, cb.handoff_id, r.source, cb.url, cb.body, cb.attempts",
+         RETURNING cb.id, cb.handoff_id, r.source, cb.url, cb.body, cb.attempts, r.bridge_id",
         &[&limit, &secs],
     )
     .await?;
@@ -55,6 +57,7 @@ pub async fn take_due(c: &impl GenericClient, limit: i64, lease: Duration) -> Re
             url: r.get(3),
             body: r.get(4),
             attempts: r.get(5),
+            bridge: r.get(6),
         })
         .collect();
     due.sort_by_key(|cb| cb.id);

@@ -30,6 +30,8 @@ pub struct NewRequest<'a> {
     pub reply_to: Option<&'a str>,
     pub reply_chat_id: Option<&'a str>,
     pub status_url: Option<&'a str>,
+    /// The bridge that sent it, with `[[bridges]]` (its id is then `<bridge>:<own id>`).
+    pub bridge: Option<&'a str>,
 }
 
 #[derive(Debug, Clone)]
@@ -46,6 +48,15 @@ pub struct Request {
     pub run_id: Option<Uuid>,
     pub deliveries: i32,
     pub reply_sent_at: Option<DateTime<Utc>>,
+    /// The bridge that sent it, with `[[bridges]]`.
+    pub bridge: Option<String>,
+}
+
+impl Request {
+    /// The id its bridge knows it by: the one in every message to the bridge.
+    pub fn wire_id(&self) -> &str {
+        baton_domain::protocol::bridges::unqualified(self.bridge.as_deref(), &self.id)
+    }
 }
 
 /// A stored handoff event.
@@ -68,8 +79,8 @@ pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Resu
     let row = sql::query_one(
         c,
         "INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id, status_url,
-                                       traceparent, tracestate)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                                       traceparent, tracestate, bridge_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          ON CONFLICT (id) DO UPDATE SET deliveries = handoff_requests.deliveries + 1, updated_at = now()
          RETURNING deliveries = 1",
         &[
@@ -83,6 +94,7 @@ pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Resu
             &r.status_url,
             &traceparent,
             &tracestate,
+            &r.bridge,
         ],
     )
     .await?;
@@ -90,7 +102,7 @@ pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Resu
 }
 
 const COLUMNS: &str =
-    "id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries, reply_sent_at, status_url";
+    "id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries, reply_sent_at, status_url, bridge_id";
 
 fn from_row(r: &tokio_postgres::Row) -> Result<Request> {
     let id: String = r.get(0);
@@ -107,6 +119,7 @@ fn from_row(r: &tokio_postgres::Row) -> Result<Request> {
         deliveries: r.get(9),
         reply_sent_at: r.get(10),
         status_url: r.get(11),
+        bridge: r.get(12),
         id,
     })
 }

@@ -157,7 +157,7 @@ pub async fn cancel(c: &impl GenericClient, stored: &Request, reason: Option<&st
 
 fn no_run_reply(stored: &Request, outcome: Outcome) -> ReplyInput<'_> {
     ReplyInput {
-        handoff_id: &stored.id,
+        handoff_id: stored.wire_id(),
         chat_id: stored.reply_chat_id.as_deref(),
         source: stored.source.as_str(),
         language: stored.language,

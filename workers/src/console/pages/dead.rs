@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, Query, State as Shared};
 use axum::response::{IntoResponse, Redirect};
+use axum::Extension;
 use axum::Form;
 use baton_bus::dead::{self, Acted, Select};
 use minijinja::context;
@@ -12,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::clip;
 use crate::console::state::State;
-use crate::console::views::PageResult;
+use crate::console::views::{Operator, PageResult};
 
 /// How many dead letters a page reads (they are handed back unchanged).
 const LIMIT: usize = 200;
@@ -34,7 +35,11 @@ pub struct Flash {
     done: Option<String>,
 }
 
-pub async fn list(Shared(state): Shared<Arc<State>>, Query(flash): Query<Flash>) -> PageResult {
+pub async fn list(
+    Shared(state): Shared<Arc<State>>,
+    Extension(op): Extension<Operator>,
+    Query(flash): Query<Flash>,
+) -> PageResult {
     let queues = state.queues();
     let listed = state.with_broker(async |conn| Ok(dead::list(conn, &queues, LIMIT + 1).await?)).await;
     let (letters, problem) = match listed {
@@ -60,7 +65,7 @@ pub async fn list(Shared(state): Shared<Arc<State>>, Query(flash): Query<Flash>)
         nav => "dead", letters => &rows, queues => kinds, more, problem,
         flash => flash.done, dead_queue => queues.name(baton_domain::fleet::Queue::Dead),
     };
-    Ok(state.views.page("dead.html", ctx))
+    Ok(state.views.page(&op, "dead.html", ctx))
 }
 
 #[derive(Deserialize, Default)]
@@ -82,7 +87,7 @@ async fn act(state: &State, replay: bool, select: Select<'_>, queue: Option<&str
     let queues = state.queues();
     state
         .with_broker(async |conn| match replay {
-            true => Ok(dead::replay(conn, &queues, select, queue).await?),
+            true => crate::operator::dead_letters::replay(conn, &state.pool, &queues, select, queue).await,
             false => Ok(dead::discard(conn, &queues, select, queue).await?),
         })
         .await

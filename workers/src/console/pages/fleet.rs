@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use axum::extract::State as Shared;
+use axum::Extension;
 use baton_domain::fleet::Queue;
 use baton_domain::profiles::{ModelBinding, Profile};
 use minijinja::context;
@@ -13,7 +14,7 @@ use serde::Serialize;
 
 use super::span;
 use crate::console::state::State;
-use crate::console::views::PageResult;
+use crate::console::views::{Operator, PageResult};
 
 #[derive(Serialize)]
 struct QueueRow {
@@ -97,7 +98,7 @@ pub fn readiness(p: &Profile) -> (bool, String) {
     }
 }
 
-pub async fn show(Shared(state): Shared<Arc<State>>) -> PageResult {
+pub async fn show(Shared(state): Shared<Arc<State>>, Extension(op): Extension<Operator>) -> PageResult {
     let c = state.db().await?;
     let counts = baton_store::overview::fleet(&c).await?;
     let profiles: Vec<ProfileRow> = baton_store::profiles::all(&c)
@@ -119,7 +120,9 @@ pub async fn show(Shared(state): Shared<Arc<State>>) -> PageResult {
     let limits: Vec<LimitRow> = baton_store::profiles::limits::usage(&c).await?.into_iter().map(limit_row).collect();
     let (queues, broker_problem) = queues(&state).await;
     let oldest = counts.outbox_oldest_secs.map(|s| span((s * 1000.0) as i64));
-    Ok(state
-        .views
-        .page("fleet.html", context! { nav => "fleet", counts, oldest, queues, broker_problem, profiles, limits }))
+    Ok(state.views.page(
+        &op,
+        "fleet.html",
+        context! { nav => "fleet", counts, oldest, queues, broker_problem, profiles, limits },
+    ))
 }

@@ -4,21 +4,25 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State as Shared};
 use axum::response::{IntoResponse, Redirect};
-use axum::Form;
+use axum::{Extension, Form};
 use minijinja::context;
 use serde::Deserialize;
 
 use super::run_id;
 use super::run_view;
 use crate::console::state::State;
-use crate::console::views::{PageError, PageResult};
+use crate::console::views::{Operator, PageError, PageResult};
 
-pub async fn show(Shared(state): Shared<Arc<State>>, Path(id): Path<String>) -> PageResult {
+pub async fn show(
+    Shared(state): Shared<Arc<State>>,
+    Extension(op): Extension<Operator>,
+    Path(id): Path<String>,
+) -> PageResult {
     let id = run_id(&id)?;
     let c = state.db().await?;
     let run = baton_store::runs::get(&c, id).await?.ok_or_else(|| PageError::not_found(format!("no run {id}")))?;
     let view = run_view::load(&c, run).await?;
-    Ok(state.views.page("run.html", context! { run => view, nav => "runs" }))
+    Ok(state.views.page(&op, "run.html", context! { run => view, nav => "runs" }))
 }
 
 #[derive(Deserialize)]

@@ -1,8 +1,12 @@
-//! `/runs`: newest first, filtered, paged by key, refreshing while live.
+//! `/runs`: newest first, filtered, paged by key, refreshing while live; a
+//! filter that does not read is a 400 whose page says why.
 
 use std::sync::Arc;
 
 use axum::extract::{Query, State as Shared};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Extension;
 use baton_domain::protocol::request::Source;
 use baton_domain::run::state::RunStatus;
 use baton_store::overview::{RunFilter, RunRow};
@@ -12,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{age, at, span};
 use crate::console::state::State;
-use crate::console::views::PageResult;
+use crate::console::views::{Operator, PageResult};
 
 const PAGE: i64 = 50;
 
@@ -102,7 +106,8 @@ fn since(text: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         "d" => 86_400,
         _ => return None,
     };
-    Some(now - chrono::Duration::seconds(n.checked_mul(seconds)?))
+    // An age past what a time can hold (`9223372036854775s`) reads as no age, never as a panic.
+    now.checked_sub_signed(chrono::TimeDelta::try_seconds(n.checked_mul(seconds)?)?)
 }
 
 fn page_key(text: &str) -> Option<(DateTime<Utc>, uuid::Uuid)> {
@@ -110,14 +115,20 @@ fn page_key(text: &str) -> Option<(DateTime<Utc>, uuid::Uuid)> {
     Some((DateTime::from_timestamp_micros(micros.parse().ok()?)?, id.parse().ok()?))
 }
 
-pub async fn list(Shared(state): Shared<Arc<State>>, Query(filters): Query<Filters>) -> PageResult {
+pub async fn list(
+    Shared(state): Shared<Arc<State>>,
+    Extension(op): Extension<Operator>,
+    Query(filters): Query<Filters>,
+) -> PageResult {
     let (rows, problem) = match filters.parse(Utc::now()) {
         Ok(filter) => (baton_store::overview::runs(&state.db().await?, &filter).await?, None),
         Err(problem) => (vec![], Some(problem)),
     };
     let older = (rows.len() as i64 == PAGE).then(|| filters.url(rows.last().map(RunRow::key)));
     let live = rows.iter().any(|r| !r.status.is_terminal());
-    Ok(state.views.page(
+    let status = if problem.is_some() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
+    let page = state.views.page(
+        &op,
         "runs.html",
         context! {
             nav => "runs",
@@ -129,7 +140,8 @@ pub async fn list(Shared(state): Shared<Arc<State>>, Query(filters): Query<Filte
             filter => filters,
             older, live, problem,
         },
-    ))
+    );
+    Ok((status, page).into_response())
 }
 
 #[cfg(test)]
@@ -142,7 +154,15 @@ mod tests {
         assert_eq!(since("1h", now), Some(now - chrono::Duration::hours(1)));
         assert_eq!(since("30m", now), Some(now - chrono::Duration::minutes(30)));
         assert!(since("2026-11-30T10:00:00Z", now).is_some());
-        for bad in ["h", "1y", "soon", "99999999999999999999d"] {
+        for bad in [
+            "h",
+            "1y",
+            "soon",
+            "99999999999999999999d",
+            "9223372036854775s",
+            "106751991167301d",
+            "9223372036854775807s",
+        ] {
             assert_eq!(since(bad, now), None, "{bad}");
         }
     }

@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State as Shared};
 use axum::response::{IntoResponse, Redirect};
-use axum::Form;
+use axum::{Extension, Form};
 use minijinja::context;
 use serde::{Deserialize, Serialize};
 
 use super::{age, at, clip};
 use crate::console::state::State;
-use crate::console::views::{PageError, PageResult};
+use crate::console::views::{Operator, PageError, PageResult};
 use crate::operator::answer::Handled;
 use crate::operator::{self, Settle};
 
@@ -32,7 +32,7 @@ struct Row {
     created: String,
 }
 
-pub async fn list(Shared(state): Shared<Arc<State>>) -> PageResult {
+pub async fn list(Shared(state): Shared<Arc<State>>, Extension(op): Extension<Operator>) -> PageResult {
     let c = state.db().await?;
     let mut rows = vec![];
     for w in baton_store::overview::waiting(&c).await? {
@@ -52,10 +52,14 @@ pub async fn list(Shared(state): Shared<Arc<State>>) -> PageResult {
             id: w.handoff_id,
         });
     }
-    Ok(state.views.page("waiting.html", context! { nav => "waiting", rows }))
+    Ok(state.views.page(&op, "waiting.html", context! { nav => "waiting", rows }))
 }
 
-pub async fn show(Shared(state): Shared<Arc<State>>, Path(id): Path<String>) -> PageResult {
+pub async fn show(
+    Shared(state): Shared<Arc<State>>,
+    Extension(op): Extension<Operator>,
+    Path(id): Path<String>,
+) -> PageResult {
     let c = state.db().await?;
     let request =
         baton_store::requests::get(&c, &id).await?.ok_or_else(|| PageError::not_found(format!("no handoff `{id}`")))?;
@@ -66,6 +70,7 @@ pub async fn show(Shared(state): Shared<Arc<State>>, Path(id): Path<String>) -> 
     let prompt = operator::handoff_prompt(&state.pool, &id).await?;
     let open = request.reply_sent_at.is_none() && !request.status.is_terminal();
     Ok(state.views.page(
+        &op,
         "handoff.html",
         context! {
             nav => "waiting",

@@ -23,9 +23,16 @@ pub async fn handle(
     settings: &Settings,
     shutdown: &CancellationToken,
     delivery: Delivery,
+    bridge: Option<&baton_domain::protocol::bridges::Bridge>,
 ) -> anyhow::Result<()> {
     let answer = match answer::parse(delivery.body()) {
-        Ok(answer) => answer,
+        // A bridge answers only its own handoffs' questions.
+        Ok(answer) => match bridge {
+            Some(b) => {
+                answer::BridgeAnswer { id: b.qualify(&answer.id), handoff_id: b.qualify(&answer.handoff_id), ..answer }
+            }
+            None => answer,
+        },
         Err(reason) => {
             return dead_letter(publisher, settings, &delivery, &format!("not a valid answer: {reason}")).await
         }

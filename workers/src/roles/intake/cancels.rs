@@ -36,10 +36,17 @@ pub(super) async fn handle(
     settings: &Settings,
     shutdown: &CancellationToken,
     delivery: Delivery,
+    bridge: Option<&baton_domain::protocol::bridges::Bridge>,
 ) -> anyhow::Result<()> {
     let cancel = match parse_cancel(delivery.body()) {
-        Ok(cancel) => cancel,
-        Err(error) => return crate::roles::intake::refusals::reject(pool, publisher, settings, &delivery, error).await,
+        // A bridge's cancel names its own handoff, in its own namespace.
+        Ok(cancel) => match bridge {
+            Some(b) => BridgeCancel { id: b.qualify(&cancel.id), handoff_id: b.qualify(&cancel.handoff_id), ..cancel },
+            None => cancel,
+        },
+        Err(error) => {
+            return crate::roles::intake::refusals::reject(pool, publisher, settings, &delivery, error, bridge).await
+        }
     };
     let span = tracing::info_span!("cancel", handoff_id = %cancel.handoff_id);
     crate::telemetry::continue_request(&span, pool, &cancel.handoff_id, &delivery).await;
@@ -54,7 +61,7 @@ pub(super) async fn handle(
             tracing::error!(handoff = %cancel.handoff_id, error = %format!("{e:#}"), "a cancel could not be applied");
             let reason = format!("the cancel could not be applied: {e:#}");
             let error = RequestError { reason, handoff_id: None, reply_to_chat_id: None, language: None };
-            crate::roles::intake::refusals::reject(pool, publisher, settings, &delivery, error).await
+            crate::roles::intake::refusals::reject(pool, publisher, settings, &delivery, error, bridge).await
         }
     }
 }
@@ -90,7 +97,9 @@ async fn cancel_handoff(c: &impl GenericClient, cancel: &BridgeCancel) -> anyhow
     }
     let stored = requests::lock(c, id).await?.expect("read in this transaction");
     conversations::mark_applied(c, id).await?;
-    let reason = cancel.reason.as_deref().unwrap_or("the user cancelled the request");
+    // The reason reaches the user's chat: what the disclosure policy removes never does.
+    let filtered = cancel.reason.as_deref().map(baton_domain::policy::disclosure::redact_strictly);
+    let reason = filtered.as_deref().unwrap_or("the user cancelled the request");
     if stored.status.is_terminal() || stored.reply_sent_at.is_some() {
         record(c, cancel, HandoffEvent::CancelIgnored, "the handoff had already ended; nothing changed").await?;
         return Ok(Applied::Ignored);

@@ -5,6 +5,7 @@
 
 mod answers;
 pub mod cancels;
+mod identity;
 mod refusals;
 
 use baton_bus::consume::consume;
@@ -40,6 +41,9 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let queue = settings.queues().name(Queue::BridgeRequests);
     let dead = settings.queues().name(Queue::DeadRequests);
     tracing::info!(%queue, concurrency = settings.intake_lanes(), "intake consuming");
+    if profiles::settings::bridges(&pool.get().await?).await?.is_empty() {
+        tracing::warn!(%queue, "no [[bridges]] in the profiles file: intake trusts every publisher of this queue as the one bridge (CONTRACT §8)");
+    }
     // The profiles file as this process last read it, checked at each request.
     let cache = profiles::Cache::default();
     let role = Arc::new(Intake {
@@ -138,36 +142,66 @@ async fn handle(
     shutdown: &CancellationToken,
     delivery: Delivery,
 ) -> anyhow::Result<()> {
+    // With [[bridges]], the broker-checked user decides which bridge speaks.
+    let bridge = match identity::speaker(pool, cache, settings, &delivery).await? {
+        Ok(bridge) => bridge,
+        Err(refusal) => return identity::refuse(publisher, settings, &delivery, &refusal).await,
+    };
+    let bridge = bridge.as_ref();
     // Control messages are told apart by `type`; a body without one is a request.
     match message_type(delivery.body()).as_deref() {
         None => {}
         Some(kind) if CancelType::parse(kind).is_some() => {
-            return cancels::handle(pool, publisher, settings, shutdown, delivery).await
+            return cancels::handle(pool, publisher, settings, shutdown, delivery, bridge).await
         }
         Some(kind) if AnswerType::parse(kind).is_some() => {
-            return answers::handle(pool, publisher, settings, shutdown, delivery).await
+            return answers::handle(pool, publisher, settings, shutdown, delivery, bridge).await
         }
         Some(other) => {
             let (answer, cancel) = (AnswerType::Answer.as_str(), CancelType::Cancel.as_str());
             let reason =
                 format!("field `type` is {other:?}; a bridge sends a request (no type), an {answer:?} or a {cancel:?}");
             let error = RequestError { reason, handoff_id: None, reply_to_chat_id: None, language: None };
-            return reject(pool, publisher, settings, &delivery, error).await;
+            return reject(pool, publisher, settings, &delivery, error, bridge).await;
         }
     }
-    let reply_to = delivery.reply_to();
+    let reply_to = match bridge.map(|b| b.reply_queue(delivery.reply_to())) {
+        None => delivery.reply_to(),
+        Some(Ok(queue)) => Some(queue),
+        Some(Err(refusal)) => return identity::refuse(publisher, settings, &delivery, &refusal).await,
+    };
+    // A body refused unread (too large, too deep) is answered from its AMQP
+    // properties: `message_id` is the request's id (CONTRACT §2).
+    if let Some(reason) = baton_domain::protocol::request::refused_unread(delivery.body()) {
+        let id = delivery.message_id().filter(|_| reply_to.is_some()).map(str::to_string);
+        let error = RequestError { reason, handoff_id: id, reply_to_chat_id: None, language: None };
+        return reject(pool, publisher, settings, &delivery, error, bridge).await;
+    }
     let parsed = parse_request(delivery.body()).and_then(|request| check_reply_to(settings, reply_to, request));
+    let parsed = match (parsed, bridge) {
+        (Ok(request), Some(bridge)) => match bridge.admits(&request) {
+            Ok(()) => Ok(bridge.qualify_request(request)),
+            Err(refusal) => return identity::refuse(publisher, settings, &delivery, &refusal).await,
+        },
+        (other, _) => other,
+    };
     match parsed {
         Ok(request) => {
             let note = dead_letter_note(settings, &delivery);
             let stored = retry_transient("storing a request", settings.transient_patience, shutdown, || {
-                accept(pool, cache, &request, reply_to, note.as_deref())
+                accept(pool, cache, &request, reply_to, note.as_deref(), bridge)
             });
             // The run's trace: the bridge's `traceparent`, or a new one.
             let span = tracing::info_span!("intake", handoff_id = %request.id, agent = request.target_agent.as_str());
             crate::telemetry::continue_from(&span, &delivery);
             match tracing::Instrument::instrument(stored, span).await {
-                Ok(()) => Ok(delivery.ack().await?),
+                Ok(Taken::Stored) => Ok(delivery.ack().await?),
+                Ok(Taken::Conflicting) => {
+                    let reason = "conflicting_duplicate: a request with this id and another body is already stored; it stands, and this one was not run";
+                    tracing::warn!(handoff = %request.id, "{reason}");
+                    let dead = baton_bus::DeadLetters::new(publisher, &settings.queues());
+                    Ok(delivery.dead_letter(&dead, Queue::BridgeRequests.as_str(), reason).await?)
+                }
                 Err(e) if crate::roles::is_transient(&e) => Err(e),
                 // A request the store cannot take will never be taken: tell
                 // the sender and dead-letter it instead of redelivering it.
@@ -179,12 +213,21 @@ async fn handle(
                         reply_to_chat_id: request.reply_to_chat_id().map(str::to_string),
                         language: Some(request.language()),
                     };
-                    answer_and_dead_letter(pool, publisher, settings, &delivery, &error).await
+                    answer_and_dead_letter(pool, publisher, settings, &delivery, &error, bridge).await
                 }
             }
         }
-        Err(error) => reject(pool, publisher, settings, &delivery, error).await,
+        Err(error) => reject(pool, publisher, settings, &delivery, error, bridge).await,
     }
+}
+
+/// What storing a request did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Taken {
+    /// Stored and started (or kept as a draft), or a duplicate acknowledged.
+    Stored,
+    /// Its id is stored with another body (`[[bridges]]`): dead-lettered, recorded.
+    Conflicting,
 }
 
 /// A bridge's `reply_to` must be its own queue: a status or reply published
@@ -212,7 +255,8 @@ async fn accept(
     original: &HandoffRequest,
     reply_to: Option<&str>,
     dead_lettered: Option<&str>,
-) -> anyhow::Result<()> {
+    bridge: Option<&baton_domain::protocol::bridges::Bridge>,
+) -> anyhow::Result<Taken> {
     let mut client = db(pool).await?;
     // The disclosure policy runs before anything is stored or shown: no
     // agent, prompt, external tool or operator view sees what it removes.
@@ -244,14 +288,17 @@ async fn accept(
         reply_to,
         reply_chat_id: request.reply_to_chat_id(),
         status_url: status_url(request),
+        bridge: bridge.map(|b| b.id.as_str()),
     };
-    if requests::insert_or_count(&tx, &new).await? {
+    let taken = if requests::insert_or_count(&tx, &new).await? {
         take_first(&tx, request, &filtered.removed, &known, dead_lettered).await?;
+        Taken::Stored
     } else {
-        take_again(&tx, request, &body, &filtered.removed, &known, dead_lettered).await?;
-    }
+        let known_bridges = bridge.is_some() && !known.bridges.is_empty();
+        take_again(&tx, request, &body, &filtered.removed, &known, dead_lettered, known_bridges).await?
+    };
     commit(tx).await?;
-    Ok(())
+    Ok(taken)
 }
 
 /// A request just stored: its handoff events, then its run, unless it is a
@@ -287,7 +334,9 @@ async fn take_first(
 }
 
 /// The same id again: a duplicate (acknowledged, counted, nothing more), or
-/// a draft the bridge now sends as `requested`.
+/// a draft the bridge now sends as `requested`. With `[[bridges]]` a body
+/// that differs from the stored one (but in `status` and `updatedAt`) is no
+/// duplicate: it is recorded and refused (`conflicting_duplicate`).
 async fn take_again(
     c: &impl GenericClient,
     request: &HandoffRequest,
@@ -295,11 +344,17 @@ async fn take_again(
     removed: &[Redaction],
     known: &Snapshot,
     dead_lettered: Option<&str>,
-) -> anyhow::Result<()> {
+    bridges: bool,
+) -> anyhow::Result<Taken> {
     if let Some(note) = dead_lettered {
         requests::add_event(c, &request.id, HandoffEvent::DeadLetterRecovered, None, Some(note)).await?;
     }
     let stored = requests::get(c, &request.id).await?.expect("counted in this transaction");
+    if bridges && !same_request(&stored.body, body) {
+        let note = "a redelivery of this id with another body was refused; the stored request stands";
+        requests::add_event(c, &request.id, HandoffEvent::ConflictingDuplicate, None, Some(note)).await?;
+        return Ok(Taken::Conflicting);
+    }
     if stored.status == HandoffStatus::Draft && request.is_runnable() {
         requests::promote_draft(c, &request.id, body, status_url(request)).await?;
         record_disclosure(c, &request.id, removed).await?;
@@ -307,7 +362,21 @@ async fn take_again(
     } else {
         tracing::info!("duplicate request acknowledged; no new run");
     }
-    Ok(())
+    Ok(Taken::Stored)
+}
+
+/// Whether two bodies are one request: equal but in `status` (a draft
+/// promoted) and `updatedAt`.
+fn same_request(stored: &serde_json::Value, new: &serde_json::Value) -> bool {
+    let strip = |v: &serde_json::Value| {
+        let mut v = v.clone();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("status");
+            o.remove("updatedAt");
+        }
+        v
+    };
+    strip(stored) == strip(new)
 }
 
 /// A cancel kept for a handoff and not applied yet: its id and reason.

@@ -9,6 +9,7 @@ use baton_bus::{DeadLetters, Delivery, Outgoing, Publisher};
 use baton_domain::fleet::Queue;
 use baton_domain::policy::disclosure;
 use baton_domain::protocol::bridge::{self as wire, ReplyInput};
+use baton_domain::protocol::bridges::Bridge;
 use baton_domain::protocol::contract::ErrorCode;
 use baton_domain::protocol::reply::Outcome;
 use baton_domain::protocol::request::{bounded_reason, HandoffEvent, RequestError};
@@ -30,10 +31,13 @@ pub(super) async fn reject(
     settings: &Settings,
     delivery: &Delivery,
     mut error: RequestError,
+    bridge: Option<&Bridge>,
 ) -> anyhow::Result<()> {
     error.reason = bounded_reason(&disclosure::redact_strictly(&error.reason));
     if let Some(id) = &error.handoff_id {
-        match record_invalid_redelivery(pool, id, &error.reason).await {
+        // The fleet's key for it: a bridge's id in the bridge's namespace.
+        let stored_id = bridge.map_or_else(|| id.clone(), |b| b.qualify(id));
+        match record_invalid_redelivery(pool, &stored_id, &error.reason).await {
             Ok(true) => {
                 tracing::warn!(handoff = %id, reason = %error.reason, "invalid re-delivery of a stored request acknowledged");
                 return Ok(delivery.ack().await?);
@@ -48,7 +52,7 @@ pub(super) async fn reject(
             }
         }
     }
-    answer_and_dead_letter(pool, publisher, settings, delivery, &error).await
+    answer_and_dead_letter(pool, publisher, settings, delivery, &error, bridge).await
 }
 
 /// Records an invalid body under a stored request's id; false when no
@@ -76,6 +80,7 @@ pub(super) async fn answer_and_dead_letter(
     settings: &Settings,
     delivery: &Delivery,
     error: &RequestError,
+    bridge: Option<&Bridge>,
 ) -> anyhow::Result<()> {
     let reason = bounded_reason(&disclosure::redact_strictly(&error.reason));
     if let Some(id) = &error.handoff_id {
@@ -93,7 +98,7 @@ pub(super) async fn answer_and_dead_letter(
         };
         let reply = wire::reply(&input);
         let body = serde_json::to_vec(&reply)?;
-        let queue = reply_queue(settings, delivery);
+        let queue = reply_queue(settings, delivery, bridge);
         let message_id = wire::reply_message_id(id);
         let out = Outgoing {
             queue: &queue,
@@ -109,7 +114,7 @@ pub(super) async fn answer_and_dead_letter(
                 tracing::warn!(handoff = %id, why, "the failed reply found no queue; it stays in baton.dead with the request");
             }
             Err(baton_bus::Error::Nacked(_)) => {
-                leave_for_relay(pool, settings, delivery, id, message_id, reply).await?;
+                leave_for_relay(pool, settings, delivery, id, message_id, reply, bridge).await?;
             }
             Err(e) => return Err(e.into()),
         }
@@ -131,8 +136,9 @@ async fn leave_for_relay(
     id: &str,
     message_id: String,
     body: serde_json::Value,
+    bridge: Option<&Bridge>,
 ) -> anyhow::Result<()> {
-    let queue = reply_queue(settings, delivery);
+    let queue = reply_queue(settings, delivery, bridge);
     let external = (queue != settings.queues().name(Queue::BridgeReplies)).then_some(queue);
     let message = outbox::Message {
         queue: external.clone().unwrap_or_else(|| Queue::BridgeReplies.as_str().to_string()),
@@ -156,8 +162,13 @@ async fn leave_for_relay(
 }
 
 /// Where a reply about this delivery goes: the bridge's `reply_to`, unless
-/// that names one of the fleet's queues, else `baton.bridge.replies`.
-fn reply_queue(settings: &Settings, delivery: &Delivery) -> String {
+/// that names one of the fleet's queues, else `baton.bridge.replies`; with
+/// `[[bridges]]`, one of the bridge's own reply queues.
+fn reply_queue(settings: &Settings, delivery: &Delivery, bridge: Option<&Bridge>) -> String {
+    if let Some(bridge) = bridge {
+        let first = bridge.reply_queues.first().cloned().unwrap_or_default();
+        return bridge.reply_queue(delivery.reply_to()).map_or(first, str::to_string);
+    }
     let queues = settings.queues();
     match delivery.reply_to() {
         Some(queue) if !queues.is_fleet_queue(queue) => queue.to_string(),

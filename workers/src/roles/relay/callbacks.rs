@@ -80,11 +80,17 @@ async fn take_more(pool: &Pool, client: &reqwest::Client, sending: &mut JoinSet<
         return Ok(());
     }
     let config = Arc::new(baton_store::profiles::settings::callbacks(&db).await?);
+    let bridges = Arc::new(baton_store::profiles::settings::bridges(&db).await?);
     drop(db);
     for cb in due {
-        let (pool, client, config) = (pool.clone(), client.clone(), config.clone());
+        let (pool, client, config, bridges) = (pool.clone(), client.clone(), config.clone(), bridges.clone());
         sending.spawn(async move {
-            let outcome = attempt(&client, &config, &cb).await;
+            // A bridge's request is signed with the bridge's own secret, to its own origins.
+            let own = cb.bridge.as_deref().map(|id| match bridges.iter().find(|b| b.id == id) {
+                Some(bridge) => CallbacksConfig::for_bridge(bridge),
+                None => CallbacksConfig::default(),
+            });
+            let outcome = attempt(&client, own.as_ref().unwrap_or(&config), &cb).await;
             if let Err(e) = record(&pool, &cb, outcome).await {
                 tracing::warn!(handoff = %cb.handoff_id, error = %format!("{e:#}"), "status callback outcome not recorded: it is sent again");
             }
@@ -101,7 +107,7 @@ async fn attempt(client: &reqwest::Client, config: &CallbacksConfig, cb: &Callba
     };
     let body = serde_json::to_vec(&cb.body).expect("a JSON value serializes");
     let seq = cb.body["seq"].as_i64().unwrap_or(-cb.id);
-    let id = webhook_id(&cb.handoff_id, seq);
+    let id = webhook_id(cb.body["handoffId"].as_str().unwrap_or(&cb.handoff_id), seq);
     let headers = sign::headers(&secret, &id, chrono::Utc::now().timestamp(), &body);
     let mut request = client.post(&cb.url).header(reqwest::header::CONTENT_TYPE, "application/json");
     for (name, value) in headers {

@@ -85,7 +85,7 @@ impl CodingAgent {
 
 /// The CLI's program: the profile's `bin`; else the pinned one of the
 /// checkout the worker runs from (`agents/node_modules/.bin`, where
-/// `npm ci --prefix agents` puts it); else its usual name, on the PATH.
+/// `npm install --prefix agents` puts it); else its usual name, on the PATH.
 pub fn program_of(cli: CodingCli, binding: &CodingBinding) -> String {
     if let Some(bin) = &binding.bin {
         return bin.clone();

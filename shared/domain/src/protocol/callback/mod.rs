@@ -68,6 +68,21 @@ pub enum Refusal {
 }
 
 impl CallbacksConfig {
+    /// A bridge's own callbacks (CONTRACT §8): its origins, and its secret for
+    /// each source it sends (none: every callback refused).
+    #[must_use]
+    pub fn for_bridge(bridge: &crate::protocol::bridges::Bridge) -> CallbacksConfig {
+        let sources = match &bridge.callback_secret_env {
+            Some(env) => bridge
+                .sources
+                .iter()
+                .map(|s| (s.as_str().to_string(), SourceSigning { secret_env: env.clone() }))
+                .collect(),
+            None => BTreeMap::new(),
+        };
+        CallbacksConfig { allowed_origins: bridge.callback_origins.clone(), sources }
+    }
+
     /// Whether a callback of a request from `source` may go to `url`, and if
     /// so, the variable holding the secret to sign it with.
     pub fn check(&self, source: &str, url: &str) -> Result<&str, Refusal> {

@@ -54,6 +54,9 @@ wire_enum! {
         DeadLetterRecovered => "dead_letter_recovered",
         /// An invalid body with this stored request's id was ignored; the request stands.
         InvalidRedelivery => "invalid_redelivery",
+        /// A redelivery of this id whose body differs from the stored request was
+        /// dead-lettered (`conflicting_duplicate`); the request stands.
+        ConflictingDuplicate => "conflicting_duplicate",
         /// A status callback will not be delivered (refused or given up), and why.
         CallbackFailed => "callback_failed",
         /// A message to the bridge was over the size bound and was sent cut (the full text is kept).

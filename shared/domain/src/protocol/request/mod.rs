@@ -36,7 +36,7 @@ mod strict;
 mod tests;
 
 pub use event::HandoffEvent;
-pub use parse::parse_request;
+pub use parse::{parse_request, refused_unread};
 use parse::{salvage_chat_id, salvage_id, salvage_language};
 pub use sample::sample_request_json;
 

@@ -26,6 +26,12 @@ pub fn parse_request(body: &[u8]) -> Result<HandoffRequest, RequestError> {
     build_request(&value).map_err(|reason| RequestError::salvaged(reason, &value))
 }
 
+/// Whether a body fails the checks made before any JSON parser sees it
+/// (size, depth): such a body is never parsed, not even for its routing keys.
+pub fn refused_unread(body: &[u8]) -> Option<String> {
+    check_size(body).and_then(|()| check_depth(body)).err()
+}
+
 fn contains_nul(value: &Value) -> bool {
     match value {
         Value::String(s) => s.contains('\0'),

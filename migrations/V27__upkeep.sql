@@ -1,9 +1,8 @@
 -- Issue 22, part 4: nothing grows for ever, and a model-limit slot of a
 -- worker that died comes free soon.
 --
--- This migration runs after V10 and before V14 on a new database, so its
--- DDL touches only tables of V1 to V10; the function below names tables of
--- V22, which PL/pgSQL resolves when it runs, not when it is created.
+-- It comes after every earlier migration (refinery refuses a new version
+-- below one a database already has), so every table it names exists.
 
 -- Retention (`baton runs prune`). A request's trail (its handoff events,
 -- bridge messages, callbacks, answers, cancels and questions) goes with its
