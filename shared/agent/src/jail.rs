@@ -147,14 +147,15 @@ fn bwrap_args(layout: &Layout) -> Vec<String> {
     .map(ToString::to_string)
     .collect();
     let path = |p: &Path| p.to_string_lossy().into_owned();
+    // Its own /tmp first: what is bound below /tmp after it stays visible.
+    if let Some(tmp) = &layout.tmp {
+        args.extend(["--bind".into(), path(tmp), "/tmp".into()]);
+    }
     for hidden in &layout.hidden {
         args.extend(["--tmpfs".into(), path(hidden)]);
     }
     for readable in &layout.readable {
         args.extend(["--ro-bind".into(), path(readable), path(readable)]);
-    }
-    if let Some(tmp) = &layout.tmp {
-        args.extend(["--bind".into(), path(tmp), "/tmp".into()]);
     }
     for dir in std::iter::once(&layout.work).chain(&layout.writable) {
         args.extend(["--bind".into(), path(dir), path(dir)]);
@@ -229,7 +230,7 @@ mod tests {
         };
         let args = bwrap_args(&layout).join(" ");
         assert!(args.contains("--ro-bind / /") && args.contains("--unshare-pid") && args.contains("--die-with-parent"));
-        assert!(args.contains("--tmpfs /w --ro-bind /w/projects /w/projects --bind /w/inv/tmp /tmp"), "{args}");
+        assert!(args.contains("--bind /w/inv/tmp /tmp --tmpfs /w --ro-bind /w/projects /w/projects"), "{args}");
         assert!(
             args.ends_with("--bind /w/inv/work /w/inv/work --bind /w/inv/home /w/inv/home --chdir /w/inv/work"),
             "{args}"

@@ -66,8 +66,9 @@ impl CodingAgent {
             work: dirs.work.clone(),
             writable: vec![dirs.home.clone()],
             tmp: Some(dirs.tmp.clone()),
-            // The checkout shares the mirror's objects.
-            readable: work.mirror.iter().map(|_| self.mirrors()).collect(),
+            // The checkout shares the mirror's objects; the CLI's own files
+            // may sit where the box hides (a checkout under /tmp, say).
+            readable: work.mirror.iter().map(|_| self.mirrors()).chain(install_dir(&program)).collect(),
             hidden: vec![self.work_root.clone()],
         };
         let home = dirs.home.to_string_lossy().into_owned();
@@ -95,6 +96,18 @@ pub fn program_of(cli: CodingCli, binding: &CodingBinding) -> String {
         Ok(path) if path.is_file() => path.to_string_lossy().into_owned(),
         _ => cli.default_bin().to_string(),
     }
+}
+
+/// Where the CLI's program and what it loads live: its `node_modules` tree
+/// (an npm package's `.bin` entry is a link into it), else its directory.
+fn install_dir(program: &str) -> Option<std::path::PathBuf> {
+    let path = std::path::Path::new(program);
+    if !path.is_absolute() {
+        return None;
+    }
+    let real = path.canonicalize().ok()?;
+    let tree = real.ancestors().filter(|a| a.file_name().is_some_and(|n| n == "node_modules")).last();
+    tree.or_else(|| real.parent()).map(std::path::Path::to_path_buf)
 }
 
 /// The brief the agent was given (the first user message).
