@@ -25,7 +25,13 @@ impl CodingAgent {
         let Job { request, cli, binding, context, dirs } = *job;
         let name = cli.display_name();
         let base_url = gateway.base_url(cli.wire_api());
+        // Its real path: the box shows only its install tree, so a path
+        // through other directories (`tests/../agents/…`) would not resolve.
         let program = program_of(cli, binding);
+        let program = match std::path::Path::new(&program).canonicalize() {
+            Ok(real) if std::path::Path::new(&program).is_absolute() => real.to_string_lossy().into_owned(),
+            _ => program,
+        };
         let (system_prompt, brief) = (system_prompt_of(request), brief_of(request));
         let setup = Setup {
             program: &program,
