@@ -44,14 +44,7 @@ pub struct Layout {
 }
 
 impl Jail {
-    /// From `BATON_AGENT_USER` and `BATON_AGENT_BWRAP`, as the worker's environment has them.
-    pub fn from_env() -> Result<Jail, String> {
-        Self::from_settings(
-            std::env::var("BATON_AGENT_USER").ok().as_deref(),
-            std::env::var("BATON_AGENT_BWRAP").ok().as_deref(),
-        )
-    }
-
+    /// From `BATON_AGENT_USER` and `BATON_AGENT_BWRAP` (the worker's settings read them).
     pub fn from_settings(user: Option<&str>, bwrap: Option<&str>) -> Result<Jail, String> {
         let is_root = rustix::process::geteuid().is_root();
         let user = match user.map(str::trim) {

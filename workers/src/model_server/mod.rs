@@ -124,10 +124,6 @@ impl ModelServer {
     pub fn model_calls(&self) -> Vec<Seen> {
         self.requests().into_iter().filter(|s| s.model_call).collect()
     }
-
-    pub fn set_script(&self, script: Script) {
-        *self.shared.script.lock().expect("not poisoned") = script;
-    }
 }
 
 async fn answer(State(s): State<Arc<Shared>>, request: Request) -> Response {

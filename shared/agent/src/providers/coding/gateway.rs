@@ -313,7 +313,6 @@ fn metered(
     started: Instant,
 ) -> tokio::sync::mpsc::Receiver<Result<axum::body::Bytes, std::io::Error>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes, std::io::Error>>(16);
-    let wire = shared.upstream.wire;
     tokio::spawn(async move {
         let mut meter = Meter::default();
         let mut stream = answer.bytes_stream();
@@ -331,7 +330,7 @@ fn metered(
                 }
             }
         }
-        let (input, output) = meter.finish(wire);
+        let (input, output) = meter.finish();
         shared.spend.input_tokens.fetch_add(input, Ordering::Relaxed);
         shared.spend.output_tokens.fetch_add(output, Ordering::Relaxed);
         if let Some(pass) = pass {
@@ -431,7 +430,7 @@ impl Meter {
     }
 
     /// Input and output tokens of the call.
-    pub fn finish(mut self, _wire: WireApi) -> (i64, i64) {
+    pub fn finish(mut self) -> (i64, i64) {
         let rest = std::mem::take(&mut self.line);
         self.line_done(&rest);
         if !self.saw_data {
@@ -471,29 +470,29 @@ fn usage_of(value: &Value) -> (i64, i64) {
 mod tests {
     use super::*;
 
-    fn metered(wire: WireApi, text: &str) -> (i64, i64) {
+    fn metered(text: &str) -> (i64, i64) {
         let mut meter = Meter::default();
         // Cut anywhere: lines and documents span chunks.
         for chunk in text.as_bytes().chunks(7) {
             meter.feed(chunk);
         }
-        meter.finish(wire)
+        meter.finish()
     }
 
     #[test]
     fn usage_is_read_from_each_wire_api_once() {
         let anthropic = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":100,\"output_tokens\":1}}}\n\n\
                          event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":10}}\n\n";
-        assert_eq!(metered(WireApi::AnthropicMessages, anthropic), (100, 10));
+        assert_eq!(metered(anthropic), (100, 10));
         let responses = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\n\
                          event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":50,\"output_tokens\":5,\"total_tokens\":55}}}\n\n";
-        assert_eq!(metered(WireApi::OpenAiResponses, responses), (50, 5));
+        assert_eq!(metered(responses), (50, 5));
         let chat = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n";
-        assert_eq!(metered(WireApi::ChatCompletions, chat), (7, 3));
+        assert_eq!(metered(chat), (7, 3));
         let gemini = "data: {\"candidates\":[],\"usageMetadata\":{\"promptTokenCount\":9}}\r\n\r\ndata: {\"usageMetadata\":{\"promptTokenCount\":9,\"candidatesTokenCount\":4}}\r\n\r\n";
-        assert_eq!(metered(WireApi::Gemini, gemini), (9, 4));
+        assert_eq!(metered(gemini), (9, 4));
         let plain = "{\"usage\":{\"input_tokens\":3,\"output_tokens\":2}}";
-        assert_eq!(metered(WireApi::AnthropicMessages, plain), (3, 2));
+        assert_eq!(metered(plain), (3, 2));
     }
 
     #[test]
