@@ -164,6 +164,7 @@ async fn agent_handoff_denies_pending_delegated_tasks() {
         surface: &surface,
         call: &call,
         may_have_children: true,
+        as_claimed: None,
     };
     let mut client = env.db().await;
     let tx = client.transaction().await.unwrap();

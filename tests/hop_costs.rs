@@ -15,15 +15,26 @@ use baton_tests::{baton_binary, TestEnv};
 const MAX_COMMITS: f64 = 2.0;
 /// Statements per hop (every Execute and simple Query, BEGIN and COMMIT
 /// included). 2026-11-30: 38.3; after the one-round-trip claim: 32.5;
-/// with the first turn folded into the claim: 29.3.
-const MAX_STATEMENTS: f64 = 31.0;
+/// with the first turn folded into the claim: 29.3. 2026-12-01: 25.6; with
+/// each step's transcript and journal written as one row each: 22.2; with
+/// the claim reading the run, its spend, the task and the profiles'
+/// version (the profile then read from a cached copy): 16.0.
+const MAX_STATEMENTS: f64 = 17.0;
+/// Rows inserted, updated and deleted per hop (`pg_stat_database`).
+/// 2026-12-01: 29.2; with a step's transcript and journal one row each: 13.5.
+const MAX_ROW_WRITES: f64 = 14.5;
+/// Bytes of WAL per hop written for the cell's database, full-page images
+/// left out (they depend on when the server checkpoints). 2026-12-01:
+/// 14,100 (full-page images included); one transcript and one journal row
+/// per step: 10,100.
+const MAX_WAL_BYTES: f64 = 11_000.0;
 /// Publishes per hop (all of them on confirm channels): the successor, plus
 /// each chain's request, statuses, reply and "run finished" over its 31
 /// hops. 2026-11-30: 1.19.
 const MAX_PUBLISHES: f64 = 1.25;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_steady_state_hop_costs_no_more_commits_statements_and_publishes_than_the_ceiling() {
+async fn a_steady_state_hop_costs_no_more_commits_statements_publishes_row_writes_and_wal_than_the_ceiling() {
     let env = TestEnv::new().await;
     let mut settings = env.settings.clone();
     settings.database_url = format!("{}_hops", env.settings.database_url);
@@ -44,6 +55,20 @@ async fn a_steady_state_hop_costs_no_more_commits_statements_and_publishes_than_
         "{:.2} publishes per hop, over the ceiling of {MAX_PUBLISHES}",
         baton.publishes
     );
+    assert!(
+        baton.row_writes <= MAX_ROW_WRITES,
+        "{:.1} row writes per hop, over the ceiling of {MAX_ROW_WRITES}",
+        baton.row_writes
+    );
+    let wal = baton.wal_bytes - baton.fpi_bytes;
+    assert!(
+        wal <= MAX_WAL_BYTES,
+        "{wal:.0} bytes of WAL per hop (no full-page images), over the ceiling of {MAX_WAL_BYTES}"
+    );
     // A hop cannot be free: the counters see the traffic at all.
-    assert!(baton.commits >= 1.0 && baton.publishes >= 1.0, "the proxies saw no traffic: {}", baton.line());
+    assert!(
+        baton.commits >= 1.0 && baton.publishes >= 1.0 && baton.row_writes >= 1.0 && baton.wal_bytes >= 100.0,
+        "the proxies saw no traffic: {}",
+        baton.line()
+    );
 }

@@ -80,7 +80,7 @@ async fn a_row_its_writer_never_published_is_swept_by_the_relay_after_the_grace(
 
 /// How many transactions wrote an invocation's transcript.
 async fn step_transactions(env: &TestEnv, invocation: uuid::Uuid) -> i64 {
-    env.scalar_i64("SELECT count(DISTINCT xmin::text) FROM steps WHERE invocation_id = $1", &[&invocation]).await
+    env.scalar_i64("SELECT count(DISTINCT xmin::text) FROM transcript WHERE invocation_id = $1", &[&invocation]).await
 }
 
 /// A scripted stage's first turn needs no I/O, so it is taken inside its

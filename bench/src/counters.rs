@@ -3,7 +3,8 @@
 //! through counting proxies ([`crate::count`]). Per hop: commits (counted on
 //! the wire, and `pg_stat_database`'s `xact_commit` for the database over
 //! the whole cell, process start and stop included), statements, round
-//! trips and publishes. Each chain's share of intake, its last stage and
+//! trips, publishes, row writes (`pg_stat_database`) and bytes of WAL (the
+//! database's own records, read with `pg_walinspect`). Each chain's share of intake, its last stage and
 //! the reply (1/31 of a chain's work per hop) is included.
 
 use std::path::PathBuf;
@@ -29,19 +30,34 @@ pub struct PerHop {
     pub statements: f64,
     pub round_trips: f64,
     pub publishes: f64,
+    /// Rows inserted, updated and deleted in the cell's database
+    /// (`pg_stat_database`), per hop.
+    pub row_writes: f64,
+    /// Bytes of WAL the cell's database wrote, per hop: the records that
+    /// touch its relations and the commits of their transactions, read with
+    /// `pg_walinspect` (the server's WAL is shared; other databases' records
+    /// are left out).
+    pub wal_bytes: f64,
+    /// Of those, the bytes of full-page images (a page's first change after
+    /// a checkpoint logs the whole page): they depend on when the server
+    /// checkpoints, so a guard reads the WAL without them.
+    pub fpi_bytes: f64,
 }
 
 impl PerHop {
     pub fn line(&self) -> String {
         format!(
-            "{}: {} hops; per hop {:.2} commits (pg_stat_database over the whole cell: {:.2}), {:.2} statements, {:.2} round trips, {:.2} publishes",
+            "{}: {} hops; per hop {:.2} commits (pg_stat_database over the whole cell: {:.2}), {:.2} statements, {:.2} round trips, {:.2} publishes, {:.1} row writes, {:.0} bytes of WAL ({:.0} of them full-page images)",
             self.side.name(),
             self.hops,
             self.commits,
             self.stat_commits,
             self.statements,
             self.round_trips,
-            self.publishes
+            self.publishes,
+            self.row_writes,
+            self.wal_bytes,
+            self.fpi_bytes
         )
     }
 }
@@ -96,7 +112,9 @@ async fn one_side(
     // The bench's own connections go, so the server's figures are the processes' alone.
     bench.pool.retain(|_, _| false);
     backends_gone(&bench.settings.database_url).await?;
-    let stat_before = xact_commit(&bench.settings.database_url).await?;
+    // The server keeps its WAL from here until the cell's has been read.
+    let kept = keep_wal(&bench.settings.database_url).await?;
+    let stat_before = database_stats(&bench.settings.database_url).await?;
     match side {
         Side::Baton => {
             bench.procs.spawn(proxied, &procs::SUPPORT_ROLES, "support", &[])?;
@@ -112,21 +130,31 @@ async fn one_side(
     let delta = quiet(counts).await - before;
     bench.procs.stop_all().await;
     backends_gone(&bench.settings.database_url).await?;
-    let stat_commits = xact_commit(&bench.settings.database_url).await? - stat_before;
+    let stats = database_stats(&bench.settings.database_url).await?.since(&stat_before);
+    let (wal, parts) = wal_bytes(&bench.settings.database_url, &stat_before.lsn).await?;
+    let fpi = parts.iter().find(|(part, _)| part == FPI).map_or(0, |(_, b)| *b);
+    let parts: Vec<(String, i64)> = parts.into_iter().filter(|(part, _)| part != FPI).collect();
+    drop(kept);
     let hops = journal::hops(&bench.pool, side, &drive.keys).await?.len();
-    Ok(per_hop(side, hops, delta, stat_commits))
+    let per = |bytes: i64| bytes as f64 / hops.max(1) as f64;
+    let largest: Vec<String> = parts.iter().take(8).map(|(part, b)| format!("{part} {:.0}", per(*b))).collect();
+    say(&format!("{}: WAL per hop by relation (bytes): {}", side.name(), largest.join(", ")));
+    Ok(per_hop(side, hops, delta, &stats, (wal, fpi)))
 }
 
-fn per_hop(side: Side, hops: usize, d: Snapshot, stat_commits: i64) -> PerHop {
+fn per_hop(side: Side, hops: usize, d: Snapshot, stats: &DatabaseStats, (wal, fpi): (i64, i64)) -> PerHop {
     let per = |n: f64| n / hops.max(1) as f64;
     PerHop {
         side,
         hops,
         commits: per(d.commits as f64),
-        stat_commits: per(stat_commits as f64),
+        stat_commits: per(stats.commits as f64),
         statements: per(d.statements as f64),
         round_trips: per(d.round_trips as f64),
         publishes: per(d.publishes as f64),
+        row_writes: per(stats.row_writes as f64),
+        wal_bytes: per(wal as f64),
+        fpi_bytes: per(fpi as f64),
     }
 }
 
@@ -145,9 +173,83 @@ async fn quiet(counts: &Counts) -> Snapshot {
     }
 }
 
-async fn xact_commit(url: &str) -> anyhow::Result<i64> {
+/// What `pg_stat_database` says of a database, and where the server's WAL
+/// stood, at one moment.
+struct DatabaseStats {
+    commits: i64,
+    row_writes: i64,
+    lsn: String,
+}
+
+impl DatabaseStats {
+    fn since(&self, before: &DatabaseStats) -> DatabaseStats {
+        DatabaseStats {
+            commits: self.commits - before.commits,
+            row_writes: self.row_writes - before.row_writes,
+            lsn: self.lsn.clone(),
+        }
+    }
+}
+
+async fn database_stats(url: &str) -> anyhow::Result<DatabaseStats> {
     let (client, name) = super::admin(url).await?;
-    Ok(client.query_one("SELECT xact_commit FROM pg_stat_database WHERE datname = $1", &[&name]).await?.get(0))
+    let row = client
+        .query_one(
+            "SELECT xact_commit, tup_inserted + tup_updated + tup_deleted, pg_current_wal_lsn()::text
+               FROM pg_stat_database WHERE datname = $1",
+            &[&name],
+        )
+        .await?;
+    Ok(DatabaseStats { commits: row.get(0), row_writes: row.get(1), lsn: row.get(2) })
+}
+
+/// The part of [`wal_bytes`]'s answer that counts full-page images.
+const FPI: &str = "full-page images";
+
+/// Holds the server's WAL from now on while the client returned is open: a
+/// temporary physical replication slot, reserved at once, which the server
+/// drops when its session ends, however this process ends. Without it a
+/// busy server (a test suite beside the cell) may recycle the cell's WAL
+/// before it is read.
+async fn keep_wal(url: &str) -> anyhow::Result<baton_store::tokio_postgres::Client> {
+    let (client, _) = super::admin(url).await?;
+    let slot = format!("baton_bench_{}", uuid::Uuid::new_v4().simple());
+    client.execute("SELECT pg_create_physical_replication_slot($1, true, true)", &[&slot]).await?;
+    Ok(client)
+}
+
+/// The bytes of WAL written since `from` on behalf of the database in
+/// `url`: records naming one of its relations (`rel <tablespace>/<database
+/// oid>/<file>`), and the commit and abort records of the transactions that
+/// wrote them. The extension is created in that database (dropped with it),
+/// after the cell, so creating it is not counted. Also returns where those
+/// bytes went, largest first: each relation's records, full-page images
+/// included, and the commits; and, as the part named [`FPI`], the bytes of
+/// full-page images among them.
+async fn wal_bytes(url: &str, from: &str) -> anyhow::Result<(i64, Vec<(String, i64)>)> {
+    let (client, conn) = baton_store::tokio_postgres::connect(url, baton_store::tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    let to: String = client.query_one("SELECT pg_current_wal_lsn()::text", &[]).await?.get(0);
+    client.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect").await?;
+    let rows = client
+        .query(
+            "WITH r AS (SELECT *, substring(block_ref FROM 'rel [0-9]+/' || (SELECT oid FROM pg_database
+                                                                         WHERE datname = current_database()) || '/([0-9]+)') AS file
+                          FROM pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn)),
+                  mine AS (SELECT * FROM r WHERE file IS NOT NULL),
+                  parts AS (SELECT coalesce(c.relname, 'relation ' || m.file) AS part, m.record_length
+                              FROM mine m LEFT JOIN pg_class c ON c.relfilenode = m.file::oid
+                            UNION ALL
+                            SELECT 'commits', record_length FROM r
+                             WHERE resource_manager = 'Transaction' AND xid <> 0 AND xid IN (SELECT xid FROM mine))
+             SELECT part, sum(record_length)::bigint AS bytes FROM parts GROUP BY part
+             UNION ALL SELECT $3, coalesce(sum(fpi_length), 0)::bigint FROM mine
+             ORDER BY bytes DESC",
+            &[&from, &to, &FPI],
+        )
+        .await?;
+    let parts: Vec<(String, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    Ok((parts.iter().filter(|(part, _)| part != FPI).map(|(_, b)| b).sum(), parts))
 }
 
 /// Waits until no session is connected to the database (a backend reports

@@ -44,11 +44,10 @@ pub async fn load(pool: &Pool, invocations: usize) -> anyhow::Result<Duration> {
                FROM generate_series(1, {n}) i WHERE (i - 1) % {PER_RUN} <> 0"
         ),
         format!(
-            "INSERT INTO events (run_id, invocation_id, type, payload, created_at)
-             SELECT md5('run' || ((i - 1) / {PER_RUN} + 1))::uuid, md5('inv' || i)::uuid,
-                    (ARRAY[{kinds}])[k], '{{}}',
-                    now() - interval '30 days'
-               FROM generate_series(1, {n}) i, generate_series(1, 3) k"
+            "INSERT INTO journal (run_id, invocations, types, payloads, created_at)
+             SELECT md5('run' || ((i - 1) / {PER_RUN} + 1))::uuid, array_fill(md5('inv' || i)::uuid, ARRAY[3]),
+                    ARRAY[{kinds}], array_fill('{{}}'::jsonb, ARRAY[3]), now() - interval '30 days'
+               FROM generate_series(1, {n}) i"
         ),
         format!(
             "INSERT INTO raw_items (id, chain, stage, status, claimed_by, created_at)

@@ -130,20 +130,23 @@ fn counters_table(out: &mut String, results: &Results) {
     let _ = writeln!(out, "\n### Per hop, counted on the wire (steady state, 1 worker, 16 in flight)\n");
     let _ = writeln!(
         out,
-        "| side | hops | commits | commits (pg_stat_database, whole cell) | statements | round trips | publishes |"
+        "| side | hops | commits | commits (pg_stat_database, whole cell) | statements | round trips | publishes | row writes | WAL bytes (full-page images) |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
     for c in &results.counters {
         let _ = writeln!(
             out,
-            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.0} ({:.0}) |",
             c.side.name(),
             c.hops,
             c.commits,
             c.stat_commits,
             c.statements,
             c.round_trips,
-            c.publishes
+            c.publishes,
+            c.row_writes,
+            c.wal_bytes,
+            c.fpi_bytes
         );
     }
 }

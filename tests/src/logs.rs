@@ -82,3 +82,32 @@ impl Drop for Line {
         }
     }
 }
+
+/// Prints every line kept so far to stderr when dropped during a panic, so a
+/// test that failed in CI shows what the fleet did. Hold it for the test's
+/// length: `let _logs = baton_tests::logs::shown_on_failure();`.
+#[must_use = "the lines are shown when this guard is dropped"]
+pub struct ShownOnFailure;
+
+/// Starts keeping the fleet's lines ([`capture`]) and returns the guard
+/// that shows them if the test fails.
+pub fn shown_on_failure() -> ShownOnFailure {
+    capture();
+    ShownOnFailure
+}
+
+impl Drop for ShownOnFailure {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let lines = LINES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some((first, _)) = lines.first() else {
+            return;
+        };
+        eprintln!("--- the fleet's log ({} lines, seconds since the first) ---", lines.len());
+        for (at, line) in lines.iter() {
+            eprintln!("{:8.3} {line}", at.duration_since(*first).as_secs_f64());
+        }
+    }
+}

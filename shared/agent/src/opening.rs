@@ -52,11 +52,28 @@ impl Opening {
         let Some(profile) = profiles::get(c, &inv.profile_id).await? else {
             return Ok(None);
         };
+        Self::of(c, inv, profile).await.map(Some)
+    }
+
+    /// [`Opening::read`], with the profile taken from `profiles` (a copy of
+    /// the profiles file at the version the claim read).
+    pub async fn read_from(
+        c: &impl baton_store::GenericClient,
+        inv: &Invocation,
+        profiles: &profiles::Snapshot,
+    ) -> Result<Option<Self>, Error> {
+        let Some(profile) = profiles.profile(&inv.profile_id)? else {
+            return Ok(None);
+        };
+        Self::of(c, inv, profile).await.map(Some)
+    }
+
+    async fn of(c: &impl baton_store::GenericClient, inv: &Invocation, profile: Profile) -> Result<Self, Error> {
         let skills = profiles::skills(c, &profile.skills).await?;
         let surface = tools::surface(&tool_names(&profile), inv.kind);
         let (payload, events) = prompt_step(inv, &profile, &surface, &skills);
         let prompt = Step { seq: 0, kind: transcript::PROMPT.to_string(), payload };
-        Ok(Some(Self { events, prompt, profile, skills }))
+        Ok(Self { events, prompt, profile, skills })
     }
 }
 

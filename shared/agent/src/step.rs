@@ -31,10 +31,14 @@ pub enum Exit {
 }
 
 /// What a step transaction wrote; it joins the in-memory transcript only
-/// once the transaction has committed.
+/// once the transaction has committed. Its steps and journal events are
+/// gathered as the step runs and written at its end, one transcript row and
+/// one journal row ([`Written::store`]).
 pub(crate) struct Written {
     next_seq: i32,
     pub(crate) steps: Vec<Step>,
+    /// Journal events to write with the steps, in order.
+    events: Vec<Event>,
     pub(crate) tokens: i64,
     pub(crate) exit: Option<Exit>,
     /// The run's budget and spend after this step's spending was added.
@@ -43,19 +47,32 @@ pub(crate) struct Written {
 
 impl Written {
     pub(crate) fn new(next_seq: usize) -> Self {
-        Self { next_seq: next_seq as i32, steps: vec![], tokens: 0, exit: None, budget: None }
+        Self { next_seq: next_seq as i32, steps: vec![], events: vec![], tokens: 0, exit: None, budget: None }
     }
 
-    pub(crate) async fn append(
-        &mut self,
-        tx: &Transaction<'_>,
-        invocation: uuid::Uuid,
-        kind: &str,
-        payload: Value,
-    ) -> Result<(), Error> {
-        steps::append(tx, invocation, self.next_seq, kind, &payload).await?;
+    /// A transcript step, written when the step transaction ends.
+    pub(crate) fn append(&mut self, kind: &str, payload: Value) {
         self.steps.push(Step { seq: self.next_seq, kind: kind.to_string(), payload });
         self.next_seq += 1;
+    }
+
+    /// Journal events, written after those already given when the step
+    /// transaction ends.
+    pub(crate) fn log(&mut self, events: impl IntoIterator<Item = Event>) {
+        self.events.extend(events);
+    }
+
+    /// Writes what was gathered: `lead` (a step the transcript in memory
+    /// already holds, such as a claim's prompt, written by this transaction
+    /// too) and the steps, as one transcript row; the events as one journal
+    /// row. Pipelined: both go out together.
+    async fn store(&mut self, tx: &Transaction<'_>, inv: &Invocation, lead: Option<&Step>) -> Result<(), Error> {
+        let rows: Vec<(i32, &str, &Value)> =
+            lead.into_iter().chain(&self.steps).map(|s| (s.seq, s.kind.as_str(), &s.payload)).collect();
+        let (appended, logged) =
+            tokio::join!(steps::append_all(tx, inv.id, &rows), events::append(tx, inv.run_id, &self.events));
+        first_cause([appended.map_err(Error::from), logged.map_err(Error::from)])?;
+        self.events.clear();
         Ok(())
     }
 }
@@ -78,11 +95,21 @@ pub(crate) struct StepTx<'a> {
     steps: Vec<(&'static str, Value)>,
     events: Vec<Event>,
     tokens: i64,
+    /// A step already in the transcript in memory that this transaction
+    /// writes too, before its own (a claim's prompt).
+    lead: Option<&'a Step>,
 }
 
 impl<'a> StepTx<'a> {
     pub(crate) fn new(pool: &'a Pool, inv: &'a Invocation, epoch: i64) -> Self {
-        Self { pool, inv, epoch, next_seq: 0, steps: vec![], events: vec![], tokens: 0 }
+        Self { pool, inv, epoch, next_seq: 0, steps: vec![], events: vec![], tokens: 0, lead: None }
+    }
+
+    /// Writes `step` (the transcript's step just before this one's) in the
+    /// same transcript row as this step's own.
+    pub(crate) fn leading(mut self, step: &'a Step) -> Self {
+        self.lead = Some(step);
+        self
     }
 
     /// The transcript holds `len` steps: the next one written gets seq `len`.
@@ -149,36 +176,31 @@ impl<'a> StepTx<'a> {
         self.write(tx, false, &body).await
     }
 
-    /// The step's own writes (behind the fence, if `fence`), then its body.
+    /// The fence (if `fence`) and the tokens counted, then the body, then
+    /// the steps and events gathered, written at once.
     async fn write<F>(&self, tx: &Transaction<'_>, fence: bool, body: &F) -> Result<Written, Error>
     where
         F: for<'t> Fn(Scope<'t, 'a>) -> Body<'t>,
     {
         let mut w = Written::new(self.next_seq);
+        for (kind, payload) in &self.steps {
+            w.append(kind, payload.clone());
+        }
+        w.log(self.events.iter().cloned());
         let id = self.inv.id;
-        let appended = async {
-            for (kind, payload) in &self.steps {
-                w.append(tx, id, kind, payload.clone()).await?;
-            }
-            Ok(())
-        };
         let fenced = async {
             match fence {
                 true => Ok(invocations::fence(tx, id, self.epoch).await?),
                 false => Ok(()),
             }
         };
-        // Pipelined: the step's writes go out behind the fence, before its
-        // answer comes back; a refused fence rolls them back with the rest.
-        let (fenced, appended, logged, counted) = tokio::join!(
-            fenced,
-            appended,
-            events::append(tx, self.inv.run_id, &self.events),
-            add_tokens(tx, id, self.tokens),
-        );
-        first_cause([fenced, appended, logged.map_err(Error::from), counted])?;
+        // Pipelined: the tokens go out behind the fence, before its answer
+        // comes back; a refused fence rolls them back with the rest.
+        let (fenced, counted) = tokio::join!(fenced, add_tokens(tx, id, self.tokens));
+        first_cause([fenced, counted])?;
         w.tokens = self.tokens;
         body(Scope { tx, w: &mut w, _borrows: PhantomData }).await?;
+        w.store(tx, self.inv, self.lead).await?;
         Ok(w)
     }
 }

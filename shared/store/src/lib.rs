@@ -14,6 +14,7 @@
 //! - [`invocations`]: claims, leases, the fence, transitions; a new
 //!   invocation with its task ([`invocations::spawn`]), task records, the
 //!   persisted transcript ([`invocations::steps`]).
+//! - [`claims`]: a claim that starts an invocation, with all its first step reads.
 //! - [`journal`]: run events, written beside every change (every folder writes them).
 //! - [`outbox`]: messages waiting for the relay, the rows a role publishes
 //!   itself right after the commit that wrote them ([`after_commit`]), and a
@@ -31,6 +32,7 @@
 //! - `decode`: typed values out of rows; a value that does not read is `Error::Corrupt`.
 //! - `sql`: every statement through the client's statement cache.
 
+pub mod claims;
 pub mod coding;
 pub mod connect;
 pub mod console;

@@ -100,8 +100,8 @@ async fn delete_runs(c: &impl GenericClient, ids: &[Uuid]) -> Result<()> {
     for statement in [
         // Before the invocations they name.
         "DELETE FROM questions WHERE run_id = ANY($1)",
-        "DELETE FROM events WHERE run_id = ANY($1)",
-        "DELETE FROM steps WHERE invocation_id IN (SELECT id FROM invocations WHERE run_id = ANY($1))",
+        "DELETE FROM journal WHERE run_id = ANY($1)",
+        "DELETE FROM transcript WHERE invocation_id IN (SELECT id FROM invocations WHERE run_id = ANY($1))",
         "DELETE FROM workspace_reads WHERE invocation_id IN (SELECT id FROM invocations WHERE run_id = ANY($1))",
         "DELETE FROM workspace_files WHERE run_id = ANY($1)",
         "DELETE FROM commits WHERE run_id = ANY($1)",

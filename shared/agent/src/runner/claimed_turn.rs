@@ -10,7 +10,7 @@ use tracing::field::Empty;
 use super::turn::{stores_with_its_calls, Asking};
 use super::{record_usage, Claimed, Exit, Preloaded, Runner};
 use crate::providers::{ModelTurn, ToolCall};
-use crate::step::{first_cause, name_calls, sanitize, Scope};
+use crate::step::{name_calls, sanitize, Scope};
 use crate::transcript::{self, Position};
 use crate::Error;
 
@@ -32,30 +32,24 @@ impl Runner {
         take_turn: bool,
     ) -> Result<(Preloaded, Option<Exit>), Error> {
         let mut c = self.claimed(inv, preloaded);
-        let prompt = async {
-            let prompt = &c.steps[0];
-            Ok::<_, Error>(steps::append(tx, inv.id, prompt.seq, &prompt.kind, &prompt.payload).await?)
-        };
         let Some(turn) = self.instant_turn(&c).filter(|_| take_turn) else {
+            let prompt = &c.steps[0];
+            let prompted =
+                async { Ok::<_, Error>(steps::append(tx, inv.id, prompt.seq, &prompt.kind, &prompt.payload).await?) };
             let logged = async { Ok(events::append(tx, inv.run_id, &started).await?) };
-            tokio::try_join!(prompt, logged)?;
+            tokio::try_join!(prompted, logged)?;
             return Ok((c.into_preloaded(), None));
         };
         let payload = sanitize(serde_json::to_value(&turn).map_err(|e| Error::Contract(e.to_string()))?);
         let calls: Vec<ToolCall> =
             serde_json::from_value(payload["toolCalls"].clone()).map_err(|e| Error::Contract(e.to_string()))?;
-        // The start events go first in the journal, with the turn's own.
-        let step = self.turn_step(&c, &turn, payload, calls.len()).log_before(started);
+        // The start events go first in the journal, with the turn's own; the
+        // prompt goes in the transcript row of the turn and its results.
+        let step = self.turn_step(&c, &turn, payload, calls.len()).log_before(started).leading(&c.steps[0]);
         let (cr, this, calls, t) = (&c, self, &calls, &turn);
-        let turned =
-            step.within(tx, |Scope { tx, w, .. }| Box::pin(async move { this.run_calls(tx, cr, calls, t, w).await }));
-        // Pipelined: the prompt goes out with the turn's own writes.
-        let written = match tokio::join!(turned, prompt) {
-            (Ok(written), Ok(())) => written,
-            (written, prompted) => {
-                return Err(first_cause([prompted, written.map(drop)]).expect_err("one of them failed"))
-            }
-        };
+        let written = step
+            .within(tx, |Scope { tx, w, .. }| Box::pin(async move { this.run_calls(tx, cr, calls, t, w).await }))
+            .await?;
         let exit = written.exit.clone();
         c.absorb(written);
         Ok((c.into_preloaded(), exit))

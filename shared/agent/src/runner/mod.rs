@@ -22,7 +22,7 @@ use baton_domain::tools::delegation::Budget;
 use baton_domain::tools::{self, ToolName};
 use baton_store::invocations::steps::{self, Step};
 use baton_store::invocations::Invocation;
-use baton_store::journal::{self as events, Event};
+use baton_store::journal::Event;
 use baton_store::{profiles, runs::budgets, runs::ending, Pool, Transaction};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -32,6 +32,7 @@ use tracing::Instrument;
 use crate::opening::{prompt_step, tool_names};
 use crate::providers::{ModelTurn, ProviderError, Providers, ToolCall};
 use crate::step::{name_calls, sanitize, test_pause_in_step, tokens_of, Scope, StepTx, Written};
+use crate::tools::AsClaimed;
 use crate::transcript::{self, Position};
 use crate::{budget, Error};
 use external::patiently;
@@ -50,11 +51,18 @@ pub struct Preloaded {
     /// folded first turn), and the tokens the invocation has used since.
     later: Vec<Step>,
     tokens: Option<i64>,
+    as_claimed: Option<AsClaimed>,
 }
 
 impl Preloaded {
     pub fn new(first: crate::opening::Opening, spend: budgets::RunSpend) -> Self {
-        Self { first, budget: budget::Tracker::new(spend), later: vec![], tokens: None }
+        Self { first, budget: budget::Tracker::new(spend), later: vec![], tokens: None, as_claimed: None }
+    }
+
+    /// With what the claim read that the tools need too.
+    pub fn as_claimed(mut self, read: AsClaimed) -> Self {
+        self.as_claimed = Some(read);
+        self
     }
 }
 
@@ -94,6 +102,7 @@ struct Claimed<'a> {
     /// The run's budget and what the whole run has spent, as of this
     /// invocation's last step.
     budget: budget::Tracker,
+    as_claimed: Option<AsClaimed>,
 }
 
 impl Claimed<'_> {
@@ -102,7 +111,13 @@ impl Claimed<'_> {
         let mut steps = self.steps.into_iter();
         let prompt = steps.next().expect("a claimed invocation's transcript starts with its prompt");
         let first = crate::opening::Opening { events: vec![], prompt, profile: self.profile, skills: self.skills };
-        Preloaded { first, budget: self.budget, later: steps.collect(), tokens: Some(self.tokens) }
+        Preloaded {
+            first,
+            budget: self.budget,
+            later: steps.collect(),
+            tokens: Some(self.tokens),
+            as_claimed: self.as_claimed,
+        }
     }
 
     /// Adds what a committed step transaction wrote.
@@ -263,18 +278,19 @@ impl Runner {
             limits,
             tokens: inv.tokens_used,
             budget,
+            as_claimed: None,
         })
     }
 
     /// A first claim's invocation, from what its claim read.
     fn claimed<'a>(&self, inv: &'a Invocation, preloaded: Preloaded) -> Claimed<'a> {
-        let Preloaded { first, budget, later, tokens } = preloaded;
+        let Preloaded { first, budget, later, tokens, as_claimed } = preloaded;
         let surface = tools::surface(&tool_names(&first.profile), inv.kind);
         let (limits, _) = narrow(self.limits, inv.budget.as_ref());
         let (profile, skills) = (first.profile, first.skills);
         let steps = std::iter::once(first.prompt).chain(later).collect();
         let tokens = tokens.unwrap_or(inv.tokens_used);
-        Claimed { inv, epoch: inv.claim_epoch, profile, skills, surface, steps, limits, tokens, budget }
+        Claimed { inv, epoch: inv.claim_epoch, profile, skills, surface, steps, limits, tokens, budget, as_claimed }
     }
 
     /// The claimed invocation's next step transaction.
@@ -449,13 +465,13 @@ impl Runner {
                     evs.extend(ending::fail_invocation(tx, c.inv, ErrorCode::ToolAfterFinish.as_str(), message).await?);
                     w.exit = Some(Exit::Failed(message.into()));
                 } else if plain && transcript::nudges(&c.steps) < self.limits.max_nudges {
-                    w.append(tx, c.inv.id, transcript::NUDGE, json!({"content": NUDGE_TEXT})).await?;
+                    w.append(transcript::NUDGE, json!({"content": NUDGE_TEXT}));
                 } else if plain {
                     let message = "the agent stopped answering in plain text without finishing or handing off";
                     evs.extend(ending::fail_invocation(tx, c.inv, ErrorCode::NoClosingTool.as_str(), message).await?);
                     w.exit = Some(Exit::Failed(message.into()));
                 }
-                events::append(tx, c.inv.run_id, &evs).await?;
+                w.log(evs);
                 store_coding(tx, turn).await?;
                 w.budget = budget::record(tx, c.inv.id, &w.steps, model_calls(turn)).await?;
                 Ok(())
@@ -479,7 +495,7 @@ impl Runner {
     pub async fn fail(&self, inv: &Invocation, code: &str, message: &str, detail: Option<&str>) -> Result<(), Error> {
         let step = StepTx::new(&self.pool, inv, inv.claim_epoch);
         let failed = step
-            .run(|Scope { tx, .. }| {
+            .run(|Scope { tx, w, .. }| {
                 Box::pin(async move {
                     let mut evs = ending::fail_invocation(tx, inv, code, message).await?;
                     if let Some(detail) = detail {
@@ -488,7 +504,7 @@ impl Runner {
                             Event::new(JournalEvent::HostError, Some(inv.id), json!({"code": code, "detail": detail})),
                         );
                     }
-                    events::append(tx, inv.run_id, &evs).await?;
+                    w.log(evs);
                     Ok(())
                 })
             })

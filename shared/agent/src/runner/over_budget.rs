@@ -6,7 +6,7 @@ use baton_domain::policy::budget::Exhausted;
 use baton_domain::run::journal::JournalEvent;
 use baton_domain::run::state::{InvocationStatus, TaskStatus};
 use baton_store::invocations::{self, Invocation};
-use baton_store::journal::{self as events, Event};
+use baton_store::journal::Event;
 use baton_store::{invocations::tasks, runs::budgets, runs::ending, Pool};
 use serde_json::json;
 
@@ -21,7 +21,7 @@ pub(crate) async fn stop_run(pool: &Pool, inv: &Invocation, epoch: i64, exhauste
     let error = exhausted.error();
     tracing::warn!(limit = exhausted.limit.as_str(), "run budget exhausted");
     let (step, error) = (StepTx::new(pool, inv, epoch), &error);
-    step.run(|Scope { tx, .. }| {
+    step.run(|Scope { tx, w, .. }| {
         Box::pin(async move {
             // A child takes its parent's lock before touching its task, as on every path that ends a child.
             ending::lock_parent(tx, inv).await?;
@@ -39,7 +39,7 @@ pub(crate) async fn stop_run(pool: &Pool, inv: &Invocation, epoch: i64, exhauste
                 }
             }
             evs.extend(ending::fail_run(tx, inv.run_id, error).await?);
-            events::append(tx, inv.run_id, &evs).await?;
+            w.log(evs);
             Ok(())
         })
     })

@@ -2,13 +2,12 @@
 //! one fenced transaction.
 
 use baton_domain::ToolError;
-use baton_store::journal as events;
 use baton_store::Transaction;
 
 use super::{Claimed, Exit, Runner};
 use crate::budget;
 use crate::providers::ToolCall;
-use crate::step::{first_cause, test_pause_in_step, Scope, Written};
+use crate::step::{test_pause_in_step, Scope, Written};
 use crate::tools::{dispatch, Effect, ToolCtx, ToolOutcome};
 use crate::transcript;
 use crate::Error;
@@ -48,7 +47,14 @@ impl Runner {
         w: &mut Written,
     ) -> Result<Effect, Error> {
         let may_have_children = transcript::asked_to_delegate(&c.steps) || transcript::asked_to_delegate(&w.steps);
-        let ctx = ToolCtx { invocation: c.inv, profile: &c.profile, surface: &c.surface, call, may_have_children };
+        let ctx = ToolCtx {
+            invocation: c.inv,
+            profile: &c.profile,
+            surface: &c.surface,
+            call,
+            may_have_children,
+            as_claimed: c.as_claimed.as_ref(),
+        };
         let made = transcript::tool_calls_made(&c.steps) + transcript::tool_calls_made(&w.steps);
         let outcome = if made >= c.limits.max_tool_calls {
             let error = ToolError::new(
@@ -63,16 +69,13 @@ impl Runner {
             outcome
         };
         if outcome.effect == Effect::Parked {
-            events::append(tx, c.inv.run_id, &outcome.events).await?;
+            w.log(outcome.events);
             return Ok(outcome.effect);
         }
         crate::metrics::tool_call(&call.name, outcome.is_error);
         let payload = transcript::tool_result_payload(call, &outcome.content, outcome.is_error, &outcome.structured);
-        let (appended, logged) = tokio::join!(
-            w.append(tx, c.inv.id, transcript::TOOL_RESULT, payload),
-            events::append(tx, c.inv.run_id, &outcome.events),
-        );
-        first_cause([appended, logged.map_err(Error::from)])?;
+        w.append(transcript::TOOL_RESULT, payload);
+        w.log(outcome.events);
         Ok(outcome.effect)
     }
 }

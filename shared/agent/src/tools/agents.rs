@@ -144,8 +144,18 @@ async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> Tool
                 false => Ok(0),
             }
         },
-        async { Ok(runs::handoff_count(c, inv.run_id).await?) },
-        async { Ok(profiles::get(c, &args.agent_id).await?) },
+        async {
+            match ctx.as_claimed {
+                Some(read) => Ok(read.handoff_count),
+                None => Ok(runs::handoff_count(c, inv.run_id).await?),
+            }
+        },
+        async {
+            match ctx.as_claimed {
+                Some(read) => Ok(read.profiles.profile(&args.agent_id)?),
+                None => Ok(profiles::get(c, &args.agent_id).await?),
+            }
+        },
         workspace_key(c, inv.run_id, &args.agent_id),
     )?;
     handoff::check_source(ctx.profile, inv.kind)?;

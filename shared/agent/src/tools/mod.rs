@@ -31,6 +31,19 @@ pub struct ToolCtx<'a> {
     /// Whether the invocation may have delegated tasks (a turn of its
     /// transcript asked to delegate); `false` spares reading them.
     pub may_have_children: bool,
+    /// What the invocation's claim read, when it was this worker's first
+    /// claim: the tools take it from here instead of reading it again.
+    pub as_claimed: Option<&'a AsClaimed>,
+}
+
+/// What a first claim's statement read that tools need too: the profiles
+/// file at the version the claim saw, and the run's handoffs so far (only
+/// the run's foreground owner hands off, and it ends when it does, so the
+/// count cannot move while the claim holds).
+#[derive(Clone)]
+pub struct AsClaimed {
+    pub profiles: std::sync::Arc<baton_store::profiles::Snapshot>,
+    pub handoff_count: i32,
 }
 
 /// What a tool call changes for the loop.

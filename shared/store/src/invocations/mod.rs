@@ -23,9 +23,9 @@ use crate::decode::{texts, RowOf};
 use crate::{sql, Error, Result};
 
 // The statuses the statements below name, spelled by the domain only.
-const CREATED: &str = InvocationStatus::Created.as_str();
-const RUNNING: &str = InvocationStatus::Running.as_str();
-const PARKED: &str = InvocationStatus::Parked.as_str();
+pub(crate) const CREATED: &str = InvocationStatus::Created.as_str();
+pub(crate) const RUNNING: &str = InvocationStatus::Running.as_str();
+pub(crate) const PARKED: &str = InvocationStatus::Parked.as_str();
 const CANCELLED: &str = InvocationStatus::Cancelled.as_str();
 
 /// Created, running or parked: an invocation that has not ended.
@@ -73,7 +73,7 @@ const COLUMNS: &str =
      i.claim_epoch, i.budget, i.deadline_at, i.tokens_used, i.await_spec, i.takeovers, \
      (SELECT r.priority FROM runs r WHERE r.id = i.run_id)";
 
-fn from_row(row: &Row) -> Result<Invocation> {
+pub(crate) fn from_row(row: &Row) -> Result<Invocation> {
     let id: Uuid = row.get(0);
     let at = RowOf { table: "invocations", id: &id };
     Ok(Invocation {
@@ -144,14 +144,10 @@ pub struct ClaimFacts {
     pub takeover: bool,
 }
 
-/// [`claim`], with its [`ClaimFacts`], read by the same statement.
-pub async fn claim_measured(
-    c: &impl GenericClient,
-    id: Uuid,
-    owner: &str,
-    lease: Duration,
-) -> Result<Option<(Invocation, ClaimFacts)>> {
-    let sql = format!(
+/// The claim's UPDATE (parameters `$1`–`$7` of [`claim_params`]), returning
+/// the invocation's [`COLUMNS`], how long it waited and whether it was a takeover.
+pub(crate) fn claim_update() -> String {
+    format!(
         "UPDATE invocations i
             SET status = $4, claim_epoch = i.claim_epoch + 1, lease_owner = $2, woken = false, wake_at = NULL,
                 takeovers = i.takeovers + CASE WHEN i.status = $4 AND i.lease_owner IS NOT NULL THEN 1 ELSE 0 END,
@@ -164,10 +160,19 @@ pub async fn claim_measured(
                   FOR UPDATE OF inv SKIP LOCKED) c
           WHERE i.id = c.id
       RETURNING {COLUMNS}, extract(epoch FROM clock_timestamp() - i.created_at)::float8, coalesce(i.taken_over_at = now(), false)"
-    );
+    )
+}
+
+/// [`claim`], with its [`ClaimFacts`], read by the same statement.
+pub async fn claim_measured(
+    c: &impl GenericClient,
+    id: Uuid,
+    owner: &str,
+    lease: Duration,
+) -> Result<Option<(Invocation, ClaimFacts)>> {
     let secs = lease.as_secs_f64();
     let params: sql::Params = &[&id, &owner, &secs, &RUNNING, &CREATED, &PARKED, &RunStatus::Running.as_str()];
-    let Some(row) = sql::query_opt(c, &sql, params).await? else {
+    let Some(row) = sql::query_opt(c, &claim_update(), params).await? else {
         return Ok(None);
     };
     let facts = ClaimFacts { waited_seconds: row.get(15), takeover: row.get(16) };

@@ -265,7 +265,8 @@ pub async fn note_for_run(
 ) -> Result<()> {
     sql::execute(
         c,
-        "INSERT INTO events (run_id, type, payload) SELECT id, $2, $3 FROM runs WHERE id = $1",
+        "INSERT INTO journal (run_id, invocations, types, payloads)
+         SELECT id, ARRAY[NULL::uuid], ARRAY[$2], ARRAY[$3::jsonb] FROM runs WHERE id = $1",
         &[&run_id, &kind.as_str(), &payload],
     )
     .await?;

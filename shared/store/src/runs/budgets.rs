@@ -43,7 +43,7 @@ pub async fn assign(c: &impl GenericClient, run_id: Uuid, budget: &RunBudget) ->
 /// long it has run on the database's clock (to its end, once it ended),
 /// less the time it spent waiting for its user's answers: a question may
 /// wait a day, and the user's time is not the agents'.
-const FIGURES: &str = "r.budget, s.tokens, s.model_calls, s.tool_calls,
+pub(crate) const FIGURES: &str = "r.budget, s.tokens, s.model_calls, s.tool_calls,
      greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.created_at)
               - coalesce((SELECT sum(extract(epoch FROM least(coalesce(q.closed_at, now()), coalesce(r.finished_at, now())) - q.created_at))
                             FROM questions q WHERE q.run_id = r.id), 0), 0)::float8";
@@ -83,9 +83,14 @@ pub async fn get(c: &impl GenericClient, run_id: Uuid) -> Result<Option<RunSpend
 }
 
 fn from_row(row: &Row) -> Result<RunSpend> {
-    let budget: Option<serde_json::Value> = row.get(0);
+    spend_at(row, 0)
+}
+
+/// The spend read from [`FIGURES`], starting at column `from`.
+pub(crate) fn spend_at(row: &Row, from: usize) -> Result<RunSpend> {
+    let budget: Option<serde_json::Value> = row.get(from);
     let budget = budget.map(serde_json::from_value).transpose()?.unwrap_or_default();
-    let count = |i: usize| row.get::<_, i64>(i).max(0) as u64;
-    let elapsed = Duration::from_secs_f64(row.get::<_, f64>(4));
+    let count = |i: usize| row.get::<_, i64>(from + i).max(0) as u64;
+    let elapsed = Duration::from_secs_f64(row.get::<_, f64>(from + 4));
     Ok(RunSpend { budget, spent: Spent { tokens: count(1), model_calls: count(2), tool_calls: count(3), elapsed } })
 }

@@ -51,29 +51,30 @@ pub async fn insert(c: &impl GenericClient, id: Uuid, handoff_id: Option<&str>, 
     Ok(())
 }
 
+/// The columns [`run_at`] reads, for a query on `runs r`.
+pub(crate) const RUN_COLUMNS: &str =
+    "r.id, r.handoff_id, r.status, r.root_profile_id, r.handoff_count, r.final_text, r.error, r.created_at, r.finished_at";
+
 pub async fn get(c: &impl GenericClient, id: Uuid) -> Result<Option<Run>> {
-    let row = sql::query_opt(
-        c,
-        "SELECT id, handoff_id, status, root_profile_id, handoff_count, final_text, error, created_at, finished_at
-           FROM runs WHERE id = $1",
-        &[&id],
-    )
-    .await?;
-    row.map(|r| {
-        let at = RowOf { table: "runs", id: &id };
-        Ok(Run {
-            id,
-            handoff_id: r.get(1),
-            status: at.wire(&r, 2)?,
-            root_profile_id: r.get(3),
-            handoff_count: r.get(4),
-            final_text: r.get(5),
-            error: at.json_opt(&r, 6)?,
-            created_at: r.get(7),
-            finished_at: r.get(8),
-        })
+    let sql = format!("SELECT {RUN_COLUMNS} FROM runs r WHERE r.id = $1");
+    sql::query_opt(c, &sql, &[&id]).await?.map(|r| run_at(&r, 0)).transpose()
+}
+
+/// A run read from [`RUN_COLUMNS`], starting at column `from`.
+pub(crate) fn run_at(r: &tokio_postgres::Row, from: usize) -> Result<Run> {
+    let id: Uuid = r.get(from);
+    let at = RowOf { table: "runs", id: &id };
+    Ok(Run {
+        id,
+        handoff_id: r.get(from + 1),
+        status: at.wire(r, from + 2)?,
+        root_profile_id: r.get(from + 3),
+        handoff_count: r.get(from + 4),
+        final_text: r.get(from + 5),
+        error: at.json_opt(r, from + 6)?,
+        created_at: r.get(from + 7),
+        finished_at: r.get(from + 8),
     })
-    .transpose()
 }
 
 /// Ends a running run; `false` when it had already ended.

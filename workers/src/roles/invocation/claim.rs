@@ -7,32 +7,26 @@
 use baton_agent::opening::Opening;
 use baton_domain::protocol::request::HandoffStatus;
 use baton_domain::run::journal::JournalEvent;
-use baton_domain::run::state::{InvocationKind, TaskStatus};
+use baton_domain::run::state::InvocationKind;
 use baton_store::invocations::Invocation;
 use baton_store::journal::Event;
-use baton_store::{invocations::tasks, requests, runs, GenericClient};
+use baton_store::{requests, runs, GenericClient};
 use serde_json::json;
 
 use baton_store::requests::bridge;
 
-/// A first claim's reads: the incoming task started (if it was queued), and
-/// the profile, skills and prompt; `None` for a resumed claim.
+/// A first claim's reads: the incoming task its claim started (if it was
+/// queued), and the profile, skills and prompt; `None` for a resumed claim.
 pub(super) async fn first_start(
     c: &impl GenericClient,
     inv: &Invocation,
+    task_started: Option<uuid::Uuid>,
+    profiles: &baton_store::profiles::Snapshot,
 ) -> anyhow::Result<Option<(Option<uuid::Uuid>, Option<Opening>)>> {
     if inv.claim_epoch > 1 {
         return Ok(None);
     }
-    let task_started = async {
-        match inv.incoming_task_id {
-            Some(task) => {
-                Ok::<_, anyhow::Error>(tasks::transition(c, task, TaskStatus::Running, None).await?.then_some(task))
-            }
-            None => Ok(None),
-        }
-    };
-    Ok(Some(tokio::try_join!(task_started, async { Ok(Opening::read(c, inv).await?) })?))
+    Ok(Some((task_started, Opening::read_from(c, inv, profiles).await?)))
 }
 
 /// The journal (and, for a root's first start, the bridge status) of a claim.

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use baton_agent::providers::BuiltinProviders;
 use baton_agent::runner::{Exit, LoopCaps, Preloaded, Runner};
+use baton_agent::tools::AsClaimed;
 use baton_bus::consume::{consume_until, Broken, More};
 use baton_bus::{DeadLetters, Delivery};
 use baton_domain::fleet::{FleetMessage, InvocationQueue, RunInvocation};
@@ -17,8 +18,8 @@ use baton_domain::protocol::request::Priority;
 use baton_domain::run::state::InvocationKind;
 use baton_store::after_commit::scope;
 use baton_store::invocations::{self, Invocation};
+use baton_store::Pool;
 use baton_store::{begin, client as db, commit};
-use baton_store::{runs, Pool};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -38,6 +39,9 @@ pub struct Worker {
     /// Heartbeats' own connections: a lease is renewed even while the agent
     /// loops wait for the main pool, so a pool wait never becomes a takeover.
     leases: Pool,
+    /// The profiles file as of the version the last claim read: a claim
+    /// takes its profile from here, and reads the file again only after an apply.
+    profiles: baton_store::profiles::Cache,
 }
 
 impl Worker {
@@ -52,7 +56,7 @@ impl Worker {
             .with_jail(settings.agent_jail.clone());
         let runner = Runner::new(pool.clone(), Arc::new(providers), LoopCaps::default())
             .with_persist_patience(settings.persist_patience);
-        Self { pool, runner, settings, leases }
+        Self { pool, runner, settings, leases, profiles: Default::default() }
     }
 }
 
@@ -341,14 +345,17 @@ impl Worker {
     async fn claim_folding(&self, message: RunInvocation, fold: bool) -> anyhow::Result<Option<Claimed>> {
         let mut client = db(&self.pool).await?;
         let tx = begin(&mut client).await?;
-        let Some((inv, facts)) =
-            invocations::claim_measured(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease)
+        // One statement claims the invocation and reads what starting it
+        // needs: its run, the run's spend, the profiles' version, its task.
+        let Some(start) =
+            baton_store::claims::claim_start(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease)
                 .await?
         else {
             commit(tx).await?;
             tracing::debug!(invocation = %message.invocation_id, "nothing to claim");
             return Ok(None);
         };
+        let baton_store::claims::ClaimStart { inv, facts, run, spend, profiles_version, task_started } = start;
         if inv.takeovers > self.settings.max_takeovers {
             // A stage whose workers keep dying stops here instead of looping.
             let text = "the agent stopped because its workers kept failing";
@@ -357,17 +364,18 @@ impl Worker {
             commit(tx).await?;
             return Ok(None);
         }
-        // Pipelined: one round trip for every read of the claim (the task
-        // started, the profile and prompt, the run, the run's spend).
-        let (first, run, spend) =
-            tokio::try_join!(first_start(&tx, &inv), async { Ok(runs::get(&tx, inv.run_id).await?) }, async {
-                Ok(runs::budgets::get(&tx, inv.run_id).await?)
-            },)?;
+        let profiles = self.profiles.at(&tx, profiles_version).await?;
+        let first = first_start(&tx, &inv, task_started, &profiles).await?;
+        let handoffs = run.handoff_count;
+        let (run, spend) = (Some(run), Some(spend));
         let evs = started_events(&tx, &inv, &self.settings.worker_id, &first, run.as_ref()).await?;
         // A first claim's prompt and start events are written by the runner,
         // which may take the first turn in this transaction too.
         let preloaded = match (first, spend) {
-            (Some((_, Some(first))), Some(spend)) => Some(Preloaded::new(first, spend)),
+            (Some((_, Some(first))), Some(spend)) => {
+                let read = AsClaimed { profiles: profiles.clone(), handoff_count: handoffs };
+                Some(Preloaded::new(first, spend).as_claimed(read))
+            }
             _ => None,
         };
         let span = invocation_span(&inv);

@@ -1,0 +1,61 @@
+//! A claim that starts an invocation reads, in its own statement, all a
+//! first step needs: kept apart from [`crate::invocations`] and
+//! [`crate::runs`], which it reads from both.
+
+use std::time::Duration;
+
+use baton_domain::run::state::{RunStatus, TaskStatus};
+use deadpool_postgres::GenericClient;
+use uuid::Uuid;
+
+use crate::invocations::{self, ClaimFacts, Invocation, CREATED, PARKED, RUNNING};
+use crate::runs::budgets::{self, RunSpend, FIGURES};
+use crate::runs::{self, Run, RUN_COLUMNS};
+use crate::{sql, Result};
+
+/// What a worker reads when it claims an invocation to run it, all from the
+/// claim's own statement: the invocation and its [`ClaimFacts`], its run
+/// and the run's spend, the version of the profiles file, and, on a first
+/// claim, the incoming task it moved from queued to running.
+pub struct ClaimStart {
+    pub inv: Invocation,
+    pub facts: ClaimFacts,
+    pub run: Run,
+    pub spend: RunSpend,
+    pub profiles_version: i64,
+    pub task_started: Option<Uuid>,
+}
+
+/// [`claim_measured`] and every read a claim's start needs, in one
+/// statement (one round trip, one snapshot). The run's spend is summed as
+/// the claim found it (the claim itself spends nothing).
+pub async fn claim_start(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duration) -> Result<Option<ClaimStart>> {
+    let sql = format!(
+        "WITH c AS ({claim}),
+              started AS (UPDATE tasks t SET status = $9 FROM c
+                           WHERE t.id = c.incoming_task_id AND c.claim_epoch = 1 AND t.status = $8 RETURNING t.id)
+         SELECT c.*, (SELECT id FROM started), {RUN_COLUMNS}, {FIGURES}, (SELECT version FROM profiles_version)
+           FROM c JOIN runs r ON r.id = c.run_id,
+                LATERAL (SELECT coalesce(sum(i.tokens_used), 0)::bigint AS tokens,
+                                coalesce(sum(i.model_calls), 0)::bigint AS model_calls,
+                                coalesce(sum(i.tool_calls), 0)::bigint AS tool_calls
+                           FROM invocations i WHERE i.run_id = r.id) s",
+        claim = invocations::claim_update(),
+    );
+    let secs = lease.as_secs_f64();
+    let (queued, running) = (TaskStatus::Queued.as_str(), TaskStatus::Running.as_str());
+    let params: sql::Params =
+        &[&id, &owner, &secs, &RUNNING, &CREATED, &PARKED, &RunStatus::Running.as_str(), &queued, &running];
+    let Some(row) = sql::query_opt(c, &sql, params).await? else {
+        return Ok(None);
+    };
+    // The claim's 17 columns, then the task, the run, its spend and the version.
+    Ok(Some(ClaimStart {
+        inv: invocations::from_row(&row)?,
+        facts: ClaimFacts { waited_seconds: row.get(15), takeover: row.get(16) },
+        task_started: row.get(17),
+        run: runs::run_at(&row, 18)?,
+        spend: budgets::spend_at(&row, 27)?,
+        profiles_version: row.get(32),
+    }))
+}
