@@ -165,6 +165,7 @@ async fn agent_handoff_denies_pending_delegated_tasks() {
         call: &call,
         may_have_children: true,
         as_claimed: None,
+        spending: Default::default(),
     };
     let mut client = env.db().await;
     let tx = client.transaction().await.unwrap();

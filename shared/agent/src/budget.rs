@@ -7,12 +7,10 @@
 use std::time::Duration;
 
 use baton_domain::policy::budget::{Exhausted, Limit};
-use baton_store::invocations::steps::Step;
 use baton_store::runs::budgets::{self, RunSpend, Spending};
 use baton_store::Transaction;
 use tokio::time::Instant;
 
-use crate::transcript;
 use crate::Error;
 
 /// A run's budget and spend as last read, and when: the wall clock goes on
@@ -61,19 +59,16 @@ impl Tracker {
     }
 }
 
-/// Counts what a step transaction wrote (`model_calls` is 1 for a step that
-/// stored a model turn; its tokens are already on the invocation) and reads
-/// back the run's totals. Runs after the step's fence.
+/// Counts what a step transaction spent (its `Written::spending`:
+/// its model turn's calls, one per tool result; its tokens are already on
+/// the invocation) and reads back the run's totals. Runs after the step's fence.
 pub(crate) async fn record(
     tx: &Transaction<'_>,
     invocation: uuid::Uuid,
-    steps: &[Step],
-    model_calls: i32,
+    spending: &Spending,
 ) -> Result<Option<Tracker>, Error> {
-    let tool_calls = steps.iter().filter(|s| s.kind == transcript::TOOL_RESULT).count() as i32;
-    let spending = Spending { model_calls, tool_calls };
-    if spending == Spending::default() {
+    if *spending == Spending::default() {
         return Ok(None);
     }
-    Ok(Some(Tracker::new(budgets::spend(tx, invocation, &spending).await?)))
+    Ok(Some(Tracker::new(budgets::spend(tx, invocation, spending).await?)))
 }

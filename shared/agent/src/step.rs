@@ -40,6 +40,8 @@ pub(crate) struct Written {
     /// Journal events to write with the steps, in order.
     events: Vec<Event>,
     pub(crate) tokens: i64,
+    /// Model calls this step made (its turn's), spent with its tool calls.
+    pub(crate) model_calls: i32,
     pub(crate) exit: Option<Exit>,
     /// The run's budget and spend after this step's spending was added.
     pub(crate) budget: Option<crate::budget::Tracker>,
@@ -47,7 +49,22 @@ pub(crate) struct Written {
 
 impl Written {
     pub(crate) fn new(next_seq: usize) -> Self {
-        Self { next_seq: next_seq as i32, steps: vec![], events: vec![], tokens: 0, exit: None, budget: None }
+        Self {
+            next_seq: next_seq as i32,
+            steps: vec![],
+            events: vec![],
+            tokens: 0,
+            model_calls: 0,
+            exit: None,
+            budget: None,
+        }
+    }
+
+    /// What the step has spent so far: its model calls, and a call for each
+    /// tool result it wrote.
+    pub(crate) fn spending(&self) -> baton_store::runs::budgets::Spending {
+        let tool_calls = self.steps.iter().filter(|s| s.kind == crate::transcript::TOOL_RESULT).count() as i32;
+        baton_store::runs::budgets::Spending { model_calls: self.model_calls, tool_calls }
     }
 
     /// A transcript step, written when the step transaction ends.

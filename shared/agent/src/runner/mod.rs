@@ -441,6 +441,7 @@ impl Runner {
         turn: &ModelTurn,
         w: &mut Written,
     ) -> Result<(), Error> {
+        w.model_calls = model_calls(turn);
         for call in calls {
             let effect = self.run_call(tx, c, call, w).await?;
             if let Some(exit) = exit_of(effect) {
@@ -448,7 +449,10 @@ impl Runner {
                 break;
             }
         }
-        w.budget = budget::record(tx, c.inv.id, &w.steps, model_calls(turn)).await?;
+        // A handoff counted the step's spend in the write that ended the invocation.
+        if w.exit != Some(Exit::Transferred) {
+            w.budget = budget::record(tx, c.inv.id, &w.spending()).await?;
+        }
         Ok(())
     }
 
@@ -473,7 +477,8 @@ impl Runner {
                 }
                 w.log(evs);
                 store_coding(tx, turn).await?;
-                w.budget = budget::record(tx, c.inv.id, &w.steps, model_calls(turn)).await?;
+                w.model_calls = model_calls(turn);
+                w.budget = budget::record(tx, c.inv.id, &w.spending()).await?;
                 Ok(())
             })
         })

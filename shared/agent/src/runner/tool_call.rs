@@ -29,8 +29,11 @@ impl Runner {
                 Box::pin(async move {
                     test_pause_in_step().await;
                     let effect = self.run_call(tx, c, call, w).await?;
-                    w.budget = budget::record(tx, c.inv.id, &w.steps, 0).await?;
                     w.exit = exit_of(effect);
+                    // A handoff counted its spend in the write that ended the invocation.
+                    if w.exit != Some(Exit::Transferred) {
+                        w.budget = budget::record(tx, c.inv.id, &w.spending()).await?;
+                    }
                     Ok(())
                 })
             })
@@ -54,6 +57,7 @@ impl Runner {
             call,
             may_have_children,
             as_claimed: c.as_claimed.as_ref(),
+            spending: w.spending(),
         };
         let made = transcript::tool_calls_made(&c.steps) + transcript::tool_calls_made(&w.steps);
         let outcome = if made >= c.limits.max_tool_calls {

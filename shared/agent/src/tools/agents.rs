@@ -3,7 +3,7 @@
 use baton_domain::profiles::brief::render_handoff_brief;
 use baton_domain::profiles::Profile;
 use baton_domain::run::journal::JournalEvent;
-use baton_domain::run::state::{Continuation, InvocationKind, InvocationStatus, TaskStatus};
+use baton_domain::run::state::{Continuation, InvocationKind};
 use baton_domain::tools::args::{self, AgentListArgs, ListPurpose as Purpose};
 use baton_domain::tools::handoff::{self, HandoffArgs};
 use baton_store::invocations::tasks::{self, NewTask};
@@ -88,24 +88,15 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
         budget: None,
         created_by_tool_call_id: &ctx.call.id,
     };
-    let incoming_done = async {
-        match inv.incoming_task_id {
-            Some(incoming) => {
-                Ok(tasks::transition(c, incoming, TaskStatus::Completed, None).await?.then_some(incoming))
-            }
-            None => Ok::<_, crate::Error>(None),
-        }
-    };
-    // In this order: the current invocation steps down before its successor
-    // exists (the partial unique index allows one live foreground owner per
-    // run), and the successor exists before its task refers to it (`spawn`).
-    // The writes that depend on nothing are pipelined beside that chain.
-    let chain = async {
-        invocations::finish(c, inv.id, InvocationStatus::Transferred, None).await?;
-        Ok::<_, crate::Error>(spawn::invocation(c, &new, Some(&task)).await?)
-    };
-    let (spawned, _, incoming) =
-        tokio::try_join!(chain, async { Ok(runs::count_handoff(c, inv.run_id).await?) }, incoming_done,)?;
+    // In this order: the current invocation steps down (with what its
+    // step spent, its run counting the handoff and its task completed, in
+    // one statement) before its successor exists (the partial unique index
+    // allows one live foreground owner per run), and the successor exists
+    // before its task refers to it (`spawn`).
+    let spending = (ctx.spending.model_calls, ctx.spending.tool_calls + 1);
+    let (_, completed) = invocations::hand_over(c, inv.id, inv.incoming_task_id, spending).await?;
+    let spawned = spawn::invocation(c, &new, Some(&task)).await?;
+    let incoming = inv.incoming_task_id.filter(|_| completed);
     let mut events = vec![requested];
     events.extend(spawned);
     events.extend([

@@ -34,6 +34,10 @@ pub struct ToolCtx<'a> {
     /// What the invocation's claim read, when it was this worker's first
     /// claim: the tools take it from here instead of reading it again.
     pub as_claimed: Option<&'a AsClaimed>,
+    /// What the step running this call has spent before it (its model turn,
+    /// the calls before this one): a tool that ends the invocation counts it
+    /// in the same write, and the step then records no spend of its own.
+    pub spending: baton_store::runs::budgets::Spending,
 }
 
 /// What a first claim's statement read that tools need too: the profiles

@@ -12,7 +12,7 @@ pub mod tasks;
 use std::time::Duration;
 
 use baton_domain::protocol::request::Priority;
-use baton_domain::run::state::{InvocationKind, InvocationStatus, RunStatus};
+use baton_domain::run::state::{InvocationKind, InvocationStatus, RunStatus, TaskStatus};
 use baton_domain::tools::delegation::{AwaitSpec, Budget};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
@@ -218,6 +218,41 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: InvocationStatus, 
     )
     .await?;
     Ok(n == 1)
+}
+
+/// A handoff's end of the invocation that hands off, in one statement: it
+/// becomes `transferred` with what its last step spent (`model_calls`,
+/// `tool_calls`, so no spend update follows), its run counts the handoff,
+/// and its incoming task (if any, and running) completes. Returns whether
+/// the invocation was live and whether the task completed.
+pub async fn hand_over(
+    c: &impl GenericClient,
+    id: Uuid,
+    incoming_task: Option<Uuid>,
+    (model_calls, tool_calls): (i32, i32),
+) -> Result<(bool, bool)> {
+    let row = sql::query_one(
+        c,
+        "WITH ended AS (
+             UPDATE invocations SET status = $2, error = NULL, lease_owner = NULL, lease_expires_at = NULL,
+                    finished_at = now(), model_calls = model_calls + $5, tool_calls = tool_calls + $6
+              WHERE id = $1 AND status = ANY($7) RETURNING run_id),
+              counted AS (UPDATE runs SET handoff_count = handoff_count + 1 WHERE id IN (SELECT run_id FROM ended)),
+              done AS (UPDATE tasks SET status = $3, finished_at = now() WHERE id = $4 AND status = ANY($8) RETURNING id)
+         SELECT EXISTS (SELECT 1 FROM ended), EXISTS (SELECT 1 FROM done)",
+        &[
+            &id,
+            &InvocationStatus::Transferred.as_str(),
+            &TaskStatus::Completed.as_str(),
+            &incoming_task,
+            &model_calls,
+            &tool_calls,
+            &live(),
+            &tasks::statuses_before(TaskStatus::Completed),
+        ],
+    )
+    .await?;
+    Ok((row.get(0), row.get(1)))
 }
 
 /// How the stalled-work sweep paces its re-publishes of one row.

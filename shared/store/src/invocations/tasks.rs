@@ -78,14 +78,15 @@ pub async fn insert(c: &impl GenericClient, t: &NewTask<'_>) -> Result<()> {
     Ok(())
 }
 
+/// The statuses a task may be in to become `to`.
+pub(crate) fn statuses_before(to: TaskStatus) -> Vec<&'static str> {
+    [TaskStatus::Queued, TaskStatus::Running].into_iter().filter(|s| s.can_become(to)).map(TaskStatus::as_str).collect()
+}
+
 /// Moves a task along its state machine; `false` if it was not in a state
 /// that may become `to` (a terminal task is final).
 pub async fn transition(c: &impl GenericClient, id: Uuid, to: TaskStatus, error: Option<&Value>) -> Result<bool> {
-    let from: Vec<&str> = [TaskStatus::Queued, TaskStatus::Running]
-        .into_iter()
-        .filter(|s| s.can_become(to))
-        .map(TaskStatus::as_str)
-        .collect();
+    let from = statuses_before(to);
     let n = sql::execute(
         c,
         "UPDATE tasks SET status = $2, error = coalesce($3, error),
