@@ -18,11 +18,14 @@ const MAX_COMMITS: f64 = 2.0;
 /// with the first turn folded into the claim: 29.3. 2026-12-01: 25.6; with
 /// each step's transcript and journal written as one row each: 22.2; with
 /// the claim reading the run, its spend, the task and the profiles'
-/// version (the profile then read from a cached copy): 16.0.
-const MAX_STATEMENTS: f64 = 17.0;
+/// version (the profile then read from a cached copy): 16.0; with a
+/// handoff's end of its invocation, its run's count, its task and its spend
+/// one statement: 13.1, and with it counting the target's tasks too: 12.0.
+const MAX_STATEMENTS: f64 = 13.0;
 /// Rows inserted, updated and deleted per hop (`pg_stat_database`).
-/// 2026-12-01: 29.2; with a step's transcript and journal one row each: 13.5.
-const MAX_ROW_WRITES: f64 = 14.5;
+/// 2026-12-01: 29.2; with a step's transcript and journal one row each:
+/// 13.5; with a handoff's spend in the write that ends its invocation: 12.5.
+const MAX_ROW_WRITES: f64 = 13.5;
 /// Bytes of WAL per hop written for the cell's database, full-page images
 /// left out (they depend on when the server checkpoints). 2026-12-01:
 /// 14,100 (full-page images included); one transcript and one journal row

@@ -57,11 +57,20 @@ pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> To
 pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
     let inv = ctx.invocation;
     let requested = tool_event(ctx, JournalEvent::HandoffRequested, json!({"agentId": args.get("agentId")}));
-    let (args, target, key) = match decide(c, ctx, args).await {
+    let (args, target) = match decide(c, ctx, args).await {
         Ok(v) => v,
         Err(ToolFailure::Agent(e)) => return Ok(ToolOutcome::failed(ctx, e).with_event(requested)),
         Err(host) => return Err(host),
     };
+    // In this order: the current invocation steps down (with what its
+    // step spent, its run counting the handoff and its task completed, in
+    // one statement that also counts the target's earlier tasks) before its
+    // successor exists (the partial unique index allows one live foreground
+    // owner per run), and the successor exists before its task refers to it
+    // (`spawn`).
+    let spending = (ctx.spending.model_calls, ctx.spending.tool_calls + 1);
+    let handed = invocations::hand_over(c, inv, &target.id, spending).await?;
+    let key = readable_key(&target.id, handed.earlier_tasks as usize);
     let (next, task_id) = (Uuid::now_v7(), Uuid::now_v7());
     let brief = render_handoff_brief(&args.brief);
     let new = NewInvocation {
@@ -88,15 +97,8 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
         budget: None,
         created_by_tool_call_id: &ctx.call.id,
     };
-    // In this order: the current invocation steps down (with what its
-    // step spent, its run counting the handoff and its task completed, in
-    // one statement) before its successor exists (the partial unique index
-    // allows one live foreground owner per run), and the successor exists
-    // before its task refers to it (`spawn`).
-    let spending = (ctx.spending.model_calls, ctx.spending.tool_calls + 1);
-    let (_, completed) = invocations::hand_over(c, inv.id, inv.incoming_task_id, spending).await?;
     let spawned = spawn::invocation(c, &new, Some(&task)).await?;
-    let incoming = inv.incoming_task_id.filter(|_| completed);
+    let incoming = inv.incoming_task_id.filter(|_| handed.task_completed);
     let mut events = vec![requested];
     events.extend(spawned);
     events.extend([
@@ -121,14 +123,14 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
     })
 }
 
-type Decided = (HandoffArgs, Profile, String);
+type Decided = (HandoffArgs, Profile);
 
 /// Every policy check, in the seed's order; the reads go out together.
 /// Nothing is written here.
 async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult<Decided> {
     let args = handoff::parse_args(args)?;
     let inv = ctx.invocation;
-    let (pending, so_far, target, key) = tokio::try_join!(
+    let (pending, so_far, target) = tokio::try_join!(
         async {
             match ctx.may_have_children {
                 true => Ok::<_, crate::Error>(tasks::pending_children(c, inv.id).await?),
@@ -147,17 +149,24 @@ async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> Tool
                 None => Ok(profiles::get(c, &args.agent_id).await?),
             }
         },
-        workspace_key(c, inv.run_id, &args.agent_id),
     )?;
     handoff::check_source(ctx.profile, inv.kind)?;
     handoff::check_pending(pending as usize)?;
     handoff::check_depth(so_far as u32, ctx.profile.delegation.max_handoff_depth)?;
     handoff::check_target(&ctx.profile.id, &args.agent_id, target.as_ref())?;
-    Ok((args, target.expect("checked above"), key))
+    Ok((args, target.expect("checked above")))
 }
 
 /// The readable handle of a task: the target's id, then `-002`, `-003`, …
 pub(crate) async fn workspace_key(c: &impl GenericClient, run_id: Uuid, target: &str) -> Result<String, crate::Error> {
-    let earlier = tasks::count_for_target(c, run_id, target).await?;
-    Ok(if earlier == 0 { target.to_string() } else { format!("{target}-{:03}", earlier + 1) })
+    Ok(readable_key(target, tasks::count_for_target(c, run_id, target).await?))
+}
+
+/// The readable handle of a task after `earlier` tasks for the same target.
+fn readable_key(target: &str, earlier: usize) -> String {
+    if earlier == 0 {
+        target.to_string()
+    } else {
+        format!("{target}-{:03}", earlier + 1)
+    }
 }

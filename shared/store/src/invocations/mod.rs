@@ -220,17 +220,26 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: InvocationStatus, 
     Ok(n == 1)
 }
 
+/// What [`hand_over`] did and found.
+pub struct HandedOver {
+    /// The incoming task completed (it was running).
+    pub task_completed: bool,
+    /// The run's tasks for the successor's profile before this handoff's
+    /// (for the new task's readable workspace key).
+    pub earlier_tasks: i64,
+}
+
 /// A handoff's end of the invocation that hands off, in one statement: it
 /// becomes `transferred` with what its last step spent (`model_calls`,
 /// `tool_calls`, so no spend update follows), its run counts the handoff,
-/// and its incoming task (if any, and running) completes. Returns whether
-/// the invocation was live and whether the task completed.
+/// and its incoming task (if any, and running) completes. Also counts the
+/// run's tasks for `target`, the successor's profile.
 pub async fn hand_over(
     c: &impl GenericClient,
-    id: Uuid,
-    incoming_task: Option<Uuid>,
+    inv: &Invocation,
+    target: &str,
     (model_calls, tool_calls): (i32, i32),
-) -> Result<(bool, bool)> {
+) -> Result<HandedOver> {
     let row = sql::query_one(
         c,
         "WITH ended AS (
@@ -239,20 +248,22 @@ pub async fn hand_over(
               WHERE id = $1 AND status = ANY($7) RETURNING run_id),
               counted AS (UPDATE runs SET handoff_count = handoff_count + 1 WHERE id IN (SELECT run_id FROM ended)),
               done AS (UPDATE tasks SET status = $3, finished_at = now() WHERE id = $4 AND status = ANY($8) RETURNING id)
-         SELECT EXISTS (SELECT 1 FROM ended), EXISTS (SELECT 1 FROM done)",
+         SELECT EXISTS (SELECT 1 FROM done), (SELECT count(*) FROM tasks WHERE run_id = $9 AND target_profile_id = $10)",
         &[
-            &id,
+            &inv.id,
             &InvocationStatus::Transferred.as_str(),
             &TaskStatus::Completed.as_str(),
-            &incoming_task,
+            &inv.incoming_task_id,
             &model_calls,
             &tool_calls,
             &live(),
             &tasks::statuses_before(TaskStatus::Completed),
+            &inv.run_id,
+            &target,
         ],
     )
     .await?;
-    Ok((row.get(0), row.get(1)))
+    Ok(HandedOver { task_completed: row.get(0), earlier_tasks: row.get(1) })
 }
 
 /// How the stalled-work sweep paces its re-publishes of one row.
