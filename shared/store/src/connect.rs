@@ -24,6 +24,12 @@ pub struct SessionConfig {
     pub idle_in_transaction_timeout: Option<Duration>,
     /// Idle time before TCP keepalive probes start, on both ends.
     pub keepalive: Duration,
+    /// How long the client waits for a silent server (a crashed host, a
+    /// partition: no reset, packets just vanish) before it drops the
+    /// connection: sent data left unacknowledged this long, or keepalive
+    /// probes unanswered (`TCP_USER_TIMEOUT`). With the keepalive, the bound
+    /// on how long a statement hangs on a host that went quiet.
+    pub tcp_user_timeout: Duration,
     /// Shown in `pg_stat_activity`, so operators see which process holds what.
     pub application_name: Option<String>,
 }
@@ -36,7 +42,8 @@ impl Default for SessionConfig {
             statement_timeout: Some(Duration::from_secs(30)),
             lock_timeout: Some(Duration::from_secs(10)),
             idle_in_transaction_timeout: Some(Duration::from_secs(10)),
-            keepalive: Duration::from_secs(30),
+            keepalive: Duration::from_secs(10),
+            tcp_user_timeout: Duration::from_secs(10),
             application_name: None,
         }
     }
@@ -66,6 +73,7 @@ impl SessionConfig {
         options.push(format!("-c tcp_keepalives_idle={}", secs(self.keepalive)));
         options.push(format!("-c tcp_keepalives_interval={}", secs(self.keepalive / 3)));
         options.push("-c tcp_keepalives_count=3".into());
+        options.push(format!("-c tcp_user_timeout={}", self.tcp_user_timeout.as_millis()));
         options.join(" ")
     }
 }
@@ -85,7 +93,7 @@ pub fn config(database_url: &str, session: &SessionConfig) -> Result<tokio_postg
         .keepalives_idle(session.keepalive)
         .keepalives_interval((session.keepalive / 3).max(Duration::from_secs(1)))
         .keepalives_retries(3)
-        .tcp_user_timeout(session.keepalive * 2)
+        .tcp_user_timeout(session.tcp_user_timeout)
         .connect_timeout(Duration::from_secs(5));
     if let Some(name) = &session.application_name {
         pg.application_name(name.as_str());
@@ -133,6 +141,12 @@ pub async fn client(pool: &Pool) -> Result<Client> {
     Ok(pool.get().await?)
 }
 
+/// Takes a connection out of its pool and closes it: one that hung on a
+/// server gone quiet would only hang again for the next user.
+pub fn discard(client: Client) {
+    drop(deadpool_postgres::Object::take(client));
+}
+
 /// Begins a transaction; outbox rows it writes are published by this
 /// process after [`commit`] when it runs in an [`after_commit::scope`](crate::outbox::after_commit::scope).
 pub async fn begin(client: &mut Client) -> Result<Transaction<'_>> {
@@ -162,18 +176,20 @@ mod tests {
             "statement_timeout=30000",
             "lock_timeout=10000",
             "idle_in_transaction_session_timeout=10000",
-            "tcp_keepalives_idle=30",
+            "tcp_keepalives_idle=10",
+            "tcp_user_timeout=10000",
         ] {
             assert!(options.contains(part), "{part} missing from {options}");
         }
         assert_eq!(pg.get_application_name(), Some("baton-test"));
-        assert_eq!(pg.get_keepalives_idle(), Duration::from_secs(30));
+        assert_eq!(pg.get_keepalives_idle(), Duration::from_secs(10));
+        assert_eq!(pg.get_tcp_user_timeout(), Some(&Duration::from_secs(10)));
     }
 
     #[test]
     fn commands_run_without_statement_limits() {
         let options = SessionConfig::unlimited().options();
         assert!(!options.contains("statement_timeout") && !options.contains("lock_timeout"), "{options}");
-        assert!(options.contains("tcp_keepalives_idle=30"), "{options}");
+        assert!(options.contains("tcp_keepalives_idle=10"), "{options}");
     }
 }

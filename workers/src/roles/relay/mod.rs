@@ -117,7 +117,12 @@ impl Relay {
         listener: &CancellationToken,
         shutdown: &CancellationToken,
     ) -> anyhow::Result<()> {
-        let mut sweep = tokio::time::interval(self.settings.relay_poll);
+        // The first sweep waits a lease: after an outage (which restarted
+        // this role) every live worker renews its lease within that, so a
+        // lease that lapsed only because the database was away is not taken
+        // for an abandoned one. A relay that just started waits the same.
+        let first = tokio::time::Instant::now() + self.settings.lease;
+        let mut sweep = tokio::time::interval_at(first, self.settings.relay_poll);
         loop {
             // Until nothing is due (a handoff's next message becomes due only
             // when the one before it has left the outbox: see `take_batch`),
