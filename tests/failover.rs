@@ -267,7 +267,9 @@ impl Seen {
             self.duplicates.insert(id);
             return;
         }
-        self.longest_gap = self.longest_gap.max(at - self.last);
+        if !self.at.is_empty() {
+            self.longest_gap = self.longest_gap.max(at - self.last);
+        }
         self.last = at;
         self.at.push(at);
     }

@@ -241,6 +241,7 @@ impl Reader<'_> {
             )),
             keepalive: self.millis("BATON_DB_KEEPALIVE_MS", defaults.keepalive),
             tcp_user_timeout: self.millis("BATON_DB_TCP_USER_TIMEOUT_MS", defaults.tcp_user_timeout),
+            connect_timeout: self.millis("BATON_DB_CONNECT_TIMEOUT_MS", defaults.connect_timeout),
             application_name: None,
         }
     }

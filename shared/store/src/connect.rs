@@ -30,6 +30,10 @@ pub struct SessionConfig {
     /// probes unanswered (`TCP_USER_TIMEOUT`). With the keepalive, the bound
     /// on how long a statement hangs on a host that went quiet.
     pub tcp_user_timeout: Duration,
+    /// How long one host of `DATABASE_URL` may take to accept a connection
+    /// before the next one is tried: a host that went quiet costs every new
+    /// connection this much before the promoted standby is reached.
+    pub connect_timeout: Duration,
     /// Shown in `pg_stat_activity`, so operators see which process holds what.
     pub application_name: Option<String>,
 }
@@ -44,6 +48,7 @@ impl Default for SessionConfig {
             idle_in_transaction_timeout: Some(Duration::from_secs(10)),
             keepalive: Duration::from_secs(10),
             tcp_user_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(2),
             application_name: None,
         }
     }
@@ -94,7 +99,7 @@ pub fn config(database_url: &str, session: &SessionConfig) -> Result<tokio_postg
         .keepalives_interval((session.keepalive / 3).max(Duration::from_secs(1)))
         .keepalives_retries(3)
         .tcp_user_timeout(session.tcp_user_timeout)
-        .connect_timeout(Duration::from_secs(5));
+        .connect_timeout(session.connect_timeout);
     if let Some(name) = &session.application_name {
         pg.application_name(name.as_str());
     }
@@ -109,15 +114,19 @@ pub fn pool(database_url: &str, max_size: usize) -> Result<Pool> {
 
 /// A pool whose sessions carry `session`'s limits; roles size it for what they do.
 pub fn pool_with(database_url: &str, max_size: usize, session: &SessionConfig) -> Result<Pool> {
+    let pg = config(database_url, session)?;
+    // Long enough to try every host of a multi-host URL in turn, or a
+    // silent first host would cut each attempt before the next is tried.
+    let create_timeout = session.connect_timeout * pg.get_hosts().len().max(1) as u32 + Duration::from_secs(3);
     let manager = deadpool_postgres::Manager::from_config(
-        config(database_url, session)?,
+        pg,
         tokio_postgres::NoTls,
         deadpool_postgres::ManagerConfig { recycling_method: deadpool_postgres::RecyclingMethod::Fast },
     );
     Pool::builder(manager)
         .max_size(max_size)
         .wait_timeout(Some(Duration::from_secs(10)))
-        .create_timeout(Some(Duration::from_secs(5)))
+        .create_timeout(Some(create_timeout))
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .build()
         .map_err(|e| Error::Config(e.to_string()))
@@ -184,6 +193,18 @@ mod tests {
         assert_eq!(pg.get_application_name(), Some("baton-test"));
         assert_eq!(pg.get_keepalives_idle(), Duration::from_secs(10));
         assert_eq!(pg.get_tcp_user_timeout(), Some(&Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn a_pool_tries_every_host_of_a_multi_host_url_before_it_gives_up() {
+        let session = SessionConfig::default();
+        let pool =
+            pool_with("postgres://u@10.0.0.1:5432,10.0.0.2:5432/db?target_session_attrs=read-write", 1, &session)
+                .unwrap();
+        let timeouts = pool.timeouts();
+        assert!(timeouts.create.unwrap() > session.connect_timeout * 2, "{timeouts:?}");
+        let pg = config("postgres://u@h1,h2/db", &session).unwrap();
+        assert_eq!(pg.get_connect_timeout(), Some(&Duration::from_secs(2)));
     }
 
     #[test]
