@@ -139,11 +139,12 @@ async fn run_case(letter: &str, name: &str, case: Case) -> String {
     let replied = count("SELECT count(*) FROM handoff_events WHERE type = 'reply_sent'").await;
     let takeovers = count("SELECT coalesce(sum(takeovers), 0)::bigint FROM invocations").await;
     let repeated = server.repeated();
+    let held = logged(letter, "a held turn stored after the database came back");
     let recovery = seen.first_after(promoted).map(|t| t - promoted);
     let line = format!(
         "failover case {name}: fault at {struck:.1}s, promoted at {promoted:.1}s; next completed run {} after the promotion; \
          longest gap between replies {:.1}s; all {RUNS} replies by {:.1}s; takeovers {takeovers}; \
-         model turns {} asked, repeated {}",
+         turns held through the outage and stored {held}; model turns {} asked, repeated {}",
         recovery.map_or("(none after it)".into(), |r| format!("{r:.1}s")),
         seen.longest_gap,
         seen.last,
@@ -215,8 +216,18 @@ async fn apply_profiles(pool: &baton_store::Pool, base_url: &str) {
     baton_store::profiles::apply(&pool.get().await.unwrap(), &file).await.unwrap();
 }
 
+fn fleet_dir() -> String {
+    std::env::var("BATON_FAILOVER_DIR").unwrap_or_else(|_| std::env::temp_dir().display().to_string())
+}
+
+/// Lines of this case's fleet logs that contain `what`.
+fn logged(letter: &str, what: &str) -> usize {
+    let log = |i| std::fs::read_to_string(format!("{}/fleet-{letter}-{i}.log", fleet_dir())).unwrap_or_default();
+    (0..PROCESSES).map(|i| log(i).lines().filter(|l| l.contains(what)).count()).sum()
+}
+
 fn spawn(settings: &Settings, letter: &str, i: usize) -> tokio::process::Child {
-    let dir = std::env::var("BATON_FAILOVER_DIR").unwrap_or_else(|_| std::env::temp_dir().display().to_string());
+    let dir = fleet_dir();
     let log = std::fs::File::create(format!("{dir}/fleet-{letter}-{i}.log")).unwrap();
     tokio::process::Command::new(baton_binary())
         .args(["up", "--role", "intake", "--role", "invocation", "--role", "relay", "--role", "collector"])

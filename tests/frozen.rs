@@ -81,7 +81,8 @@ async fn replies_of(consumer: &mut Consumer, ids: &[String]) -> HashMap<String, 
 }
 
 #[tokio::test]
-async fn a_frozen_process_gives_back_the_requests_answers_cancels_and_replies_it_holds_within_twice_the_heartbeat() {
+async fn a_frozen_process_gives_back_the_requests_answers_cancels_and_replies_it_holds_once_the_broker_misses_its_heartbeats(
+) {
     let env = TestEnv::new().await;
     env.apply_profiles(&profiles()).await;
     let frozen = spawn(&env, "frozen");
