@@ -199,6 +199,6 @@ async fn a_turn_answered_during_a_long_outage_is_kept_and_stored_with_no_turn_as
     );
     assert_eq!(count(&env, "SELECT max(claim_epoch) FROM invocations").await, 1, "claimed once");
     let held = state.path().join("held");
-    let left = std::fs::read_dir(&held).map(|d| d.count()).unwrap_or(0);
+    let left = std::fs::read_dir(&held).map(Iterator::count).unwrap_or(0);
     assert_eq!(left, 0, "the spilled turn's file is removed once it is stored");
 }

@@ -104,7 +104,7 @@ impl Held {
                 self.file = Some(file);
             }
             Err(e) => {
-                tracing::warn!(file = %file.display(), error = %e, "could not spill a held turn; keeping it in memory")
+                tracing::warn!(file = %file.display(), error = %e, "could not spill a held turn; keeping it in memory");
             }
         }
     }
