@@ -151,7 +151,9 @@ async fn a_turn_answered_during_a_long_outage_is_kept_and_stored_with_no_turn_as
     use baton_tests::turns::{self, TurnServer};
     logs::capture();
     let mut env = TestEnv::new().await;
-    // The lease is TestEnv's 3 s: the outage below outlasts it twice.
+    // The lease is TestEnv's 3 s: the outage below outlasts it twice. The
+    // relay reconnects the moment the database is back, racing the heartbeats.
+    env.settings.reconnect_max = Duration::from_millis(300);
     let state = tempfile::tempdir().unwrap();
     env.settings.holding =
         baton_agent::runner::Holding { dir: state.path().into(), spill_bytes: 1 << 20, spill_after: Duration::ZERO };
