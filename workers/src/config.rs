@@ -489,6 +489,17 @@ mod parsing {
         assert_eq!(s.prefetch, 2);
         assert_eq!(s.pool_size, 16);
         assert_eq!(s.db_session.lock_timeout, Some(Duration::ZERO), "zero turns a Postgres limit off");
+        let s = parse(&[
+            ("BATON_AMQP_HEARTBEAT_SECS", "0"),
+            ("BATON_STATE_DIR", "/var/lib/baton"),
+            ("BATON_HELD_SPILL_BYTES", "1024"),
+            ("BATON_DB_CONNECT_TIMEOUT_MS", "500"),
+        ])
+        .unwrap();
+        assert_eq!(s.amqp_heartbeat(), Some(0), "0 asks the broker for no heartbeat");
+        assert_eq!(s.holding.dir, std::path::PathBuf::from("/var/lib/baton"));
+        assert_eq!(s.holding.spill_bytes, 1024);
+        assert_eq!(s.db_session.connect_timeout, Duration::from_millis(500));
     }
 
     #[test]

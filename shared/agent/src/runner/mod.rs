@@ -4,7 +4,8 @@
 //! steps loses nothing and repeats nothing.
 //!
 //! `external.rs` holds an external agent's start, interruption and the
-//! patience for its outcome; `tool_call.rs` runs one tool call.
+//! patience for its outcome; `tool_call.rs` runs one tool call; `held.rs`
+//! keeps a finished turn through a database outage until it is stored.
 
 mod claimed_turn;
 mod external;
