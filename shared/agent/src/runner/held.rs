@@ -37,6 +37,23 @@ impl Holding {
     pub const SPILL_AFTER: Duration = Duration::from_secs(30);
 }
 
+impl Holding {
+    /// Removes the files that held turns of this state directory left behind
+    /// when their worker died: a model turn's file older than `patience` (and
+    /// a minute) belongs to nobody, since a live one is stored or given up by
+    /// then. An external agent's (`…-external.json`) has no such bound and is
+    /// left alone. Returns how many went.
+    pub fn remove_stale(&self, patience: Duration) -> usize {
+        let Ok(entries) = std::fs::read_dir(self.dir.join("held")) else { return 0 };
+        let stale = |entry: &std::fs::DirEntry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+            !name.ends_with("-external.json") && age.is_some_and(|age| age > patience + Duration::from_secs(60))
+        };
+        entries.flatten().filter(stale).filter(|entry| std::fs::remove_file(entry.path()).is_ok()).count()
+    }
+}
+
 impl Default for Holding {
     fn default() -> Self {
         Self {
@@ -216,6 +233,26 @@ mod tests {
         assert_eq!(held.turn().unwrap().content.as_deref(), Some("a long answer that was paid for"));
         drop(held);
         assert!(!file.exists(), "the file is removed with the held turn");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn only_the_stale_files_of_model_turns_are_removed() {
+        let dir = std::env::temp_dir().join(format!("baton-held-test-{}", uuid::Uuid::new_v4().simple()));
+        let holding = Holding { dir: dir.clone(), spill_bytes: 0, spill_after: Duration::ZERO };
+        let (mut model, mut external) =
+            (Held::new(turn("a"), "i-1-2".into()), Held::new(turn("b"), "i-2-2-external".into()));
+        model.spill_if_due(&holding);
+        external.spill_if_due(&holding);
+        assert_eq!(holding.remove_stale(Duration::from_secs(3600)), 0, "fresh files stay");
+        let old = std::time::SystemTime::now() - Duration::from_secs(3 * 3600);
+        for name in ["i-1-2.json", "i-2-2-external.json"] {
+            let file = std::fs::File::options().write(true).open(dir.join("held").join(name)).unwrap();
+            file.set_modified(old).unwrap();
+        }
+        assert_eq!(holding.remove_stale(Duration::from_secs(3600)), 1, "the model turn's stale file goes");
+        assert!(dir.join("held").join("i-2-2-external.json").exists(), "an external agent's stays");
+        drop((model, external));
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -360,7 +360,8 @@ impl Runner {
         // the persist patience, an external agent's until the claim is lost
         // or the shutdown deadline passes (given up, the next attempt would
         // find its start marker and run it a second time).
-        let held = Held::new(turn, format!("{}-{}-{}", c.inv.id, c.epoch, c.steps.len()));
+        let kind = if on_interrupt.is_some() { "-external" } else { "" };
+        let held = Held::new(turn, format!("{}-{}-{}{kind}", c.inv.id, c.epoch, c.steps.len()));
         let keeping = Keeping {
             holding: &self.holding,
             patience: on_interrupt.is_none().then_some(self.persist_patience),

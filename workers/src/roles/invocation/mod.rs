@@ -52,6 +52,10 @@ impl Worker {
             .with_limiter(limiter)
             .with_pool(pool.clone())
             .with_jail(settings.agent_jail.clone());
+        let stale = settings.holding.remove_stale(settings.persist_patience);
+        if stale > 0 {
+            tracing::info!(stale, dir = %settings.holding.dir.display(), "removed held turns that dead workers left behind");
+        }
         let runner = Runner::new(pool.clone(), Arc::new(providers), LoopCaps::default())
             .with_persist_patience(settings.persist_patience)
             .with_holding(settings.holding.clone());
