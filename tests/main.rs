@@ -27,6 +27,8 @@ mod dead_letters;
 mod delegation;
 mod errors;
 mod events_readme;
+mod failover;
+mod frozen;
 mod hardening_claims;
 mod hop_costs;
 mod hot_path;

@@ -139,3 +139,68 @@ async fn a_worker_shut_down_during_a_database_outage_hands_its_claim_back_withou
     let host_errors = format!("SELECT count(*) FROM events WHERE type = '{}'", JournalEvent::HostError);
     assert_eq!(count(&env, &host_errors).await, 0, "no host error");
 }
+
+/// A model turn answered while the database is away for longer than the
+/// lease (and longer than the 5 s the runner used to keep a turn) is held,
+/// spilled to the worker's state directory, and stored once the database is
+/// back: the model server is asked each turn exactly once, no lease is taken
+/// over (the heartbeats renew before the relay's sweep looks), and the
+/// spilled file is gone.
+#[tokio::test]
+async fn a_turn_answered_during_a_long_outage_is_kept_and_stored_with_no_turn_asked_twice_and_no_takeover() {
+    use baton_tests::turns::{self, TurnServer};
+    logs::capture();
+    let mut env = TestEnv::new().await;
+    // The lease is TestEnv's 3 s: the outage below outlasts it twice. The
+    // relay reconnects the moment the database is back, racing the heartbeats.
+    env.settings.reconnect_max = Duration::from_millis(300);
+    let state = tempfile::tempdir().unwrap();
+    env.settings.holding =
+        baton_agent::runner::Holding { dir: state.path().into(), spill_bytes: 1 << 20, spill_after: Duration::ZERO };
+    let write = serde_json::json!({"path": "output/main.md", "content": "Paid for once."});
+    let script = vec![
+        ("workspace_write", write),
+        ("workspace_commit", serde_json::json!({})),
+        ("workspace_finish", serde_json::json!({})),
+    ];
+    let server = TurnServer::start(vec![("writer", script)], Duration::from_millis(1500)).await;
+    let tools = ["workspace_write", "workspace_commit", "workspace_finish"];
+    let writer = turns::profile("writer", &tools, "", &server.base_url);
+    env.apply_profiles(&format!("[routes]\ndocs_agent = \"writer\"\n\n{writer}")).await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("long-outage", "docs_agent", "en")).await;
+
+    // The second turn is being answered when the database goes away.
+    server.until_asked(2, WAIT).await;
+    let run = env.run_of("long-outage").await;
+    env.set_read_only(true).await;
+    let run_field = format!("run={run}");
+    logs::wait_for_line(WAIT, &[&run_field, "a held turn spilled to disk"]).await;
+    let retrying = [run_field.as_str(), "storing a finished turn; retrying"];
+    let outage = env.settings.lease * 2 + Duration::from_secs(2);
+    eventually(WAIT, "the turn held through an outage of two leases", || async {
+        let kept = logs::lines_with(&retrying);
+        let (first, last) = (kept.first()?.0, kept.last()?.0);
+        (last - first > outage).then_some(())
+    })
+    .await;
+    env.set_read_only(false).await;
+
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    let reply = messages.last().unwrap();
+    assert_eq!(reply["status"], "completed", "{messages:?}");
+    assert_eq!(server.repeated(), vec![], "a model turn was asked again");
+    assert_eq!(server.distinct(), 3, "three turns, each asked once");
+    logs::wait_for_line(WAIT, &[&run_field, "a held turn stored after the database came back"]).await;
+    assert_eq!(
+        count(&env, "SELECT coalesce(sum(takeovers), 0)::bigint FROM invocations").await,
+        0,
+        "no lease taken over"
+    );
+    assert_eq!(count(&env, "SELECT max(claim_epoch) FROM invocations").await, 1, "claimed once");
+    let held = state.path().join("held");
+    let left = std::fs::read_dir(&held).map(Iterator::count).unwrap_or(0);
+    assert_eq!(left, 0, "the spilled turn's file is removed once it is stored");
+}

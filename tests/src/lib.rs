@@ -25,6 +25,7 @@ pub mod browser;
 pub mod http;
 pub mod logs;
 pub mod paced;
+pub mod turns;
 pub mod webhook;
 
 pub use baton_domain::protocol::request::sample_request_json;

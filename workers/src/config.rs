@@ -16,6 +16,10 @@ use redact::MASK;
 /// `BATON_RECONNECT_MAX_MS` says otherwise.
 pub const RECONNECT_MAX: Duration = Duration::from_secs(10);
 
+/// The AMQP heartbeat roles propose unless `BATON_AMQP_HEARTBEAT_SECS` says
+/// otherwise: a frozen process gives back what it holds within about twice this.
+pub const AMQP_HEARTBEAT_SECS: u16 = 10;
+
 #[derive(Clone)]
 pub struct Settings {
     pub database_url: String,
@@ -61,10 +65,19 @@ pub struct Settings {
     /// failure in place before the role gives up its connection (and the
     /// message comes back, counted toward the delivery limit).
     pub transient_patience: Duration,
-    /// How long an agent loop retries storing a finished model turn while
-    /// the database is away before it gives up and resumes the invocation
-    /// (well within the lease; an external agent's result is kept longer).
+    /// How long an agent loop keeps a finished model turn and retries
+    /// storing it while the database is away (as long as a failover takes:
+    /// 180 s by default), before it gives up and the turn is asked again. The
+    /// claim's fence decides when the database is back; an external agent's
+    /// result is kept until the claim is lost or the shutdown deadline.
     pub persist_patience: Duration,
+    /// What a held turn spills to disk (`BATON_STATE_DIR`, its size over
+    /// `BATON_HELD_SPILL_BYTES`, its wait over `BATON_HELD_SPILL_AFTER_MS`).
+    pub holding: baton_agent::runner::Holding,
+    /// The AMQP heartbeat proposed to the broker, in seconds (0: none).
+    /// A frozen process's deliveries go back to their queue within about
+    /// twice this; each connection costs a tiny frame per interval.
+    pub amqp_heartbeat_secs: u16,
     /// The longest pause between a role's attempts to reconnect after the
     /// broker or the database went away (and between an invocation's tries
     /// to resume or hand back its claim through a database outage).
@@ -227,6 +240,8 @@ impl Reader<'_> {
                 defaults.idle_in_transaction_timeout.unwrap_or(zero),
             )),
             keepalive: self.millis("BATON_DB_KEEPALIVE_MS", defaults.keepalive),
+            tcp_user_timeout: self.millis("BATON_DB_TCP_USER_TIMEOUT_MS", defaults.tcp_user_timeout),
+            connect_timeout: self.millis("BATON_DB_CONNECT_TIMEOUT_MS", defaults.connect_timeout),
             application_name: None,
         }
     }
@@ -285,6 +300,12 @@ impl Settings {
             outbox_grace: r.millis("BATON_OUTBOX_GRACE_MS", Duration::from_millis(2_000)),
             transient_patience: r.millis("BATON_TRANSIENT_PATIENCE_MS", Duration::from_millis(120_000)),
             persist_patience: r.millis("BATON_PERSIST_PATIENCE_MS", baton_agent::runner::PERSIST_PATIENCE),
+            holding: baton_agent::runner::Holding {
+                dir: r.raw("BATON_STATE_DIR").map_or_else(|| std::env::temp_dir().join("baton-state"), Into::into),
+                spill_bytes: r.count("BATON_HELD_SPILL_BYTES", baton_agent::runner::Holding::SPILL_BYTES),
+                spill_after: r.millis("BATON_HELD_SPILL_AFTER_MS", baton_agent::runner::Holding::SPILL_AFTER),
+            },
+            amqp_heartbeat_secs: r.count("BATON_AMQP_HEARTBEAT_SECS", AMQP_HEARTBEAT_SECS),
             reconnect_max: {
                 let d = r.millis("BATON_RECONNECT_MAX_MS", RECONNECT_MAX);
                 r.above_zero("BATON_RECONNECT_MAX_MS", d, "a role would reconnect without pause")
@@ -339,6 +360,11 @@ impl Settings {
             ));
         }
         warnings
+    }
+
+    /// The AMQP heartbeat to propose (`None`: leave it to the broker).
+    pub fn amqp_heartbeat(&self) -> Option<u16> {
+        Some(self.amqp_heartbeat_secs)
     }
 
     /// The session limits of `role`'s connections, named after it in `pg_stat_activity`.
@@ -401,6 +427,8 @@ impl fmt::Debug for Settings {
             .field("outbox_grace", &self.outbox_grace)
             .field("transient_patience", &self.transient_patience)
             .field("persist_patience", &self.persist_patience)
+            .field("holding", &self.holding)
+            .field("amqp_heartbeat_secs", &self.amqp_heartbeat_secs)
             .field("reconnect_max", &self.reconnect_max)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("dead_max_length", &self.dead_max_length)
@@ -441,7 +469,9 @@ mod parsing {
         assert_eq!((s.prefetch, s.intake_concurrency, s.invocation_prefetch), (1, 16, 1));
         assert_eq!(s.invocation_queues, InvocationQueue::ALL);
         assert_eq!(s.db_session.idle_in_transaction_timeout, Some(Duration::from_secs(10)));
-        assert_eq!(s.persist_patience, Duration::from_secs(5));
+        assert_eq!(s.persist_patience, Duration::from_secs(180));
+        assert_eq!(s.amqp_heartbeat_secs, 10);
+        assert_eq!(s.db_session.tcp_user_timeout, Duration::from_secs(10));
         assert_eq!(s.reconnect_max, Duration::from_secs(10));
         assert!(s.warnings().is_empty());
     }
@@ -459,6 +489,17 @@ mod parsing {
         assert_eq!(s.prefetch, 2);
         assert_eq!(s.pool_size, 16);
         assert_eq!(s.db_session.lock_timeout, Some(Duration::ZERO), "zero turns a Postgres limit off");
+        let s = parse(&[
+            ("BATON_AMQP_HEARTBEAT_SECS", "0"),
+            ("BATON_STATE_DIR", "/var/lib/baton"),
+            ("BATON_HELD_SPILL_BYTES", "1024"),
+            ("BATON_DB_CONNECT_TIMEOUT_MS", "500"),
+        ])
+        .unwrap();
+        assert_eq!(s.amqp_heartbeat(), Some(0), "0 asks the broker for no heartbeat");
+        assert_eq!(s.holding.dir, std::path::PathBuf::from("/var/lib/baton"));
+        assert_eq!(s.holding.spill_bytes, 1024);
+        assert_eq!(s.db_session.connect_timeout, Duration::from_millis(500));
     }
 
     #[test]

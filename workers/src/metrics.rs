@@ -27,7 +27,7 @@ pub const CALLBACKS: &str = "baton_callbacks_total";
 pub const BRIDGE_REPLIES: &str = "baton_bridge_replies_total";
 
 /// Every metric the fleet exports (the dashboard's queries are checked against it).
-pub const NAMES: [&str; 19] = [
+pub const NAMES: [&str; 20] = [
     REQUESTS,
     RUN_SECONDS,
     HOP_LATENCY,
@@ -46,6 +46,7 @@ pub const NAMES: [&str; 19] = [
     baton_agent::metrics::TOOL_CALLS,
     baton_agent::metrics::MODEL_THROTTLED,
     baton_agent::metrics::MODEL_THROTTLE_WAIT_SECONDS,
+    baton_agent::metrics::HELD_TURNS,
     baton_bus::metrics::DEAD_LETTERS,
 ];
 
@@ -97,6 +98,10 @@ fn describe() {
     describe_counter!(
         baton_agent::metrics::TOOL_CALLS,
         "Tool calls, by tool and outcome (ok, or a recoverable error)."
+    );
+    describe_counter!(
+        baton_agent::metrics::HELD_TURNS,
+        "Finished turns held through a database outage, by how it ended (stored, fenced, given_up)."
     );
     describe_counter!(
         baton_agent::metrics::MODEL_THROTTLED,

@@ -42,6 +42,15 @@ pub fn tool_call(name: &str, is_error: bool) {
     ::metrics::counter!(TOOL_CALLS, "tool" => tool, "outcome" => outcome).increment(1);
 }
 
+pub const HELD_TURNS: &str = "baton_held_turns_total";
+
+/// A finished turn that had to be held while the database was away, by how
+/// it ended: `stored` (nothing asked again), `fenced` (taken over meanwhile,
+/// discarded), `given_up` (past the patience: the model is asked again).
+pub fn held_turn(outcome: &'static str) {
+    ::metrics::counter!(HELD_TURNS, "outcome" => outcome).increment(1);
+}
+
 pub const MODEL_THROTTLED: &str = "baton_model_throttled_total";
 pub const MODEL_THROTTLE_WAIT_SECONDS: &str = "baton_model_throttle_wait_seconds";
 

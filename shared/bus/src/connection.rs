@@ -17,8 +17,14 @@ impl Connection {
     /// Connects to the first broker of `urls` that accepts, under a name an
     /// operator can read in the management UI: see [`crate::connect`].
     pub async fn open(urls: &str, name: &str) -> Result<Self> {
+        Self::open_with_heartbeat(urls, name, None).await
+    }
+
+    /// [`Connection::open`] with an AMQP heartbeat of `heartbeat` seconds
+    /// (see [`crate::connect_with_heartbeat`]): what a role's consumers use.
+    pub async fn open_with_heartbeat(urls: &str, name: &str, heartbeat: Option<u16>) -> Result<Self> {
         let user = crate::broker_urls(urls).next().map_or_else(|| "guest".to_string(), user_of);
-        Ok(Self { amqp: crate::connect(urls, name).await?, user })
+        Ok(Self { amqp: crate::connect_with_heartbeat(urls, name, heartbeat).await?, user })
     }
 
     /// The RabbitMQ user it logged in as (`guest` when its URL names none).

@@ -87,10 +87,20 @@ pub fn broker_urls(list: &str) -> impl Iterator<Item = &str> {
 /// This is lapin's own connection, for code that declares queues of its own
 /// (the tests, the bench's raw baseline); roles open a [`Connection`].
 pub async fn connect(urls: &str, name: &str) -> Result<lapin::Connection> {
+    connect_with_heartbeat(urls, name, None).await
+}
+
+/// [`connect`], proposing an AMQP heartbeat of `heartbeat` seconds unless a
+/// URL names its own (`?heartbeat=N`). The broker closes the connection of a
+/// peer that misses two heartbeats in a row, which hands every delivery it
+/// held unacked to another consumer: the bound on how long a frozen process
+/// (`SIGSTOP`, a paused VM) keeps what it was given. `None` leaves the
+/// negotiation to the broker (RabbitMQ proposes 60 s).
+pub async fn connect_with_heartbeat(urls: &str, name: &str, heartbeat: Option<u16>) -> Result<lapin::Connection> {
     let props = lapin::ConnectionProperties::default().with_connection_name(name.into());
     let mut failure = Error::NoBrokerUrl;
     for url in broker_urls(urls) {
-        let connected = match with_frame_max(url) {
+        let connected = match with_frame_max(url).map(|uri| with_heartbeat(uri, heartbeat)) {
             Some(uri) => lapin::Connection::connect_uri(uri, props.clone()).await,
             // lapin says what is wrong with the URL.
             None => lapin::Connection::connect(url, props.clone()).await,
@@ -122,6 +132,14 @@ fn with_frame_max(url: &str) -> Option<lapin::uri::AMQPUri> {
     let mut uri: lapin::uri::AMQPUri = url.parse().ok()?;
     uri.query.frame_max.get_or_insert(FRAME_MAX);
     Some(uri)
+}
+
+/// A broker URI with `heartbeat` (seconds) unless it names one of its own.
+fn with_heartbeat(mut uri: lapin::uri::AMQPUri, heartbeat: Option<u16>) -> lapin::uri::AMQPUri {
+    if let Some(secs) = heartbeat {
+        uri.query.heartbeat.get_or_insert(secs);
+    }
+    uri
 }
 
 /// `host:port` of a broker URL, for logs: never its credentials.
@@ -162,6 +180,14 @@ mod tests {
         let uri = with_frame_max("amqp://u:p@n1:5682/vh?heartbeat=10").unwrap();
         assert_eq!((uri.vhost.as_str(), uri.query.heartbeat), ("vh", Some(10)));
         assert_eq!(frame("not a url"), None);
+    }
+
+    #[test]
+    fn connections_propose_the_heartbeat_unless_the_url_names_one() {
+        let beat = |url: &str, secs| with_heartbeat(with_frame_max(url).unwrap(), secs).query.heartbeat;
+        assert_eq!(beat("amqp://n1:5682/%2f", Some(10)), Some(10));
+        assert_eq!(beat("amqp://n1:5682/%2f?heartbeat=4", Some(10)), Some(4));
+        assert_eq!(beat("amqp://n1:5682/%2f", None), None);
     }
 
     #[test]

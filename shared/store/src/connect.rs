@@ -24,6 +24,16 @@ pub struct SessionConfig {
     pub idle_in_transaction_timeout: Option<Duration>,
     /// Idle time before TCP keepalive probes start, on both ends.
     pub keepalive: Duration,
+    /// How long the client waits for a silent server (a crashed host, a
+    /// partition: no reset, packets just vanish) before it drops the
+    /// connection: sent data left unacknowledged this long, or keepalive
+    /// probes unanswered (`TCP_USER_TIMEOUT`). With the keepalive, the bound
+    /// on how long a statement hangs on a host that went quiet.
+    pub tcp_user_timeout: Duration,
+    /// How long one host of `DATABASE_URL` may take to accept a connection
+    /// before the next one is tried: a host that went quiet costs every new
+    /// connection this much before the promoted standby is reached.
+    pub connect_timeout: Duration,
     /// Shown in `pg_stat_activity`, so operators see which process holds what.
     pub application_name: Option<String>,
 }
@@ -36,7 +46,9 @@ impl Default for SessionConfig {
             statement_timeout: Some(Duration::from_secs(30)),
             lock_timeout: Some(Duration::from_secs(10)),
             idle_in_transaction_timeout: Some(Duration::from_secs(10)),
-            keepalive: Duration::from_secs(30),
+            keepalive: Duration::from_secs(10),
+            tcp_user_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(2),
             application_name: None,
         }
     }
@@ -66,6 +78,7 @@ impl SessionConfig {
         options.push(format!("-c tcp_keepalives_idle={}", secs(self.keepalive)));
         options.push(format!("-c tcp_keepalives_interval={}", secs(self.keepalive / 3)));
         options.push("-c tcp_keepalives_count=3".into());
+        options.push(format!("-c tcp_user_timeout={}", self.tcp_user_timeout.as_millis()));
         options.join(" ")
     }
 }
@@ -85,8 +98,8 @@ pub fn config(database_url: &str, session: &SessionConfig) -> Result<tokio_postg
         .keepalives_idle(session.keepalive)
         .keepalives_interval((session.keepalive / 3).max(Duration::from_secs(1)))
         .keepalives_retries(3)
-        .tcp_user_timeout(session.keepalive * 2)
-        .connect_timeout(Duration::from_secs(5));
+        .tcp_user_timeout(session.tcp_user_timeout)
+        .connect_timeout(session.connect_timeout);
     if let Some(name) = &session.application_name {
         pg.application_name(name.as_str());
     }
@@ -101,15 +114,19 @@ pub fn pool(database_url: &str, max_size: usize) -> Result<Pool> {
 
 /// A pool whose sessions carry `session`'s limits; roles size it for what they do.
 pub fn pool_with(database_url: &str, max_size: usize, session: &SessionConfig) -> Result<Pool> {
+    let pg = config(database_url, session)?;
+    // Long enough to try every host of a multi-host URL in turn, or a
+    // silent first host would cut each attempt before the next is tried.
+    let create_timeout = session.connect_timeout * pg.get_hosts().len().max(1) as u32 + Duration::from_secs(3);
     let manager = deadpool_postgres::Manager::from_config(
-        config(database_url, session)?,
+        pg,
         tokio_postgres::NoTls,
         deadpool_postgres::ManagerConfig { recycling_method: deadpool_postgres::RecyclingMethod::Fast },
     );
     Pool::builder(manager)
         .max_size(max_size)
         .wait_timeout(Some(Duration::from_secs(10)))
-        .create_timeout(Some(Duration::from_secs(5)))
+        .create_timeout(Some(create_timeout))
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .build()
         .map_err(|e| Error::Config(e.to_string()))
@@ -131,6 +148,12 @@ pub async fn connect(
 /// says whether it passes on its own (`is_transient`).
 pub async fn client(pool: &Pool) -> Result<Client> {
     Ok(pool.get().await?)
+}
+
+/// Takes a connection out of its pool and closes it: one that hung on a
+/// server gone quiet would only hang again for the next user.
+pub fn discard(client: Client) {
+    drop(deadpool_postgres::Object::take(client));
 }
 
 /// Begins a transaction; outbox rows it writes are published by this
@@ -162,18 +185,32 @@ mod tests {
             "statement_timeout=30000",
             "lock_timeout=10000",
             "idle_in_transaction_session_timeout=10000",
-            "tcp_keepalives_idle=30",
+            "tcp_keepalives_idle=10",
+            "tcp_user_timeout=10000",
         ] {
             assert!(options.contains(part), "{part} missing from {options}");
         }
         assert_eq!(pg.get_application_name(), Some("baton-test"));
-        assert_eq!(pg.get_keepalives_idle(), Duration::from_secs(30));
+        assert_eq!(pg.get_keepalives_idle(), Duration::from_secs(10));
+        assert_eq!(pg.get_tcp_user_timeout(), Some(&Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn a_pool_tries_every_host_of_a_multi_host_url_before_it_gives_up() {
+        let session = SessionConfig::default();
+        let pool =
+            pool_with("postgres://u@10.0.0.1:5432,10.0.0.2:5432/db?target_session_attrs=read-write", 1, &session)
+                .unwrap();
+        let timeouts = pool.timeouts();
+        assert!(timeouts.create.unwrap() > session.connect_timeout * 2, "{timeouts:?}");
+        let pg = config("postgres://u@h1,h2/db", &session).unwrap();
+        assert_eq!(pg.get_connect_timeout(), Some(&Duration::from_secs(2)));
     }
 
     #[test]
     fn commands_run_without_statement_limits() {
         let options = SessionConfig::unlimited().options();
         assert!(!options.contains("statement_timeout") && !options.contains("lock_timeout"), "{options}");
-        assert!(options.contains("tcp_keepalives_idle=30"), "{options}");
+        assert!(options.contains("tcp_keepalives_idle=10"), "{options}");
     }
 }

@@ -49,7 +49,7 @@ pub mod runs;
 pub mod schema;
 mod sql;
 
-pub use connect::{begin, client, commit, pool, pool_with, SessionConfig};
+pub use connect::{begin, client, commit, discard, pool, pool_with, SessionConfig};
 pub use deadpool_postgres::{Client, GenericClient, Pool, PoolError, Transaction};
 pub use error::{transient_pool, transient_postgres, transient_sqlstate, Error};
 pub use outbox::after_commit;

@@ -162,7 +162,7 @@ pub(crate) async fn connect(settings: &Settings, role: Role) -> anyhow::Result<(
 pub(crate) async fn connect_with(settings: &Settings, role: Role, pool: &Pool) -> anyhow::Result<Connection> {
     use anyhow::Context;
     let name = format!("baton-{}-{}", role.name(), settings.worker_id);
-    let conn = Connection::open(&settings.amqp_url, &name)
+    let conn = Connection::open_with_heartbeat(&settings.amqp_url, &name, settings.amqp_heartbeat())
         .await
         .with_context(|| format!("connecting to RabbitMQ at {}", settings.amqp_url_redacted()))?;
     conn.declare(&settings.queues()).await?;

@@ -4,10 +4,12 @@
 //! steps loses nothing and repeats nothing.
 //!
 //! `external.rs` holds an external agent's start, interruption and the
-//! patience for its outcome; `tool_call.rs` runs one tool call.
+//! patience for its outcome; `tool_call.rs` runs one tool call; `held.rs`
+//! keeps a finished turn through a database outage until it is stored.
 
 mod claimed_turn;
 mod external;
+mod held;
 mod over_budget;
 mod tool_call;
 mod turn;
@@ -36,6 +38,8 @@ use crate::tools::AsClaimed;
 use crate::transcript::{self, Position};
 use crate::{budget, Error};
 use external::patiently;
+pub use held::Holding;
+use held::{Held, Keeping};
 use tool_call::exit_of;
 use turn::{closes_before_its_last_call, stores_with_its_calls, Asking};
 
@@ -86,6 +90,7 @@ pub struct Runner {
     providers: Arc<dyn Providers>,
     limits: LoopCaps,
     persist_patience: std::time::Duration,
+    holding: Holding,
 }
 
 /// One claimed invocation on this worker.
@@ -144,10 +149,12 @@ fn narrow(limits: LoopCaps, budget: Option<&Budget>) -> (LoopCaps, Option<u64>) 
     (narrowed, budget.max_tokens)
 }
 
-/// How long a finished turn is retried while the database is away (well
-/// within the default lease), unless [`Runner::with_persist_patience`] says
-/// otherwise (`BATON_PERSIST_PATIENCE_MS`).
-pub const PERSIST_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a finished model turn is held and its storing retried while the
+/// database is away, unless [`Runner::with_persist_patience`] says otherwise
+/// (`BATON_PERSIST_PATIENCE_MS`): as long as a failover takes (Patroni's
+/// leader TTL, a cloud provider's multi-zone failover of 60–120 s), with
+/// margin. The claim's fence decides when the database is back.
+pub const PERSIST_PATIENCE: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// What agents and users read when the host broke; the journal keeps the details.
 const HOST_ERROR_TEXT: &str = "the agent stopped because of an internal error";
@@ -157,12 +164,17 @@ commit and finish the work, or hand it to another agent.";
 
 impl Runner {
     pub fn new(pool: Pool, providers: Arc<dyn Providers>, limits: LoopCaps) -> Self {
-        Self { pool, providers, limits, persist_patience: PERSIST_PATIENCE }
+        Self { pool, providers, limits, persist_patience: PERSIST_PATIENCE, holding: Holding::default() }
     }
 
     /// How long a finished turn is retried while the database is away.
     pub fn with_persist_patience(self, persist_patience: std::time::Duration) -> Self {
         Self { persist_patience, ..self }
+    }
+
+    /// Where and when a held turn spills to disk.
+    pub fn with_holding(self, holding: Holding) -> Self {
+        Self { holding, ..self }
     }
 
     /// Runs (or resumes) a claimed invocation until it hands off, finishes,
@@ -359,42 +371,37 @@ impl Runner {
         name_calls(&mut turn, turns);
         // The turn and the tool calls it asks for commit together: one
         // transaction instead of one per step. If a call breaks the host, the
-        // turn is stored alone first, so the model is never asked twice; if
-        // the database is briefly away, storing is tried again for a while.
-        let store = || async {
-            match self.persist_turn(c, &turn).await {
-                Err(e) if !e.is_fenced() && !e.is_transient() => {
-                    tracing::warn!(error = %e, "a tool call failed; storing the turn on its own");
-                    self.store_turn(c, &turn).await
-                }
-                other => other,
-            }
+        // turn is stored alone first, so the model is never asked twice. While
+        // the database is away the turn is held (see `held`): a model's for
+        // the persist patience, an external agent's until the claim is lost
+        // or the shutdown deadline passes (given up, the next attempt would
+        // find its start marker and run it a second time).
+        let kind = if on_interrupt.is_some() { "-external" } else { "" };
+        let held = Held::new(turn, format!("{}-{}-{}{kind}", c.inv.id, c.epoch, c.steps.len()));
+        let keeping = Keeping {
+            holding: &self.holding,
+            patience: on_interrupt.is_none().then_some(self.persist_patience),
+            kill,
+            what: match on_interrupt {
+                Some(_) => "the database is unavailable; keeping an external agent's outcome until it is stored",
+                None => "storing a finished turn; retrying",
+            },
         };
-        // A model is simply asked again if its turn could not be stored for a
-        // while; an external agent's result is kept until it is stored (or
-        // the claim is lost, or the shutdown deadline passes): given up, the
-        // next attempt would find its start marker and run it a second time.
-        let written = match on_interrupt {
-            Some(_) => patiently(kill, store).await?,
-            None => store().await?,
-        };
+        let claimed: &Claimed<'_> = c;
+        let written = keeping.store(held, |turn| async move { self.store_finished(claimed, &turn).await }).await?;
         let exit = written.exit.clone();
         c.absorb(written);
         Ok(exit)
     }
 
-    /// Stores a finished turn, riding out a short database outage: a turn
-    /// that is not stored would be asked of the model again.
-    async fn persist_turn(&self, c: &Claimed<'_>, turn: &ModelTurn) -> Result<Written, Error> {
-        let give_up = tokio::time::Instant::now() + self.persist_patience;
-        loop {
-            match self.turn_and_calls(c, turn).await {
-                Err(e) if e.is_transient() && tokio::time::Instant::now() < give_up => {
-                    tracing::warn!(error = %e, "storing a finished turn; retrying");
-                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-                }
-                other => return other,
+    /// Stores a finished turn with its calls, or alone if a call broke the host.
+    async fn store_finished(&self, c: &Claimed<'_>, turn: &ModelTurn) -> Result<Written, Error> {
+        match self.turn_and_calls(c, turn).await {
+            Err(e) if !e.is_fenced() && !e.is_transient() => {
+                tracing::warn!(error = %e, "a tool call failed; storing the turn on its own");
+                self.store_turn(c, turn).await
             }
+            other => other,
         }
     }
 

@@ -3,6 +3,7 @@
 //! work), renew the lease by heartbeat, and run the agent loop.
 
 mod claim;
+mod lease;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use tracing::Instrument;
 
 use crate::config::Settings;
 use crate::roles::invocation::claim::{claim_failure, fail_claimed, first_start, started_events};
+use crate::roles::invocation::lease::heartbeat;
 use crate::roles::publish_after_commit::PublishAfterCommit;
 use crate::roles::{connect_with, retry_transient, Role};
 use baton_agent::slots::{Slot, Slots};
@@ -54,8 +56,13 @@ impl Worker {
             .with_limiter(limiter)
             .with_pool(pool.clone())
             .with_jail(settings.agent_jail.clone());
+        let stale = settings.holding.remove_stale(settings.persist_patience);
+        if stale > 0 {
+            tracing::info!(stale, dir = %settings.holding.dir.display(), "removed held turns that dead workers left behind");
+        }
         let runner = Runner::new(pool.clone(), Arc::new(providers), LoopCaps::default())
-            .with_persist_patience(settings.persist_patience);
+            .with_persist_patience(settings.persist_patience)
+            .with_holding(settings.holding.clone());
         Self { pool, runner, settings, leases, profiles: Default::default() }
     }
 }
@@ -559,29 +566,6 @@ impl Worker {
         baton_store::outbox::enqueue_fleet(&tx, &FleetMessage::run(inv.run_id, inv.id, inv.kind)).await?;
         commit(tx).await?;
         Ok(true)
-    }
-}
-
-/// Renews the lease every third of its length; cancels `lost` when the claim
-/// is gone, so the loop stops (its writes would be refused anyway).
-async fn heartbeat(pool: Pool, id: uuid::Uuid, epoch: i64, lease: Duration, lost: CancellationToken) {
-    let mut tick = tokio::time::interval(lease / 3);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        let renewed = match pool.get().await {
-            Ok(client) => invocations::renew(&client, id, epoch, lease).await,
-            Err(e) => Err(e.into()),
-        };
-        match renewed {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::warn!("claim lost; stopping");
-                lost.cancel();
-                return;
-            }
-            Err(e) => tracing::warn!(error = %e, "heartbeat failed; retrying"),
-        }
     }
 }
 

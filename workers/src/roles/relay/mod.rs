@@ -57,7 +57,12 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let publisher = conn.publisher().await?;
     let wake = Arc::new(Notify::new());
     let (_listening, listener) = listen(settings, wake.clone()).await?;
-    let mut relay = Relay { pool, conn, publisher, settings: settings.clone() };
+    // Expired leases are swept only a lease after this attempt connected:
+    // after an outage (which restarted this role) every live worker renews
+    // within that, so a lease that lapsed only because the database was away
+    // is not taken for an abandoned one. A relay that just started waits the same.
+    let leases_from = tokio::time::Instant::now() + settings.lease;
+    let mut relay = Relay { pool, conn, publisher, settings: settings.clone(), leases_from };
     tracing::info!("relay publishing");
     let callbacks_stop = shutdown.child_token();
     let callbacks = tokio::spawn(callbacks::deliver(relay.pool.clone(), settings.relay_poll, callbacks_stop.clone()));
@@ -96,6 +101,8 @@ struct Relay {
     conn: Connection,
     publisher: Publisher,
     settings: Settings,
+    /// When the sweep starts taking stalled invocations (see `run`).
+    leases_from: tokio::time::Instant,
 }
 
 /// What became of one row this round.
@@ -353,7 +360,11 @@ impl Relay {
         let finished_backlog = self.has_backlog(Queue::RunsFinished).await;
         let mut client = db(&self.pool).await?;
         let tx = begin(&mut client).await?;
-        for (id, run_id, kind) in invocations::take_stalled(&tx, &pace).await? {
+        let stalled = match tokio::time::Instant::now() >= self.leases_from {
+            true => invocations::take_stalled(&tx, &pace).await?,
+            false => vec![],
+        };
+        for (id, run_id, kind) in stalled {
             tracing::info!(invocation = %id, "re-publishing stalled invocation");
             requeue(&tx, run_id, &FleetMessage::run(run_id, id, kind)).await?;
         }
