@@ -84,6 +84,7 @@ async fn a_replay_goes_only_to_fleet_queues_and_to_reply_queues_of_stored_reques
 
     // Another bridge's reply queue, which no stored request named.
     let victim = format!("{}bridge.victim.replies", env.settings.queue_prefix);
+    env.remove_at_end(&victim);
     let channel = env.conn.create_channel().await.unwrap();
     let durable = QueueDeclareOptions { durable: true, ..Default::default() };
     channel.queue_declare(victim.as_str().into(), durable, FieldTable::default()).await.unwrap();

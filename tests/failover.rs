@@ -77,6 +77,19 @@ async fn failover_cases_lose_no_run_and_ask_no_answered_turn_again() {
     }
 }
 
+/// Removes a case's queues when dropped.
+struct QueuesRemoved {
+    amqp: String,
+    queues: baton_bus::Queues,
+    reply_to: String,
+}
+
+impl Drop for QueuesRemoved {
+    fn drop(&mut self) {
+        baton_tests::remove_queues(&self.amqp, self.queues.clone(), vec![self.reply_to.clone()]);
+    }
+}
+
 /// One case on fresh clusters; returns its line of figures.
 async fn run_case(letter: &str, name: &str, case: Case) -> String {
     let netns = matches!(case, Case::Partition(_));
@@ -94,6 +107,9 @@ async fn run_case(letter: &str, name: &str, case: Case) -> String {
     let conn = baton_bus::connect(&settings.amqp_url, "baton-failover-test").await.unwrap();
     settings.queues().declare(&conn).await.unwrap();
     let reply_to = format!("{}bridge.failover.replies", settings.queue_prefix);
+    // The case's queues go when it ends, pass or fail (the fleet is killed first).
+    let _queues =
+        QueuesRemoved { amqp: settings.amqp_url.clone(), queues: settings.queues(), reply_to: reply_to.clone() };
     let channel = conn.create_channel().await.unwrap();
     let durable = QueueDeclareOptions { durable: true, ..Default::default() };
     channel.queue_declare(reply_to.as_str().into(), durable, FieldTable::default()).await.unwrap();
@@ -152,8 +168,6 @@ async fn run_case(letter: &str, name: &str, case: Case) -> String {
         repeated.len()
     );
     drop(client);
-    let _ = settings.queues().delete(&channel).await;
-    let _ = channel.queue_delete(reply_to.as_str().into(), Default::default()).await;
     ctl(&["down"]);
 
     assert_eq!(seen.missing(&ids), Vec::<&String>::new(), "{line}: runs without a reply");

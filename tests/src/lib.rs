@@ -40,6 +40,8 @@ pub struct TestEnv {
     pub reply_queue: String,
     db_name: String,
     admin_url: String,
+    /// Queues a test declared itself, removed with the rest.
+    own_queues: std::sync::Mutex<Vec<String>>,
 }
 
 const DEFAULT_DB: &str = "postgres://postgres@127.0.0.1:5432/postgres";
@@ -66,7 +68,7 @@ impl TestEnv {
         let durable = QueueDeclareOptions { durable: true, ..Default::default() };
         channel.queue_declare(reply_queue.as_str().into(), durable, FieldTable::default()).await.unwrap();
         let publisher = Publisher::open(&conn).await.unwrap();
-        Self { settings, pool, conn, publisher, reply_queue, db_name, admin_url }
+        Self { settings, pool, conn, publisher, reply_queue, db_name, admin_url, own_queues: Default::default() }
     }
 
     pub async fn apply_profiles(&self, text: &str) {
@@ -216,20 +218,15 @@ where
 
 impl Drop for TestEnv {
     fn drop(&mut self) {
-        let (amqp, queues, reply) = (self.settings.amqp_url.clone(), self.settings.queues(), self.reply_queue.clone());
+        let mut queues = vec![self.reply_queue.clone()];
+        queues.extend(self.own_queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..));
         let (admin, db) = (self.admin_url.clone(), self.db_name.clone());
+        remove_queues(&self.settings.amqp_url, self.settings.queues(), queues);
         // A fresh runtime on its own thread: Drop may run while a test panics
         // inside another runtime.
         let cleanup = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async move {
-                if let Ok(conn) = baton_bus::connect(&amqp, "baton-test-cleanup").await {
-                    if let Ok(ch) = conn.create_channel().await {
-                        let _ = queues.delete(&ch).await;
-                        let _ = ch.queue_delete(reply.as_str().into(), QueueDeleteOptions::default()).await;
-                    }
-                    let _ = conn.close(200, "bye".into()).await;
-                }
                 if let Ok((client, c)) = tokio_postgres::connect(&admin, tokio_postgres::NoTls).await {
                     tokio::spawn(c);
                     let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)")).await;
@@ -238,6 +235,36 @@ impl Drop for TestEnv {
         });
         let _ = cleanup.join();
     }
+}
+
+impl TestEnv {
+    /// A queue the test declared itself (another bridge's reply queue, say),
+    /// removed with the fleet's when the test ends, pass or fail.
+    pub fn remove_at_end(&self, queue: &str) {
+        self.own_queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(queue.to_string());
+    }
+}
+
+/// Deletes a fleet's queues and `others`, on a connection and a runtime of
+/// its own (a test may be panicking inside another runtime); errors are
+/// ignored, as there is nothing left to do about them.
+pub fn remove_queues(amqp: &str, queues: baton_bus::Queues, others: Vec<String>) {
+    let amqp = amqp.to_string();
+    let cleanup = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            if let Ok(conn) = baton_bus::connect(&amqp, "baton-test-cleanup").await {
+                if let Ok(ch) = conn.create_channel().await {
+                    let _ = queues.delete(&ch).await;
+                    for queue in &others {
+                        let _ = ch.queue_delete(queue.as_str().into(), QueueDeleteOptions::default()).await;
+                    }
+                }
+                let _ = conn.close(200, "bye".into()).await;
+            }
+        });
+    });
+    let _ = cleanup.join();
 }
 
 impl TestEnv {
