@@ -66,3 +66,7 @@ SELECT t.invocation_id, t.seq + s.n::integer - 1 AS seq, s.kind, s.payload, t.cr
 -- among them).
 ALTER TABLE invocations SET (fillfactor = 50);
 ALTER TABLE tasks SET (fillfactor = 50);
+
+-- Model limits admit calls through baton_limit_admit_call (V27) since its
+-- worker estimates and holds; the V22 function it replaced has no caller.
+DROP FUNCTION baton_limit_admit(text, uuid, integer, bigint, integer, float8, bigint, float8);

@@ -46,18 +46,10 @@ pub struct Opening {
 }
 
 impl Opening {
-    /// Reads the invocation's profile and skills and renders its prompt;
-    /// `None` when the profile is gone (the loop reports that).
-    pub async fn read(c: &impl baton_store::GenericClient, inv: &Invocation) -> Result<Option<Self>, Error> {
-        let Some(profile) = profiles::get(c, &inv.profile_id).await? else {
-            return Ok(None);
-        };
-        Self::of(c, inv, profile).await.map(Some)
-    }
-
-    /// [`Opening::read`], with the profile taken from `profiles` (a copy of
-    /// the profiles file at the version the claim read).
-    pub async fn read_from(
+    /// Reads the invocation's profile (from `profiles`, a copy of the
+    /// profiles file at the version the claim read) and skills, and renders
+    /// its prompt; `None` when the profile is gone (the loop reports that).
+    pub async fn read(
         c: &impl baton_store::GenericClient,
         inv: &Invocation,
         profiles: &profiles::Snapshot,

@@ -26,7 +26,7 @@ pub struct ClaimStart {
     pub task_started: Option<Uuid>,
 }
 
-/// [`invocations::claim_measured`] and every read a claim's start needs, in one
+/// [`invocations::claim`], with its [`ClaimFacts`] and every read a claim's start needs, in one
 /// statement (one round trip, one snapshot). The run's spend is summed as
 /// the claim found it (the claim itself spends nothing).
 pub async fn claim_start(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duration) -> Result<Option<ClaimStart>> {

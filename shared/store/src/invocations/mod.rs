@@ -133,7 +133,9 @@ pub async fn for_run(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<Invocat
 /// statement under a row lock (`SKIP LOCKED`: a concurrent claimer just finds
 /// nothing). Bumps the epoch; returns `None` when there is nothing to claim.
 pub async fn claim(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duration) -> Result<Option<Invocation>> {
-    Ok(claim_measured(c, id, owner, lease).await?.map(|(inv, _)| inv))
+    let secs = lease.as_secs_f64();
+    let params: sql::Params = &[&id, &owner, &secs, &RUNNING, &CREATED, &PARKED, &RunStatus::Running.as_str()];
+    sql::query_opt(c, &claim_update(), params).await?.as_ref().map(from_row).transpose()
 }
 
 /// What a claim was: how long the invocation had waited since it was
@@ -144,8 +146,10 @@ pub struct ClaimFacts {
     pub takeover: bool,
 }
 
-/// The claim's UPDATE (parameters `$1`–`$7` of [`claim_params`]), returning
-/// the invocation's [`COLUMNS`], how long it waited and whether it was a takeover.
+/// The claim's UPDATE (`$1` the invocation, `$2` the owner, `$3` the lease
+/// in seconds, `$4`–`$6` running, created, parked, `$7` a running run),
+/// returning the invocation's [`COLUMNS`], how long it waited and whether
+/// it was a takeover.
 pub(crate) fn claim_update() -> String {
     format!(
         "UPDATE invocations i
@@ -161,22 +165,6 @@ pub(crate) fn claim_update() -> String {
           WHERE i.id = c.id
       RETURNING {COLUMNS}, extract(epoch FROM clock_timestamp() - i.created_at)::float8, coalesce(i.taken_over_at = now(), false)"
     )
-}
-
-/// [`claim`], with its [`ClaimFacts`], read by the same statement.
-pub async fn claim_measured(
-    c: &impl GenericClient,
-    id: Uuid,
-    owner: &str,
-    lease: Duration,
-) -> Result<Option<(Invocation, ClaimFacts)>> {
-    let secs = lease.as_secs_f64();
-    let params: sql::Params = &[&id, &owner, &secs, &RUNNING, &CREATED, &PARKED, &RunStatus::Running.as_str()];
-    let Some(row) = sql::query_opt(c, &claim_update(), params).await? else {
-        return Ok(None);
-    };
-    let facts = ClaimFacts { waited_seconds: row.get(15), takeover: row.get(16) };
-    Ok(Some((from_row(&row)?, facts)))
 }
 
 /// Extends the lease; `false` means the claim is gone (taken over, ended,

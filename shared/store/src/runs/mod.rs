@@ -88,17 +88,6 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: RunStatus, error: 
     Ok(n == 1)
 }
 
-/// Counts one more handoff and returns how many came before it.
-pub async fn count_handoff(c: &impl GenericClient, id: Uuid) -> Result<i32> {
-    let row = sql::query_one(
-        c,
-        "UPDATE runs SET handoff_count = handoff_count + 1 WHERE id = $1 RETURNING handoff_count - 1",
-        &[&id],
-    )
-    .await?;
-    Ok(row.get(0))
-}
-
 pub async fn handoff_count(c: &impl GenericClient, id: Uuid) -> Result<i32> {
     Ok(sql::query_one(c, "SELECT handoff_count FROM runs WHERE id = $1", &[&id]).await?.get(0))
 }

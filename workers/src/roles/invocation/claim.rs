@@ -26,7 +26,7 @@ pub(super) async fn first_start(
     if inv.claim_epoch > 1 {
         return Ok(None);
     }
-    Ok(Some((task_started, Opening::read_from(c, inv, profiles).await?)))
+    Ok(Some((task_started, Opening::read(c, inv, profiles).await?)))
 }
 
 /// The journal (and, for a root's first start, the bridge status) of a claim.
