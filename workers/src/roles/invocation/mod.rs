@@ -182,6 +182,11 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
     }
     publisher_after_commit.stop().await;
     publisher.close().await;
+    // Closed, not only dropped: a consumer whose task ended with the
+    // attempt's error (another consumer of this role failed) is cancelled
+    // with it, and what it held goes back to its queue. Left open, it kept
+    // a dead-lettered request unacked, out of every live consumer's reach.
+    conn.close("the role's attempt ended").await;
     result
 }
 
