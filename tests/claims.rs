@@ -93,7 +93,7 @@ async fn an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced() {
 
     // A wakes up: its writes are refused and its loop stops without writing.
     let c = env.db().await;
-    let fenced = baton_store::invocations::fence(&c, held_by_a.id, held_by_a.claim_epoch).await;
+    let fenced = baton_store::invocations::fence(&c, held_by_a.id, held_by_a.claim_epoch, None).await;
     assert!(matches!(fenced, Err(baton_store::Error::Fenced(_))), "{fenced:?}");
     let steps_before = env.scalar_i64("SELECT count(*) FROM steps WHERE invocation_id = $1", &[&held_by_a.id]).await;
     assert_eq!(steps_before, 1, "only the prompt, written with A's claim");
@@ -169,7 +169,7 @@ async fn agent_handoff_denies_pending_delegated_tasks() {
     };
     let mut client = env.db().await;
     let tx = client.transaction().await.unwrap();
-    baton_store::invocations::fence(&tx, lead.id, lead.claim_epoch).await.unwrap();
+    baton_store::invocations::fence(&tx, lead.id, lead.claim_epoch, None).await.unwrap();
     let refused = baton_agent::tools::dispatch(&tx, &ctx).await.unwrap();
     tx.rollback().await.unwrap();
     assert!(refused.is_error);

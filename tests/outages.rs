@@ -204,3 +204,53 @@ async fn a_turn_answered_during_a_long_outage_is_kept_and_stored_with_no_turn_as
     let left = std::fs::read_dir(&held).map(Iterator::count).unwrap_or(0);
     assert_eq!(left, 0, "the spilled turn's file is removed once it is stored");
 }
+
+/// A turn's commit goes through but its answer is lost with the connection
+/// (the primary died after its synchronous standby had the commit): the
+/// held turn's next attempt finds the step already stored and the
+/// invocation carries on from it, instead of writing the step twice (a
+/// duplicate transcript row, failing the run as a host error).
+#[tokio::test]
+async fn a_turn_whose_commit_went_through_unconfirmed_is_not_stored_twice_and_the_run_completes() {
+    use baton_tests::pg_cut::CommitCutter;
+    use baton_tests::turns::{self, TurnServer};
+    let _logs = logs::shown_on_failure();
+    let env = TestEnv::new().await;
+    let upstream = env.settings.database_url.split_once('@').map(|(_, rest)| rest).unwrap_or_default();
+    let upstream = upstream.split_once('/').map(|(host, _)| host.to_string()).unwrap_or_default();
+    let cutter = CommitCutter::start(upstream).await;
+    let script = vec![
+        ("workspace_write", serde_json::json!({"path": "output/main.md", "content": "Written once."})),
+        ("workspace_commit", serde_json::json!({})),
+        ("workspace_finish", serde_json::json!({})),
+    ];
+    let server = TurnServer::start(vec![("writer", script)], Duration::from_millis(800)).await;
+    let tools = ["workspace_write", "workspace_commit", "workspace_finish"];
+    let writer = turns::profile("writer", &tools, "", &server.base_url);
+    env.apply_profiles(&format!("[routes]\ndocs_agent = \"writer\"\n\n{writer}")).await;
+    // The invocation role alone talks to the database through the proxy.
+    let others = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
+    let mut through_proxy = env.settings.clone();
+    through_proxy.database_url = cutter.url(&env.settings.database_url);
+    let invocations = baton::fleet::Fleet::start(&through_proxy, &[Role::Invocation]);
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("unconfirmed-commit", "docs_agent", "en")).await;
+
+    // The second turn is being answered: its step's commit is the next one.
+    server.until_asked(2, WAIT).await;
+    cutter.arm();
+    let messages = until_reply(&mut replies, WAIT).await;
+    invocations.stop().await;
+    others.stop().await;
+    let reply = messages.last().unwrap();
+    assert_eq!(cutter.cuts(), 1, "a commit was cut");
+    assert_eq!(reply["status"], "completed", "{messages:?}");
+    assert_eq!(server.repeated(), vec![], "a model turn was asked again");
+    assert_eq!(server.distinct(), 3, "three turns, each asked once");
+    let run = env.run_of("unconfirmed-commit").await.to_string();
+    logs::wait_for_line(WAIT, &[&run, "a held turn was stored by an earlier attempt whose commit was unconfirmed"])
+        .await;
+    assert_eq!(count(&env, "SELECT max(claim_epoch) FROM invocations").await, 1, "claimed once, never taken over");
+    let models = count(&env, "SELECT count(*) FROM steps WHERE kind = 'model_turn'").await;
+    assert_eq!(models, 3, "each turn stored once");
+}

@@ -25,6 +25,7 @@ pub mod browser;
 pub mod http;
 pub mod logs;
 pub mod paced;
+pub mod pg_cut;
 pub mod turns;
 pub mod webhook;
 

@@ -109,6 +109,8 @@ pub(crate) struct StepTx<'a> {
     inv: &'a Invocation,
     epoch: i64,
     next_seq: usize,
+    /// Set by [`StepTx::after`]: the step writes transcript steps from there.
+    writes_steps: bool,
     steps: Vec<(&'static str, Value)>,
     events: Vec<Event>,
     tokens: i64,
@@ -119,7 +121,17 @@ pub(crate) struct StepTx<'a> {
 
 impl<'a> StepTx<'a> {
     pub(crate) fn new(pool: &'a Pool, inv: &'a Invocation, epoch: i64) -> Self {
-        Self { pool, inv, epoch, next_seq: 0, steps: vec![], events: vec![], tokens: 0, lead: None }
+        Self {
+            pool,
+            inv,
+            epoch,
+            next_seq: 0,
+            writes_steps: false,
+            steps: vec![],
+            events: vec![],
+            tokens: 0,
+            lead: None,
+        }
     }
 
     /// Writes `step` (the transcript's step just before this one's) in the
@@ -132,6 +144,7 @@ impl<'a> StepTx<'a> {
     /// The transcript holds `len` steps: the next one written gets seq `len`.
     pub(crate) fn after(mut self, len: usize) -> Self {
         self.next_seq = len;
+        self.writes_steps = true;
         self
     }
 
@@ -205,9 +218,11 @@ impl<'a> StepTx<'a> {
         }
         w.log(self.events.iter().cloned());
         let id = self.inv.id;
+        let first_seq = self.lead.map_or(self.next_seq as i32, |lead| lead.seq);
+        let unstored_from = self.writes_steps.then_some(first_seq);
         let fenced = async {
             match fence {
-                true => Ok(invocations::fence(tx, id, self.epoch).await?),
+                true => Ok(invocations::fence(tx, id, self.epoch, unstored_from).await?),
                 false => Ok(()),
             }
         };

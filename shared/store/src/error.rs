@@ -23,6 +23,12 @@ pub enum Error {
     /// the write was refused and the worker must stop.
     #[error("claim lost: invocation {0} is no longer held at this epoch")]
     Fenced(uuid::Uuid),
+    /// The step being written is already in the transcript: an earlier
+    /// attempt's commit reached the database (and a standby that took over)
+    /// though its answer was lost with the connection. Transient: the
+    /// invocation carries on from what is stored, asking nothing again.
+    #[error("invocation {invocation}'s step {seq} is already stored: an earlier commit went through unconfirmed")]
+    StepStored { invocation: uuid::Uuid, seq: i32 },
     /// The database's migrations are not the ones this binary was built with.
     #[error("{0}")]
     Schema(#[from] baton_domain::schema::Mismatch),
@@ -44,6 +50,7 @@ impl Error {
         match self {
             Error::Db(e) => transient_postgres(e),
             Error::Pool(e) => transient_pool(e),
+            Error::StepStored { .. } => true,
             _ => false,
         }
     }

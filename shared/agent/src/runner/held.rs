@@ -178,6 +178,13 @@ impl Keeping<'_> {
         loop {
             let turn = held.turn()?.into_owned();
             let e = match store(turn).await {
+                // An earlier attempt's commit went through unconfirmed: the
+                // turn is stored; the invocation reads it back and goes on.
+                Err(e @ Error::Store(baton_store::Error::StepStored { .. })) => {
+                    tracing::info!(held_for = ?held.held_for(), tries, "a held turn was stored by an earlier attempt whose commit was unconfirmed");
+                    crate::metrics::held_turn("stored");
+                    return Err(e);
+                }
                 Err(e) if e.is_transient() && !self.kill.is_cancelled() && self.within(&held) => e,
                 Err(e) if e.is_transient() && tries > 0 => {
                     tracing::warn!(error = %e, held_for = ?held.held_for(), "giving up a held turn");

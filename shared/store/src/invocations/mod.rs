@@ -185,14 +185,25 @@ pub async fn renew(c: &impl GenericClient, id: Uuid, epoch: i64, lease: Duration
 /// The fence: locks the invocation row for this transaction and refuses
 /// unless this worker still holds it at `epoch`. Every write made on behalf of
 /// a claim starts here, so a zombie worker changes nothing.
-pub async fn fence(c: &impl GenericClient, id: Uuid, epoch: i64) -> Result<()> {
+///
+/// `unstored_from`: the first transcript seq the step writes. A row at it (or
+/// after) means an earlier attempt of this very step committed though its
+/// answer was lost (the primary died after the synchronous standby had the
+/// commit): refused as [`Error::StepStored`], so the step is not written twice
+/// and the invocation carries on from what is stored. An index probe, no write.
+pub async fn fence(c: &impl GenericClient, id: Uuid, epoch: i64, unstored_from: Option<i32>) -> Result<()> {
     let row = sql::query_opt(
         c,
-        "SELECT 1 FROM invocations WHERE id = $1 AND claim_epoch = $2 AND status = $3 FOR UPDATE",
-        &[&id, &epoch, &RUNNING],
+        "SELECT NOT EXISTS (SELECT 1 FROM transcript t WHERE t.invocation_id = $1 AND t.seq >= $4)
+           FROM invocations WHERE id = $1 AND claim_epoch = $2 AND status = $3 FOR UPDATE",
+        &[&id, &epoch, &RUNNING, &unstored_from],
     )
     .await?;
-    row.map(|_| ()).ok_or(Error::Fenced(id))
+    match row.map(|row| row.get::<_, bool>(0)) {
+        None => Err(Error::Fenced(id)),
+        Some(false) => Err(Error::StepStored { invocation: id, seq: unstored_from.unwrap_or_default() }),
+        Some(true) => Ok(()),
+    }
 }
 
 /// Moves an invocation to a terminal (or parked) state from running.
