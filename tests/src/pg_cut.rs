@@ -90,8 +90,7 @@ async fn proxy(client: TcpStream, server: TcpStream, armed: Arc<AtomicBool>, cut
             Some(message) => message,
             None => break,
         };
-        let is_request =
-            !started && message.len() == 8 && matches!(&message[4..8], [4, 210, 22, 47] | [4, 210, 22, 48]);
+        let is_request = !started && message.len() == 8 && matches!(&message[4..8], [4, 210, 22, 47 | 48]);
         started |= !is_request;
         let commit =
             message.first() == Some(&b'Q') && message.get(5..11).is_some_and(|q| q.eq_ignore_ascii_case(b"COMMIT"));
