@@ -105,6 +105,14 @@ async fn a_question_blocks_the_request_and_its_answer_completes_the_run() {
     let parked =
         env.scalar_i64("SELECT count(*) FROM invocations WHERE status = 'parked' AND lease_owner IS NULL", &[]).await;
     assert_eq!(parked, 1, "while it waits, no worker holds the run");
+    // Operators see the run as blocked, and can list the blocked ones.
+    use baton_domain::run::state::RunState;
+    use baton_store::overview::{runs, RunFilter};
+    let blocked =
+        runs(&env.db().await, &RunFilter { status: Some(RunState::Blocked), ..Default::default() }).await.unwrap();
+    assert_eq!(blocked.iter().map(|r| r.handoff_id.as_deref()).collect::<Vec<_>>(), [Some("ask-1")]);
+    let listed = env.baton_cli(&["runs", "list", "--status", "blocked", "--json"]).await;
+    assert!(listed.contains("\"ask-1\"") && listed.contains("\"blocked\""), "{listed}");
 
     env.send_raw(&answer("a-1", "ask-1", question_id, "yes, go ahead; my key is sk-abcdefghijklmnopqrstuvwx"), None)
         .await;
@@ -113,6 +121,8 @@ async fn a_question_blocks_the_request_and_its_answer_completes_the_run() {
     let messages = until_reply(&mut replies, WAIT).await;
     fleet.stop().await;
     assert_eq!(messages.last().unwrap()["status"], "completed");
+    let running = runs(&env.db().await, &RunFilter { status: Some(RunState::Blocked), ..Default::default() }).await;
+    assert!(running.unwrap().is_empty(), "answered, it is no longer blocked");
 
     let (turns, results) = transcript(&env, "ask-1").await;
     assert_eq!(turns, 4, "ask, write, commit, finish: one model turn each");

@@ -12,7 +12,7 @@ use baton_bus::Outgoing;
 use baton_domain::fleet::Queue;
 use baton_domain::protocol::request::Source;
 use baton_domain::run::journal::JournalEvent;
-use baton_domain::run::state::RunStatus;
+use baton_domain::run::state::{RunState, RunStatus};
 use baton_store::overview::{self, RunFilter};
 use baton_tests::{eventually, sample_request_json, until_reply, TestEnv};
 use serde_json::Value;
@@ -49,15 +49,14 @@ async fn runs_are_listed_newest_first_filtered_and_paged_and_the_json_matches_th
     let all = overview::runs(&c, &RunFilter::default()).await.unwrap();
     let ids: Vec<_> = all.iter().map(|r| r.handoff_id.clone().unwrap()).collect();
     assert_eq!(ids, ["list-c", "list-b", "list-a"], "newest first");
-    assert!(all.iter().all(|r| r.status == RunStatus::Completed && r.source == Some(Source::Weixin)));
+    assert!(all.iter().all(|r| r.status == RunState::Completed && r.source == Some(Source::Weixin)));
     assert_eq!(all[0].agents, ["writer", "editor", "finalizer"], "the foreground chain in order");
     assert_eq!(all[0].tokens, baton_store::runs::tokens_used(&c, all[0].run_id).await.unwrap());
     assert_eq!(all[0].attempt, 1);
 
     let chat1 = overview::runs(&c, &RunFilter { chat: Some("chat-1".into()), ..Default::default() }).await.unwrap();
     assert_eq!(chat1.iter().map(|r| r.handoff_id.as_deref().unwrap()).collect::<Vec<_>>(), ["list-c", "list-a"]);
-    let failed =
-        overview::runs(&c, &RunFilter { status: Some(RunStatus::Failed), ..Default::default() }).await.unwrap();
+    let failed = overview::runs(&c, &RunFilter { status: Some(RunState::Failed), ..Default::default() }).await.unwrap();
     assert!(failed.is_empty());
     let other = overview::runs(&c, &RunFilter { target: Some("codex".into()), ..Default::default() }).await.unwrap();
     assert!(other.is_empty());

@@ -138,10 +138,19 @@ async fn a_model_that_keeps_failing_fails_the_run_with_a_clear_error() {
     let messages = env.run_request("gives-up").await;
     let reply = messages.last().unwrap();
     assert_eq!(reply["status"], "failed");
-    assert!(reply["text"].as_str().unwrap().contains("internal error"), "{reply}");
-    let details = journal_payloads(&env, env.run_of("gives-up").await, JournalEvent::HostError).await;
+    // The model endpoint's failure is its own code, not a host error, and
+    // the bridge reads no endpoint detail.
+    assert_eq!(reply["error"]["code"], "model_unavailable", "{reply}");
+    assert!(reply["text"].as_str().unwrap().contains("model did not answer"), "{reply}");
+    assert!(!reply.to_string().contains("500"), "{reply}");
+    let run = env.run_of("gives-up").await;
+    let details = journal_payloads(&env, run, JournalEvent::HostError).await;
     let detail = details[0]["detail"].as_str().unwrap();
     assert!(detail.contains("after 2 attempts") && detail.contains("500"), "{detail}");
+    // The operator's reason is the endpoint's own words, kept with the run.
+    let listed = baton_store::overview::runs(&env.db().await, &Default::default()).await.unwrap();
+    let reason = listed[0].error.as_ref().map(|e| e.reason().to_string()).unwrap_or_default();
+    assert!(reason.contains("after 2 attempts") && reason.contains("500"), "{reason}");
 }
 
 #[tokio::test]

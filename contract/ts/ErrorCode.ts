@@ -5,4 +5,4 @@
  * The reply's `text` says it to the user in words; the code is for the
  * bridge's own logic.
  */
-export type ErrorCode = "invalid_request" | "no_agent" | "busy" | "budget_exhausted" | "agent.round_budget_exhausted" | "agent.tool_after_finish" | "agent.no_closing_tool" | "agent_timeout" | "agent_output_limit" | "agent_failed" | "agent_interrupted" | "host_error" | "host.profile_unreadable" | "host.claim_failed" | "host.too_many_takeovers" | "failed";
+export type ErrorCode = "invalid_request" | "no_agent" | "busy" | "budget_exhausted" | "agent.round_budget_exhausted" | "agent.tool_after_finish" | "agent.no_closing_tool" | "agent_timeout" | "agent_output_limit" | "agent_failed" | "agent_interrupted" | "model_unavailable" | "host_error" | "host.profile_unreadable" | "host.claim_failed" | "host.too_many_takeovers" | "failed";

@@ -157,7 +157,7 @@ enum RunsCommand {
 
 #[derive(clap::Args)]
 struct RunsList {
-    /// running, completed, failed or cancelled.
+    /// running, blocked (waiting on the user's answer), completed, failed or cancelled.
     #[arg(long)]
     status: Option<String>,
     /// The request's targetAgent.

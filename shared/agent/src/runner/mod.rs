@@ -158,6 +158,8 @@ pub const PERSIST_PATIENCE: std::time::Duration = std::time::Duration::from_secs
 
 /// What agents and users read when the host broke; the journal keeps the details.
 const HOST_ERROR_TEXT: &str = "the agent stopped because of an internal error";
+/// What a bridge reads when the agent's model endpoint failed after its retries.
+const MODEL_UNAVAILABLE_TEXT: &str = "the agent's model did not answer; try again later";
 
 const NUDGE_TEXT: &str = "Your last answer was plain text, which nobody receives. Use your tools to continue: \
 commit and finish the work, or hand it to another agent.";
@@ -229,6 +231,10 @@ impl Runner {
                         ErrorCode::ProfileUnreadable,
                         format!("the agent `{}` could not go on: {unreadable}", inv.profile_id),
                     ),
+                    // The endpoint's own words stay in the run's cause, for operators.
+                    Error::Provider(ProviderError::Failed(_)) => {
+                        (ErrorCode::ModelUnavailable, MODEL_UNAVAILABLE_TEXT.to_string())
+                    }
                     _ => (ErrorCode::HostError, HOST_ERROR_TEXT.to_string()),
                 };
                 patiently(kill, || self.fail(inv, code.as_str(), &text, Some(&detail))).await?;
@@ -509,7 +515,7 @@ impl Runner {
         let failed = step
             .run(|Scope { tx, w, .. }| {
                 Box::pin(async move {
-                    let mut evs = ending::fail_invocation(tx, inv, code, message).await?;
+                    let mut evs = ending::fail_invocation_because(tx, inv, code, message, detail).await?;
                     if let Some(detail) = detail {
                         evs.insert(
                             0,

@@ -107,6 +107,9 @@ wire_enum! {
         AgentFailed => "agent_failed",
         /// An external agent was interrupted (its worker stopped) and its profile does not rerun it.
         AgentInterrupted => "agent_interrupted",
+        /// An agent's model endpoint failed (an HTTP error, unreachable, timed
+        /// out) after its retries; the run's `cause` has the endpoint's words.
+        ModelUnavailable => "model_unavailable",
         /// Baton itself failed (database, broker, serialization); the journal has the detail.
         HostError => "host_error",
         /// An agent's profile could not be read (it changed to something this build cannot run).

@@ -58,6 +58,38 @@ wire_enum! {
     }
 }
 
+wire_enum! {
+    /// A run as operators see it: its [`RunStatus`], except that a running
+    /// run waiting on the user's answer to an `ask_user` question is
+    /// `blocked` (no worker holds it, and it is still live). Derived when
+    /// read, never stored: the state machine has no such state to move through.
+    pub enum RunState {
+        Running => "running",
+        Blocked => "blocked",
+        Completed => "completed",
+        Failed => "failed",
+        Cancelled => "cancelled",
+    }
+}
+
+impl RunState {
+    /// Ended: nothing about it changes any more.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RunState::Completed | RunState::Failed | RunState::Cancelled)
+    }
+
+    /// The state of a run of `status`, `waiting` on a question or not.
+    pub fn of(status: RunStatus, waiting: bool) -> Self {
+        match status {
+            RunStatus::Running if waiting => RunState::Blocked,
+            RunStatus::Running => RunState::Running,
+            RunStatus::Completed => RunState::Completed,
+            RunStatus::Failed => RunState::Failed,
+            RunStatus::Cancelled => RunState::Cancelled,
+        }
+    }
+}
+
 impl InvocationKind {
     /// Root and handoff stages own the run's foreground; children never do.
     pub fn is_foreground(self) -> bool {
@@ -131,15 +163,46 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// The key of a run's failure that holds the host's own words for what
+    /// went wrong (a model endpoint's HTTP status and body, say), for
+    /// operators: the bridge reads `message` only.
+    pub const CAUSE: &'static str = "cause";
+
     /// The failure as the JSON it is stored as.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).expect("a failure always serializes")
+    }
+
+    /// Why it failed, for an operator: the recorded cause, else the message.
+    pub fn reason(&self) -> &str {
+        self.details.get(Self::CAUSE).and_then(Value::as_str).unwrap_or(&self.message)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_running_run_waiting_on_a_question_is_blocked() {
+        assert_eq!(RunState::of(RunStatus::Running, true), RunState::Blocked);
+        assert_eq!(RunState::of(RunStatus::Running, false), RunState::Running);
+        assert_eq!(RunState::of(RunStatus::Cancelled, true), RunState::Cancelled);
+        assert_eq!(RunState::parse("blocked"), Some(RunState::Blocked));
+    }
+
+    #[test]
+    fn a_failures_reason_is_its_cause_when_one_was_recorded() {
+        let plain: Failure =
+            serde_json::from_value(serde_json::json!({"code": "failed", "message": "it broke"})).unwrap();
+        assert_eq!(plain.reason(), "it broke");
+        let caused: Failure = serde_json::from_value(
+            serde_json::json!({"code": "model_unavailable", "message": "the model did not answer", "cause": "HTTP 500: overloaded"}),
+        )
+        .unwrap();
+        assert_eq!(caused.reason(), "HTTP 500: overloaded");
+        assert_eq!(caused.to_value()["cause"], "HTTP 500: overloaded", "the cause is kept where it is stored");
+    }
 
     #[test]
     fn statuses_round_trip_through_their_text() {

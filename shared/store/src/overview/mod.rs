@@ -9,7 +9,7 @@ pub mod gauges;
 
 use baton_domain::protocol::conversation::question::QuestionState;
 use baton_domain::protocol::request::{HandoffStatus, Source, TargetAgent};
-use baton_domain::run::state::{InvocationKind, InvocationStatus, RunStatus};
+use baton_domain::run::state::{Failure, InvocationKind, InvocationStatus, RunState, RunStatus};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde::Serialize;
@@ -22,7 +22,8 @@ use crate::{sql, Result};
 /// last row of the previous page (its `created_at` and `run_id`).
 #[derive(Debug, Clone)]
 pub struct RunFilter {
-    pub status: Option<RunStatus>,
+    /// `blocked` finds the running runs waiting on a question.
+    pub status: Option<RunState>,
     /// The request's `targetAgent`.
     pub target: Option<String>,
     /// The request's `replyToChatId`.
@@ -47,7 +48,7 @@ impl Default for RunFilter {
 pub struct RunRow {
     pub run_id: Uuid,
     pub handoff_id: Option<String>,
-    pub status: RunStatus,
+    pub status: RunState,
     pub target: Option<String>,
     pub chat: Option<String>,
     pub source: Option<Source>,
@@ -58,6 +59,8 @@ pub struct RunRow {
     pub attempt: i32,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// Why it failed or was cancelled ([`Failure::reason`] for an operator).
+    pub error: Option<Failure>,
 }
 
 impl RunRow {
@@ -67,14 +70,20 @@ impl RunRow {
     }
 }
 
+/// A run's [`RunState`], in SQL (`r` is the run): `blocked` while running
+/// with an open question that has not expired.
+pub const RUN_STATE_SQL: &str = "CASE WHEN r.status = 'running' AND EXISTS
+       (SELECT 1 FROM questions q WHERE q.run_id = r.id AND q.state = 'open' AND q.expires_at > now())
+     THEN 'blocked' ELSE r.status END";
+
 const RUNS: &str = "
-SELECT r.id, r.handoff_id, r.status, h.target_agent, h.reply_chat_id, h.source,
+SELECT r.id, r.handoff_id, r.state, h.target_agent, h.reply_chat_id, h.source,
        coalesce((SELECT array_agg(i.profile_id ORDER BY i.created_at, i.id) FROM invocations i
                   WHERE i.run_id = r.id AND i.kind = ANY($9)), '{}'),
        coalesce((SELECT sum(i.tokens_used) FROM invocations i WHERE i.run_id = r.id), 0)::bigint,
-       r.attempt, r.created_at, r.finished_at
-  FROM runs r LEFT JOIN handoff_requests h ON h.id = r.handoff_id
- WHERE ($1::text IS NULL OR r.status = $1)
+       r.attempt, r.created_at, r.finished_at, r.error
+  FROM (SELECT r.*, {state} AS state FROM runs r) r LEFT JOIN handoff_requests h ON h.id = r.handoff_id
+ WHERE ($1::text IS NULL OR r.state = $1)
    AND ($2::text IS NULL OR h.target_agent = $2)
    AND ($3::text IS NULL OR h.reply_chat_id = $3)
    AND ($4::text IS NULL OR h.source = $4)
@@ -87,11 +96,13 @@ SELECT r.id, r.handoff_id, r.status, h.target_agent, h.reply_chat_id, h.source,
 pub async fn runs(c: &impl GenericClient, filter: &RunFilter) -> Result<Vec<RunRow>> {
     let foreground = [InvocationKind::Root.as_str(), InvocationKind::Handoff.as_str()];
     let (before_at, before_id) = filter.before.unzip();
+    static QUERY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let query = QUERY.get_or_init(|| RUNS.replace("{state}", RUN_STATE_SQL));
     let rows = sql::query(
         c,
-        RUNS,
+        query,
         &[
-            &filter.status.map(RunStatus::as_str),
+            &filter.status.map(RunState::as_str),
             &filter.target,
             &filter.chat,
             &filter.source.map(Source::as_str),
@@ -123,6 +134,7 @@ fn run_row(r: &tokio_postgres::Row) -> Result<RunRow> {
         attempt: r.get(8),
         created_at: r.get(9),
         finished_at: r.get(10),
+        error: at.json_opt(r, 11)?,
     })
 }
 

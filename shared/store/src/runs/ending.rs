@@ -49,6 +49,19 @@ pub async fn fail_invocation(
     code: &str,
     message: &str,
 ) -> Result<Vec<Event>> {
+    fail_invocation_because(c, inv, code, message, None).await
+}
+
+/// [`fail_invocation`], with the host's own words for the cause: an owner's
+/// run keeps them for operators (`cause`); a child's task does not (its
+/// parent agent reads the task's error, and host details are not for agents).
+pub async fn fail_invocation_because(
+    c: &impl GenericClient,
+    inv: &Invocation,
+    code: &str,
+    message: &str,
+    cause: Option<&str>,
+) -> Result<Vec<Event>> {
     let error: Value = json!({"code": code, "message": message});
     if inv.kind == InvocationKind::Child {
         lock_parent(c, inv).await?;
@@ -64,8 +77,20 @@ pub async fn fail_invocation(
             events.push(Event::new(JournalEvent::TaskFailed, Some(inv.id), json!({"taskId": task})));
         }
     }
-    events.extend(fail_run(c, inv.run_id, &error).await?);
+    let mut run_error = error;
+    if let Some(cause) = cause {
+        run_error[baton_domain::run::state::Failure::CAUSE] = Value::from(clip(cause, 2000));
+    }
+    events.extend(fail_run(c, inv.run_id, &run_error).await?);
     Ok(events)
+}
+
+/// The first `max` characters of `text`.
+fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
 }
 
 /// Ends a run as failed (no-op when it already ended).

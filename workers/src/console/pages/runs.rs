@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Extension;
 use baton_domain::protocol::request::Source;
-use baton_domain::run::state::RunStatus;
+use baton_domain::run::state::RunState;
 use baton_store::overview::{RunFilter, RunRow};
 use chrono::{DateTime, Utc};
 use minijinja::context;
@@ -73,7 +73,7 @@ impl Filters {
     fn parse(&self, now: DateTime<Utc>) -> Result<RunFilter, String> {
         let some = |s: &str| Some(s.trim().to_string()).filter(|s| !s.is_empty());
         let status =
-            some(&self.status).map(|s| RunStatus::parse(&s).ok_or(format!("`{s}` is not a run status"))).transpose()?;
+            some(&self.status).map(|s| RunState::parse(&s).ok_or(format!("`{s}` is not a run status"))).transpose()?;
         let source =
             some(&self.source).map(|s| Source::parse(&s).ok_or(format!("`{s}` is not a source"))).transpose()?;
         let since = some(&self.since)
@@ -125,7 +125,8 @@ pub async fn list(
         Err(problem) => (vec![], Some(problem)),
     };
     let older = (rows.len() as i64 == PAGE).then(|| filters.url(rows.last().map(RunRow::key)));
-    let live = rows.iter().any(|r| !r.status.is_terminal());
+    // Only a running run changes while nobody acts: a blocked one waits for its answer.
+    let live = rows.iter().any(|r| r.status == RunState::Running);
     let status = if problem.is_some() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
     let page = state.views.page(
         &op,
@@ -133,7 +134,7 @@ pub async fn list(
         context! {
             nav => "runs",
             runs => rows.iter().map(row).collect::<Vec<_>>(),
-            statuses => RunStatus::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+            statuses => RunState::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
             sources => Source::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
             paged => !filters.before.is_empty(),
             newest => filters.url(None),
