@@ -70,12 +70,7 @@ pub async fn prepare_database(settings: &Settings) -> anyhow::Result<usize> {
 pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     step("checking PostgreSQL and RabbitMQ");
-    let broker = Connection::open(&settings.amqp_url, "baton-demo-bridge").await.with_context(|| {
-        format!(
-            "RabbitMQ is not reachable at {}. Start it (on this machine: `rabbitmq-server -detached`) or set AMQP_URL.",
-            settings.amqp_url_redacted()
-        )
-    })?;
+    let broker = crate::operator::dead_letters::open(settings, "baton-demo-bridge").await?;
     let applied = prepare_database(settings).await?;
     step(&format!("database migrated ({applied} new migration(s))"));
     let coding = match coding::cli_of(&args.target).filter(|_| args.profiles.is_none()) {

@@ -13,7 +13,21 @@ pub const LIST_LIMIT: usize = 1000;
 
 /// A connection for one operator command, named so in the management UI.
 pub async fn connect(settings: &Settings) -> anyhow::Result<Connection> {
-    Ok(Connection::open(&settings.amqp_url, "baton-operator").await?)
+    open(settings, "baton-operator").await
+}
+
+/// A connection named `name`. Its error says what is wrong (the bus tells
+/// a broker that is down from a refused login or an unknown vhost); only a
+/// broker that is not reachable gets the hint to start it.
+pub async fn open(settings: &Settings, name: &str) -> anyhow::Result<Connection> {
+    Connection::open(&settings.amqp_url, name).await.map_err(|e| {
+        let down = matches!(e.connect_failure(), Some(baton_bus::ConnectFailure::Unreachable));
+        let hint = "Start it (on this machine: `rabbitmq-server -detached`) or set AMQP_URL.";
+        match down {
+            true => anyhow::anyhow!("{e}. {hint}"),
+            false => anyhow::Error::new(e),
+        }
+    })
 }
 
 pub async fn list(settings: &Settings) -> anyhow::Result<Vec<DeadLetter>> {
