@@ -7,8 +7,6 @@
 
 mod coding;
 
-pub use coding::find_program;
-
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
