@@ -213,7 +213,7 @@ impl Reader<'_> {
         PublicUrl::parse(&value).map_err(|why| self.problems.push(format!("{name}={why}"))).ok()
     }
 
-    /// `AMQP_URL`: one broker URL or several, each one lapin can read.
+    /// `AMQP_URL`: one broker URL or several, each a well-formed AMQP URL.
     fn amqp_url(&mut self) -> String {
         let value = self.text("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f");
         let bad = baton_bus::broker_urls(&value).filter_map(|url| baton_bus::check_url(url).err());

@@ -84,7 +84,7 @@ impl ReplyQueues for Stored<'_> {
     }
 }
 /// Lines of a body `baton dead list` shows at most (`--json` has it all).
-const BODY_LINES: usize = 40;
+const BODY_LINES: usize = 80;
 
 /// The dead letters, one block each: its id, where it came from, its whole
 /// reason and its body made readable (a JSON body decoded and indented).
