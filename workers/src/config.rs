@@ -213,6 +213,14 @@ impl Reader<'_> {
         PublicUrl::parse(&value).map_err(|why| self.problems.push(format!("{name}={why}"))).ok()
     }
 
+    /// `AMQP_URL`: one broker URL or several, each a well-formed AMQP URL.
+    fn amqp_url(&mut self) -> String {
+        let value = self.text("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f");
+        let bad = baton_bus::broker_urls(&value).filter_map(|url| baton_bus::check_url(url).err());
+        self.problems.extend(bad.map(|why| format!("AMQP_URL: {why}")));
+        value
+    }
+
     /// The kinds of invocation queue a worker consumes: both by default.
     fn invocation_queues(&mut self) -> Vec<InvocationQueue> {
         let name = "BATON_INVOCATION_QUEUES";
@@ -267,7 +275,7 @@ impl Settings {
         let max_takeovers = r.count("BATON_MAX_TAKEOVERS", 3u16);
         let settings = Self {
             database_url: r.text("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/baton"),
-            amqp_url: r.text("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
+            amqp_url: r.amqp_url(),
             queue_prefix: r.text("BATON_QUEUE_PREFIX", ""),
             lease: r.above_zero("BATON_LEASE_MS", lease, "every claim would lapse at once"),
             prefetch: {
@@ -514,6 +522,14 @@ mod parsing {
             problems(&[("BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "2.5")]),
             ["BATON_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS=2.5 is not a whole number of milliseconds"]
         );
+    }
+
+    #[test]
+    fn a_malformed_amqp_url_is_a_bad_setting_and_a_list_is_checked_url_by_url() {
+        let found = problems(&[("AMQP_URL", "amqp://n1:5672/%2f,amqp//guest:pw@n2")]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("AMQP_URL: ") && found[0].contains("is not an AMQP URL"), "{found:?}");
+        assert!(parse(&[("AMQP_URL", "amqp://u:p@n1:5672/%2f, amqp://u:p@n2:5673/vh")]).is_ok());
     }
 
     #[test]

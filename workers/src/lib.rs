@@ -10,6 +10,7 @@
 //! - [`health`]: the metrics listener (`/metrics`, `/healthz`, `/readyz`) and `baton health`.
 //! - [`startup`]: the schema check `baton up` makes before any role starts.
 //! - [`operator`]: operator actions such as cancelling a run.
+//! - [`profiles_check`]: `baton profiles check`: what each profile still needs here.
 //! - [`timeline`]: a run's journal as a readable table.
 //! - [`console`]: the operator's web console (the `admin` role).
 //! - [`contract`]: `baton contract`, the bridge's JSON Schemas and TypeScript types generated from the domain's.
@@ -26,6 +27,7 @@ pub mod health;
 pub mod metrics;
 pub mod model_server;
 pub mod operator;
+pub mod profiles_check;
 pub mod roles;
 pub mod startup;
 pub mod telemetry;

@@ -118,7 +118,7 @@ enum HandoffCommand {
 enum ProfilesCommand {
     /// Validate a profiles file and load it into Postgres.
     Apply { file: std::path::PathBuf },
-    /// Validate a profiles file and say what each profile still needs.
+    /// Validate a profiles file and say what each profile still needs; exit 1 when one is not ready.
     Check { file: std::path::PathBuf },
 }
 
@@ -126,9 +126,11 @@ enum ProfilesCommand {
 enum RunsCommand {
     /// Runs, newest first.
     List(RunsList),
-    /// Print a run's timeline across agents.
+    /// A run's header (status, reason, handoff, chain, duration, tokens),
+    /// who did what, and its timeline across agents.
     Show {
-        run: uuid::Uuid,
+        /// The run's id, or its handoff's (the request's `id`).
+        id: String,
         /// Also each agent's transcript: prompt, model turns, tool calls and results.
         #[arg(long)]
         transcript: bool,
@@ -241,62 +243,16 @@ async fn profiles(settings: &Settings, command: ProfilesCommand) -> anyhow::Resu
         }
         ProfilesCommand::Check { file } => {
             let parsed = read_profiles(&file)?;
-            for p in &parsed.profiles {
-                println!("{:<16} {:<9} {}", p.id, p.model.provider_name(), readiness(p));
-            }
-            for line in callback_readiness(&parsed.callbacks) {
-                println!("{line}");
+            let report = baton::profiles_check::check(&parsed, |name| std::env::var(name).ok());
+            report.lines.iter().for_each(|line| println!("{line}"));
+            if !report.problems.is_empty() {
+                eprintln!("{}: {} profile(s) not ready:", file.display(), report.problems.len());
+                report.problems.iter().for_each(|problem| eprintln!("  {problem}"));
+                std::process::exit(1);
             }
         }
     }
     Ok(())
-}
-
-/// What `profiles check` says of one profile: ready, or what it still needs.
-fn readiness(p: &baton_domain::profiles::Profile) -> String {
-    let mut missing: Vec<String> = p.model.missing_configuration().iter().map(ToString::to_string).collect();
-    let key_var = match &p.model {
-        baton_domain::profiles::ModelBinding::Openai { api_key_env, .. } => api_key_env.as_ref(),
-        other => other.coding().and_then(|(_, b)| b.api_key_env.as_ref()),
-    };
-    if let Some(var) = key_var.filter(|var| std::env::var(var).is_err()) {
-        missing.push(format!("environment variable {var}"));
-    }
-    // A coding CLI must be installed where the worker looks for it.
-    if let Some((cli, binding)) = p.model.coding() {
-        let bin = baton_agent::providers::coding::program_of(cli, binding);
-        if baton::demo::find_program(&bin).is_none() {
-            missing.push(format!(
-                "the `{bin}` program ({}; `npm install --prefix agents` installs it)",
-                cli.display_name()
-            ));
-        }
-    }
-    match (missing.is_empty(), p.model.unavailable()) {
-        (false, _) => format!("requires configuration: {}", missing.join(", ")),
-        (true, Some(why)) => format!("not runnable: {why}"),
-        (true, None) => "ready".to_string(),
-    }
-}
-
-/// What `profiles check` says of status callbacks: where they may go, and
-/// whether each source's secret is set (and usable) in this environment.
-fn callback_readiness(config: &baton_domain::protocol::callback::CallbacksConfig) -> Vec<String> {
-    let mut lines = vec![if config.allowed_origins.is_empty() {
-        format!("{:<26} refused: no allowed_origins", "callbacks")
-    } else {
-        format!("{:<26} allowed to {}", "callbacks", config.allowed_origins.join(", "))
-    }];
-    for (source, signing) in &config.sources {
-        let var = &signing.secret_env;
-        let state = match std::env::var(var).map(|v| baton_domain::protocol::callback::sign::Secret::parse(&v)) {
-            Ok(Ok(_)) => "ready".to_string(),
-            Ok(Err(e)) => format!("requires configuration: environment variable {var} ({e})"),
-            Err(_) => format!("requires configuration: environment variable {var}"),
-        };
-        lines.push(format!("{:<26} {state}", format!("callbacks.sources.{source}")));
-    }
-    lines
 }
 
 /// Runs the roles once the database's schema is this binary's; a signal
@@ -331,7 +287,7 @@ async fn runs(settings: &Settings, command: RunsCommand) -> anyhow::Result<()> {
     let pool = baton_store::pool(&settings.database_url, 1)?;
     match command {
         RunsCommand::List(args) => runs_list(&pool, args).await?,
-        RunsCommand::Show { run, transcript, json } => runs_show(&pool, run, transcript, json).await?,
+        RunsCommand::Show { id, transcript, json } => runs_show(&pool, &id, transcript, json).await?,
         RunsCommand::Retry { run } => {
             let attempt = baton::operator::retry_run(&pool, run).await?;
             println!("run {run} resumes (attempt {attempt}); the bridge is told `running`, then gets the new reply");
@@ -376,24 +332,25 @@ async fn runs_list(pool: &baton_store::Pool, args: RunsList) -> anyhow::Result<(
     Ok(())
 }
 
-async fn runs_show(pool: &baton_store::Pool, run: uuid::Uuid, transcript: bool, json: bool) -> anyhow::Result<()> {
+async fn runs_show(pool: &baton_store::Pool, id: &str, transcript: bool, json: bool) -> anyhow::Result<()> {
+    use baton::operator::{listing, show};
     let c = pool.get().await?;
-    if json || transcript {
-        let shown = baton::operator::listing::run_json(&c, run, transcript).await?;
-        if json {
-            println!("{}", serde_json::to_string_pretty(&shown)?);
-            return Ok(());
-        }
-        print!("{}", baton::operator::listing::transcript_text(&shown));
-        println!();
+    let run = show::resolve(&c, id).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&listing::run_json(&c, &run, transcript).await?)?);
+        return Ok(());
     }
-    let events = baton_store::journal::timeline(&c, run).await?;
+    print!("{}", show::render(&show::header(&c, &run).await?, chrono::Utc::now()));
+    if transcript {
+        print!("{}", listing::transcript_text(&listing::run_json(&c, &run, true).await?));
+    }
+    println!();
+    let events = baton_store::journal::timeline(&c, run.id).await?;
     print!("{}", baton::timeline::render(&events));
     if let Some(throttled) = baton::timeline::render_throttled(&events) {
         println!("{throttled}");
     }
-    println!("tokens used: {}", baton_store::runs::tokens_used(&c, run).await?);
-    if let Some(spend) = baton_store::runs::budgets::get(&c, run).await? {
+    if let Some(spend) = baton_store::runs::budgets::get(&c, run.id).await? {
         println!("{}", baton::timeline::render_spend(&spend));
     }
     Ok(())

@@ -36,8 +36,47 @@ fn profiles_check_names_what_an_incomplete_binding_lacks() {
     std::fs::write(&file, "[[profiles]]\nid = \"coder\"\nname = \"Coder\"\ndescription = \"Codes.\"\n[profiles.model]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n").unwrap();
     let (ok, text) = baton(&["profiles", "check", file.to_str().unwrap()]);
     std::fs::remove_dir_all(&dir).unwrap();
-    assert!(ok, "{text}");
+    assert!(!ok, "a profile that requires configuration fails the check: {text}");
     assert!(text.contains("coder") && text.contains("requires configuration: model"), "{text}");
+    assert!(text.contains("profile `coder` requires configuration: model"), "{text}");
+}
+
+#[test]
+fn profiles_check_fails_for_an_unset_key_variable_and_for_a_hosted_endpoint_without_a_key() {
+    let dir = std::env::temp_dir().join(format!("baton-cli-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let check = |model: &str, vars: &[(&str, &str)]| {
+        let file = dir.join("profiles.toml");
+        let text = format!(
+            "[[profiles]]\nid = \"writer\"\nname = \"Writer\"\ndescription = \"Writes.\"\n[profiles.model]\n\
+             provider = \"openai\"\nmodel = \"deepseek-chat\"\n{model}\n"
+        );
+        std::fs::write(&file, text).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_baton"));
+        command.args(["profiles", "check", file.to_str().unwrap()]).env_remove("BATON_TEST_KEY");
+        vars.iter().for_each(|(k, v)| {
+            command.env(k, v);
+        });
+        let out = command.output().expect("run baton");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let hosted = "base_url = \"https://api.deepseek.com/v1\"";
+    let (code, err) = check(&format!("{hosted}\napi_key_env = \"BATON_TEST_KEY\""), &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("profile `writer` requires configuration: environment variable BATON_TEST_KEY"), "{err}");
+    let (code, err) = check(&format!("{hosted}\napi_key_env = \"BATON_TEST_KEY\""), &[("BATON_TEST_KEY", "sk-test")]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = check(hosted, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(
+            "profile `writer` requires configuration: api_key_env: https://api.deepseek.com/v1 is a hosted endpoint"
+        ),
+        "{err}"
+    );
+    let (code, err) = check("base_url = \"http://127.0.0.1:11434/v1\"", &[]);
+    assert_eq!(code, Some(0), "a model served beside the fleet needs no key: {err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -11,17 +11,20 @@
 //! - [`consume`]: the consume loop, deliveries, ack and dead-lettering.
 //! - [`metrics`]: the dead-letter counter and its bounded labels.
 //! - [`dead`]: what is in `baton.dead`: list, replay to the source queue, discard.
+//! - [`failure`]: why a connection failed (down, login refused, unknown vhost), in an operator's words.
 //! - `connection`: a role's connection: topology, publishers, consumers.
 
 pub mod connection;
 pub mod consume;
 pub mod dead;
+pub mod failure;
 pub mod metrics;
 pub mod publish;
 pub mod topology;
 
 pub use connection::Connection;
 pub use consume::{DeadLetters, Delivery};
+pub use failure::{check_url, ConnectFailure};
 pub use lapin;
 pub use publish::{Outgoing, Pending, Published, Publisher, Settled};
 pub use topology::Queues;
@@ -34,6 +37,17 @@ pub enum Error {
     Nacked(String),
     #[error("no broker URL given")]
     NoBrokerUrl,
+    /// `AMQP_URL` names something that is not an AMQP URL.
+    #[error("{0}")]
+    BadUrl(String),
+    /// The broker at `broker` (`host:port`) could not be connected to, for `failure`.
+    #[error("{}", failure.explain(broker))]
+    Connect {
+        broker: String,
+        failure: ConnectFailure,
+        #[source]
+        source: lapin::Error,
+    },
     #[error("the broker closed the consumer on {0}")]
     ConsumerClosed(String),
     /// Work a consumer handed to another task failed: see [`consume::Broken`].
@@ -45,12 +59,23 @@ impl Error {
     /// Whether the failure will likely pass on its own, so the work is worth
     /// trying again on a new connection: a lost connection or channel, a
     /// message the broker refused for now. A missing broker URL will not
-    /// pass; a consumer the broker closed (its queue deleted, its node gone)
-    /// and work that failed beside the consumer are reported as failures.
+    /// pass, nor will a malformed one; a consumer the broker closed (its
+    /// queue deleted, its node gone) and work that failed beside the
+    /// consumer are reported as failures. A failed connect is worth trying
+    /// again whatever its cause (a password rotated, a vhost being created),
+    /// so a role keeps reconnecting; its log says why each try failed.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Amqp(_) | Error::Nacked(_) => true,
-            Error::NoBrokerUrl | Error::ConsumerClosed(_) | Error::Broken(_) => false,
+            Error::Amqp(_) | Error::Nacked(_) | Error::Connect { .. } => true,
+            Error::NoBrokerUrl | Error::BadUrl(_) | Error::ConsumerClosed(_) | Error::Broken(_) => false,
+        }
+    }
+
+    /// Why a connect failed, when this is a failed connect.
+    pub fn connect_failure(&self) -> Option<&ConnectFailure> {
+        match self {
+            Error::Connect { failure, .. } => Some(failure),
+            _ => None,
         }
     }
 
@@ -100,16 +125,13 @@ pub async fn connect_with_heartbeat(urls: &str, name: &str, heartbeat: Option<u1
     let props = lapin::ConnectionProperties::default().with_connection_name(name.into());
     let mut failure = Error::NoBrokerUrl;
     for url in broker_urls(urls) {
-        let connected = match with_frame_max(url).map(|uri| with_heartbeat(uri, heartbeat)) {
-            Some(uri) => lapin::Connection::connect_uri(uri, props.clone()).await,
-            // lapin says what is wrong with the URL.
-            None => lapin::Connection::connect(url, props.clone()).await,
-        };
-        match connected {
+        let uri = with_frame_max(url).ok_or_else(|| Error::BadUrl(check_url(url).err().unwrap_or_default()))?;
+        match lapin::Connection::connect_uri(with_heartbeat(uri, heartbeat), props.clone()).await {
             Ok(conn) => return Ok(conn),
             Err(e) => {
-                tracing::warn!(broker = %host_of(url), error = %e, "broker unavailable");
-                failure = Error::Amqp(e);
+                let why = ConnectFailure::of(url, &e);
+                tracing::warn!(broker = %host_of(url), error = %why.explain(&host_of(url)), "broker unavailable");
+                failure = Error::Connect { broker: host_of(url), failure: why, source: e };
             }
         }
     }

@@ -71,14 +71,16 @@ impl Queues {
     /// Declares the exchange and queues (idempotent: safe at every start-up).
     ///
     /// `baton.dead` gets its length limit (`x-max-length`, `x-overflow:
-    /// drop-head`) only when this declaration creates it. A queue's
-    /// arguments cannot change once it exists (declaring it with others
-    /// fails with PRECONDITION_FAILED on every start), so an existing
-    /// `baton.dead` (a deployment from before the limit, or one created with
-    /// another limit) is left as it is, and checked for only by a passive
-    /// declare; a broker policy limits it instead (see the README).
+    /// drop-head`). A queue's arguments cannot change once it exists, so an
+    /// existing `baton.dead` declared otherwise (a deployment from before
+    /// the limit, or one created with another limit) is left as it is: its
+    /// declaration, on a channel of its own, fails with PRECONDITION_FAILED
+    /// and the rest goes on; a broker policy limits it instead (see the
+    /// README). It is declared, not probed first with a passive declare: a
+    /// probe of a queue that does not exist yet closes its channel, which
+    /// the AMQP library logs as an error at every first start.
     pub async fn declare(&self, conn: &lapin::Connection) -> Result<()> {
-        let dead_exists = self.exists(conn, &self.name(Queue::Dead)).await?;
+        self.declare_dead(conn).await?;
         let channel = conn.create_channel().await?;
         let dlx = self.prefixed(DEAD_LETTER_EXCHANGE);
         let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
@@ -94,14 +96,10 @@ impl Queues {
             let name = self.name(queue);
             // The dead-letter queues themselves have no delivery limit and no
             // dead-letter exchange: what reaches them stays until read.
-            let mut args = quorum_args(if queue.is_dead_letter() { None } else { Some(&dlx) });
             if queue == Queue::Dead {
-                if dead_exists {
-                    continue;
-                }
-                args.insert("x-max-length".into(), AMQPValue::LongLongInt(self.dead_max_length));
-                args.insert("x-overflow".into(), AMQPValue::LongString("drop-head".into()));
+                continue;
             }
+            let args = quorum_args(if queue.is_dead_letter() { None } else { Some(&dlx) });
             let opts = QueueDeclareOptions { durable: true, ..Default::default() };
             channel.queue_declare(name.as_str().into(), opts, args).await?;
         }
@@ -130,17 +128,20 @@ impl Queues {
         Ok(())
     }
 
-    /// Whether a queue exists, by a passive declare on a channel of its own
-    /// (the broker closes that channel when the queue does not exist).
-    async fn exists(&self, conn: &lapin::Connection, name: &str) -> Result<bool> {
-        let probe = conn.create_channel().await?;
-        let passive = QueueDeclareOptions { passive: true, ..Default::default() };
-        match probe.queue_declare(name.into(), passive, FieldTable::default()).await {
+    /// Declares `baton.dead` with its length limit on a channel of its own;
+    /// one that exists with other arguments is left as it is.
+    async fn declare_dead(&self, conn: &lapin::Connection) -> Result<()> {
+        let channel = conn.create_channel().await?;
+        let mut args = quorum_args(None);
+        args.insert("x-max-length".into(), AMQPValue::LongLongInt(self.dead_max_length));
+        args.insert("x-overflow".into(), AMQPValue::LongString("drop-head".into()));
+        let opts = QueueDeclareOptions { durable: true, ..Default::default() };
+        match channel.queue_declare(self.name(Queue::Dead).as_str().into(), opts, args).await {
             Ok(_) => {
-                let _ = probe.close(200, "checked".into()).await;
-                Ok(true)
+                let _ = channel.close(200, "declared".into()).await;
+                Ok(())
             }
-            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) if is_precondition_failed(&e) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -157,9 +158,9 @@ impl Queues {
     }
 }
 
-fn is_not_found(e: &lapin::Error) -> bool {
+fn is_precondition_failed(e: &lapin::Error) -> bool {
     use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
-    matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if matches!(p.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)))
+    matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if matches!(p.kind(), AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED)))
 }
 
 fn quorum_args(dead_letter_exchange: Option<&str>) -> FieldTable {

@@ -11,6 +11,7 @@ use anyhow::{bail, Context};
 use baton_domain::profiles::coding::CodingCli;
 
 use crate::model_server::{Api, ModelServer, Script};
+use crate::profiles_check::find_program;
 
 /// The variable the demo's profile names for its (scripted) model's key.
 const KEY_VAR: &str = "BATON_DEMO_MODEL_KEY";
@@ -55,15 +56,6 @@ pub fn find_cli(cli: CodingCli) -> anyhow::Result<PathBuf> {
             cli.display_name()
         )
     })
-}
-
-/// A program by path, or by name on the PATH.
-pub fn find_program(name: &str) -> Option<PathBuf> {
-    if name.contains('/') {
-        return Path::new(name).is_file().then(|| PathBuf::from(name));
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 impl CodingDemo {

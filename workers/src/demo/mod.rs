@@ -1,13 +1,16 @@
-//! `baton demo`: migrate, load the example profiles, start every role in this
-//! process, send a WeChat-style request through `baton.bridge.requests`, and
-//! print the run's timeline and the reply the bridge received.
+//! `baton demo`: migrate, load the example profiles of the language asked
+//! for, start every role in this process, send a WeChat-style request
+//! through `baton.bridge.requests`, and print who did what (one row per
+//! agent) and the reply the bridge received.
 //!
-//! `coding`: `--target codex` (or `claude_code`, `qwen_code`, `gemini_cli`)
-//! runs that real CLI on a throwaway project against a scripted model.
+//! - `request`: the request it sends and the built-in profiles of each language.
+//! - `guard`: it never replaces a fleet's profiles (a database's own set is left alone).
+//! - `coding`: `--target codex` (or `claude_code`, `qwen_code`, `gemini_cli`)
+//!   runs that real CLI on a throwaway project against a scripted model.
 
 mod coding;
-
-pub use coding::find_program;
+mod guard;
+mod request;
 
 use std::time::{Duration, Instant};
 
@@ -15,14 +18,11 @@ use anyhow::{bail, Context};
 use baton_bus::{Connection, Outgoing};
 use baton_domain::fleet::Queue;
 use baton_domain::profiles::ProfilesFile;
-use baton_domain::protocol::request::sample_request_json;
 use serde_json::Value;
 
 use crate::config::Settings;
 use crate::fleet::Fleet;
 use crate::roles::Role;
-
-const EXAMPLE_PROFILES: &str = include_str!("../../../examples/profiles.toml");
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
@@ -69,13 +69,9 @@ pub async fn prepare_database(settings: &Settings) -> anyhow::Result<usize> {
 
 pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     let started = Instant::now();
+    request::check_language(&args.language)?;
     step("checking PostgreSQL and RabbitMQ");
-    let broker = Connection::open(&settings.amqp_url, "baton-demo-bridge").await.with_context(|| {
-        format!(
-            "RabbitMQ is not reachable at {}. Start it (on this machine: `rabbitmq-server -detached`) or set AMQP_URL.",
-            settings.amqp_url_redacted()
-        )
-    })?;
+    let broker = crate::operator::dead_letters::open(settings, "baton-demo-bridge").await?;
     let applied = prepare_database(settings).await?;
     step(&format!("database migrated ({applied} new migration(s))"));
     let coding = match coding::cli_of(&args.target).filter(|_| args.profiles.is_none()) {
@@ -98,7 +94,7 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
             args.target = demo.target.clone();
             demo.profiles.clone()
         }
-        (None, None) => EXAMPLE_PROFILES.to_string(),
+        (None, None) => request::example_profiles(&args.language).to_string(),
     };
     let mut profiles = ProfilesFile::parse(&text)?;
     if args.ask {
@@ -108,8 +104,17 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
         profiles.routes.insert(args.target.clone(), ASKING_PROFILE.to_string());
     }
     let pool = baton_store::pool(&settings.database_url, 2)?;
-    baton_store::profiles::apply_atomically(&mut pool.get().await?, &profiles).await?;
-    step(&format!("applied {} profiles: {}", profiles.profiles.len(), names(&profiles)));
+    let mut client = pool.get().await?;
+    let verb = match guard::decide(&guard::read(&client).await?, &profiles) {
+        guard::Decision::Apply => {
+            guard::apply(&mut client, &profiles).await?;
+            "applied"
+        }
+        guard::Decision::Keep => "using the",
+        guard::Decision::Refuse(why) => bail!("{why}"),
+    };
+    drop(client);
+    step(&format!("{verb} {} profiles: {}", profiles.profiles.len(), names(&profiles)));
 
     let fleet = Fleet::start(settings, &Role::ALL);
     step("started roles: intake, invocation, relay, collector");
@@ -121,15 +126,16 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
 
     let request = baton_store::requests::get(&pool.get().await?, &request_id).await?.context("request not stored")?;
     let run_id = request.run_id.context("no run was started")?;
-    let events = baton_store::journal::timeline(&pool.get().await?, run_id).await?;
-    println!("\nTimeline of run {run_id} ({} events across agents)\n", events.len());
-    print!("{}", crate::timeline::render(&events));
+    let c = pool.get().await?;
+    let run = crate::operator::show::resolve(&c, &run_id.to_string()).await?;
+    let header = crate::operator::show::header(&c, &run).await?;
+    println!("\nWho did what in run {run_id} (`baton runs show {request_id}` prints its timeline)\n");
+    print!("{}", crate::operator::agents::render(&header.agents));
     print_reply(&reply);
     if let Some(demo) = &coding {
         print_changes(demo, &reply).await?;
     }
-    let tokens = baton_store::runs::tokens_used(&pool.get().await?, run_id).await?;
-    println!("\nDone in {:.1}s ({tokens} model tokens).", started.elapsed().as_secs_f64());
+    println!("\nDone in {:.1}s ({} model tokens).", started.elapsed().as_secs_f64(), header.tokens);
     if reply["status"] != "completed" {
         bail!("the run ended {}", reply["status"]);
     }
@@ -158,7 +164,7 @@ async fn send_and_wait(
     let mut replies = broker.subscribe_private().await?;
 
     let id = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let mut request = sample_request_json(&id, &args.target, &args.language);
+    let mut request = request::build(&id, &args.target, &args.language)?;
     if let Some(project) = project {
         request["projectId"] = project.into();
         request["userIntent"] = "Add a hello.txt greeting to the site.".into();

@@ -5,11 +5,15 @@
 use std::fmt::Write;
 
 use anyhow::Context;
+use baton_domain::run::state::RunStatus;
 use baton_store::overview::{self, RunFilter, RunRow, Waiting};
+use baton_store::runs::Run;
 use baton_store::{journal, GenericClient, Pool};
 use chrono::{DateTime, Duration, Utc};
+use serde::Serialize;
 use serde_json::{json, Value};
-use uuid::Uuid;
+
+use super::{reason, show, table};
 
 /// A duration such as `90s`, `15m`, `1h` or `7d`.
 pub fn parse_age(text: &str) -> anyhow::Result<Duration> {
@@ -26,43 +30,41 @@ pub fn parse_age(text: &str) -> anyhow::Result<Duration> {
     })
 }
 
-/// `1h 5m`, `42s`: a short human duration.
-fn short(d: Duration) -> String {
-    let secs = d.num_seconds().max(0);
-    match secs {
-        0..=59 => format!("{secs}s"),
-        60..=3599 => format!("{}m {}s", secs / 60, secs % 60),
-        3600..=86_399 => format!("{}h {}m", secs / 3600, secs % 3600 / 60),
-        _ => format!("{}d {}h", secs / 86_400, secs % 86_400 / 3600),
-    }
+/// A run as `runs list` shows it: the stored row, why it ended so (a
+/// failed or cancelled run's reason) and how long it took.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listed {
+    #[serde(flatten)]
+    pub row: RunRow,
+    pub reason: Option<String>,
+    /// From its creation to its end (`None` while it runs).
+    pub duration_ms: Option<i64>,
 }
 
-/// The runs as a table: newest first.
-pub fn runs_table(rows: &[RunRow], now: DateTime<Utc>) -> String {
+/// The runs as a table, newest first: every id whole, the columns aligned
+/// whatever the status, the reason last.
+pub fn runs_table(rows: &[Listed], now: DateTime<Utc>) -> String {
     if rows.is_empty() {
         return "(no runs)\n".into();
     }
-    let mut out = format!(
-        "{:<36}  {:<9}  {:<7}  {:<12}  {:<12}  {:>8}  {:>8}  {:>8}  {}\n",
-        "run", "status", "attempt", "handoff", "chat", "tokens", "duration", "age", "agents"
-    );
-    for r in rows {
-        let duration = r.finished_at.map_or_else(|| "-".into(), |end| short(end - r.created_at));
-        let _ = writeln!(
-            out,
-            "{:<36}  {:<9}  {:>7}  {:<12}  {:<12}  {:>8}  {:>8}  {:>8}  {}",
-            r.run_id,
-            r.status,
-            r.attempt,
-            cut(r.handoff_id.as_deref().unwrap_or("-"), 12),
-            cut(r.chat.as_deref().unwrap_or("-"), 12),
-            r.tokens,
-            duration,
-            short(now - r.created_at),
-            r.agents.join(" → "),
-        );
+    let header = ["run", "status", "attempt", "handoff", "chat", "tokens", "duration", "age", "agents", "reason"];
+    let mut t = table::new(&header, &[2, 5, 6, 7]);
+    for Listed { row: r, reason, duration_ms } in rows {
+        t.add_row([
+            r.run_id.to_string(),
+            r.status.to_string(),
+            r.attempt.to_string(),
+            r.handoff_id.clone().unwrap_or_else(|| "-".into()),
+            r.chat.clone().unwrap_or_else(|| "-".into()),
+            r.tokens.to_string(),
+            duration_ms.map_or_else(|| "-".into(), |ms| table::duration(Duration::milliseconds(ms))),
+            table::duration(now - r.created_at),
+            if r.agents.is_empty() { "-".into() } else { r.agents.join(" → ") },
+            reason.clone().unwrap_or_default(),
+        ]);
     }
-    out
+    table::render(&t)
 }
 
 /// At most `n` characters, `…` marking a cut.
@@ -73,9 +75,22 @@ fn cut(text: &str, n: usize) -> String {
     text.chars().take(n - 1).chain(['…']).collect()
 }
 
-/// Runs matching `filter`.
-pub async fn runs(pool: &Pool, filter: &RunFilter) -> anyhow::Result<Vec<RunRow>> {
-    Ok(overview::runs(&pool.get().await?, filter).await?)
+/// Runs matching `filter`, each with its reason (read from its stored
+/// error: only a failed or cancelled run has one) and its duration.
+pub async fn runs(pool: &Pool, filter: &RunFilter) -> anyhow::Result<Vec<Listed>> {
+    let c = pool.get().await?;
+    let mut listed = vec![];
+    for row in overview::runs(&c, filter).await? {
+        let reason = match row.status {
+            RunStatus::Failed | RunStatus::Cancelled => {
+                baton_store::runs::get(&c, row.run_id).await?.and_then(|run| reason::of(run.error.as_ref()))
+            }
+            _ => None,
+        };
+        let duration_ms = row.finished_at.map(|end| (end - row.created_at).num_milliseconds());
+        listed.push(Listed { row, reason, duration_ms });
+    }
+    Ok(listed)
 }
 
 /// The waiting handoffs as a table.
@@ -95,7 +110,7 @@ pub fn waiting_table(rows: &[Waiting], now: DateTime<Utc>) -> String {
             waits,
             w.source,
             cut(chat, 16),
-            short(now - w.since())
+            table::duration(now - w.since())
         );
         if let Some(q) = &w.question {
             let options = if q.options.is_empty() { String::new() } else { format!(" [{}]", q.options.join(" | ")) };
@@ -115,18 +130,18 @@ pub fn waiting_table(rows: &[Waiting], now: DateTime<Utc>) -> String {
     out
 }
 
-/// `baton runs show RUN --json`: the run, its journal, its invocations (with
-/// their transcripts when `transcript`).
-pub async fn run_json(c: &impl GenericClient, run_id: Uuid, transcript: bool) -> anyhow::Result<Value> {
-    let run = baton_store::runs::get(c, run_id).await?.with_context(|| format!("no run {run_id}"))?;
-    let attempt = baton_store::requests::bridge::attempt(c, run_id).await?;
-    let events: Vec<Value> = journal::timeline(c, run_id)
+/// `baton runs show ID --json`: the run (with its reason, duration, chain
+/// and per-agent rows), its journal, its invocations (with their
+/// transcripts when `transcript`).
+pub async fn run_json(c: &impl GenericClient, run: &Run, transcript: bool) -> anyhow::Result<Value> {
+    let header = show::header(c, run).await?;
+    let events: Vec<Value> = journal::timeline(c, run.id)
         .await?
         .into_iter()
         .map(|e| json!({"seq": e.seq, "invocationId": e.invocation_id, "agent": e.profile_id, "kind": e.kind, "payload": e.payload, "at": e.at}))
         .collect();
     let mut invocations = vec![];
-    for inv in baton_store::invocations::for_run(c, run_id).await? {
+    for inv in baton_store::invocations::for_run(c, run.id).await? {
         let mut v = json!({
             "id": inv.id, "parentInvocationId": inv.parent_invocation_id, "agent": inv.profile_id, "kind": inv.kind,
             "status": inv.status, "epoch": inv.claim_epoch, "takeovers": inv.takeovers, "tokens": inv.tokens_used,
@@ -139,11 +154,12 @@ pub async fn run_json(c: &impl GenericClient, run_id: Uuid, transcript: bool) ->
         invocations.push(v);
     }
     let run_value = json!({
-        "id": run.id, "handoffId": run.handoff_id, "status": run.status, "rootProfileId": run.root_profile_id, "attempt": attempt,
-        "finalText": run.final_text, "error": run.error.map(|e| e.to_value()), "createdAt": run.created_at, "finishedAt": run.finished_at,
-        "tokens": baton_store::runs::tokens_used(c, run_id).await?,
+        "id": run.id, "handoffId": run.handoff_id, "status": run.status, "rootProfileId": run.root_profile_id,
+        "attempt": header.attempt, "finalText": run.final_text, "error": run.error.as_ref().map(baton_domain::run::state::Failure::to_value),
+        "reason": header.reason, "durationMs": header.duration_ms, "chain": header.chain,
+        "createdAt": run.created_at, "finishedAt": run.finished_at, "tokens": header.tokens,
     });
-    Ok(json!({"run": run_value, "events": events, "invocations": invocations}))
+    Ok(json!({"run": run_value, "agents": header.agents, "events": events, "invocations": invocations}))
 }
 
 /// Each invocation's transcript for people: the prompt, each model turn
@@ -203,9 +219,8 @@ mod tests {
     }
 
     #[test]
-    fn durations_are_short() {
-        assert_eq!(short(Duration::seconds(42)), "42s");
-        assert_eq!(short(Duration::seconds(3725)), "1h 2m");
+    fn cuts_are_marked() {
         assert_eq!(cut("abcdef", 4), "abc…");
+        assert_eq!(cut("abc", 4), "abc");
     }
 }

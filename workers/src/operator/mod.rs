@@ -2,15 +2,23 @@
 //! a handoff by hand (the manual flow of the bridge protocol).
 //!
 //! # Layout
-//! - [`listing`]: `runs list`, `runs show`, `handoff list --waiting`: tables and JSON.
+//! - [`listing`]: `runs list`, `runs show --json`, `handoff list --waiting`: tables and JSON.
+//! - [`show`]: `runs show ID` (a run's or a handoff's id): its header and who did what.
+//! - [`agents`]: one row per agent invocation of a run (duration, model and tool calls, tokens).
+//! - [`reason`]: why a run ended as it did, in one line.
+//! - [`table`]: the command line's aligned tables and short durations.
 //! - `retry`: `runs retry`: a failed run resumes from its last stored step.
 //! - [`dead_letters`]: `dead list | replay | discard` on `baton.dead`.
 //! - [`answer`]: an operator answers an agent's open question (the console).
 
+pub mod agents;
 pub mod answer;
 pub mod dead_letters;
 pub mod listing;
+pub mod reason;
 mod retry;
+pub mod show;
+pub mod table;
 
 pub use answer::answer_question;
 pub use retry::retry_run;
