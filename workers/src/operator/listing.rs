@@ -5,7 +5,6 @@
 use std::fmt::Write;
 
 use anyhow::Context;
-use baton_domain::run::state::RunStatus;
 use baton_store::overview::{self, RunFilter, RunRow, Waiting};
 use baton_store::runs::Run;
 use baton_store::{journal, GenericClient, Pool};
@@ -75,22 +74,16 @@ fn cut(text: &str, n: usize) -> String {
     text.chars().take(n - 1).chain(['…']).collect()
 }
 
-/// Runs matching `filter`, each with its reason (read from its stored
-/// error: only a failed or cancelled run has one) and its duration.
+/// Runs matching `filter`, each with its reason (from its stored error:
+/// only a failed or cancelled run has one) and its duration.
 pub async fn runs(pool: &Pool, filter: &RunFilter) -> anyhow::Result<Vec<Listed>> {
     let c = pool.get().await?;
-    let mut listed = vec![];
-    for row in overview::runs(&c, filter).await? {
-        let reason = match row.status {
-            RunStatus::Failed | RunStatus::Cancelled => {
-                baton_store::runs::get(&c, row.run_id).await?.and_then(|run| reason::of(run.error.as_ref()))
-            }
-            _ => None,
-        };
+    let listed = overview::runs(&c, filter).await?.into_iter().map(|row| {
+        let reason = row.status.is_terminal().then(|| reason::of(row.error.as_ref())).flatten();
         let duration_ms = row.finished_at.map(|end| (end - row.created_at).num_milliseconds());
-        listed.push(Listed { row, reason, duration_ms });
-    }
-    Ok(listed)
+        Listed { row, reason, duration_ms }
+    });
+    Ok(listed.collect())
 }
 
 /// The waiting handoffs as a table.

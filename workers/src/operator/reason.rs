@@ -4,9 +4,10 @@
 
 use baton_domain::run::state::Failure;
 
-/// `code: message` of a run's stored error (`runs.error`); `None` for a run without one.
+/// `code: reason` of a run's stored error (`runs.error`): its recorded cause
+/// (a model endpoint's words, say) or else its message; `None` without one.
 pub fn of(error: Option<&Failure>) -> Option<String> {
-    error.map(|f| format!("{}: {}", f.code, super::table::one_line(&f.message)))
+    error.map(|f| format!("{}: {}", f.code, super::table::one_line(f.reason())))
 }
 
 #[cfg(test)]

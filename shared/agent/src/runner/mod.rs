@@ -223,7 +223,11 @@ impl Runner {
                 Ok(Exit::Failed(detail))
             }
             Err(e) => {
-                let detail = e.to_string();
+                let detail = match &e {
+                    // Its own words, without the error's "model call failed:" once more.
+                    Error::Provider(ProviderError::Failed(words)) => words.clone(),
+                    e => e.to_string(),
+                };
                 tracing::error!(error = %detail, "invocation failed");
                 let (code, text) = match &e {
                     // An operator can act on this one: say it in words.
