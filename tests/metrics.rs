@@ -68,8 +68,29 @@ async fn the_demo_chain_moves_requests_hops_claims_and_run_duration() {
     stop.cancel();
 
     let delta = |name: &str, labels: &[(&str, &str)]| sample(&after, name, labels) - sample(&before, name, labels);
-    let completed = [("source", "weixin"), ("target", "writer"), ("outcome", "completed")];
-    assert_eq!(delta("baton_requests_total", &completed), 1.0, "{after}");
+    let accepted = [("source", "weixin"), ("target_agent", "docs_agent"), ("stage", "accepted")];
+    assert_eq!(delta("baton_requests_total", &accepted), 1.0, "counted when accepted: {after}");
+    let completed =
+        [("source", "weixin"), ("target_agent", "docs_agent"), ("stage", "answered"), ("outcome", "completed")];
+    assert_eq!(delta("baton_requests_total", &completed), 1.0, "and when answered: {after}");
+    // Counters with known labels exist from the start, at 0.
+    for (name, labels) in [
+        ("baton_takeovers_total", &[][..]),
+        ("baton_relay_nacks_total", &[][..]),
+        ("baton_callbacks_total", &[("outcome", "refused")][..]),
+        ("baton_budget_exhaustions_total", &[("limit", "tokens")][..]),
+        ("baton_held_turns_total", &[("outcome", "given_up")][..]),
+        ("baton_requests_total", &[("target_agent", "codex"), ("stage", "accepted")][..]),
+    ] {
+        let series = before
+            .lines()
+            .any(|l| l.starts_with(name) && labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))));
+        assert!(series, "{name} {labels:?} is exported before anything happened:\n{before}");
+    }
+    assert_eq!(sample(&before, "baton_build_info", &[("version", env!("CARGO_PKG_VERSION"))]), 1.0, "{before}");
+    for gauge in ["baton_runs", "baton_invocations_unclaimed_oldest_age_seconds", "baton_manual_handoffs_waiting"] {
+        assert!(after.lines().any(|l| l.starts_with(gauge)), "{gauge} missing:\n{after}");
+    }
     assert_eq!(delta("baton_run_duration_seconds_count", &[("outcome", "completed")]), 1.0);
     // writer → editor → finalizer: two handoffs, each successor claimed once.
     let hops = env.scalar_i64("SELECT count(*) FROM invocations WHERE kind = 'handoff'", &[]).await;

@@ -25,9 +25,18 @@ pub const RELAY_PUBLISH_SECONDS: &str = "baton_relay_publish_duration_seconds";
 pub const RELAY_NACKS: &str = "baton_relay_nacks_total";
 pub const CALLBACKS: &str = "baton_callbacks_total";
 pub const BRIDGE_REPLIES: &str = "baton_bridge_replies_total";
+pub const BUILD_INFO: &str = "baton_build_info";
+pub const RUNS: &str = "baton_runs";
+pub const UNCLAIMED_OLDEST_AGE: &str = "baton_invocations_unclaimed_oldest_age_seconds";
+pub const MANUAL_WAITING: &str = "baton_manual_handoffs_waiting";
 
 /// Every metric the fleet exports (the dashboard's queries are checked against it).
-pub const NAMES: [&str; 20] = [
+pub const NAMES: [&str; 25] = [
+    BUILD_INFO,
+    RUNS,
+    UNCLAIMED_OLDEST_AGE,
+    MANUAL_WAITING,
+    baton_agent::metrics::BUDGET_EXHAUSTIONS,
     REQUESTS,
     RUN_SECONDS,
     HOP_LATENCY,
@@ -64,15 +73,70 @@ pub fn handle() -> &'static PrometheusHandle {
             .install_recorder()
             .expect("no other metrics recorder is installed in this process");
         describe();
+        zero();
         handle
     })
 }
 
+/// Every counter whose labels are known in advance starts at 0, so a rate or
+/// an alert on it has a series before the first event (a counter that first
+/// appears at 1 hides that increase from `rate`).
+fn zero() {
+    use baton_domain::protocol::request::{Source, TargetAgent};
+    ::metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    for source in Source::ALL {
+        for target in TargetAgent::ALL {
+            let (source, target) = (source.as_str(), target.as_str());
+            ::metrics::counter!(REQUESTS, "source" => source, "target_agent" => target, "stage" => "accepted")
+                .absolute(0);
+        }
+    }
+    for kind in ["root", "handoff", "child"] {
+        ::metrics::counter!(CLAIMS, "kind" => kind).absolute(0);
+    }
+    ::metrics::counter!(TAKEOVERS).absolute(0);
+    ::metrics::counter!(RELAY_NACKS).absolute(0);
+    for outcome in ["sent", "failed", "refused"] {
+        ::metrics::counter!(CALLBACKS, "outcome" => outcome).absolute(0);
+    }
+    for status in ["completed", "failed", "blocked", "cancelled"] {
+        ::metrics::counter!(BRIDGE_REPLIES, "status" => status).absolute(0);
+    }
+    for outcome in ["stored", "fenced", "given_up"] {
+        ::metrics::counter!(baton_agent::metrics::HELD_TURNS, "outcome" => outcome).absolute(0);
+    }
+    for limit in baton_domain::policy::budget::Limit::ALL {
+        ::metrics::counter!(baton_agent::metrics::BUDGET_EXHAUSTIONS, "limit" => limit.as_str()).absolute(0);
+    }
+}
+
 fn describe() {
-    describe_counter!(REQUESTS, "Bridge requests answered, by source, root agent and outcome.");
-    describe_histogram!(RUN_SECONDS, Unit::Seconds, "From a run's start to its end, by outcome.");
+    describe_counter!(
+        REQUESTS,
+        "Bridge requests, by source and targetAgent: accepted (stage=accepted), and answered (stage=answered) by outcome."
+    );
+    describe_histogram!(
+        RUN_SECONDS,
+        Unit::Seconds,
+        "From a run's start to its end, less the time it waited for the user's answers, by outcome."
+    );
+    describe_gauge!(BUILD_INFO, "Always 1, labelled with the running build's version.");
+    describe_gauge!(RUNS, "Live runs, by state: running, or blocked on a question to the user.");
+    describe_gauge!(
+        UNCLAIMED_OLDEST_AGE,
+        Unit::Seconds,
+        "Age of the oldest invocation waiting to be claimed (0 when none waits)."
+    );
+    describe_gauge!(MANUAL_WAITING, "Manual handoffs waiting for an operator's result.");
+    describe_counter!(
+        baton_agent::metrics::BUDGET_EXHAUSTIONS,
+        "Runs stopped because they spent their budget, by the limit reached."
+    );
     describe_histogram!(HOP_LATENCY, Unit::Seconds, "From a handoff committed to its successor claimed.");
-    describe_gauge!(INVOCATIONS, "Invocations running and parked, and requests blocked on a question.");
+    describe_gauge!(
+        INVOCATIONS,
+        "Invocations by state: created (waiting to be claimed), running, parked; and requests blocked on a question."
+    );
     describe_counter!(CLAIMS, "Invocations claimed, by kind (root, handoff, child).");
     describe_counter!(TAKEOVERS, "Claims taken from a worker that neither finished nor handed back.");
     describe_gauge!(OUTBOX_BACKLOG, "Rows waiting in the outbox.");
@@ -118,9 +182,22 @@ fn describe() {
     );
 }
 
-/// A request answered: its source, the root agent, the outcome.
-pub fn request_answered(source: &'static str, target: &str, outcome: &'static str, run_took: Option<Duration>) {
-    ::metrics::counter!(REQUESTS, "source" => source, "target" => target.to_owned(), "outcome" => outcome).increment(1);
+/// A request accepted (stored and taken) by intake: its source and the contract's `targetAgent`.
+pub fn request_accepted(source: &'static str, target_agent: &'static str) {
+    ::metrics::counter!(REQUESTS, "source" => source, "target_agent" => target_agent, "stage" => "accepted")
+        .increment(1);
+}
+
+/// A request answered: its source, its `targetAgent`, the outcome, and how
+/// long its run worked (the time waiting for the user's answers left out).
+pub fn request_answered(
+    source: &'static str,
+    target_agent: &'static str,
+    outcome: &'static str,
+    run_took: Option<Duration>,
+) {
+    let labels = [("source", source), ("target_agent", target_agent), ("stage", "answered"), ("outcome", outcome)];
+    ::metrics::counter!(REQUESTS, &labels).increment(1);
     if let Some(took) = run_took {
         ::metrics::histogram!(RUN_SECONDS, "outcome" => outcome).record(took.as_secs_f64());
     }
@@ -139,9 +216,16 @@ pub fn hop(waited_seconds: f64) {
 }
 
 pub fn live(live: &baton_store::overview::gauges::Live, outbox: (i64, f64)) {
-    for (state, n) in [("running", live.running), ("parked", live.parked), ("blocked", live.blocked)] {
+    let states =
+        [("created", live.created), ("running", live.running), ("parked", live.parked), ("blocked", live.blocked)];
+    for (state, n) in states {
         ::metrics::gauge!(INVOCATIONS, "state" => state).set(n as f64);
     }
+    for (state, n) in [("running", live.runs_running), ("blocked", live.runs_blocked)] {
+        ::metrics::gauge!(RUNS, "state" => state).set(n as f64);
+    }
+    ::metrics::gauge!(UNCLAIMED_OLDEST_AGE).set(live.unclaimed_oldest_secs);
+    ::metrics::gauge!(MANUAL_WAITING).set(live.manual_waiting as f64);
     ::metrics::gauge!(OUTBOX_BACKLOG).set(outbox.0 as f64);
     ::metrics::gauge!(OUTBOX_OLDEST_AGE).set(outbox.1);
 }

@@ -64,3 +64,10 @@ pub fn model_throttled(limit: &str, reason: &'static str) {
 pub fn model_throttle_wait(limit: &str, waited: Duration) {
     ::metrics::histogram!(MODEL_THROTTLE_WAIT_SECONDS, "limit" => limit.to_owned()).record(waited.as_secs_f64());
 }
+
+pub const BUDGET_EXHAUSTIONS: &str = "baton_budget_exhaustions_total";
+
+/// A run stopped for spending its budget, by the limit it reached.
+pub fn budget_exhausted(limit: &'static str) {
+    ::metrics::counter!(BUDGET_EXHAUSTIONS, "limit" => limit).increment(1);
+}

@@ -91,12 +91,12 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     let tx = begin(&mut client).await?;
     // Pipelined: the run, its request (locked), its invocations and its attempt.
     let (run, request, invocations, attempt) = tokio::try_join!(
-        runs::get(&tx, message.run_id),
+        runs::get_with_wait(&tx, message.run_id),
         requests::lock_of_run(&tx, message.run_id),
         invocations::for_run(&tx, message.run_id),
         bridge::attempt(&tx, message.run_id),
     )?;
-    let Some(run) = run else {
+    let Some((run, waited_secs)) = run else {
         anyhow::bail!("run {} does not exist", message.run_id);
     };
     let Some(handoff) = run.handoff_id.clone() else {
@@ -147,8 +147,10 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     };
     bridge::reply_at(&tx, &request, &input, attempt).await?;
     commit(tx).await?;
+    // The time it waited for the user's answers is the user's, not the run's.
     let took = run.finished_at.and_then(|end| (end - run.created_at).to_std().ok());
-    crate::metrics::request_answered(request.source.as_str(), &run.root_profile_id, status.as_str(), took);
+    let took = took.map(|t| t.saturating_sub(std::time::Duration::from_secs_f64(waited_secs.max(0.0))));
+    crate::metrics::request_answered(request.source.as_str(), request.target_agent.as_str(), status.as_str(), took);
     Ok(())
 }
 

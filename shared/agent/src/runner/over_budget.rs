@@ -44,5 +44,6 @@ pub(crate) async fn stop_run(pool: &Pool, inv: &Invocation, epoch: i64, exhauste
         })
     })
     .await?;
+    crate::metrics::budget_exhausted(exhausted.limit.as_str());
     Ok(Exit::Failed(error["message"].as_str().unwrap_or_default().to_string()))
 }

@@ -4,23 +4,50 @@
 
 use crate::{sql, GenericClient, Result};
 
-/// Invocations running and parked, and requests blocked on a question.
+/// Invocations by state, requests blocked on a question, live runs, and
+/// what waits: to be claimed (the oldest's age), for an operator.
 pub struct Live {
+    /// Created and not yet claimed.
+    pub created: i64,
     pub running: i64,
     pub parked: i64,
     pub blocked: i64,
+    /// Runs running, and running but blocked on a question ([`super::RUN_STATE_SQL`]).
+    pub runs_running: i64,
+    pub runs_blocked: i64,
+    /// Seconds since the oldest invocation waiting to be claimed was created (0: none).
+    pub unclaimed_oldest_secs: f64,
+    /// `manual` handoffs with no result yet.
+    pub manual_waiting: i64,
 }
 
 pub async fn live(c: &impl GenericClient) -> Result<Live> {
-    let row = sql::query_one(
-        c,
-        "SELECT (SELECT count(*) FROM invocations WHERE status = 'running'),
-                (SELECT count(*) FROM invocations WHERE status = 'parked'),
-                (SELECT count(*) FROM handoff_requests WHERE status = 'blocked')",
-        &[],
-    )
-    .await?;
-    Ok(Live { running: row.get(0), parked: row.get(1), blocked: row.get(2) })
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let sql = SQL.get_or_init(|| {
+        format!(
+            "SELECT (SELECT count(*) FROM invocations WHERE status = 'created'),
+                    (SELECT count(*) FROM invocations WHERE status = 'running'),
+                    (SELECT count(*) FROM invocations WHERE status = 'parked'),
+                    (SELECT count(*) FROM handoff_requests WHERE status = 'blocked'),
+                    (SELECT count(*) FILTER (WHERE state = 'running') FROM (SELECT {state} AS state FROM runs r WHERE r.status = 'running') s),
+                    (SELECT count(*) FILTER (WHERE state = 'blocked') FROM (SELECT {state} AS state FROM runs r WHERE r.status = 'running') s),
+                    (SELECT coalesce(extract(epoch FROM now() - min(created_at))::float8, 0) FROM invocations WHERE status = 'created'),
+                    (SELECT count(*) FROM handoff_requests
+                      WHERE target_agent = 'manual' AND run_id IS NULL AND reply_sent_at IS NULL AND status = 'accepted')",
+            state = super::RUN_STATE_SQL
+        )
+    });
+    let row = sql::query_one(c, sql, &[]).await?;
+    Ok(Live {
+        created: row.get(0),
+        running: row.get(1),
+        parked: row.get(2),
+        blocked: row.get(3),
+        runs_running: row.get(4),
+        runs_blocked: row.get(5),
+        unclaimed_oldest_secs: row.get(6),
+        manual_waiting: row.get(7),
+    })
 }
 
 /// Rows waiting in the outbox, and the oldest one's age in seconds (0 when empty).

@@ -303,6 +303,9 @@ async fn accept(
         take_again(&tx, request, &body, &filtered.removed, &known, dead_lettered, known_bridges).await?
     };
     commit(tx).await?;
+    if matches!(taken, Taken::Stored) {
+        crate::metrics::request_accepted(request.source.as_str(), request.target_agent.as_str());
+    }
     Ok(taken)
 }
 
