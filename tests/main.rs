@@ -50,3 +50,4 @@ mod returned_messages;
 mod sandbox;
 mod shape;
 mod traces;
+mod workers_registry;

@@ -2,6 +2,7 @@
 //! queries, shape it into plain serializable views, and render a template.
 
 pub mod dead;
+mod dead_view;
 pub mod fleet;
 pub mod overview;
 pub mod run;
