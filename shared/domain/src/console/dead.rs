@@ -3,7 +3,7 @@
 //! copy, sent again, can be taken: not a body its consumer cannot read, nor
 //! a request intake refused (and already answered `failed`), nor a copy cut
 //! or redacted for the operator's eyes. The bus still checks where a replay
-//! may go (`baton_bus::dead`); this decides what the console offers.
+//! may go (the bus crate's `dead` module); this decides what the console offers.
 
 use crate::fleet::Queue;
 
