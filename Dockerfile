@@ -14,6 +14,8 @@ COPY bench ./bench
 COPY tests ./tests
 COPY migrations ./migrations
 COPY examples ./examples
+# The version the workers page shows: `--build-arg BATON_GIT_DESCRIBE=$(git describe --always --dirty)`.
+ARG BATON_GIT_DESCRIBE=""
 # target/ is a cache mount, so copy the binary out in the same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \

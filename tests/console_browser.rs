@@ -1,7 +1,7 @@
 //! The operator's console in a real headless Chromium (issue 11): the demo's
 //! chain is listed, filtered to and opened; a slow run is cancelled with the
-//! button; a `manual` handoff is answered with the paste form; a dead letter
-//! is replayed; another site's form and a name pointed at the console are
+//! button; a `manual` handoff is answered with the paste form; a refused
+//! request's dead letter is offered no replay and discarded; another site's form and a name pointed at the console are
 //! refused, an error page shows a tag in its URL as text, a login's cookie
 //! is out of a script's reach and logging out ends the session. Each test
 //! saves a screenshot under `target/console-screenshots/`.
@@ -85,10 +85,9 @@ async fn the_demo_chain_is_listed_filtered_to_and_opened_with_its_timeline_brief
     let other = env.run_of("web-other").await.to_string();
 
     // The list: both runs, newest first, each with its chain.
-    console.goto("/").await;
+    console.goto("/runs").await;
     let row = format!("#runs tr[data-run=\"{run}\"]");
     browser.wait_for(&row).await;
-    assert!(browser.url().await.ends_with("/runs"), "/ leads to /runs: {}", browser.url().await);
     assert_eq!(browser.attrs("#runs tr[data-run]", "data-run").await, vec![other.clone(), run.clone()], "newest first");
     assert_eq!(browser.attrs(&row, "data-status").await, vec!["completed"]);
     assert_eq!(browser.texts(&format!("{row} .chain")).await, vec!["writer → editor → finalizer"]);
@@ -227,7 +226,7 @@ async fn a_manual_handoff_is_answered_by_pasting_the_result_and_script_in_the_in
 }
 
 #[tokio::test]
-async fn a_dead_letter_is_shown_with_its_reason_and_replayed_to_its_queue() {
+async fn a_refused_request_is_shown_with_its_reason_offered_no_replay_and_discarded() {
     let Some(console) = Console::open("dead-letter").await else { return };
     let (env, browser) = (&console.env, &console.browser);
     let (requests, dead) = (env.queue(Queue::BridgeRequests), env.queue(Queue::Dead));
@@ -242,25 +241,23 @@ async fn a_dead_letter_is_shown_with_its_reason_and_replayed_to_its_queue() {
     console.goto("/dead").await;
     let row = browser.wait_for("tr[data-dead]").await;
     let queue = row.attr("data-queue").await.unwrap().unwrap_or_default();
-    assert!(
-        queue == "baton.bridge.requests" || queue == requests,
-        "the original queue, by its logical or its full name: {queue}"
-    );
+    assert_eq!(queue, requests, "the original queue, as the fleet names it");
     let reason = browser.texts("tr[data-dead] .reason").await;
     assert!(reason.len() == 1 && reason[0].contains("not JSON"), "the reason is shown: {reason:?}");
     assert_eq!(browser.texts("tr[data-dead] pre.body").await, vec!["not json <b>at all</b>"], "the body, escaped");
+    // Replayed, intake would refuse it again: no Replay is offered.
+    assert!(browser.all("tr[data-dead] form.replay").await.is_empty());
+    assert_eq!(browser.attrs("tr[data-dead]", "data-replay").await, vec!["withheld"]);
     browser.screenshot("dead-letter").await;
-    browser.click("tr[data-dead] form.replay button").await;
-    eventually(WAIT, "the letter is back on its queue", || async {
-        let back = env.publisher.ready_count(&requests).await.unwrap() == 1;
-        (back && env.publisher.ready_count(&dead).await.unwrap() == 0).then_some(())
+    browser.click("tr[data-dead] form.discard button").await;
+    eventually(WAIT, "the letter is gone", || async {
+        (env.publisher.ready_count(&dead).await.unwrap() == 0).then_some(())
     })
     .await;
-    let mut queue = env.consume(&requests).await;
-    assert_eq!(next_json(&mut queue, WAIT).await, Value::String("not json <b>at all</b>".into()));
+    assert_eq!(env.publisher.ready_count(&requests).await.unwrap(), 0, "nothing went back to intake");
     console.goto("/dead").await;
     browser.wait_for("body").await;
-    assert!(browser.all("tr[data-dead]").await.is_empty(), "the replayed letter left the list");
+    assert!(browser.all("tr[data-dead]").await.is_empty(), "the discarded letter left the list");
     console.close().await;
 }
 

@@ -247,7 +247,10 @@ async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
     let (status, page) = get(&format!("{}/dead", console.base)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(page.matches("<tr data-dead=").count(), 2, "{page}");
-    assert!(page.contains("data-queue=\"baton.bridge.requests\"") && page.contains("class=\"reason\""), "{page}");
+    // The queue as the fleet names it (with this test's prefix), its logical name beside it.
+    let requests = env.queue(Queue::BridgeRequests);
+    assert!(page.contains(&format!("data-queue=\"{requests}\"")) && page.contains("class=\"reason\""), "{page}");
+    assert!(page.contains("baton.bridge.requests</div>"), "{page}");
     assert!(page.contains("&lt;script&gt;x") && !page.contains("<script>x"), "bodies are escaped");
     let id = |page: &str, body: &str| {
         let row = page.split("<tr data-dead=\"").skip(1).find(|row| row.contains(body)).expect("a row");

@@ -57,6 +57,9 @@ pub struct Settings {
     pub pool_size: usize,
     /// The relay's safety-net poll when no notification arrives.
     pub relay_poll: Duration,
+    /// How often a `baton up` process beats its row of the fleet's registry
+    /// (the console's workers page); three missed beats read as gone.
+    pub heartbeat: Duration,
     /// How long an outbox row a role publishes itself right after its commit
     /// is left to it before the relay sweeps it (0: roles leave every row to
     /// the relay).
@@ -305,6 +308,10 @@ impl Settings {
                 let d = r.millis("BATON_RELAY_POLL_MS", Duration::from_millis(1_000));
                 r.above_zero("BATON_RELAY_POLL_MS", d, "the relay would poll without pause")
             },
+            heartbeat: {
+                let d = r.millis("BATON_HEARTBEAT_MS", Duration::from_millis(5_000));
+                r.above_zero("BATON_HEARTBEAT_MS", d, "a process would beat without pause")
+            },
             outbox_grace: r.millis("BATON_OUTBOX_GRACE_MS", Duration::from_millis(2_000)),
             transient_patience: r.millis("BATON_TRANSIENT_PATIENCE_MS", Duration::from_millis(120_000)),
             persist_patience: r.millis("BATON_PERSIST_PATIENCE_MS", baton_agent::runner::PERSIST_PATIENCE),
@@ -432,6 +439,7 @@ impl fmt::Debug for Settings {
             .field("unclaimed_grace", &self.unclaimed_grace)
             .field("pool_size", &self.pool_size)
             .field("relay_poll", &self.relay_poll)
+            .field("heartbeat", &self.heartbeat)
             .field("outbox_grace", &self.outbox_grace)
             .field("transient_patience", &self.transient_patience)
             .field("persist_patience", &self.persist_patience)

@@ -6,6 +6,7 @@
 //!   the relay (with status callbacks), the collector, their supervisor, and publishing after commit.
 //! - [`answering`]: an answer to an agent's question applied, from a bridge or an operator.
 //! - [`fleet`]: start roles in this process and stop them on a signal.
+//! - [`registry`]: this process's row in the fleet's registry, heartbeated (the console's workers page).
 //! - [`metrics`]: every metric name the fleet exports, and the exporter.
 //! - [`health`]: the metrics listener (`/metrics`, `/healthz`, `/readyz`) and `baton health`.
 //! - [`startup`]: the schema check `baton up` makes before any role starts.
@@ -28,6 +29,7 @@ pub mod metrics;
 pub mod model_server;
 pub mod operator;
 pub mod profiles_check;
+pub mod registry;
 pub mod roles;
 pub mod startup;
 pub mod telemetry;

@@ -76,6 +76,7 @@ impl Delivery {
         let mut headers =
             vec![("x-baton-error", reason.to_string()), ("x-baton-source-queue", source_queue.to_string())];
         headers.extend(crate::dead::original_body(self.body()));
+        headers.push(crate::dead::dead_at_now());
         if let Some(user) = short(props.user_id()) {
             headers.push((crate::dead::ORIGINAL_USER_ID, user.to_string()));
         }

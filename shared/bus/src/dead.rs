@@ -76,8 +76,18 @@ pub fn original_body(body: &[u8]) -> [(&'static str, String); 2] {
     [(BODY_SHA256, digest), (BODY_BYTES, body.len().to_string())]
 }
 
+/// When the fleet dead-lettered a message, in milliseconds since the epoch
+/// (the broker's own dead letters say it in `x-death`).
+pub const DEAD_AT: &str = "x-baton-dead-at";
+
+/// The [`DEAD_AT`] header of a message dead-lettered now.
+pub fn dead_at_now() -> (&'static str, String) {
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    (DEAD_AT, ms.to_string())
+}
+
 /// Headers a replayed copy does not carry: they describe its death.
-const DEATH_HEADERS: [&str; 4] = ["x-death", "x-delivery-count", "x-baton-error", "x-baton-source-queue"];
+const DEATH_HEADERS: [&str; 5] = ["x-death", "x-delivery-count", "x-baton-error", "x-baton-source-queue", DEAD_AT];
 
 /// One message in `baton.dead`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -98,6 +108,10 @@ pub struct DeadLetter {
     pub body_bytes: usize,
     /// String headers, the death headers included.
     pub headers: Vec<(String, String)>,
+    /// When it was dead-lettered, in milliseconds since the epoch: the
+    /// fleet's [`DEAD_AT`], the broker's `x-death` time, or else the
+    /// message's own `timestamp` (when it was sent); `None` if none says.
+    pub dead_at_ms: Option<i64>,
 }
 
 impl DeadLetter {
@@ -134,6 +148,7 @@ impl DeadLetter {
             body_preview: text.chars().take(PREVIEW_CHARS).collect(),
             body_bytes: body.len(),
             headers: string_headers(props),
+            dead_at_ms: dead_at(props),
         }
     }
 
@@ -154,6 +169,25 @@ fn physical(queues: &Queues, name: &str) -> String {
     } else {
         name.to_string()
     }
+}
+
+/// When it died: see [`DeadLetter::dead_at_ms`].
+fn dead_at(props: &BasicProperties) -> Option<i64> {
+    if let Some(ms) = header(props, DEAD_AT).and_then(|v| v.parse().ok()) {
+        return Some(ms);
+    }
+    let death = match props.headers().as_ref()?.inner().get("x-death") {
+        Some(AMQPValue::FieldArray(deaths)) => deaths.as_slice().first().cloned(),
+        _ => None,
+    };
+    let broker = match death {
+        Some(AMQPValue::FieldTable(death)) => match death.inner().get("time") {
+            Some(AMQPValue::Timestamp(secs)) => i64::try_from(*secs).ok().map(|s| s * 1000),
+            _ => None,
+        },
+        _ => None,
+    };
+    broker.or_else(|| props.timestamp().and_then(|secs| i64::try_from(secs).ok()).map(|s| s * 1000))
 }
 
 /// The queue and reason of the broker's latest dead-lettering (`x-death`).

@@ -1,7 +1,7 @@
 //! What the operator's console shares between its replicas: sessions (by
 //! the SHA-256 of their id), the wrong tokens that throttle a client, and the
-//! tokens of pages served without a session; and which bridge queues a
-//! dead letter may be replayed to. See
+//! tokens of pages served without a session; which bridge queues a
+//! dead letter may be replayed to, and which handoffs and runs it names. See
 //! `baton_domain::console::session` for the decisions these rows feed.
 
 use std::time::Duration;
@@ -148,4 +148,15 @@ pub async fn is_reply_queue(c: &impl GenericClient, queue: &str) -> Result<bool>
     let row =
         sql::query_one(c, "SELECT EXISTS (SELECT 1 FROM handoff_requests WHERE reply_to = $1)", &[&queue]).await?;
     Ok(row.get(0))
+}
+
+/// Which of `handoffs` and `runs` are stored (a dead letter links to them).
+pub async fn known(
+    c: &impl GenericClient,
+    handoffs: &[String],
+    runs: &[uuid::Uuid],
+) -> Result<(Vec<String>, Vec<uuid::Uuid>)> {
+    let stored = sql::query(c, "SELECT id FROM handoff_requests WHERE id = ANY($1)", &[&handoffs]).await?;
+    let ran = sql::query(c, "SELECT id FROM runs WHERE id = ANY($1)", &[&runs]).await?;
+    Ok((stored.iter().map(|r| r.get(0)).collect(), ran.iter().map(|r| r.get(0)).collect()))
 }

@@ -24,6 +24,7 @@
 //! - [`overview`]: what an operator looks at, and the metrics gauges' figures.
 //! - [`console`]: the operator console's sessions, login throttling and shared
 //!   tokens, and the reply queues a dead letter may be replayed to.
+//! - [`workers`]: the registry of the fleet's processes (heartbeats, stops), and what each holds.
 //! - [`retention`]: what `baton runs prune` deletes: old runs, their requests' trails, idle conversations.
 //! - [`coding`]: coding agents' diffs and resumable sessions, and `[[projects]]`.
 //! - [`connect`]: pools and connections, with the fleet's session timeouts and keepalives.
@@ -48,6 +49,7 @@ pub mod retention;
 pub mod runs;
 pub mod schema;
 mod sql;
+pub mod workers;
 
 pub use connect::{begin, client, commit, discard, pool, pool_with, SessionConfig};
 pub use deadpool_postgres::{Client, GenericClient, Pool, PoolError, Transaction};

@@ -175,7 +175,7 @@ pub async fn require(
         Ok(who) => who,
         Err(denied) => return denied.response(&state).await,
     };
-    let operator = Operator { csrf: who.csrf.clone() };
+    let operator = Operator { csrf: who.csrf.clone(), ..Default::default() };
     let (mut parts, body) = request.into_parts();
     parts.extensions.insert(operator);
     if parts.method != Method::POST || who.by_bearer {

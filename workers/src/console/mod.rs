@@ -10,10 +10,12 @@
 //!   Postgres), and the CSRF token every form carries.
 //! - `views`: the templates, the markdown filter, errors as pages.
 //! - `state`: what every handler shares (the pool, the broker, the settings).
-//! - `pages/`: one module per page (runs, run, waiting, dead letters, fleet).
+//! - `badges`: the navigation's counts (waiting, dead letters) on every page.
+//! - `pages/`: one module per page (overview, runs, run, waiting, dead letters, workers, fleet).
 //! - `templates/`, `assets/`: the HTML templates, CSS and JS.
 
 mod auth;
+mod badges;
 mod guard;
 mod pages;
 mod state;
@@ -83,7 +85,8 @@ impl Console {
 
 fn router(state: Arc<State>) -> Router {
     let pages = Router::new()
-        .route("/", get(|| async { axum::response::Redirect::to("/runs") }))
+        .route("/", get(|| async { axum::response::Redirect::to("/overview") }))
+        .route("/overview", get(pages::overview::show))
         .route("/runs", get(pages::runs::list))
         .route("/runs/{id}", get(pages::run::show))
         .route("/runs/{id}/cancel", post(pages::run::cancel))
@@ -99,7 +102,10 @@ fn router(state: Arc<State>) -> Router {
         .route("/dead/replay-all", post(pages::dead::replay_all))
         .route("/dead/discard-all", post(pages::dead::discard_all))
         .route("/fleet", get(pages::fleet::show))
+        .route("/workers", get(pages::workers::show))
         .route("/logout", post(auth::logout))
+        // Inside `require`, so the badges are read only for an operator.
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), badges::attach))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require));
     Router::new()
         .merge(pages)

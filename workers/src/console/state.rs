@@ -23,6 +23,8 @@ pub struct State {
     tokens: OnceCell<SharedTokens>,
     /// One broker connection, opened on first use and again after it broke.
     broker: Mutex<Option<Connection>>,
+    /// The last dead-letter count for the navigation's badge, and when it was read.
+    pub dead_count: Mutex<Option<(std::time::Instant, u32)>>,
 }
 
 /// The CSRF tokens of pages served without a session, the same in every
@@ -48,6 +50,7 @@ impl State {
             hosts: Hosts::new(names),
             tokens: OnceCell::new(),
             broker: Mutex::new(None),
+            dead_count: Mutex::new(None),
         })
     }
 

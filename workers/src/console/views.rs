@@ -8,7 +8,7 @@ use pulldown_cmark::{CowStr, Event, Options, Parser, Tag};
 use serde::Serialize;
 use std::sync::LazyLock;
 
-const TEMPLATES: [(&str, &str); 9] = [
+const TEMPLATES: [(&str, &str); 11] = [
     ("base.html", include_str!("templates/base.html")),
     ("login.html", include_str!("templates/login.html")),
     ("error.html", include_str!("templates/error.html")),
@@ -18,6 +18,8 @@ const TEMPLATES: [(&str, &str); 9] = [
     ("handoff.html", include_str!("templates/handoff.html")),
     ("dead.html", include_str!("templates/dead.html")),
     ("fleet.html", include_str!("templates/fleet.html")),
+    ("overview.html", include_str!("templates/overview.html")),
+    ("workers.html", include_str!("templates/workers.html")),
 ];
 
 pub struct Views {
@@ -30,6 +32,8 @@ pub struct Views {
 #[derive(Debug, Clone, Default)]
 pub struct Operator {
     pub csrf: String,
+    /// The navigation's badges (read for every page shown).
+    pub badges: super::badges::Badges,
 }
 
 /// Every template and filter, auto-escaped; a broken template is an error.
@@ -71,7 +75,7 @@ impl Views {
 
     /// Renders `name` with `ctx` for `operator`, or an error page saying what went wrong.
     pub fn page<S: Serialize>(&self, operator: &Operator, name: &str, ctx: S) -> Response {
-        let ctx = context! { csrf => operator.csrf, ..Value::from_serialize(&ctx) };
+        let ctx = context! { csrf => operator.csrf, badges => operator.badges, ..Value::from_serialize(&ctx) };
         let rendered = self.env.get_template(name).and_then(|t| t.render(ctx));
         match rendered {
             Ok(html) => Html(html).into_response(),

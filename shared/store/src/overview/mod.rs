@@ -4,7 +4,9 @@
 //! list`, `baton handoff list --waiting`) and the web console both read these.
 //!
 //! - [`gauges`]: fleet-wide figures for the metrics gauges (live invocations, outbox backlog, hop waits).
+//! - [`counts`]: the console overview's runs by status in the last hour and day, and the Waiting badge.
 
+pub mod counts;
 pub mod gauges;
 
 use baton_domain::protocol::conversation::question::QuestionState;

@@ -1,5 +1,7 @@
-//! `/dead`: what is in `baton.dead`, with its reason, original queue and a
-//! readable body; Replay (to its queue) and Discard, one or all of a kind.
+//! `/dead`: what is in `baton.dead`, with its reason, its queue as the
+//! fleet names it, its age, a readable body and the handoff or run it
+//! names (see `dead_view`); Replay (to its queue, offered only where it can
+//! help) and Discard, one or all of a kind.
 
 use std::sync::Arc;
 
@@ -9,25 +11,13 @@ use axum::Extension;
 use axum::Form;
 use baton_bus::dead::{self, Acted, Select};
 use minijinja::context;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use super::clip;
 use crate::console::state::State;
 use crate::console::views::{Operator, PageResult};
 
 /// How many dead letters a page reads (they are handed back unchanged).
 const LIMIT: usize = 200;
-/// How much of a body a row shows.
-const BODY_CHARS: usize = 1200;
-
-#[derive(Serialize)]
-struct Row {
-    id: String,
-    queue: String,
-    reason: String,
-    body: String,
-    truncated: bool,
-}
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -47,17 +37,7 @@ pub async fn list(
         Err(e) => (vec![], Some(format!("RabbitMQ did not answer: {e:#}"))),
     };
     let more = letters.len() > LIMIT;
-    let rows: Vec<Row> = letters
-        .into_iter()
-        .take(LIMIT)
-        .map(|d| Row {
-            truncated: d.body_bytes > BODY_CHARS || d.body_preview.chars().count() > BODY_CHARS,
-            body: clip(&d.body_preview, BODY_CHARS),
-            queue: d.source_queue.unwrap_or_else(|| "(unknown)".into()),
-            reason: d.reason,
-            id: d.id,
-        })
-        .collect();
+    let rows = super::dead_view::rows(&state, letters.into_iter().take(LIMIT).collect()).await?;
     let mut kinds: Vec<&str> = rows.iter().map(|r| r.queue.as_str()).collect();
     kinds.sort_unstable();
     kinds.dedup();

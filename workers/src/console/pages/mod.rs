@@ -2,11 +2,14 @@
 //! queries, shape it into plain serializable views, and render a template.
 
 pub mod dead;
+mod dead_view;
 pub mod fleet;
+pub mod overview;
 pub mod run;
 mod run_view;
 pub mod runs;
 pub mod waiting;
+pub mod workers;
 
 use chrono::{DateTime, Utc};
 
@@ -44,6 +47,14 @@ pub fn clip(text: &str, max: usize) -> String {
     }
 }
 
+/// A run id that tells runs apart at a glance: `…` and its last 8 hex
+/// digits (a UUIDv7 begins with its creation time, so the first 8 are the
+/// same for every run created within the same minute or so).
+pub fn short_run_id(id: uuid::Uuid) -> String {
+    let hex = id.simple().to_string();
+    format!("…{}", &hex[hex.len() - 8..])
+}
+
 /// Parses a run id from the URL, or a 404.
 pub fn run_id(id: &str) -> Result<uuid::Uuid, super::views::PageError> {
     id.parse().map_err(|_| super::views::PageError::not_found(format!("`{id}` is not a run id")))
@@ -58,6 +69,15 @@ mod tests {
         assert_eq!(super::span(190_000), "3m 10s");
         assert_eq!(super::span(7_500_000), "2h 5m");
         assert_eq!(super::span(90_000_000), "1d 1h");
+    }
+
+    #[test]
+    fn short_run_ids_tell_runs_of_the_same_second_apart() {
+        let (a, b) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+        assert_eq!(a.to_string()[..8], b.to_string()[..8], "the prefix is the same");
+        assert_ne!(super::short_run_id(a), super::short_run_id(b));
+        let id: uuid::Uuid = "01970f2a-1b2c-7d3e-8f40-5a6b7c8d9e0f".parse().unwrap();
+        assert_eq!(super::short_run_id(id), "…7c8d9e0f");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use minijinja::context;
 use serde::{Deserialize, Serialize};
 
-use super::{age, at, span};
+use super::{age, at, short_run_id, span};
 use crate::console::state::State;
 use crate::console::views::{Operator, PageResult};
 
@@ -53,7 +53,7 @@ fn row(r: &RunRow) -> Row {
     let end = r.finished_at.unwrap_or_else(Utc::now);
     Row {
         id: r.run_id.to_string(),
-        short: r.run_id.to_string()[..8].to_string(),
+        short: short_run_id(r.run_id),
         handoff_id: r.handoff_id.clone(),
         status: r.status.as_str().into(),
         chain: r.agents.join(" → "),

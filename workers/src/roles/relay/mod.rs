@@ -303,6 +303,7 @@ impl Relay {
             None => baton_bus::dead::original_body(&p.body),
         };
         headers.extend(whole);
+        headers.push(baton_bus::dead::dead_at_now());
         let mut out = Outgoing {
             queue: &dead,
             body: cut.as_deref().unwrap_or(&p.body),
