@@ -24,6 +24,7 @@
 //! - [`overview`]: what an operator looks at, and the metrics gauges' figures.
 //! - [`console`]: the operator console's sessions, login throttling and shared
 //!   tokens, and the reply queues a dead letter may be replayed to.
+//! - [`run_page`]: what the console's run page reads of its invocations' times and holders.
 //! - [`retention`]: what `baton runs prune` deletes: old runs, their requests' trails, idle conversations.
 //! - [`coding`]: coding agents' diffs and resumable sessions, and `[[projects]]`.
 //! - [`connect`]: pools and connections, with the fleet's session timeouts and keepalives.
@@ -45,6 +46,7 @@ pub mod overview;
 pub mod profiles;
 pub mod requests;
 pub mod retention;
+pub mod run_page;
 pub mod runs;
 pub mod schema;
 mod sql;

@@ -7,6 +7,7 @@ pub mod run;
 mod run_view;
 pub mod runs;
 pub mod waiting;
+mod waterfall;
 
 use chrono::{DateTime, Utc};
 
@@ -44,6 +45,14 @@ pub fn clip(text: &str, max: usize) -> String {
     }
 }
 
+/// A run id's distinguishing end, `…` and its last 8 hex digits: a UUIDv7
+/// starts with its creation time, so runs created within the same seconds
+/// share their first 8.
+pub fn short_run_id(id: uuid::Uuid) -> String {
+    let hex = id.simple().to_string();
+    format!("…{}", &hex[hex.len() - 8..])
+}
+
 /// Parses a run id from the URL, or a 404.
 pub fn run_id(id: &str) -> Result<uuid::Uuid, super::views::PageError> {
     id.parse().map_err(|_| super::views::PageError::not_found(format!("`{id}` is not a run id")))
@@ -58,6 +67,12 @@ mod tests {
         assert_eq!(super::span(190_000), "3m 10s");
         assert_eq!(super::span(7_500_000), "2h 5m");
         assert_eq!(super::span(90_000_000), "1d 1h");
+    }
+
+    #[test]
+    fn a_short_run_id_is_its_distinguishing_end() {
+        let id: uuid::Uuid = "01990a3c-5b7e-7c10-9a2b-3c4d5e6f7a8b".parse().unwrap();
+        assert_eq!(super::short_run_id(id), "…5e6f7a8b");
     }
 
     #[test]
