@@ -17,7 +17,7 @@ use baton_store::GenericClient;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::waterfall::{self, BarKind, Waterfall};
+use super::waterfall::{self, Waterfall};
 use super::{age, at, clip, pretty, short_run_id, span};
 
 #[derive(Serialize)]
@@ -188,7 +188,7 @@ pub async fn load(c: &impl GenericClient, run: Run) -> anyhow::Result<RunView> {
     let input =
         waterfall::Input { invocations: &invocations, times: &times, events: &events, start: run.created_at, end, now };
     let waterfall = waterfall::layout(&input);
-    let blocked = run.status == RunStatus::Running && waits_for_the_user(&waterfall);
+    let blocked = run.status == RunStatus::Running && waterfall.waits_for_the_user();
     let cancelled = (run.status == RunStatus::Cancelled).then(|| cancelled(&run, &events));
     Ok(RunView {
         id: run.id.to_string(),
@@ -244,14 +244,6 @@ fn lanes(events: &[EventRow], invocations: &[Invocation]) -> Vec<Lane> {
 
 fn colour_of(lanes: &[Lane], agent: &str) -> usize {
     lanes.iter().find(|l| l.agent == agent).map_or(0, |l| l.colour)
-}
-
-/// A run that nothing but the user's answer can move on: some invocation
-/// waits for it, and every other live one waits on delegated tasks.
-fn waits_for_the_user(w: &Waterfall) -> bool {
-    let open = || w.lanes.iter().flat_map(|l| &l.bars).filter(|b| b.open);
-    open().any(|b| b.kind == BarKind::Question)
-        && open().all(|b| matches!(b.kind, BarKind::Question | BarKind::Children))
 }
 
 /// `Cancelled by an operator in the console: the user changed their mind`,

@@ -79,8 +79,10 @@ pub struct Bar {
     pub left: f64,
     pub width: f64,
     pub ms: i64,
-    /// Drawn inside the bar when it is wide enough.
+    /// Drawn inside the bar when it is wide enough (`1.4s · 300 tok`)…
     pub label: String,
+    /// …or this, when it is narrower (`1.4s`).
+    pub short: String,
     /// Shown on hover.
     pub title: String,
     /// Still going.
@@ -131,6 +133,16 @@ pub fn layout(input: &Input<'_>) -> Waterfall {
         lanes.push(lane(input, &axis, inv, times, depth, colour));
     }
     Waterfall { lanes, ticks: axis.ticks(), total: span(axis.total_ms) }
+}
+
+impl Waterfall {
+    /// Nothing but the user's answer can move the run on: some invocation
+    /// waits for it, and every other live one waits on delegated tasks.
+    pub fn waits_for_the_user(&self) -> bool {
+        let open = || self.lanes.iter().flat_map(|l| &l.bars).filter(|b| b.open);
+        open().any(|b| b.kind == BarKind::Question)
+            && open().all(|b| matches!(b.kind, BarKind::Question | BarKind::Children))
+    }
 }
 
 /// Invocations with their depth, parents before their children.
@@ -208,8 +220,10 @@ fn lane(
 
 /// `3 model calls · 2.1s · 450 tokens · 4 tool calls`.
 fn summary(spans: &[Span]) -> String {
-    let models: Vec<&Span> = spans.iter().filter(|s| matches!(s.kind, BarKind::Model | BarKind::External)).collect();
-    let ms: i64 = models.iter().filter(|s| !s.open).map(|s| (s.to - s.from).num_milliseconds()).sum();
+    // A call still in flight is said by `now`, not counted.
+    let models: Vec<&Span> =
+        spans.iter().filter(|s| matches!(s.kind, BarKind::Model | BarKind::External) && !s.open).collect();
+    let ms: i64 = models.iter().map(|s| (s.to - s.from).num_milliseconds()).sum();
     let tokens: i64 = models.iter().filter_map(|s| s.tokens).sum();
     let tools = spans.iter().filter(|s| s.kind == BarKind::Tool).count();
     let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
@@ -437,6 +451,7 @@ impl Axis {
             width: round(width),
             ms: (s.to - s.from).num_milliseconds(),
             label: s.label.clone(),
+            short: s.label.split(" · ").next().unwrap_or_default().to_string(),
             title: if s.title.is_empty() { s.label.clone() } else { s.title.clone() },
             open: s.open,
             tokens: s.tokens,
@@ -457,12 +472,13 @@ impl Axis {
     }
 }
 
-/// `0`, `500ms`, `2s`, `1m 30s`: a tick's time, without decimals.
+/// `0`, `500ms`, `2s`, `1.5s`, `1m 30s`: a tick's time, decimals only where needed.
 fn tick_label(ms: i64) -> String {
     match ms {
         0 => "0".into(),
         ..1_000 => format!("{ms}ms"),
-        1_000..60_000 => format!("{}s", ms / 1000),
+        1_000..60_000 if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        1_000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
         _ => span(ms),
     }
 }

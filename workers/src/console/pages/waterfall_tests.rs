@@ -121,7 +121,7 @@ fn model_calls_last_their_latency_and_end_at_their_commit() {
     assert_eq!(models.len(), 3);
     assert_eq!((models[0].left, models[0].width, models[0].ms), (6.0, 14.0, 1_400), "0.6 s to 2 s");
     assert_eq!(models[0].tokens, Some(300));
-    assert_eq!(models[0].label, "1.4s · 300 tok");
+    assert_eq!((models[0].label.as_str(), models[0].short.as_str()), ("1.4s · 300 tok", "1.4s"));
     assert_eq!(models[0].title, "model call 1 · 1.4s · 300 tokens");
     // A row without a latency (older binaries) spans from the step before, marked approximate.
     assert_eq!((models[2].left, models[2].width), (70.0, 30.0));
@@ -147,6 +147,7 @@ fn waits_are_claiming_parking_and_claiming_again() {
         "created → claimed, parked → woken, woken → claimed"
     );
     assert!(w.lanes.iter().all(|l| l.now.is_none()), "nothing is live");
+    assert!(!w.waits_for_the_user(), "an ended run waits for nobody");
     assert!(w.lanes.iter().flat_map(|l| &l.bars).all(|b| !b.open));
 }
 
@@ -169,6 +170,9 @@ fn the_axis_ticks_at_a_round_step() {
     assert_eq!(labels, vec!["0", "2s", "4s", "6s", "8s", "10s"]);
     assert_eq!(w.ticks[1].left, 20.0);
     assert_eq!(w.total, "10.0s");
+    let halves = draw(&invocations, &times, &events, 3_000);
+    let labels: Vec<&str> = halves.ticks.iter().map(|t| t.label.as_str()).collect();
+    assert_eq!(labels, vec!["0", "500ms", "1s", "1.5s", "2s", "2.5s", "3s"]);
     let short = draw(&invocations, &times, &events, 900);
     assert_eq!(
         short.ticks.iter().map(|t| t.label.as_str()).collect::<Vec<_>>(),
@@ -187,6 +191,11 @@ fn a_claimed_invocation_past_its_last_step_is_waiting_for_its_model() {
     assert_eq!(w.lanes[0].now.as_deref(), Some("waiting for the model, 21.0s"));
     let last = w.lanes[0].bars.last().unwrap();
     assert_eq!((last.kind, last.open, last.left, last.width), (BarKind::Model, true, 30.0, 70.0));
+    assert!(
+        w.lanes[0].summary.starts_with("1 model call · "),
+        "the call in flight is not counted: {}",
+        w.lanes[0].summary
+    );
 
     held.last_step = Some(("external_started".into(), t(10_000)));
     let w = draw(&inv, std::slice::from_ref(&held), &events, 200_000);
@@ -226,6 +235,7 @@ fn a_question_blocks_and_a_throttled_call_waits_its_turn() {
         w.lanes[0].bars
     );
     assert_eq!(w.lanes[0].bars[1].title, "waited its turn under limit `deepseek` · 1.0s");
+    assert!(w.waits_for_the_user(), "only the answer moves it on: the page stops refreshing");
 
     let waiting = &events[..2];
     let running = [invocation(1, None, "writer", InvocationKind::Root, InvocationStatus::Running)];
@@ -233,6 +243,7 @@ fn a_question_blocks_and_a_throttled_call_waits_its_turn() {
     held.holder = Some("worker-a".into());
     let w = draw(&running, &[held], waiting, 5_500);
     assert_eq!(w.lanes[0].now.as_deref(), Some("waiting its turn under limit `deepseek`, 4.0s"));
+    assert!(!w.waits_for_the_user());
 }
 
 #[test]
