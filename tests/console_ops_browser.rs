@@ -156,7 +156,8 @@ async fn the_overview_and_the_workers_page_show_a_realistic_fleet_with_badges_on
     assert_eq!(text(browser, &hour("completed")).await, "2");
     assert_eq!(text(browser, &hour("failed")).await, "1");
     assert_eq!(text(browser, &hour("cancelled")).await, "1");
-    assert_eq!(text(browser, &hour("running")).await, "1", "the run blocked on its question");
+    assert_eq!(text(browser, &hour("blocked")).await, "1", "the run blocked on its question");
+    assert_eq!(text(browser, &hour("running")).await, "0");
     assert_eq!(text(browser, "#failure-rate-hour").await, "33.3%", "1 failed of the 3 that ended by themselves");
     assert_eq!(text(browser, "#waits tr[data-wait=manual] .count").await, "1");
     assert_eq!(text(browser, "#waits tr[data-wait=questions] .count").await, "1");

@@ -94,6 +94,8 @@ async fn a_cancel_during_a_model_call_stops_the_run_and_nothing_runs_afterwards(
     .await;
     let journal = env.journal(run).await;
     assert!(journal.contains(&JournalEvent::RunCancelled), "{journal:?}");
+    let by = "SELECT (error->>'by' = 'bridge')::int::bigint FROM runs WHERE id = $1";
+    assert_eq!(env.scalar_i64(by, &[&run]).await, 1, "the bridge's cancel is recorded as the bridge's");
     fleet.stop().await;
 }
 
@@ -330,4 +332,7 @@ async fn interrupt_cancels_the_live_run_and_starts_the_new_one() {
     assert_eq!(reply_of(&seen, first)["status"], "cancelled");
     assert_eq!(reply_of(&seen, second)["status"], "completed");
     assert!(started_after_end(&env, first, second).await, "the new run started when the live one was cancelled");
+    let run = env.run_of(first).await;
+    let by = "SELECT (error->>'by' = 'new_request')::int::bigint FROM runs WHERE id = $1";
+    assert_eq!(env.scalar_i64(by, &[&run]).await, 1, "cancelled by the new request in its chat");
 }

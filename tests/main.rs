@@ -15,6 +15,7 @@ mod console_dead;
 mod console_guard;
 mod console_http;
 mod console_ops_browser;
+mod console_run;
 mod console_sessions;
 mod console_waiting;
 mod contract;

@@ -40,6 +40,8 @@ pub fn detail(payload: &serde_json::Value) -> String {
         "exitCode",
         "inputTokens",
         "outputTokens",
+        "tokens",
+        "latencyMs",
         "sessionId",
         "modelCalls",
     ];
@@ -154,5 +156,7 @@ mod tests {
         );
         assert_eq!(super::render_throttled(&events[..0]), None);
         assert!(super::detail(&events[0].payload).contains("reason=requests_per_minute"));
+        let stored = serde_json::json!({"toolCalls": 1, "tokens": 50, "attempts": 1, "latencyMs": 312});
+        assert_eq!(super::detail(&stored), "tokens=50 latencyMs=312");
     }
 }

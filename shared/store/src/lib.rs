@@ -25,6 +25,7 @@
 //! - [`console`]: the operator console's sessions, login throttling and shared
 //!   tokens, and the reply queues a dead letter may be replayed to.
 //! - [`workers`]: the registry of the fleet's processes (heartbeats, stops), and what each holds.
+//! - [`run_page`]: what the console's run page reads of its invocations' times and holders.
 //! - [`retention`]: what `baton runs prune` deletes: old runs, their requests' trails, idle conversations.
 //! - [`coding`]: coding agents' diffs and resumable sessions, and `[[projects]]`.
 //! - [`connect`]: pools and connections, with the fleet's session timeouts and keepalives.
@@ -46,6 +47,7 @@ pub mod overview;
 pub mod profiles;
 pub mod requests;
 pub mod retention;
+pub mod run_page;
 pub mod runs;
 pub mod schema;
 mod sql;

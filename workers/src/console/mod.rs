@@ -112,6 +112,8 @@ fn router(state: Arc<State>) -> Router {
         .route("/login", get(auth::login_page).post(auth::login))
         .route("/assets/console.css", get(views::stylesheet))
         .route("/assets/console.js", get(views::script))
+        .route("/assets/waterfall.css", get(views::waterfall_stylesheet))
+        .route("/assets/run.js", get(views::run_script))
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard::names))
         .layer(axum::middleware::map_response(guard_headers))
         .with_state(state)

@@ -169,6 +169,16 @@ pub async fn script() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], include_str!("assets/console.js"))
 }
 
+/// The run page's own stylesheet: its waterfall.
+pub async fn waterfall_stylesheet() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], include_str!("assets/waterfall.css"))
+}
+
+/// The run page's own script: its event log's filter.
+pub async fn run_script() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], include_str!("assets/run.js"))
+}
+
 /// An error on a page, shown to the operator (escaped) and logged.
 pub struct PageError {
     status: StatusCode,

@@ -146,6 +146,7 @@ mod tests {
             body_preview: body.into(),
             body_bytes: body.len(),
             headers: vec![],
+            dead_at_ms: None,
         }
     }
 

@@ -28,17 +28,24 @@ use baton_domain::fleet::{FleetMessage, Queue};
 use baton_domain::profiles::brief::render_request_brief;
 use baton_domain::protocol::request::{HandoffRequest, HandoffStatus};
 use baton_domain::run::journal::JournalEvent;
-use baton_domain::run::state::RunStatus;
+use baton_domain::run::state::{CancelledBy, RunStatus};
 use baton_store::journal::Event;
 use baton_store::{runs, Pool};
 use serde_json::json;
 use uuid::Uuid;
 
-/// Cancels a run in one transaction; `false` when it had already ended.
+/// `baton runs cancel`: cancels a run in one transaction, recorded as an
+/// operator's from the command line; `false` when it had already ended.
 pub async fn cancel_run(pool: &Pool, run_id: Uuid, reason: &str) -> anyhow::Result<bool> {
+    cancel_run_by(pool, run_id, reason, CancelledBy::Cli).await
+}
+
+/// Cancels a run in one transaction, recording who did (`by`); `false`
+/// when it had already ended.
+pub async fn cancel_run_by(pool: &Pool, run_id: Uuid, reason: &str, by: CancelledBy) -> anyhow::Result<bool> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
-    let events = runs::ending::cancel_run(&tx, run_id, reason).await?;
+    let events = runs::ending::cancel_run(&tx, run_id, reason, by).await?;
     let cancelled = events.len() > 1;
     baton_store::journal::append(&tx, run_id, &events).await?;
     tx.commit().await?;
@@ -114,7 +121,7 @@ pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> a
         if how == Settle::Result {
             bail!("handoff `{id}` is being run by the fleet; cancel it first to answer by hand");
         }
-        let events = runs::ending::cancel_run(&tx, run, text).await?;
+        let events = runs::ending::cancel_run(&tx, run, text, CancelledBy::Operator).await?;
         if events.len() <= 1 {
             bail!("handoff `{id}` has already ended; its reply is on its way");
         }

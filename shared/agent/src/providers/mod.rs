@@ -48,6 +48,10 @@ pub struct ModelTurn {
     /// turn's transaction (never in the transcript).
     #[serde(skip)]
     pub coding: Option<Box<coding::CodingOutcome>>,
+    /// How long the call took, as the runner measured it (retries and a
+    /// wait under a fleet-wide limit included), for the journal.
+    #[serde(skip)]
+    pub latency_ms: Option<u64>,
 }
 
 /// Tokens a model turn used, as its provider reported them: OpenAI's names

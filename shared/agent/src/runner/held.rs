@@ -88,6 +88,7 @@ impl Held {
         let mut turn: ModelTurn =
             serde_json::from_slice(&bytes).map_err(|e| Error::Contract(format!("reading a held turn back: {e}")))?;
         turn.coding = self.turn.coding.clone();
+        turn.latency_ms = self.turn.latency_ms;
         Ok(Cow::Owned(turn))
     }
 
@@ -116,8 +117,8 @@ impl Held {
         match write_private(&dir, &file, &json) {
             Ok(()) => {
                 tracing::info!(file = %file.display(), bytes = json.len(), "a held turn spilled to disk until it is stored");
-                let coding = self.turn.coding.take();
-                self.turn = ModelTurn { coding, ..ModelTurn::default() };
+                let (coding, latency_ms) = (self.turn.coding.take(), self.turn.latency_ms);
+                self.turn = ModelTurn { coding, latency_ms, ..ModelTurn::default() };
                 self.file = Some(file);
             }
             Err(e) => {

@@ -506,7 +506,8 @@ impl Runner {
     /// written with the fence.
     fn turn_step<'a>(&'a self, c: &'a Claimed<'_>, turn: &ModelTurn, payload: Value, calls: usize) -> StepTx<'a> {
         let tokens = tokens_of(turn);
-        let stored = json!({"toolCalls": calls, "tokens": tokens, "attempts": turn.attempts});
+        let stored =
+            json!({"toolCalls": calls, "tokens": tokens, "attempts": turn.attempts, "latencyMs": turn.latency_ms});
         let event = Event::new(JournalEvent::ModelResponseStored, Some(c.inv.id), stored);
         self.step(c).append(transcript::MODEL_TURN, payload).log([event]).count_tokens(tokens)
     }
@@ -556,14 +557,19 @@ async fn store_coding(tx: &Transaction<'_>, turn: &ModelTurn) -> Result<(), Erro
     Ok(())
 }
 
-/// A model call, its duration, outcome and tokens recorded.
+/// A model call, its duration, outcome and tokens recorded; the turn
+/// carries its duration to its journal event.
 async fn timed(
     profile: &str,
     call: impl std::future::Future<Output = Result<ModelTurn, ProviderError>>,
 ) -> Result<ModelTurn, ProviderError> {
     let started = std::time::Instant::now();
-    let result = call.await;
-    crate::metrics::model_request(profile, started.elapsed(), result.is_ok());
+    let mut result = call.await;
+    let took = started.elapsed();
+    crate::metrics::model_request(profile, took, result.is_ok());
+    if let Ok(turn) = result.as_mut() {
+        turn.latency_ms = Some(took.as_millis() as u64);
+    }
     if let Some(usage) = result.as_ref().ok().and_then(|turn| turn.usage.as_ref()) {
         crate::metrics::model_tokens(profile, usage.prompt_tokens, usage.completion_tokens);
     }

@@ -82,10 +82,7 @@ mod tests {
         assert_eq!(w.by_status.iter().find(|(s, _)| *s == "running"), Some(&("running", 0)), "every status shown");
         let quiet = Window::of(&[(RunState::Cancelled, 3), (RunState::Running, 2)]);
         assert_eq!((quiet.failure_rate, quiet.alarming), (None, false), "nothing ended by itself");
-        assert_eq!(
-            Window::of(&[(RunState::Completed, 19), (RunState::Failed, 1)]).failure_rate.as_deref(),
-            Some("5%")
-        );
+        assert_eq!(Window::of(&[(RunState::Completed, 19), (RunState::Failed, 1)]).failure_rate.as_deref(), Some("5%"));
     }
 
     #[test]

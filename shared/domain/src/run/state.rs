@@ -151,6 +151,35 @@ impl RunStatus {
     }
 }
 
+wire_enum! {
+    /// Who cancelled a run, stored with the cancel (`by`).
+    pub enum CancelledBy {
+        /// An operator, with the Cancel button on the console's run page.
+        Console => "console",
+        /// An operator, with `baton runs cancel`.
+        Cli => "cli",
+        /// An operator who cancelled the run's handoff by hand (console or CLI).
+        Operator => "operator",
+        /// The bridge, with a cancel message from the user's chat.
+        Bridge => "bridge",
+        /// The user sent a new request in the same chat, which replaces this one.
+        NewRequest => "new_request",
+    }
+}
+
+impl CancelledBy {
+    /// Who it was, for people: "an operator in the console".
+    pub fn describe(self) -> &'static str {
+        match self {
+            CancelledBy::Console => "an operator in the console",
+            CancelledBy::Cli => "an operator with `baton runs cancel`",
+            CancelledBy::Operator => "an operator, who cancelled its handoff by hand",
+            CancelledBy::Bridge => "the bridge, on the user's cancel message",
+            CancelledBy::NewRequest => "a new request in the same chat",
+        }
+    }
+}
+
 /// Why a run, an invocation or a task failed or was cancelled, as stored
 /// with it: a code, a message for people, and any figures behind it (a spent
 /// budget's limit, say).

@@ -7,7 +7,7 @@
 
 use baton_domain::fleet::FleetMessage;
 use baton_domain::run::journal::JournalEvent;
-use baton_domain::run::state::{InvocationKind, InvocationStatus, RunStatus, TaskStatus};
+use baton_domain::run::state::{CancelledBy, InvocationKind, InvocationStatus, RunStatus, TaskStatus};
 use baton_domain::tools::delegation::{self, AwaitSpec, Awaited};
 use deadpool_postgres::GenericClient;
 use serde_json::{json, Value};
@@ -99,9 +99,10 @@ pub async fn fail_run(c: &impl GenericClient, run_id: Uuid, error: &Value) -> Re
 }
 
 /// An operator or a bridge cancels a run: every live invocation stops at its next step
-/// (its fence fails), and the bridge is told `cancelled`.
-pub async fn cancel_run(c: &impl GenericClient, run_id: Uuid, reason: &str) -> Result<Vec<Event>> {
-    let error = json!({"code": "cancelled", "message": reason});
+/// (its fence fails), and the bridge is told `cancelled`. Who it was (`by`)
+/// is stored with the reason, on the run and in its cancel events.
+pub async fn cancel_run(c: &impl GenericClient, run_id: Uuid, reason: &str, by: CancelledBy) -> Result<Vec<Event>> {
+    let error = json!({"code": "cancelled", "message": reason, "by": by.as_str()});
     let mut events = vec![Event::new(JournalEvent::RunCancelRequested, None, error.clone())];
     events.extend(end_run(c, run_id, RunStatus::Cancelled, &error).await?);
     Ok(events)

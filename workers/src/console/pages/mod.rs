@@ -9,6 +9,7 @@ pub mod run;
 mod run_view;
 pub mod runs;
 pub mod waiting;
+mod waterfall;
 pub mod workers;
 
 use chrono::{DateTime, Utc};

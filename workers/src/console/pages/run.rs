@@ -5,6 +5,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State as Shared};
 use axum::response::{IntoResponse, Redirect};
 use axum::{Extension, Form};
+use baton_domain::run::state::CancelledBy;
 use minijinja::context;
 use serde::Deserialize;
 
@@ -39,7 +40,7 @@ pub async fn cancel(Shared(state): Shared<Arc<State>>, Path(id): Path<String>, F
     if baton_store::runs::get(&state.db().await?, id).await?.is_none() {
         return Err(PageError::not_found(format!("no run {id}")));
     }
-    if !crate::operator::cancel_run(&state.pool, id, reason).await? {
+    if !crate::operator::cancel_run_by(&state.pool, id, reason, CancelledBy::Console).await? {
         return Err(PageError::refused(format!("run {id} had already ended")));
     }
     Ok(Redirect::to(&format!("/runs/{id}")).into_response())

@@ -1,11 +1,14 @@
-//! A run's page as plain data: its timeline with agents as lanes, briefs,
-//! transcripts (children nested under their parents), workspace, request
-//! after disclosure, what the bridge was sent, and usage per agent.
+//! A run's page as plain data: its waterfall (see [`super::waterfall`]) and
+//! what each live invocation is doing now, its event log, briefs,
+//! transcripts (children nested under their parents, each model call with
+//! its latency and tokens), workspace, request after disclosure, what the
+//! bridge was sent, and usage per agent.
 
 use std::collections::BTreeMap;
 
 use baton_domain::protocol::request::HandoffRequest;
-use baton_domain::run::state::InvocationKind;
+use baton_domain::run::journal::JournalEvent;
+use baton_domain::run::state::{CancelledBy, InvocationKind, RunStatus};
 use baton_store::invocations::steps::Step;
 use baton_store::invocations::Invocation;
 use baton_store::journal::EventRow;
@@ -14,22 +17,38 @@ use baton_store::GenericClient;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{age, at, clip, pretty, span};
+use super::waterfall::{self, Waterfall};
+use super::{age, at, clip, pretty, short_run_id, span};
 
 #[derive(Serialize)]
 pub struct RunView {
     pub id: String,
+    /// `…` and the id's last 8 hex digits, which tell runs apart.
+    pub short_id: String,
     pub handoff_id: Option<String>,
     pub status: String,
+    /// Not ended: it can still be cancelled.
     pub live: bool,
+    /// Something in it can change without the user: the page reloads itself.
+    pub refresh: bool,
+    /// Every live invocation waits for the user's answer.
+    pub blocked: bool,
     pub root: String,
     pub created: String,
     pub age: String,
     pub duration: String,
+    /// Why it failed (a cancelled run has `cancelled` instead).
     pub error: Option<String>,
+    /// Who cancelled it, and why.
+    pub cancelled: Option<String>,
     pub final_text: Option<String>,
+    pub waterfall: Waterfall,
+    /// What each live invocation is doing: agent, sentence.
+    pub now: Vec<(String, String)>,
     pub lanes: Vec<Lane>,
     pub events: Vec<EventView>,
+    /// The event kinds in the log, for its filter.
+    pub kinds: Vec<String>,
     pub invocations: Vec<InvocationView>,
     pub briefs: Vec<BriefView>,
     pub files: Vec<(String, usize)>,
@@ -112,6 +131,8 @@ pub struct InvocationView {
 pub struct StepView {
     pub kind: String,
     pub title: String,
+    /// A model turn's latency, tokens and attempts.
+    pub meta: Option<String>,
     pub text: String,
     pub is_error: bool,
 }
@@ -161,24 +182,38 @@ pub async fn load(c: &impl GenericClient, run: Run) -> anyhow::Result<RunView> {
         None => vec![],
     };
     let lanes = lanes(&events, &invocations);
-    let end = run.finished_at.unwrap_or_else(chrono::Utc::now);
+    let times = baton_store::run_page::invocation_times(c, run.id).await?;
+    let now = times.first().map_or_else(chrono::Utc::now, |t| t.now);
+    let end = run.finished_at.unwrap_or(now);
+    let input =
+        waterfall::Input { invocations: &invocations, times: &times, events: &events, start: run.created_at, end, now };
+    let waterfall = waterfall::layout(&input);
+    let blocked = run.status == RunStatus::Running && waterfall.waits_for_the_user();
+    let cancelled = (run.status == RunStatus::Cancelled).then(|| cancelled(&run, &events));
     Ok(RunView {
         id: run.id.to_string(),
+        short_id: short_run_id(run.id),
         handoff_id: run.handoff_id.clone(),
         status: run.status.as_str().to_string(),
         live: !run.status.is_terminal(),
+        refresh: run.status == RunStatus::Running && !blocked,
+        blocked,
         root: run.root_profile_id.clone(),
         created: at(run.created_at),
         age: age(run.created_at),
         duration: span((end - run.created_at).num_milliseconds()),
-        error: run.error.as_ref().map(|e| format!("{}: {}", e.code, e.message)),
+        error: run.error.as_ref().filter(|_| cancelled.is_none()).map(|e| format!("{}: {}", e.code, e.message)),
+        cancelled,
         final_text: run.final_text.clone(),
+        now: waterfall.lanes.iter().filter_map(|l| Some((l.agent.clone(), l.now.clone()?))).collect(),
+        waterfall,
         events: event_views(&events, &lanes),
+        kinds: kinds(&events),
         briefs: invocations
             .iter()
             .map(|i| BriefView { agent: i.profile_id.clone(), kind: i.kind.as_str().into(), brief: i.brief.clone() })
             .collect(),
-        invocations: tree(&invocations, &steps, None),
+        invocations: tree(&invocations, &steps, &events, None),
         files: baton_store::runs::workspace::list(c, run.id).await?,
         ledger: baton_store::runs::workspace::ledger(c, run.id).await?,
         request: request.map(|r| request_view(&r, &request_events)),
@@ -211,6 +246,34 @@ fn colour_of(lanes: &[Lane], agent: &str) -> usize {
     lanes.iter().find(|l| l.agent == agent).map_or(0, |l| l.colour)
 }
 
+/// `Cancelled by an operator in the console: the user changed their mind`,
+/// from its cancel event (older rows, with no `by`: just the reason).
+fn cancelled(run: &Run, events: &[EventRow]) -> String {
+    let event = events.iter().rev().find(|e| e.is(JournalEvent::RunCancelled));
+    let reason = event
+        .and_then(|e| e.payload["message"].as_str())
+        .map(str::to_string)
+        .or_else(|| run.error.as_ref().map(|e| e.message.clone()));
+    let by = event.and_then(|e| e.payload["by"].as_str()).and_then(CancelledBy::parse);
+    match (by, reason) {
+        (Some(by), Some(reason)) => format!("Cancelled by {}: {reason}", by.describe()),
+        (Some(by), None) => format!("Cancelled by {}.", by.describe()),
+        (None, Some(reason)) => format!("Cancelled: {reason}"),
+        (None, None) => "Cancelled.".into(),
+    }
+}
+
+/// Each event kind once, in the order it first appears.
+fn kinds(events: &[EventRow]) -> Vec<String> {
+    let mut kinds: Vec<String> = vec![];
+    for e in events {
+        if !kinds.contains(&e.kind) {
+            kinds.push(e.kind.clone());
+        }
+    }
+    kinds
+}
+
 fn event_views(events: &[EventRow], lanes: &[Lane]) -> Vec<EventView> {
     let first = events.first().map(|e| e.at);
     events
@@ -235,6 +298,7 @@ fn event_views(events: &[EventRow], lanes: &[Lane]) -> Vec<EventView> {
 fn tree(
     all: &[Invocation],
     steps: &BTreeMap<uuid::Uuid, Vec<Step>>,
+    events: &[EventRow],
     parent: Option<uuid::Uuid>,
 ) -> Vec<InvocationView> {
     all.iter()
@@ -248,10 +312,58 @@ fn tree(
             status: i.status.as_str().into(),
             tokens: i.tokens_used,
             takeovers: i.takeovers,
-            steps: steps.get(&i.id).map(|s| s.iter().flat_map(step_views).collect()).unwrap_or_default(),
-            children: tree(all, steps, Some(i.id)),
+            steps: steps.get(&i.id).map(|s| transcript(s, events, i.id)).unwrap_or_default(),
+            children: tree(all, steps, events, Some(i.id)),
         })
         .collect()
+}
+
+/// An invocation's steps as entries, each model turn with what its journal
+/// event recorded of the call: the n-th turn's is the invocation's n-th
+/// `model_response_stored` (a turn and its event commit together).
+fn transcript(steps: &[Step], events: &[EventRow], invocation: uuid::Uuid) -> Vec<StepView> {
+    let mut stored =
+        events.iter().filter(|e| e.invocation_id == Some(invocation) && e.is(JournalEvent::ModelResponseStored));
+    let mut out = vec![];
+    for step in steps {
+        let mut entries = step_views(step);
+        if step.kind == "model_turn" {
+            let meta = model_call_meta(&step.payload, stored.next().map(|e| &e.payload));
+            if entries.is_empty() {
+                entries
+                    .extend(step_views(&Step { payload: serde_json::json!({"content": "(no text)"}), ..step.clone() }));
+            }
+            if let Some(first) = entries.first_mut() {
+                first.meta = Some(meta);
+            }
+        }
+        out.extend(entries);
+    }
+    out
+}
+
+/// `1.4s · 300 tokens (120 in, 180 out) · 2 attempts`.
+fn model_call_meta(turn: &Value, stored: Option<&Value>) -> String {
+    let mut parts = vec![];
+    if let Some(ms) = stored.and_then(|p| p["latencyMs"].as_i64()) {
+        parts.push(span(ms));
+    }
+    let usage = &turn["usage"];
+    let figure = |snake: &str, camel: &str| usage[snake].as_i64().or(usage[camel].as_i64());
+    let tokens = stored.and_then(|p| p["tokens"].as_i64());
+    match (tokens, figure("prompt_tokens", "promptTokens"), figure("completion_tokens", "completionTokens")) {
+        (Some(t), Some(i), Some(o)) => parts.push(format!("{t} tokens ({i} in, {o} out)")),
+        (Some(t), _, _) => parts.push(format!("{t} tokens")),
+        (None, _, _) => {}
+    }
+    if let Some(n) = stored.and_then(|p| p["attempts"].as_i64()).filter(|n| *n > 1) {
+        parts.push(format!("{n} attempts"));
+    }
+    if parts.is_empty() {
+        "no latency or tokens recorded".into()
+    } else {
+        parts.join(" · ")
+    }
 }
 
 /// One stored step as readable entries: a prompt's messages, a model turn's
@@ -264,6 +376,7 @@ fn step_views(step: &Step) -> Vec<StepView> {
     let entry = |kind: &str, title: String, body: String, is_error: bool| StepView {
         kind: kind.into(),
         title,
+        meta: None,
         text: body,
         is_error,
     };

@@ -12,6 +12,7 @@
 use baton_bus::{Delivery, Publisher};
 use baton_domain::protocol::conversation::cancel::{parse_cancel, BridgeCancel};
 use baton_domain::protocol::request::{HandoffEvent, RequestError};
+use baton_domain::run::state::CancelledBy;
 use baton_store::requests::{self, Request};
 use baton_store::{begin, client as db, commit, requests::conversations, runs::ending, GenericClient, Pool};
 use tokio_util::sync::CancellationToken;
@@ -107,7 +108,7 @@ async fn cancel_handoff(c: &impl GenericClient, cancel: &BridgeCancel) -> anyhow
     let Some(run) = stored.run_id else {
         return cancel_request(c, cancel, &stored, reason).await;
     };
-    let events = ending::cancel_run(c, run, reason).await?;
+    let events = ending::cancel_run(c, run, reason, CancelledBy::Bridge).await?;
     if events.len() <= 1 {
         record(c, cancel, HandoffEvent::CancelIgnored, "the run had already ended; its reply is on its way").await?;
         return Ok(Applied::Ignored);

@@ -18,6 +18,7 @@ use baton_domain::protocol::conversation::strategy::{self, Turn};
 use baton_domain::protocol::request::{
     parse_request, HandoffEvent, HandoffRequest, HandoffStatus, Redaction, RequestError, TargetAgent,
 };
+use baton_domain::run::state::CancelledBy;
 use baton_store::after_commit::{scope, Publishing};
 use baton_store::profiles::Snapshot;
 use baton_store::requests::{self, NewRequest, Request};
@@ -446,7 +447,8 @@ async fn start(
     requests::add_event(c, &request.id, HandoffEvent::Accepted, Some(HandoffStatus::Accepted), None).await?;
     bridge::status(c, &stored, HandoffStatus::Accepted, Some("waiting for this chat's earlier request to end")).await?;
     if turn == Turn::Interrupt {
-        let events = ending::cancel_run(c, run, "the user sent a new request in this chat").await?;
+        let events =
+            ending::cancel_run(c, run, "the user sent a new request in this chat", CancelledBy::NewRequest).await?;
         baton_store::journal::append(c, run, &events).await?;
     }
     Ok(())

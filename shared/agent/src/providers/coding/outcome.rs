@@ -100,6 +100,7 @@ impl CodingAgent {
             attempts: Some(1),
             model_calls: Some(calls),
             coding: Some(Box::new(outcome)),
+            latency_ms: None,
         };
         if spend.over_budget.load(Ordering::Relaxed) {
             // The run stops at its next step, with `budget_exhausted`.
