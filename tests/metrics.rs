@@ -222,6 +222,12 @@ fn every_dashboard_query_names_a_metric_baton_exports() {
     }
     let missing: Vec<_> = baton::metrics::NAMES.iter().filter(|n| !named.contains(*n)).collect();
     assert!(missing.is_empty(), "the dashboard shows nothing of {missing:?}");
+    // The alert rules name only what Baton exports, too.
+    let alerts = std::fs::read_to_string(root.join("deploy/prometheus/alerts.yml")).unwrap();
+    let words = alerts.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+    for word in words.filter(|w| w.starts_with("baton_")) {
+        assert!(baton::metrics::NAMES.contains(&word), "an alert queries `{word}`, which Baton does not export");
+    }
     let compose = std::fs::read_to_string(root.join("docker-compose.yml")).unwrap();
     assert!(compose.contains(r#"test: ["CMD", "baton", "health"]"#), "Baton's services have a health check");
 }
