@@ -330,3 +330,31 @@ async fn retry_in_the_console_runs_a_failed_run_again() {
         .unwrap();
     assert_eq!(refused.status(), StatusCode::CONFLICT);
 }
+
+/// A run whose model answered HTTP 500 until it gave up: the runs list and
+/// the run page say so in the endpoint's words, not "an internal error".
+#[tokio::test]
+async fn a_failed_runs_real_cause_is_on_the_runs_list_and_its_page() {
+    use baton_tests::http::{ModelServer, Reply};
+    let server = ModelServer::start(vec![Reply::Status(500, None), Reply::Status(500, None)]).await;
+    let env = TestEnv::new().await;
+    let profile = format!(
+        "[routes]\ndocs_agent = \"solo\"\n\n[[profiles]]\nid = \"solo\"\nname = \"solo\"\ndescription = \"The solo agent.\"\n\
+         tools = [\"workspace_write\", \"workspace_finish\"]\n[profiles.model]\nprovider = \"openai\"\nbase_url = \"{}\"\n\
+         model = \"test-model\"\nmax_attempts = 2\n",
+        server.base_url
+    );
+    env.apply_profiles(&profile).await;
+    let messages = env.run_request("console-cause").await;
+    assert_eq!(messages.last().unwrap()["error"]["code"], "model_unavailable");
+    let run = env.run_of("console-cause").await;
+    let console = env.serve_console(None).await;
+    let (_, list) = get(&format!("{}/runs?status=failed", console.base)).await;
+    let reason = list.split("class=\"reason small\">").nth(1).unwrap_or_default();
+    assert!(reason.starts_with("model_unavailable: model call failed after 2 attempts: HTTP 500"), "{list}");
+    let (_, page) = get(&format!("{}/runs/{run}", console.base)).await;
+    let error = page.split("id=\"run-error\"").nth(1).unwrap_or_default();
+    let error = &error[..error.find("</p>").unwrap_or(error.len())];
+    assert!(error.contains("HTTP 500") && error.contains("the bridge was told"), "{error}");
+    assert!(!error.contains("internal error"), "{error}");
+}

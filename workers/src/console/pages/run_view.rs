@@ -194,7 +194,8 @@ pub async fn load(c: &impl GenericClient, run: Run) -> anyhow::Result<RunView> {
         id: run.id.to_string(),
         short_id: short_run_id(run.id),
         handoff_id: run.handoff_id.clone(),
-        status: run.status.as_str().to_string(),
+        // Shown as operators see it: a run waiting on the user's answer is blocked.
+        status: if blocked { "blocked".into() } else { run.status.as_str().to_string() },
         live: !run.status.is_terminal(),
         refresh: run.status == RunStatus::Running && !blocked,
         blocked,
@@ -202,7 +203,11 @@ pub async fn load(c: &impl GenericClient, run: Run) -> anyhow::Result<RunView> {
         created: at(run.created_at),
         age: age(run.created_at),
         duration: span((end - run.created_at).num_milliseconds()),
-        error: run.error.as_ref().filter(|_| cancelled.is_none()).map(|e| format!("{}: {}", e.code, e.message)),
+        // The real cause first (a model endpoint's own words), not only what the bridge was told.
+        error: run.error.as_ref().filter(|_| cancelled.is_none()).map(|e| match e.reason() == e.message {
+            true => format!("{}: {}", e.code, e.message),
+            false => format!("{}: {} — the bridge was told: {}", e.code, e.reason(), e.message),
+        }),
         cancelled,
         final_text: run.final_text.clone(),
         now: waterfall.lanes.iter().filter_map(|l| Some((l.agent.clone(), l.now.clone()?))).collect(),

@@ -47,6 +47,8 @@ struct Row {
     duration: String,
     age: String,
     created: String,
+    /// Why a failed run failed: its code and the host's own words when kept.
+    reason: Option<String>,
 }
 
 fn row(r: &RunRow) -> Row {
@@ -65,6 +67,11 @@ fn row(r: &RunRow) -> Row {
         duration: span((end - r.created_at).num_milliseconds()),
         age: age(r.created_at),
         created: at(r.created_at),
+        reason: r
+            .error
+            .as_ref()
+            .filter(|_| r.status == RunState::Failed)
+            .map(|e| format!("{}: {}", e.code, super::clip(e.reason(), 160))),
     }
 }
 
