@@ -19,22 +19,23 @@ use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// A test's fleet database and queues, its console and its browser.
-struct Console {
-    env: TestEnv,
-    stop: CancellationToken,
-    base: String,
-    browser: Browser,
+/// A test's fleet database and queues, its console and its browser (the
+/// other browser tests' too).
+pub(crate) struct Console {
+    pub(crate) env: TestEnv,
+    pub(crate) stop: CancellationToken,
+    pub(crate) base: String,
+    pub(crate) browser: Browser,
 }
 
 impl Console {
     /// `None` when this machine has no browser (outside CI: skipped).
-    async fn open(test: &str) -> Option<Console> {
+    pub(crate) async fn open(test: &str) -> Option<Console> {
         Self::open_with(test, None, &[]).await
     }
 
     /// [`Console::open`] behind `token`, in a Chromium with `switches`.
-    async fn open_with(test: &str, token: Option<&str>, switches: &[&str]) -> Option<Console> {
+    pub(crate) async fn open_with(test: &str, token: Option<&str>, switches: &[&str]) -> Option<Console> {
         let browser = Browser::open_with(test, switches).await?;
         let env = TestEnv::new().await;
         let mut settings = env.settings.clone();
@@ -47,11 +48,11 @@ impl Console {
         Some(Console { env, stop, base, browser })
     }
 
-    async fn goto(&self, path: &str) {
+    pub(crate) async fn goto(&self, path: &str) {
         self.browser.goto(&format!("{}{path}", self.base)).await;
     }
 
-    async fn close(self) {
+    pub(crate) async fn close(self) {
         self.browser.close().await;
         self.stop.cancel();
     }

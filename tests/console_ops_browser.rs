@@ -16,7 +16,8 @@ use baton_domain::fleet::Queue;
 use baton_tests::browser::Browser;
 use baton_tests::http::{ModelServer, Reply};
 use baton_tests::{eventually, next_json, profile, sample_request_json, until_reply, TestEnv};
-use tokio_util::sync::CancellationToken;
+
+use crate::console_browser::Console;
 
 const WAIT: Duration = Duration::from_secs(30);
 const ASK: &str = r#"{ tool = "ask_user", args = { question = "Publish the notice to every channel now?", options = ["yes", "no"] } }"#;
@@ -24,36 +25,6 @@ const WRITE: &str = r#"{ tool = "workspace_write", args = { path = "output/main.
 const COMMIT: &str = r#"{ tool = "workspace_commit" }"#;
 const FINISH: &str = r#"{ tool = "workspace_finish" }"#;
 const TOOLS: &[&str] = &["ask_user", "workspace_write", "workspace_commit", "workspace_finish"];
-
-struct Console {
-    env: TestEnv,
-    stop: CancellationToken,
-    base: String,
-    browser: Browser,
-}
-
-impl Console {
-    async fn open(test: &str) -> Option<Console> {
-        let browser = Browser::open(test).await?;
-        let env = TestEnv::new().await;
-        let mut settings = env.settings.clone();
-        settings.admin_addr = ([127, 0, 0, 1], 0).into();
-        let console = baton::console::Console::bind(&settings).await.expect("the console binds");
-        let base = format!("http://{}", console.local_addr());
-        let stop = CancellationToken::new();
-        tokio::spawn(console.serve(stop.clone()));
-        Some(Console { env, stop, base, browser })
-    }
-
-    async fn goto(&self, path: &str) {
-        self.browser.goto(&format!("{}{path}", self.base)).await;
-    }
-
-    async fn close(self) {
-        self.browser.close().await;
-        self.stop.cancel();
-    }
-}
 
 /// The example profiles, with `codex` routed to an agent that asks its
 /// user, `qwen_code` to a model endpoint answering 500 and `claude_code`
