@@ -64,7 +64,7 @@ fn specs(profiles: &[Profile]) -> BTreeMap<&str, Value> {
 }
 
 /// Reads what the database holds: the profiles, every target's route, the version and the marker.
-pub async fn read(c: &impl GenericClient) -> anyhow::Result<Stored> {
+async fn read(c: &impl GenericClient) -> anyhow::Result<Stored> {
     let mut routes = BTreeMap::new();
     for target in TargetAgent::ALL.map(TargetAgent::as_str) {
         if let Some(profile) = baton_store::profiles::route(c, target).await? {
@@ -80,16 +80,21 @@ pub async fn read(c: &impl GenericClient) -> anyhow::Result<Stored> {
     })
 }
 
-/// Applies the demo's profiles and marks the version they became, in one
-/// transaction (the version row its update locks orders it with any other
-/// apply).
-pub async fn apply(client: &mut baton_store::Client, file: &ProfilesFile) -> anyhow::Result<()> {
+/// Reads what is stored, decides, and on [`Decision::Apply`] applies the
+/// demo's profiles and marks the version they became: one transaction under
+/// the store's apply lock, so no other apply comes between the reading and
+/// the writing.
+pub async fn apply_if_allowed(client: &mut baton_store::Client, file: &ProfilesFile) -> anyhow::Result<Decision> {
     let tx = client.transaction().await?;
-    baton_store::profiles::apply(&tx, file).await?;
-    let version = baton_store::profiles::version(&tx).await?;
-    baton_store::profiles::settings::put(&tx, MARKER, &json!({"profilesVersion": version})).await?;
+    baton_store::profiles::lock_applies(&tx).await?;
+    let decision = decide(&read(&tx).await?, file);
+    if decision == Decision::Apply {
+        baton_store::profiles::apply(&tx, file).await?;
+        let version = baton_store::profiles::version(&tx).await?;
+        baton_store::profiles::settings::put(&tx, MARKER, &json!({"profilesVersion": version})).await?;
+    }
     tx.commit().await?;
-    Ok(())
+    Ok(decision)
 }
 
 #[cfg(test)]

@@ -105,11 +105,8 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     }
     let pool = baton_store::pool(&settings.database_url, 2)?;
     let mut client = pool.get().await?;
-    let verb = match guard::decide(&guard::read(&client).await?, &profiles) {
-        guard::Decision::Apply => {
-            guard::apply(&mut client, &profiles).await?;
-            "applied"
-        }
+    let verb = match guard::apply_if_allowed(&mut client, &profiles).await? {
+        guard::Decision::Apply => "applied",
         guard::Decision::Keep => "using the",
         guard::Decision::Refuse(why) => bail!("{why}"),
     };

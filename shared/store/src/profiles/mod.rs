@@ -27,9 +27,17 @@ const APPLY_LOCK: i64 = 0x6261_746f_6e50; // "batonP"
 /// and two applies at once queue up instead of colliding on the same rows.
 pub async fn apply_atomically(client: &mut deadpool_postgres::Client, file: &ProfilesFile) -> Result<()> {
     let tx = client.transaction().await?;
-    sql::execute(&tx, "SELECT pg_advisory_xact_lock($1)", &[&APPLY_LOCK]).await?;
+    lock_applies(&tx).await?;
     apply(&tx, file).await?;
     tx.commit().await?;
+    Ok(())
+}
+
+/// Takes the lock that lets one apply run at a time, until the transaction
+/// ends: for a caller that reads the stored set and decides before it
+/// applies (the demo), so no other apply slips in between.
+pub async fn lock_applies(tx: &impl GenericClient) -> Result<()> {
+    sql::execute(tx, "SELECT pg_advisory_xact_lock($1)", &[&APPLY_LOCK]).await?;
     Ok(())
 }
 
