@@ -173,9 +173,9 @@ fn physical(queues: &Queues, name: &str) -> String {
 
 /// When it died: see [`DeadLetter::dead_at_ms`].
 fn dead_at(props: &BasicProperties) -> Option<i64> {
-    if let Some(ms) = header(props, DEAD_AT).and_then(|v| v.parse().ok()) {
-        return Some(ms);
-    }
+    // The broker's record first: a message the broker dead-lettered keeps
+    // the headers its sender gave it, so a `DEAD_AT` there is the sender's
+    // word. The fleet's own dead letters carry only the headers it set.
     let death = match props.headers().as_ref()?.inner().get("x-death") {
         Some(AMQPValue::FieldArray(deaths)) => deaths.as_slice().first().cloned(),
         _ => None,
@@ -187,7 +187,8 @@ fn dead_at(props: &BasicProperties) -> Option<i64> {
         },
         _ => None,
     };
-    broker.or_else(|| props.timestamp().and_then(|secs| i64::try_from(secs).ok()).map(|s| s * 1000))
+    let fleet = || header(props, DEAD_AT).and_then(|v| v.parse().ok());
+    broker.or_else(fleet).or_else(|| props.timestamp().and_then(|secs| i64::try_from(secs).ok()).map(|s| s * 1000))
 }
 
 /// The queue and reason of the broker's latest dead-lettering (`x-death`).

@@ -17,7 +17,7 @@ pub struct Live {
     pub runs_blocked: i64,
     /// Seconds since the oldest invocation waiting to be claimed was created (0: none).
     pub unclaimed_oldest_secs: f64,
-    /// `manual` handoffs with no result yet.
+    /// `manual` handoffs waiting for a person ([`super::counts::waits`]).
     pub manual_waiting: i64,
 }
 
@@ -25,19 +25,20 @@ pub async fn live(c: &impl GenericClient) -> Result<Live> {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let sql = SQL.get_or_init(|| {
         format!(
-            "SELECT (SELECT count(*) FROM invocations WHERE status = 'created'),
+            "WITH live AS (SELECT {state} AS state FROM runs r WHERE r.status = 'running')
+             SELECT (SELECT count(*) FROM invocations WHERE status = 'created'),
                     (SELECT count(*) FROM invocations WHERE status = 'running'),
                     (SELECT count(*) FROM invocations WHERE status = 'parked'),
                     (SELECT count(*) FROM handoff_requests WHERE status = 'blocked'),
-                    (SELECT count(*) FILTER (WHERE state = 'running') FROM (SELECT {state} AS state FROM runs r WHERE r.status = 'running') s),
-                    (SELECT count(*) FILTER (WHERE state = 'blocked') FROM (SELECT {state} AS state FROM runs r WHERE r.status = 'running') s),
-                    (SELECT coalesce(extract(epoch FROM now() - min(created_at))::float8, 0) FROM invocations WHERE status = 'created'),
-                    (SELECT count(*) FROM handoff_requests
-                      WHERE target_agent = 'manual' AND run_id IS NULL AND reply_sent_at IS NULL AND status = 'accepted')",
+                    (SELECT count(*) FROM live WHERE state = 'running'),
+                    (SELECT count(*) FROM live WHERE state = 'blocked'),
+                    (SELECT coalesce(extract(epoch FROM now() - min(created_at))::float8, 0) FROM invocations WHERE status = 'created')",
             state = super::RUN_STATE_SQL
         )
     });
     let row = sql::query_one(c, sql, &[]).await?;
+    // Counted as the console's Waiting page lists them.
+    let manual_waiting = super::counts::waits(c).await?.manual;
     Ok(Live {
         created: row.get(0),
         running: row.get(1),
@@ -46,7 +47,7 @@ pub async fn live(c: &impl GenericClient) -> Result<Live> {
         runs_running: row.get(4),
         runs_blocked: row.get(5),
         unclaimed_oldest_secs: row.get(6),
-        manual_waiting: row.get(7),
+        manual_waiting,
     })
 }
 
