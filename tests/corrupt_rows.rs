@@ -8,7 +8,7 @@ use baton_domain::fleet::{Queue, RunFinished};
 use baton_domain::protocol::request::{HandoffStatus, Source, TargetAgent};
 use baton_domain::run::state::{InvocationKind, RunStatus};
 use baton_domain::Language;
-use baton_store::invocations::{self, NewInvocation};
+use baton_store::invocations::{self, NewBrief, NewInvocation};
 use baton_store::requests::{self, NewRequest};
 use baton_store::{runs, Error};
 use baton_tests::{next_json, TestEnv};
@@ -75,9 +75,10 @@ async fn an_invocation_whose_budget_does_not_read_is_corrupt() {
         incoming_task_id: None,
         profile_id: "writer",
         kind: InvocationKind::Root,
-        brief: "brief",
+        brief: NewBrief::Text("brief"),
         budget: None,
         deadline_at: None,
+        handoffs: 0,
     };
     invocations::insert(&c, &new).await.unwrap();
     assert!(invocations::get(&c, id).await.unwrap().unwrap().budget.is_none());

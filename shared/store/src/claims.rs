@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use baton_domain::run::state::{RunStatus, TaskStatus};
+use baton_domain::run::state::{InvocationKind, RunStatus, TaskStatus};
 use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
@@ -33,8 +33,12 @@ pub async fn claim_start(c: &impl GenericClient, id: Uuid, owner: &str, lease: D
     let sql = format!(
         "WITH c AS ({claim}),
               started AS (UPDATE tasks t SET status = $9 FROM c
-                           WHERE t.id = c.incoming_task_id AND c.claim_epoch = 1 AND t.status = $8 RETURNING t.id)
-         SELECT c.*, (SELECT id FROM started), {RUN_COLUMNS}, {FIGURES}, (SELECT version FROM profiles_version)
+                           WHERE t.id = c.incoming_task_id AND c.claim_epoch = 1 AND c.kind = $10 AND t.status = $8
+                       RETURNING t.id)
+         SELECT c.*,
+                CASE WHEN c.kind = $10 THEN (SELECT id FROM started)
+                     WHEN c.claim_epoch = 1 THEN c.incoming_task_id END,
+                {RUN_COLUMNS}, {FIGURES}, (SELECT version FROM profiles_version)
            FROM c JOIN runs r ON r.id = c.run_id,
                 LATERAL (SELECT coalesce(sum(i.tokens_used), 0)::bigint AS tokens,
                                 coalesce(sum(i.model_calls), 0)::bigint AS model_calls,
@@ -44,18 +48,23 @@ pub async fn claim_start(c: &impl GenericClient, id: Uuid, owner: &str, lease: D
     );
     let secs = lease.as_secs_f64();
     let (queued, running) = (TaskStatus::Queued.as_str(), TaskStatus::Running.as_str());
+    // A delegated task's row starts with its child's first claim; a handoff
+    // stage's task has no row (V30): its first claim starts it.
+    let child = InvocationKind::Child.as_str();
     let params: sql::Params =
-        &[&id, &owner, &secs, &RUNNING, &CREATED, &PARKED, &RunStatus::Running.as_str(), &queued, &running];
+        &[&id, &owner, &secs, &RUNNING, &CREATED, &PARKED, &RunStatus::Running.as_str(), &queued, &running, &child];
     let Some(row) = sql::query_opt(c, &sql, params).await? else {
         return Ok(None);
     };
-    // The claim's 17 columns, then the task, the run, its spend and the version.
+    // The invocation's columns and the claim's two facts, then the task,
+    // the run (9 columns), its spend (5) and the version.
+    let n = invocations::COLUMN_COUNT;
     Ok(Some(ClaimStart {
         inv: invocations::from_row(&row)?,
-        facts: ClaimFacts { waited_seconds: row.get(15), takeover: row.get(16) },
-        task_started: row.get(17),
-        run: runs::run_at(&row, 18)?,
-        spend: budgets::spend_at(&row, 27)?,
-        profiles_version: row.get(32),
+        facts: ClaimFacts { waited_seconds: row.get(n), takeover: row.get(n + 1) },
+        task_started: row.get(n + 2),
+        run: runs::run_at(&row, n + 3)?,
+        spend: budgets::spend_at(&row, n + 12)?,
+        profiles_version: row.get(n + 17),
     }))
 }

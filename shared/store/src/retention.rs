@@ -106,7 +106,6 @@ async fn delete_runs(c: &impl GenericClient, ids: &[Uuid]) -> Result<()> {
         "DELETE FROM workspace_files WHERE run_id = ANY($1)",
         "DELETE FROM commits WHERE run_id = ANY($1)",
         "DELETE FROM coding_changes WHERE run_id = ANY($1)",
-        "UPDATE invocations SET incoming_task_id = NULL WHERE run_id = ANY($1)",
         "DELETE FROM tasks WHERE run_id = ANY($1)",
         "DELETE FROM invocations WHERE run_id = ANY($1)",
         "UPDATE handoff_requests SET run_id = NULL WHERE run_id = ANY($1)",

@@ -7,7 +7,7 @@ use baton_domain::run::journal::JournalEvent;
 use baton_domain::run::state::{InvocationStatus, TaskStatus};
 use baton_store::invocations::{self, Invocation};
 use baton_store::journal::Event;
-use baton_store::{invocations::tasks, runs::budgets, runs::ending, Pool};
+use baton_store::{runs::budgets, runs::ending, Pool};
 use serde_json::json;
 
 use crate::step::{Exit, Scope, StepTx};
@@ -33,10 +33,8 @@ pub(crate) async fn stop_run(pool: &Pool, inv: &Invocation, epoch: i64, exhauste
             let mut evs = vec![Event::new(JournalEvent::RunBudgetExhausted, Some(inv.id), figures)];
             invocations::finish(tx, inv.id, InvocationStatus::Failed, Some(error)).await?;
             evs.push(Event::new(JournalEvent::InvocationFailed, Some(inv.id), error.clone()));
-            if let Some(task) = inv.incoming_task_id {
-                if tasks::transition(tx, task, TaskStatus::Failed, Some(error)).await? {
-                    evs.push(Event::new(JournalEvent::TaskFailed, Some(inv.id), json!({"taskId": task})));
-                }
+            if let Some(task) = ending::end_incoming(tx, inv, TaskStatus::Failed, Some(error)).await? {
+                evs.push(Event::new(JournalEvent::TaskFailed, Some(inv.id), json!({"taskId": task})));
             }
             evs.extend(ending::fail_run(tx, inv.run_id, error).await?);
             w.log(evs);

@@ -1,15 +1,14 @@
 //! `agent_list` and `agent_handoff`.
 
-use baton_domain::profiles::brief::render_handoff_brief;
 use baton_domain::profiles::Profile;
 use baton_domain::run::journal::JournalEvent;
 use baton_domain::run::state::{Continuation, InvocationKind};
 use baton_domain::tools::args::{self, AgentListArgs, ListPurpose as Purpose};
 use baton_domain::tools::handoff::{self, HandoffArgs};
-use baton_store::invocations::tasks::{self, NewTask};
-use baton_store::invocations::{self, NewInvocation};
+use baton_store::invocations::tasks;
+use baton_store::invocations::{self, NewBrief, NewInvocation};
 use baton_store::journal::Event;
-use baton_store::{invocations::spawn, profiles, runs, GenericClient};
+use baton_store::{invocations::spawn, profiles, GenericClient};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -63,16 +62,15 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
         Err(host) => return Err(host),
     };
     // In this order: the current invocation steps down (with what its
-    // step spent, its run counting the handoff and its task completed, in
-    // one statement that also counts the target's earlier tasks) before its
-    // successor exists (the partial unique index allows one live foreground
-    // owner per run), and the successor exists before its task refers to it
-    // (`spawn`).
+    // step spent, in one statement that also counts the target's earlier
+    // tasks) before its successor exists (the partial unique index allows
+    // one live foreground owner per run). A handoff stage's task has no row
+    // (V30): the brief it gives travels as the successor's own column, and
+    // the task ends with the invocation that works on it.
     let spending = (ctx.spending.model_calls, ctx.spending.tool_calls + 1);
-    let handed = invocations::hand_over(c, inv, &target.id, spending).await?;
-    let key = readable_key(&target.id, handed.earlier_tasks as usize);
+    let earlier = invocations::hand_over(c, inv, &target.id, spending).await?;
+    let key = readable_key(&target.id, earlier as usize);
     let (next, task_id) = (Uuid::now_v7(), Uuid::now_v7());
-    let brief = render_handoff_brief(&args.brief);
     let new = NewInvocation {
         id: next,
         run_id: inv.run_id,
@@ -80,28 +78,18 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
         incoming_task_id: Some(task_id),
         profile_id: &target.id,
         kind: InvocationKind::Handoff,
-        brief: &brief,
+        brief: NewBrief::Handoff(&args.brief),
         budget: None,
         deadline_at: None,
+        handoffs: inv.handoffs + 1,
     };
-    let task_body = Value::Object(args.brief.clone());
-    let task = NewTask {
-        id: task_id,
-        run_id: inv.run_id,
-        parent_invocation_id: inv.id,
-        child_invocation_id: next,
-        target_profile_id: &target.id,
-        workspace_key: &key,
-        continuation: Continuation::TransferControl,
-        task: &task_body,
-        budget: None,
-        created_by_tool_call_id: &ctx.call.id,
-    };
-    let spawned = spawn::invocation(c, &new, Some(&task)).await?;
-    let incoming = inv.incoming_task_id.filter(|_| handed.task_completed);
+    let spawned = spawn::invocation(c, &new, None).await?;
+    let registered =
+        json!({"taskId": task_id, "continuation": Continuation::TransferControl.as_str(), "workspaceKey": key});
     let mut events = vec![requested];
     events.extend(spawned);
     events.extend([
+        Event::new(JournalEvent::TaskRegistered, Some(next), registered),
         tool_event(
             ctx,
             JournalEvent::HandoffAccepted,
@@ -111,7 +99,7 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
         Event::new(JournalEvent::InvocationTransferred, Some(inv.id), json!({"to": next, "agentId": target.id})),
         Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "transferred"})),
     ]);
-    if let Some(incoming) = incoming {
+    if let Some(incoming) = inv.incoming_task_id.filter(|_| inv.kind == InvocationKind::Handoff) {
         events.push(Event::new(JournalEvent::TaskCompleted, Some(inv.id), json!({"taskId": incoming})));
     }
     Ok(ToolOutcome {
@@ -130,17 +118,11 @@ type Decided = (HandoffArgs, Profile);
 async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult<Decided> {
     let args = handoff::parse_args(args)?;
     let inv = ctx.invocation;
-    let (pending, so_far, target) = tokio::try_join!(
+    let (pending, target) = tokio::try_join!(
         async {
             match ctx.may_have_children {
                 true => Ok::<_, crate::Error>(tasks::pending_children(c, inv.id).await?),
                 false => Ok(0),
-            }
-        },
-        async {
-            match ctx.as_claimed {
-                Some(read) => Ok(read.handoff_count),
-                None => Ok(runs::handoff_count(c, inv.run_id).await?),
             }
         },
         async {
@@ -152,7 +134,7 @@ async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> Tool
     )?;
     handoff::check_source(ctx.profile, inv.kind)?;
     handoff::check_pending(pending as usize)?;
-    handoff::check_depth(so_far as u32, ctx.profile.delegation.max_handoff_depth)?;
+    handoff::check_depth(inv.handoffs as u32, ctx.profile.delegation.max_handoff_depth)?;
     handoff::check_target(&ctx.profile.id, &args.agent_id, target.as_ref())?;
     Ok((args, target.expect("checked above")))
 }

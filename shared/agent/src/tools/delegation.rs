@@ -8,7 +8,7 @@ use baton_domain::tools::delegation::{self as dg, AwaitArgs, AwaitMode, AwaitSpe
 use baton_domain::tools::error::delegation_codes as codes;
 use baton_domain::ToolError;
 use baton_store::invocations::tasks::{self, NewTask, Task};
-use baton_store::invocations::{self, NewInvocation};
+use baton_store::invocations::{self, NewBrief, NewInvocation};
 use baton_store::journal::Event;
 use baton_store::{invocations::spawn, profiles, runs::ending, runs::workspace, GenericClient};
 use chrono::{DateTime, Duration, Utc};
@@ -38,9 +38,10 @@ pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         incoming_task_id: Some(task_id),
         profile_id: &target.id,
         kind: InvocationKind::Child,
-        brief: &brief,
+        brief: NewBrief::Text(&brief),
         budget: Some(&args.budget),
         deadline_at: deadline,
+        handoffs: 0,
     };
     let body = Value::Object(args.task.clone());
     let task = NewTask {

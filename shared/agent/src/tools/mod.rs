@@ -41,13 +41,10 @@ pub struct ToolCtx<'a> {
 }
 
 /// What a first claim's statement read that tools need too: the profiles
-/// file at the version the claim saw, and the run's handoffs so far (only
-/// the run's foreground owner hands off, and it ends when it does, so the
-/// count cannot move while the claim holds).
+/// file at the version the claim saw.
 #[derive(Clone)]
 pub struct AsClaimed {
     pub profiles: std::sync::Arc<baton_store::profiles::Snapshot>,
-    pub handoff_count: i32,
 }
 
 /// What a tool call changes for the loop.

@@ -11,8 +11,9 @@ pub mod tasks;
 
 use std::time::Duration;
 
+use baton_domain::profiles::brief::render_handoff_brief;
 use baton_domain::protocol::request::Priority;
-use baton_domain::run::state::{InvocationKind, InvocationStatus, RunStatus, TaskStatus};
+use baton_domain::run::state::{InvocationKind, InvocationStatus, RunStatus};
 use baton_domain::tools::delegation::{AwaitSpec, Budget};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
@@ -42,6 +43,8 @@ pub struct Invocation {
     pub profile_id: String,
     pub kind: InvocationKind,
     pub status: InvocationStatus,
+    /// What the agent is asked to do: a root's or a child's as stored, a
+    /// handoff stage's rendered from the brief its predecessor gave.
     pub brief: String,
     pub claim_epoch: i64,
     /// A child's narrowed limits (`maxRounds`, `maxToolCalls`, `maxTokens`).
@@ -54,6 +57,8 @@ pub struct Invocation {
     pub takeovers: i32,
     /// Its run's priority (a model call under a limit waits in line by it).
     pub priority: Priority,
+    /// A foreground owner's: the handoffs its run made before it.
+    pub handoffs: i32,
 }
 
 pub struct NewInvocation<'a> {
@@ -63,19 +68,38 @@ pub struct NewInvocation<'a> {
     pub incoming_task_id: Option<Uuid>,
     pub profile_id: &'a str,
     pub kind: InvocationKind,
-    pub brief: &'a str,
+    pub brief: NewBrief<'a>,
     pub budget: Option<&'a Budget>,
     pub deadline_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// A foreground owner's: the handoffs its run made before it.
+    pub handoffs: i32,
 }
 
+/// What a new invocation is asked to do, as stored.
+#[derive(Debug, Clone, Copy)]
+pub enum NewBrief<'a> {
+    /// The rendered brief (a root's, a child's).
+    Text(&'a str),
+    /// A handoff stage's task, the brief its predecessor gave
+    /// `agent_handoff`: stored as given, rendered when read (V30).
+    Handoff(&'a serde_json::Map<String, Value>),
+}
+
+/// The invocation's columns [`from_row`] reads, [`COLUMN_COUNT`] of them.
 const COLUMNS: &str =
     "i.id, i.run_id, i.parent_invocation_id, i.incoming_task_id, i.profile_id, i.kind, i.status, i.brief, \
      i.claim_epoch, i.budget, i.deadline_at, i.tokens_used, i.await_spec, i.takeovers, \
-     (SELECT r.priority FROM runs r WHERE r.id = i.run_id)";
+     (SELECT r.priority FROM runs r WHERE r.id = i.run_id), i.handoff, i.handoffs";
+pub(crate) const COLUMN_COUNT: usize = 17;
 
 pub(crate) fn from_row(row: &Row) -> Result<Invocation> {
     let id: Uuid = row.get(0);
     let at = RowOf { table: "invocations", id: &id };
+    let brief = match (row.get::<_, Option<String>>(7), row.get::<_, Option<Value>>(15)) {
+        (Some(brief), _) => brief,
+        (None, Some(Value::Object(given))) => render_handoff_brief(&given),
+        (None, _) => return Err(Error::Corrupt(format!("invocations {id}: neither a brief nor a handoff's task"))),
+    };
     Ok(Invocation {
         id,
         run_id: row.get(1),
@@ -84,7 +108,7 @@ pub(crate) fn from_row(row: &Row) -> Result<Invocation> {
         profile_id: row.get(4),
         kind: at.wire(row, 5)?,
         status: at.wire(row, 6)?,
-        brief: row.get(7),
+        brief,
         claim_epoch: row.get(8),
         budget: at.json_opt(row, 9)?,
         deadline_at: row.get(10),
@@ -92,15 +116,20 @@ pub(crate) fn from_row(row: &Row) -> Result<Invocation> {
         await_spec: at.json_opt(row, 12)?,
         takeovers: row.get(13),
         priority: at.wire(row, 14)?,
+        handoffs: row.get(16),
     })
 }
 
 pub async fn insert(c: &impl GenericClient, new: &NewInvocation<'_>) -> Result<()> {
+    let (brief, handoff) = match new.brief {
+        NewBrief::Text(text) => (Some(text), None),
+        NewBrief::Handoff(given) => (None, Some(Value::Object(given.clone()))),
+    };
     sql::execute(
         c,
         "INSERT INTO invocations (id, run_id, parent_invocation_id, incoming_task_id, profile_id, kind, status, exit_policy, brief,
-                                  budget, deadline_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $11, $7, $8, $9, $10)",
+                                  budget, deadline_at, handoff, handoffs)
+         VALUES ($1, $2, $3, $4, $5, $6, $11, $7, $8, $9, $10, $12, $13)",
         &[
             &new.id,
             &new.run_id,
@@ -109,10 +138,12 @@ pub async fn insert(c: &impl GenericClient, new: &NewInvocation<'_>) -> Result<(
             &new.profile_id,
             &new.kind.as_str(),
             &new.kind.exit_policy().as_str(),
-            &new.brief,
+            &brief,
             &new.budget.map(serde_json::to_value).transpose()?,
             &new.deadline_at,
             &CREATED,
+            &handoff,
+            &new.handoffs,
         ],
     )
     .await?;
@@ -219,50 +250,39 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: InvocationStatus, 
     Ok(n == 1)
 }
 
-/// What [`hand_over`] did and found.
-pub struct HandedOver {
-    /// The incoming task completed (it was running).
-    pub task_completed: bool,
-    /// The run's tasks for the successor's profile before this handoff's
-    /// (for the new task's readable workspace key).
-    pub earlier_tasks: i64,
-}
-
 /// A handoff's end of the invocation that hands off, in one statement: it
 /// becomes `transferred` with what its last step spent (`model_calls`,
-/// `tool_calls`, so no spend update follows), its run counts the handoff,
-/// and its incoming task (if any, and running) completes. Also counts the
-/// run's tasks for `target`, the successor's profile.
+/// `tool_calls`, so no spend update follows). A handoff stage's task ends
+/// with it (it has no row, V30); a root has none. Returns how many of the
+/// run's tasks went to `target`, the successor's profile, before this one
+/// (for the new task's readable workspace key): every task, a handoff
+/// stage's or a delegated one, has its one invocation, not the root.
 pub async fn hand_over(
     c: &impl GenericClient,
     inv: &Invocation,
     target: &str,
     (model_calls, tool_calls): (i32, i32),
-) -> Result<HandedOver> {
+) -> Result<i64> {
     let row = sql::query_one(
         c,
         "WITH ended AS (
              UPDATE invocations SET status = $2, error = NULL, lease_owner = NULL, lease_expires_at = NULL,
-                    finished_at = now(), model_calls = model_calls + $5, tool_calls = tool_calls + $6
-              WHERE id = $1 AND status = ANY($7) RETURNING run_id),
-              counted AS (UPDATE runs SET handoff_count = handoff_count + 1 WHERE id IN (SELECT run_id FROM ended)),
-              done AS (UPDATE tasks SET status = $3, finished_at = now() WHERE id = $4 AND status = ANY($8) RETURNING id)
-         SELECT EXISTS (SELECT 1 FROM done), (SELECT count(*) FROM tasks WHERE run_id = $9 AND target_profile_id = $10)",
+                    finished_at = now(), model_calls = model_calls + $3, tool_calls = tool_calls + $4
+              WHERE id = $1 AND status = ANY($5))
+         SELECT count(*) FROM invocations WHERE run_id = $6 AND profile_id = $7 AND kind <> $8",
         &[
             &inv.id,
             &InvocationStatus::Transferred.as_str(),
-            &TaskStatus::Completed.as_str(),
-            &inv.incoming_task_id,
             &model_calls,
             &tool_calls,
             &live(),
-            &tasks::statuses_before(TaskStatus::Completed),
             &inv.run_id,
             &target,
+            &InvocationKind::Root.as_str(),
         ],
     )
     .await?;
-    Ok(HandedOver { task_completed: row.get(0), earlier_tasks: row.get(1) })
+    Ok(row.get(0))
 }
 
 /// How the stalled-work sweep paces its re-publishes of one row.
@@ -329,15 +349,23 @@ pub async fn take_stalled(c: &impl GenericClient, pace: &Pace) -> Result<Vec<(Uu
         .collect()
 }
 
-/// Ends every live invocation of a run (used when the run itself ends).
-pub async fn cancel_live(c: &impl GenericClient, run_id: Uuid) -> Result<u64> {
-    sql::execute(
+/// Ends every live invocation of a run (used when the run itself ends),
+/// returning each one's id, kind and incoming task.
+pub async fn cancel_live(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<(Uuid, InvocationKind, Option<Uuid>)>> {
+    let rows = sql::query(
         c,
         "UPDATE invocations SET status = $2, finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
-          WHERE run_id = $1 AND status = ANY($3)",
+          WHERE run_id = $1 AND status = ANY($3)
+      RETURNING id, kind, incoming_task_id",
         &[&run_id, &CANCELLED, &live()],
     )
-    .await
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let id: Uuid = r.get(0);
+            Ok((id, RowOf { table: "invocations", id: &id }.wire(r, 1)?, r.get(2)))
+        })
+        .collect()
 }
 
 /// Parks a parent until its children finish or `wake_at`; the worker is freed.

@@ -22,16 +22,14 @@ use crate::{invocations::tasks, outbox, runs, runs::start, Result};
 /// incoming task, itself and the run complete.
 pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Vec<Event>> {
     let mut events = cancel_tasks(c, inv.run_id, Some(inv.id)).await?;
-    if let Some(task) = inv.incoming_task_id {
-        if tasks::transition(c, task, TaskStatus::Completed, None).await? {
-            events.push(Event::new(JournalEvent::TaskCompleted, Some(inv.id), json!({"taskId": task})));
-        }
+    if let Some(task) = end_incoming(c, inv, TaskStatus::Completed, None).await? {
+        events.push(Event::new(JournalEvent::TaskCompleted, Some(inv.id), json!({"taskId": task})));
     }
     invocations::finish(c, inv.id, InvocationStatus::Completed, None).await?;
     events.push(Event::new(JournalEvent::InvocationCompleted, Some(inv.id), json!({})));
     events.push(Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "finished"})));
     events.extend(cancel_tasks(c, inv.run_id, None).await?);
-    invocations::cancel_live(c, inv.run_id).await?;
+    events.extend(cancel_live(c, inv.run_id).await?);
     if runs::finish(c, inv.run_id, RunStatus::Completed, None).await? {
         events.push(Event::new(JournalEvent::RunCompleted, None, json!({})));
         outbox::enqueue_fleet(c, &FleetMessage::finished(inv.run_id)).await?;
@@ -72,10 +70,8 @@ pub async fn fail_invocation_because(
     let mut events = vec![];
     invocations::finish(c, inv.id, InvocationStatus::Failed, Some(&error)).await?;
     events.push(Event::new(JournalEvent::InvocationFailed, Some(inv.id), error.clone()));
-    if let Some(task) = inv.incoming_task_id {
-        if tasks::transition(c, task, TaskStatus::Failed, Some(&error)).await? {
-            events.push(Event::new(JournalEvent::TaskFailed, Some(inv.id), json!({"taskId": task})));
-        }
+    if let Some(task) = end_incoming(c, inv, TaskStatus::Failed, Some(&error)).await? {
+        events.push(Event::new(JournalEvent::TaskFailed, Some(inv.id), json!({"taskId": task})));
     }
     let mut run_error = error;
     if let Some(cause) = cause {
@@ -113,7 +109,7 @@ async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error:
         return Ok(vec![]);
     }
     let mut events = cancel_tasks(c, run_id, None).await?;
-    invocations::cancel_live(c, run_id).await?;
+    events.extend(cancel_live(c, run_id).await?);
     outbox::enqueue_fleet(c, &FleetMessage::finished(run_id)).await?;
     start::after_run(c, run_id).await?;
     let kind = if status == RunStatus::Cancelled { JournalEvent::RunCancelled } else { JournalEvent::RunFailed };
@@ -134,6 +130,39 @@ async fn cancel_tasks(c: &impl GenericClient, run_id: Uuid, parent: Option<Uuid>
     Ok(events)
 }
 
+/// Cancels the run's live invocations; a handoff stage's task, which has
+/// no row of its own (V30), is cancelled with its invocation.
+async fn cancel_live(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<Event>> {
+    let mut events = vec![];
+    for (id, kind, task) in invocations::cancel_live(c, run_id).await? {
+        if let (InvocationKind::Handoff, Some(task)) = (kind, task) {
+            events.push(Event::new(JournalEvent::InvocationCancelled, Some(id), json!({})));
+            events.push(Event::new(JournalEvent::TaskCancelled, Some(id), json!({"taskId": task})));
+        }
+    }
+    Ok(events)
+}
+
+/// Ends an invocation's incoming task as `to`, returning its id when it
+/// ended now: a delegated task's row moves along its state machine; a
+/// handoff stage's task has no row (V30) and ends with its invocation,
+/// which the caller is ending.
+pub async fn end_incoming(
+    c: &impl GenericClient,
+    inv: &Invocation,
+    to: TaskStatus,
+    error: Option<&Value>,
+) -> Result<Option<Uuid>> {
+    let Some(task) = inv.incoming_task_id else {
+        return Ok(None);
+    };
+    let ended = match inv.kind {
+        InvocationKind::Handoff => true,
+        InvocationKind::Root | InvocationKind::Child => tasks::transition(c, task, to, error).await?,
+    };
+    Ok(ended.then_some(task))
+}
+
 /// A child ended (returned, failed, ran out of budget): its task and itself
 /// end, and its parent is woken if that was what it waited for.
 pub async fn end_child(
@@ -148,12 +177,9 @@ pub async fn end_child(
         _ => (InvocationStatus::Failed, JournalEvent::InvocationFailed),
     };
     invocations::finish(c, inv.id, inv_status, error).await?;
-    if let Some(task) = inv.incoming_task_id {
-        if tasks::transition(c, task, status, error).await? {
-            let kind =
-                if status == TaskStatus::Completed { JournalEvent::TaskCompleted } else { JournalEvent::TaskFailed };
-            events.push(Event::new(kind, Some(inv.id), json!({"taskId": task, "error": error})));
-        }
+    if let Some(task) = end_incoming(c, inv, status, error).await? {
+        let kind = if status == TaskStatus::Completed { JournalEvent::TaskCompleted } else { JournalEvent::TaskFailed };
+        events.push(Event::new(kind, Some(inv.id), json!({"taskId": task, "error": error})));
     }
     events.push(Event::new(inv_event, Some(inv.id), json!({})));
     events.push(Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "returned"})));

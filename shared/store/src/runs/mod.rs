@@ -1,4 +1,4 @@
-//! Runs: one per request, holding the handoff counter and the final reply.
+//! Runs: one per request, holding the final reply (and, once ended, its handoff count).
 //!
 //! - [`start`]: starting a request's run (intake on arrival, or a chat's next request at its turn).
 //! - [`ending`]: transitions that end invocations, tasks and runs, with their events and outbox messages.
@@ -91,19 +91,19 @@ pub(crate) fn run_at(r: &tokio_postgres::Row, from: usize) -> Result<Run> {
     })
 }
 
-/// Ends a running run; `false` when it had already ended.
+/// Ends a running run; `false` when it had already ended. Its handoff
+/// count is set now, from its last foreground owner (a hop does not write
+/// the run's row, V30).
 pub async fn finish(c: &impl GenericClient, id: Uuid, status: RunStatus, error: Option<&Value>) -> Result<bool> {
     let n = sql::execute(
         c,
-        "UPDATE runs SET status = $2, error = $3, finished_at = now() WHERE id = $1 AND status = $4",
+        "UPDATE runs SET status = $2, error = $3, finished_at = now(),
+                handoff_count = (SELECT coalesce(max(handoffs), 0) FROM invocations WHERE run_id = $1)
+          WHERE id = $1 AND status = $4",
         &[&id, &status.as_str(), &error, &RUNNING],
     )
     .await?;
     Ok(n == 1)
-}
-
-pub async fn handoff_count(c: &impl GenericClient, id: Uuid) -> Result<i32> {
-    Ok(sql::query_one(c, "SELECT handoff_count FROM runs WHERE id = $1", &[&id]).await?.get(0))
 }
 
 pub async fn set_final_text(c: &impl GenericClient, id: Uuid, text: &str) -> Result<()> {

@@ -15,7 +15,7 @@ use deadpool_postgres::GenericClient;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::invocations::NewInvocation;
+use crate::invocations::{NewBrief, NewInvocation};
 use crate::journal::Event;
 use crate::profiles::Snapshot;
 use crate::requests::{self, Request};
@@ -65,9 +65,10 @@ pub async fn request_as(
         incoming_task_id: None,
         profile_id: &profile.id,
         kind: InvocationKind::Root,
-        brief: &brief,
+        brief: NewBrief::Text(&brief),
         budget: None,
         deadline_at: None,
+        handoffs: 0,
     };
     let created = spawn::invocation(c, &new, None).await?;
     let mut events = vec![

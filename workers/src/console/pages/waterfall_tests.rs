@@ -37,6 +37,7 @@ fn invocation(
         await_spec: None,
         takeovers: 0,
         priority: Priority::Normal,
+        handoffs: 0,
     }
 }
 

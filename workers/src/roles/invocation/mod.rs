@@ -378,14 +378,13 @@ impl Worker {
         }
         let profiles = self.profiles.at(&tx, profiles_version).await?;
         let first = first_start(&tx, &inv, task_started, &profiles).await?;
-        let handoffs = run.handoff_count;
         let (run, spend) = (Some(run), Some(spend));
         let evs = started_events(&tx, &inv, &self.settings.worker_id, &first, run.as_ref()).await?;
         // A first claim's prompt and start events are written by the runner,
         // which may take the first turn in this transaction too.
         let preloaded = match (first, spend) {
             (Some((_, Some(first))), Some(spend)) => {
-                let read = AsClaimed { profiles: profiles.clone(), handoff_count: handoffs };
+                let read = AsClaimed { profiles: profiles.clone() };
                 Some(Preloaded::new(first, spend).as_claimed(read))
             }
             _ => None,
