@@ -80,7 +80,7 @@ async fn an_invocation_whose_budget_does_not_read_is_corrupt() {
         deadline_at: None,
         handoffs: 0,
     };
-    invocations::insert(&c, &new).await.unwrap();
+    invocations::spawn::invocation(&c, &new, None).await.unwrap();
     assert!(invocations::get(&c, id).await.unwrap().unwrap().budget.is_none());
     c.execute(r#"UPDATE invocations SET budget = '{"maxRounds": "many"}' WHERE id = $1"#, &[&id]).await.unwrap();
     let error = corrupt_message(invocations::get(&c, id).await.unwrap_err());

@@ -9,7 +9,7 @@ use std::pin::Pin;
 
 use baton_store::invocations::steps::{self, Step};
 use baton_store::invocations::{self, Invocation};
-use baton_store::journal::{self as events, Event};
+use baton_store::journal::Event;
 use baton_store::{Pool, Transaction};
 use serde_json::Value;
 
@@ -86,9 +86,7 @@ impl Written {
     async fn store(&mut self, tx: &Transaction<'_>, inv: &Invocation, lead: Option<&Step>) -> Result<(), Error> {
         let rows: Vec<(i32, &str, &Value)> =
             lead.into_iter().chain(&self.steps).map(|s| (s.seq, s.kind.as_str(), &s.payload)).collect();
-        let (appended, logged) =
-            tokio::join!(steps::append_all(tx, inv.id, &rows), events::append(tx, inv.run_id, &self.events));
-        first_cause([appended.map_err(Error::from), logged.map_err(Error::from)])?;
+        steps::append_with_events(tx, inv.id, &rows, inv.run_id, &self.events).await?;
         self.events.clear();
         Ok(())
     }

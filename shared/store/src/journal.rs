@@ -47,9 +47,7 @@ impl EventRow {
 /// holds (4,096) would go in several rows; no step writes that many.
 pub async fn append(c: &impl GenericClient, run_id: Uuid, events: &[Event]) -> Result<()> {
     for events in events.chunks(ROW_EVENTS) {
-        let invocations: Vec<Option<Uuid>> = events.iter().map(|e| e.invocation_id).collect();
-        let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
-        let payloads: Vec<&Value> = events.iter().map(|e| &e.payload).collect();
+        let (invocations, kinds, payloads) = columns(events);
         sql::execute(
             c,
             "INSERT INTO journal (run_id, invocations, types, payloads) VALUES ($1, $2, $3, $4)",
@@ -61,7 +59,15 @@ pub async fn append(c: &impl GenericClient, run_id: Uuid, events: &[Event]) -> R
 }
 
 /// The most events one journal row holds (its CHECK, V28).
-const ROW_EVENTS: usize = 4096;
+pub(crate) const ROW_EVENTS: usize = 4096;
+
+/// One journal row's arrays: each event's invocation, type and payload.
+pub(crate) fn columns(events: &[Event]) -> (Vec<Option<Uuid>>, Vec<&str>, Vec<&Value>) {
+    let invocations = events.iter().map(|e| e.invocation_id).collect();
+    let kinds = events.iter().map(|e| e.kind.as_str()).collect();
+    let payloads = events.iter().map(|e| &e.payload).collect();
+    (invocations, kinds, payloads)
+}
 
 pub async fn timeline(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<EventRow>> {
     let rows = sql::query(

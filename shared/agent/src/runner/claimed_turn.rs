@@ -3,7 +3,7 @@
 
 use baton_store::invocations::steps;
 use baton_store::invocations::Invocation;
-use baton_store::journal::{self as events, Event};
+use baton_store::journal::Event;
 use baton_store::Transaction;
 use tracing::field::Empty;
 
@@ -34,10 +34,8 @@ impl Runner {
         let mut c = self.claimed(inv, preloaded);
         let Some(turn) = self.instant_turn(&c).filter(|_| take_turn) else {
             let prompt = &c.steps[0];
-            let prompted =
-                async { Ok::<_, Error>(steps::append(tx, inv.id, prompt.seq, &prompt.kind, &prompt.payload).await?) };
-            let logged = async { Ok(events::append(tx, inv.run_id, &started).await?) };
-            tokio::try_join!(prompted, logged)?;
+            let rows = [(prompt.seq, prompt.kind.as_str(), &prompt.payload)];
+            steps::append_with_events(tx, inv.id, &rows, inv.run_id, &started).await?;
             return Ok((c.into_preloaded(), None));
         };
         let payload = sanitize(serde_json::to_value(&turn).map_err(|e| Error::Contract(e.to_string()))?);

@@ -120,34 +120,53 @@ pub(crate) fn from_row(row: &Row) -> Result<Invocation> {
     })
 }
 
-pub async fn insert(c: &impl GenericClient, new: &NewInvocation<'_>) -> Result<()> {
-    let (brief, handoff) = match new.brief {
-        NewBrief::Text(text) => (Some(text), None),
-        NewBrief::Handoff(given) => (None, Some(Value::Object(given.clone()))),
-    };
-    sql::execute(
-        c,
-        "INSERT INTO invocations (id, run_id, parent_invocation_id, incoming_task_id, profile_id, kind, status, exit_policy, brief,
-                                  budget, deadline_at, handoff, handoffs)
-         VALUES ($1, $2, $3, $4, $5, $6, $11, $7, $8, $9, $10, $12, $13)",
-        &[
+/// A new invocation's INSERT, its parameters numbered from `$11`: it runs
+/// as the first part of the statement that queues its message
+/// ([`crate::outbox::enqueue_fleet_after`]), with [`Inserted::params`].
+pub(crate) const INSERT: &str =
+    "INSERT INTO invocations (id, run_id, parent_invocation_id, incoming_task_id, profile_id, kind, status, exit_policy, brief,
+                              budget, deadline_at, handoff, handoffs)
+     VALUES ($11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)";
+
+/// The values of a new invocation's row that are not the caller's as they are.
+pub(crate) struct Inserted<'a> {
+    new: &'a NewInvocation<'a>,
+    brief: Option<&'a str>,
+    handoff: Option<Value>,
+    budget: Option<Value>,
+    kind: &'static str,
+    exit_policy: &'static str,
+}
+
+impl<'a> Inserted<'a> {
+    pub(crate) fn of(new: &'a NewInvocation<'a>) -> Result<Self> {
+        let (brief, handoff) = match new.brief {
+            NewBrief::Text(text) => (Some(text), None),
+            NewBrief::Handoff(given) => (None, Some(Value::Object(given.clone()))),
+        };
+        let budget = new.budget.map(serde_json::to_value).transpose()?;
+        Ok(Self { new, brief, handoff, budget, kind: new.kind.as_str(), exit_policy: new.kind.exit_policy().as_str() })
+    }
+
+    /// [`INSERT`]'s parameters, in order.
+    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 13] {
+        let new = self.new;
+        [
             &new.id,
             &new.run_id,
             &new.parent_invocation_id,
             &new.incoming_task_id,
             &new.profile_id,
-            &new.kind.as_str(),
-            &new.kind.exit_policy().as_str(),
-            &brief,
-            &new.budget.map(serde_json::to_value).transpose()?,
-            &new.deadline_at,
+            &self.kind,
             &CREATED,
-            &handoff,
+            &self.exit_policy,
+            &self.brief,
+            &self.budget,
+            &new.deadline_at,
+            &self.handoff,
             &new.handoffs,
-        ],
-    )
-    .await?;
-    Ok(())
+        ]
+    }
 }
 
 pub async fn get(c: &impl GenericClient, id: Uuid) -> Result<Option<Invocation>> {

@@ -1,8 +1,8 @@
 //! A new invocation, written in one place: a run's root, a handoff's
-//! successor, a delegated child. The invocation row, the task that gives it
-//! its work (handoff and delegation) and the journal events that say so.
-//! "Run this invocation" is queued through the outbox in the caller's
-//! transaction.
+//! successor, a delegated child. The invocation row, the task that gives a
+//! child its work and the journal events that say so. "Run this
+//! invocation" is queued through the outbox in the caller's transaction,
+//! by the statement that inserts the row.
 
 use baton_domain::fleet::FleetMessage;
 use baton_domain::run::journal::JournalEvent;
@@ -10,25 +10,21 @@ use deadpool_postgres::GenericClient;
 use serde_json::json;
 
 use crate::invocations::tasks::{self, NewTask};
-use crate::invocations::{self, NewInvocation};
+use crate::invocations::{Inserted, NewInvocation, INSERT};
 use crate::journal::Event;
 use crate::{outbox, Result};
 
-/// Inserts the invocation, then its task (which refers to it), queues the
-/// message that runs it (pipelined beside), and returns the journal events
-/// for the caller to append with its own.
+/// Inserts the invocation and queues the message that runs it, in one
+/// statement, then its task (which refers to it), and returns the journal
+/// events for the caller to append with its own.
 pub async fn invocation(
     c: &impl GenericClient,
     new: &NewInvocation<'_>,
     task: Option<&NewTask<'_>>,
 ) -> Result<Vec<Event>> {
     let run = FleetMessage::run(new.run_id, new.id, new.kind);
-    let (events, ()) = tokio::try_join!(write(c, new, task), outbox::enqueue_fleet(c, &run))?;
-    Ok(events)
-}
-
-async fn write(c: &impl GenericClient, new: &NewInvocation<'_>, task: Option<&NewTask<'_>>) -> Result<Vec<Event>> {
-    invocations::insert(c, new).await?;
+    let inserted = Inserted::of(new)?;
+    outbox::enqueue_fleet_after(c, &run, Some((INSERT, &inserted.params()))).await?;
     let mut created = json!({"kind": new.kind.as_str(), "profileId": new.profile_id});
     if let Some(parent) = new.parent_invocation_id {
         created["parentInvocationId"] = json!(parent);

@@ -41,7 +41,21 @@ impl Message {
 /// queue of the run's priority, read by the same statement (no round trip
 /// of its own).
 pub async fn enqueue_fleet(c: &impl GenericClient, m: &FleetMessage) -> Result<()> {
+    enqueue_fleet_after(c, m, None).await
+}
+
+/// A statement to run first, as a CTE of the outbox row's own statement:
+/// its SQL numbers its parameters from `$11`.
+pub type Before<'a> = (&'a str, sql::Params<'a>);
+
+/// [`enqueue_fleet`], with `before` (the write that causes the message: a
+/// new invocation) in the same statement, so the row and its message cost
+/// one statement, not two.
+pub async fn enqueue_fleet_after(c: &impl GenericClient, m: &FleetMessage, before: Option<Before<'_>>) -> Result<()> {
     let Some(run_id) = m.prioritized_run() else {
+        if let Some((write, params)) = before {
+            sql::execute(c, &renumbered(write), params).await?;
+        }
         return enqueue(c, &Message::fleet(m)).await;
     };
     let [high, normal, low] = [Priority::High, Priority::Normal, Priority::Low].map(|p| m.queue_at(p).as_str());
@@ -50,32 +64,45 @@ pub async fn enqueue_fleet(c: &impl GenericClient, m: &FleetMessage) -> Result<(
     // Like `enqueue`: published by this process after the commit, the
     // relay's only after the grace.
     let grace = after_commit::grace().map(|g| g.as_secs_f64()).unwrap_or(0.0);
-    let queued = sql::query_one(
-        c,
-        "INSERT INTO outbox (queue, external, body, mandatory, traceparent, tracestate, next_attempt_at)
+    let (high_p, low_p, body) = (Priority::High.as_str(), Priority::Low.as_str(), m.body());
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+        vec![&high, &normal, &low, &body, &traceparent, &high_p, &low_p, &tracestate, &run_id, &grace];
+    let insert = "INSERT INTO outbox (queue, external, body, mandatory, traceparent, tracestate, next_attempt_at)
          SELECT CASE r.priority WHEN $6 THEN $1 WHEN $7 THEN $3 ELSE $2 END, false, $4, false, $5, $8,
                 now() + make_interval(secs => $10)
            FROM (SELECT $9::uuid AS id) k LEFT JOIN runs r ON r.id = k.id
-         RETURNING id, queue",
-        &[
-            &high,
-            &normal,
-            &low,
-            &m.body(),
-            &traceparent,
-            &Priority::High.as_str(),
-            &Priority::Low.as_str(),
-            &tracestate,
-            &run_id,
-            &grace,
-        ],
-    )
-    .await?;
+         RETURNING id, queue";
+    let statement = match before {
+        Some((write, more)) => {
+            params.extend_from_slice(more);
+            format!("WITH before AS ({write}) {insert}")
+        }
+        None => insert.to_string(),
+    };
+    let queued = sql::query_one(c, &statement, &params).await?;
     if grace > 0.0 {
         let message = Message { queue: queued.get(1), ..Message::fleet(m) };
         after_commit::wrote(Row { id: queued.get(0), attempts: 0, message, trace });
     }
     Ok(())
+}
+
+/// `before`'s SQL with its parameters numbered from `$1`, for a statement
+/// of its own.
+fn renumbered(write: &str) -> String {
+    let mut out = String::with_capacity(write.len());
+    let mut rest = write;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let digits: String = rest[at + 1..].chars().take_while(char::is_ascii_digit).collect();
+        match digits.parse::<usize>() {
+            Ok(n) if n > 10 => out.push_str(&format!("${}", n - 10)),
+            _ => out.push_str(&format!("${digits}")),
+        }
+        rest = &rest[at + 1 + digits.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A W3C trace context: `traceparent` and, if any, `tracestate`.
@@ -275,4 +302,12 @@ pub async fn note_for_run(
 
 pub async fn pending(c: &impl GenericClient) -> Result<i64> {
     Ok(sql::query_one(c, "SELECT count(*) FROM outbox", &[]).await?.get(0))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_write_before_is_renumbered_from_one_for_a_statement_of_its_own() {
+        assert_eq!(super::renumbered("INSERT INTO t VALUES ($11, $12, $20)"), "INSERT INTO t VALUES ($1, $2, $10)");
+    }
 }
