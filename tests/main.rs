@@ -46,6 +46,7 @@ mod outages;
 mod prefetch;
 mod priority;
 mod process;
+mod prometheus;
 mod protocol;
 mod providers;
 mod relay;

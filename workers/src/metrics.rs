@@ -82,6 +82,7 @@ pub fn handle() -> &'static PrometheusHandle {
 /// an alert on it has a series before the first event (a counter that first
 /// appears at 1 hides that increase from `rate`).
 fn zero() {
+    use baton_domain::protocol::reply::ReplyStatus;
     use baton_domain::protocol::request::{Source, TargetAgent};
     ::metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     for source in Source::ALL {
@@ -89,6 +90,17 @@ fn zero() {
             let (source, target) = (source.as_str(), target.as_str());
             ::metrics::counter!(REQUESTS, "source" => source, "target_agent" => target, "stage" => "accepted")
                 .absolute(0);
+            // Answered ones too: the runs-failing alert's `increase` must see
+            // a process's first failure, not a series that appears at 1.
+            for outcome in ReplyStatus::ALL {
+                let labels = [
+                    ("source", source),
+                    ("target_agent", target),
+                    ("stage", "answered"),
+                    ("outcome", outcome.as_str()),
+                ];
+                ::metrics::counter!(REQUESTS, &labels).absolute(0);
+            }
         }
     }
     for kind in ["root", "handoff", "child"] {
@@ -107,6 +119,9 @@ fn zero() {
     }
     for limit in baton_domain::policy::budget::Limit::ALL {
         ::metrics::counter!(baton_agent::metrics::BUDGET_EXHAUSTIONS, "limit" => limit.as_str()).absolute(0);
+    }
+    for (queue, reason) in baton_bus::metrics::dead_letter_labels() {
+        ::metrics::counter!(baton_bus::metrics::DEAD_LETTERS, "queue" => queue, "reason" => reason).absolute(0);
     }
 }
 

@@ -11,6 +11,22 @@ pub fn dead_lettered(queue: &str, reason_code: &'static str) {
     ::metrics::counter!(DEAD_LETTERS, "queue" => queue_label(queue), "reason" => reason_code).increment(1);
 }
 
+/// Every (queue, reason) label pair a process can count, so the counter
+/// starts at 0 for each and an alert's `increase` sees the first dead
+/// letter: a consumer's codes ([`reason_code`]) on every fleet queue, and the
+/// relay's `unpublishable` on every queue it publishes to, a bridge's too.
+pub fn dead_letter_labels() -> Vec<(&'static str, &'static str)> {
+    let mut pairs = vec![];
+    for queue in Queue::ALL {
+        let refused = if queue == Queue::BridgeRequests { "refused" } else { "unprocessable" };
+        for reason in ["malformed", refused, "unpublishable"] {
+            pairs.push((queue.as_str(), reason));
+        }
+    }
+    pairs.push(("bridge", "unpublishable"));
+    pairs
+}
+
 /// A queue's name as a label: `baton.runs.finished` for it and for any
 /// prefixed form of it; `bridge` for a queue the fleet does not own.
 pub fn queue_label(name: &str) -> &'static str {
