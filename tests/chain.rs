@@ -217,3 +217,46 @@ async fn each_agent_gets_its_own_profiles_skills_in_its_prompt() {
     assert_eq!(resolved[0], serde_json::json!(["school-tone"]));
     assert_eq!(resolved[1], serde_json::json!([]));
 }
+
+/// Issue 23: the transcript keeps an opening prompt as the version of the
+/// profiles file it was rendered from, not its text, and reading it renders
+/// the same prompt again from that version, whatever was applied since
+/// (versions are never edited).
+#[tokio::test]
+async fn a_stored_prompt_is_its_profiles_version_and_reads_back_as_rendered_then() {
+    let env = TestEnv::new().await;
+    let skill = "\n[[skills]]\nid = \"school-tone\"\ndescription = \"How the school writes.\"\ninstructions = \"Put dates in bold.\"\n";
+    let profiles = (include_str!("../examples/profiles.toml").to_string() + skill).replacen(
+        "id = \"writer\"\nname = \"Writer\"",
+        "id = \"writer\"\nname = \"Writer\"\nskills = [\"school-tone\"]",
+        1,
+    );
+    env.apply_profiles(&profiles).await;
+    let fleet = env.start_all();
+    run_request(&env, "versioned-1").await;
+    fleet.stop().await;
+    let run = env.run_of("versioned-1").await;
+    let writer = env.invocations_of(run, "writer").await[0].id;
+    let c = env.db().await;
+    let rendered = baton_store::invocations::steps::load(&c, writer).await.unwrap()[0].payload.clone();
+    let system = rendered["messages"][0]["content"].as_str().unwrap().to_string();
+    assert!(system.contains("### school-tone\nPut dates in bold."), "{system}");
+    assert!(rendered["messages"][1]["content"].as_str().unwrap().contains("# "), "the brief: {rendered}");
+    // What is stored: the version, a few bytes, not the prompt.
+    let version: i64 = c.query_one("SELECT version FROM profiles_version", &[]).await.unwrap().get(0);
+    let stored: Value = c
+        .query_one("SELECT payloads[1] FROM transcript WHERE invocation_id = $1 AND seq = 0", &[&writer])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stored, serde_json::json!({"profilesVersion": version}));
+    // A new file changes the skill and the writer's words; the run's prompt
+    // still reads as the model received it.
+    let changed = profiles
+        .replace("Put dates in bold.", "Never use bold.")
+        .replace("You are Writer. You draft clear, warm announcements.", "You are someone else now.");
+    assert_ne!(changed, profiles);
+    env.apply_profiles(&changed).await;
+    let again = baton_store::invocations::steps::load(&c, writer).await.unwrap()[0].payload.clone();
+    assert_eq!(again, rendered, "the stored prompt renders as it did before the new apply");
+}

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use crate::providers::{ModelTurn, ToolCall};
 
-pub const PROMPT: &str = "prompt";
+pub const PROMPT: &str = baton_store::invocations::steps::PROMPT;
 pub const MODEL_TURN: &str = "model_turn";
 pub const TOOL_RESULT: &str = "tool_result";
 pub const NUDGE: &str = "nudge";

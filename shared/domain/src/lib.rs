@@ -13,6 +13,7 @@
 //!   fleet-wide model limits, priority, the external agent's box.
 //! - [`run`]: run, invocation and task state machines, and the journal's events (`JournalEvent`).
 //! - [`profiles`]: agent profiles, the default system prompt and the briefs agents read first.
+//! - [`opening`]: what an invocation opens with: the tools it sees, its system prompt and brief.
 //! - [`projects`]: the repositories coding agents work on, branch names and diffs' summaries.
 //! - [`console`]: the operator's console: the names it answers to, where its
 //!   POSTs may come from, its session cookies and the login rate limit.
@@ -22,6 +23,7 @@
 
 pub mod console;
 pub mod fleet;
+pub mod opening;
 pub mod policy;
 pub mod profiles;
 pub mod projects;

@@ -31,10 +31,11 @@ impl Runner {
         started: Vec<Event>,
         take_turn: bool,
     ) -> Result<(Preloaded, Option<Exit>), Error> {
+        // The transcript keeps the prompt's profiles version, not its text.
+        let stored = preloaded.first.stored.clone();
         let mut c = self.claimed(inv, preloaded);
         let Some(turn) = self.instant_turn(&c).filter(|_| take_turn) else {
-            let prompt = &c.steps[0];
-            let rows = [(prompt.seq, prompt.kind.as_str(), &prompt.payload)];
+            let rows = [(stored.seq, stored.kind.as_str(), &stored.payload)];
             steps::append_with_events(tx, inv.id, &rows, inv.run_id, &started).await?;
             return Ok((c.into_preloaded(), None));
         };
@@ -43,7 +44,7 @@ impl Runner {
             serde_json::from_value(payload["toolCalls"].clone()).map_err(|e| Error::Contract(e.to_string()))?;
         // The start events go first in the journal, with the turn's own; the
         // prompt goes in the transcript row of the turn and its results.
-        let step = self.turn_step(&c, &turn, payload, calls.len()).log_before(started).leading(&c.steps[0]);
+        let step = self.turn_step(&c, &turn, payload, calls.len()).log_before(started).leading(&stored);
         let (cr, this, calls, t) = (&c, self, &calls, &turn);
         let written = step
             .within(tx, |Scope { tx, w, .. }| Box::pin(async move { this.run_calls(tx, cr, calls, t, w).await }))

@@ -21,7 +21,7 @@ use baton_domain::protocol::contract::ErrorCode;
 use baton_domain::run::journal::JournalEvent;
 use baton_domain::run::state::InvocationKind;
 use baton_domain::tools::delegation::Budget;
-use baton_domain::tools::{self, ToolName};
+use baton_domain::tools::ToolName;
 use baton_store::invocations::steps::{self, Step};
 use baton_store::invocations::Invocation;
 use baton_store::journal::Event;
@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use crate::opening::{prompt_step, tool_names};
+use crate::opening::{prompt_step, surface};
 use crate::providers::{ModelTurn, ProviderError, Providers, ToolCall};
 use crate::step::{name_calls, sanitize, test_pause_in_step, tokens_of, Scope, StepTx, Written};
 use crate::tools::AsClaimed;
@@ -115,7 +115,9 @@ impl Claimed<'_> {
     fn into_preloaded(self) -> Preloaded {
         let mut steps = self.steps.into_iter();
         let prompt = steps.next().expect("a claimed invocation's transcript starts with its prompt");
-        let first = crate::opening::Opening { events: vec![], prompt, profile: self.profile, skills: self.skills };
+        let stored = prompt.clone();
+        let first =
+            crate::opening::Opening { events: vec![], prompt, stored, profile: self.profile, skills: self.skills };
         Preloaded {
             first,
             budget: self.budget,
@@ -287,7 +289,7 @@ impl Runner {
         let profile =
             profile.ok_or_else(|| Error::Contract(format!("profile `{}` no longer exists", inv.profile_id)))?;
         let budget = budget::Tracker::new(spend.ok_or_else(|| Error::Contract("the run no longer exists".into()))?);
-        let surface = tools::surface(&tool_names(&profile), inv.kind);
+        let surface = surface(&profile, inv.kind);
         let (limits, _) = narrow(self.limits, inv.budget.as_ref());
         let skills = profiles::skills(&client, &profile.skills).await?;
         Ok(Claimed {
@@ -307,7 +309,7 @@ impl Runner {
     /// A first claim's invocation, from what its claim read.
     fn claimed<'a>(&self, inv: &'a Invocation, preloaded: Preloaded) -> Claimed<'a> {
         let Preloaded { first, budget, later, tokens, as_claimed } = preloaded;
-        let surface = tools::surface(&tool_names(&first.profile), inv.kind);
+        let surface = surface(&first.profile, inv.kind);
         let (limits, _) = narrow(self.limits, inv.budget.as_ref());
         let (profile, skills) = (first.profile, first.skills);
         let steps = std::iter::once(first.prompt).chain(later).collect();
@@ -321,7 +323,7 @@ impl Runner {
     }
 
     async fn assemble(&self, c: &mut Claimed<'_>) -> Result<(), Error> {
-        let (prompt, evs) = prompt_step(c.inv, &c.profile, &c.surface, &c.skills);
+        let (prompt, evs) = prompt_step(c.inv, &c.profile, &c.skills);
         let written = self.step(c).append(transcript::PROMPT, prompt).log(evs).commit().await?;
         c.absorb(written);
         Ok(())

@@ -4,8 +4,11 @@ use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use uuid::Uuid;
 
+use baton_domain::opening;
+use serde_json::json;
+
 use crate::journal::{self, Event};
-use crate::{sql, Result};
+use crate::{invocations, profiles, sql, Error, Result};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
@@ -14,11 +17,45 @@ pub struct Step {
     pub payload: Value,
 }
 
+/// The transcript's first step's kind: the opening prompt.
+pub const PROMPT: &str = "prompt";
+
+/// What the transcript keeps of an opening prompt rendered from the
+/// profiles file of `version` (V31): the version, not the text. [`load`]
+/// renders it again.
+pub fn opening_stub(version: i64) -> Value {
+    json!({ "profilesVersion": version })
+}
+
+fn stub_version(step: &Step) -> Option<i64> {
+    (step.kind == PROMPT && step.payload.get("messages").is_none())
+        .then(|| step.payload.get("profilesVersion").and_then(Value::as_i64))
+        .flatten()
+}
+
+/// An invocation's transcript, in order, each step as the model received
+/// or produced it: an opening prompt kept as its profiles version is
+/// rendered again from that version's profile and skills and the
+/// invocation's brief (a pure function of them).
 pub async fn load(c: &impl GenericClient, invocation_id: Uuid) -> Result<Vec<Step>> {
     let rows =
         sql::query(c, "SELECT seq, kind, payload FROM steps WHERE invocation_id = $1 ORDER BY seq", &[&invocation_id])
             .await?;
-    Ok(rows.iter().map(|r| Step { seq: r.get(0), kind: r.get(1), payload: r.get(2) }).collect())
+    let mut steps: Vec<Step> = rows.iter().map(|r| Step { seq: r.get(0), kind: r.get(1), payload: r.get(2) }).collect();
+    if let Some(version) = steps.first().and_then(stub_version) {
+        steps[0].payload = rendered_opening(c, invocation_id, version).await?;
+    }
+    Ok(steps)
+}
+
+/// The opening prompt of an invocation whose transcript keeps its version.
+async fn rendered_opening(c: &impl GenericClient, invocation_id: Uuid, version: i64) -> Result<Value> {
+    let corrupt = |why: &str| Error::Corrupt(format!("transcript {invocation_id}: {why}"));
+    let inv = invocations::get(c, invocation_id).await?.ok_or_else(|| corrupt("no invocation"))?;
+    let (profile, skills) = profiles::at_version(c, version, &inv.profile_id)
+        .await?
+        .ok_or_else(|| corrupt(&format!("no profile `{}` at profiles version {version}", inv.profile_id)))?;
+    Ok(opening::first_step(&profile, inv.kind, &skills, &inv.brief))
 }
 
 /// Appends steps (numbered in order from the first one's `seq`) as one

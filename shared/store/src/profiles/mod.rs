@@ -69,9 +69,43 @@ pub async fn apply(c: &impl GenericClient, file: &ProfilesFile) -> Result<()> {
     for (target, profile) in &file.routes {
         sql::execute(c, "INSERT INTO routes (target_agent, profile_id) VALUES ($1, $2)", &[target, profile]).await?;
     }
-    // Every cached copy of the file is stale from this commit on.
-    sql::execute(c, "UPDATE profiles_version SET version = version + 1", &[]).await?;
+    // Every cached copy of the file is stale from this commit on; the new
+    // version is kept as it is, never edited (V31).
+    sql::execute(
+        c,
+        "WITH v AS (UPDATE profiles_version SET version = version + 1 RETURNING version),
+              p AS (INSERT INTO profile_versions (version, id, spec, model_limit)
+                    SELECT v.version, p.id, p.spec, p.model_limit FROM profiles p, v)
+         INSERT INTO skill_versions (version, id, spec) SELECT v.version, s.id, s.spec FROM skills s, v",
+        &[],
+    )
+    .await?;
     Ok(())
+}
+
+/// A profile and its skills (in the profile's order) as the profiles file
+/// of `version` had them; `None` when that version had no such profile.
+pub async fn at_version(c: &impl GenericClient, version: i64, id: &str) -> Result<Option<(Profile, Vec<Skill>)>> {
+    let row = sql::query_opt(
+        c,
+        "SELECT p.spec, p.model_limit,
+                (SELECT coalesce(jsonb_object_agg(s.id, s.spec), '{}') FROM skill_versions s
+                  WHERE s.version = p.version AND s.id IN (SELECT jsonb_array_elements_text(p.spec->'skills')))
+           FROM profile_versions p WHERE p.version = $1 AND p.id = $2",
+        &[&version, &id],
+    )
+    .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let profile = with_limit(id, row.get(0), row.get(1))?;
+    let mut specs: HashMap<String, Value> = serde_json::from_value(row.get(2))?;
+    let skills = profile
+        .skills
+        .iter()
+        .filter_map(|sid| specs.remove(sid).map(|spec| read("skill", sid, spec)))
+        .collect::<Result<_>>()?;
+    Ok(Some((profile, skills)))
 }
 
 /// One profile; [`Error::Unreadable`] when this version cannot read its row.
@@ -115,6 +149,21 @@ pub async fn skills(c: &impl GenericClient, ids: &[String]) -> Result<Vec<Skill>
         return Ok(vec![]);
     }
     let rows = sql::query(c, "SELECT id, spec FROM skills WHERE id = ANY($1)", &[&ids]).await?;
+    sorted_skills(&rows, ids)
+}
+
+/// [`skills`] as the profiles file of `version` had them.
+pub async fn skills_at(c: &impl GenericClient, version: i64, ids: &[String]) -> Result<Vec<Skill>> {
+    if ids.is_empty() {
+        return Ok(vec![]);
+    }
+    let rows =
+        sql::query(c, "SELECT id, spec FROM skill_versions WHERE version = $1 AND id = ANY($2)", &[&version, &ids])
+            .await?;
+    sorted_skills(&rows, ids)
+}
+
+fn sorted_skills(rows: &[tokio_postgres::Row], ids: &[String]) -> Result<Vec<Skill>> {
     let mut found: Vec<(String, Skill)> = rows
         .iter()
         .map(|r| {
