@@ -166,17 +166,17 @@ async fn a_frozen_process_gives_back_the_requests_answers_cancels_and_replies_it
         sent.insert(id.clone(), (kind, Instant::now()));
         match *kind {
             "early cancel" | "cancel" => {
-                env.send_raw(&serde_json::to_vec(&cancel(id)).unwrap(), Some(&env.reply_queue)).await
+                env.send_raw(&serde_json::to_vec(&cancel(id)).unwrap(), Some(&env.reply_queue)).await;
             }
             "answer" => {
                 let question = &questions[id.as_str()];
                 let body = json!({"type": "answer", "id": format!("a-{id}"), "handoffId": id,
                                   "questionId": question["questionId"], "text": "yes", "at": "2026-11-30T10:00:00Z"});
-                env.send_raw(&serde_json::to_vec(&body).unwrap(), Some(&env.reply_queue)).await
+                env.send_raw(&serde_json::to_vec(&body).unwrap(), Some(&env.reply_queue)).await;
             }
             "same-chat pair" => {
                 let chat = format!("chat-{}", id.rsplit_once('-').unwrap().0);
-                env.send_request(&request(id, "claude_code", &chat)).await
+                env.send_request(&request(id, "claude_code", &chat)).await;
             }
             _ => env.send_request(&request(id, "claude_code", &format!("chat-{id}"))).await,
         }
