@@ -89,6 +89,12 @@ async fn a_message_the_broker_closes_the_channel_over_is_found_alone_and_dead_le
     // Our own bound above the broker's (128 MiB by default), so that the
     // broker is the one to refuse: it closes the channel with 406.
     env.settings.max_message_bytes = 200 * MIB;
+    // Preparing 129 MiB in a debug build on a busy machine keeps the relay
+    // from sending anything, heartbeats included, for longer than the
+    // default dead-peer bound (10 s: a 3 s heartbeat), so the broker drops
+    // it before it can refuse the message, again at every retry. The fleet
+    // never publishes more than its own bound (4 MiB by default).
+    env.settings.amqp_dead_peer_secs = 60;
     let finished = env.queue(Queue::RunsFinished);
     let c = env.db().await;
     for pad in [0, 129 * MIB as i32, 0] {

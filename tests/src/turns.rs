@@ -90,6 +90,16 @@ impl TurnServer {
         repeated
     }
 
+    /// How many model requests each session (an invocation) made.
+    pub fn asked_by_session(&self) -> std::collections::BTreeMap<String, usize> {
+        let asked = self.state.asked.lock().unwrap();
+        let mut by = std::collections::BTreeMap::new();
+        for ((session, _), n) in &asked.counts {
+            *by.entry(session.clone()).or_default() += n;
+        }
+        by
+    }
+
     /// Distinct (session, turn) asked.
     pub fn distinct(&self) -> usize {
         self.state.asked.lock().unwrap().counts.len()

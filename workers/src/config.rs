@@ -16,9 +16,11 @@ use redact::MASK;
 /// `BATON_RECONNECT_MAX_MS` says otherwise.
 pub const RECONNECT_MAX: Duration = Duration::from_secs(10);
 
-/// The AMQP heartbeat roles propose unless `BATON_AMQP_HEARTBEAT_SECS` says
-/// otherwise: a frozen process gives back what it holds within about twice this.
-pub const AMQP_HEARTBEAT_SECS: u16 = 10;
+/// How soon the broker must notice a frozen peer unless
+/// `BATON_AMQP_DEAD_PEER_SECS` says otherwise: roles propose an AMQP
+/// heartbeat of a third of it (see [`Settings::amqp_heartbeat`]), and a
+/// frozen process gives back what it holds within it.
+pub const AMQP_DEAD_PEER_SECS: u16 = 10;
 
 #[derive(Clone)]
 pub struct Settings {
@@ -77,10 +79,11 @@ pub struct Settings {
     /// What a held turn spills to disk (`BATON_STATE_DIR`, its size over
     /// `BATON_HELD_SPILL_BYTES`, its wait over `BATON_HELD_SPILL_AFTER_MS`).
     pub holding: baton_agent::runner::Holding,
-    /// The AMQP heartbeat proposed to the broker, in seconds (0: none).
-    /// A frozen process's deliveries go back to their queue within about
-    /// twice this; each connection costs a tiny frame per interval.
-    pub amqp_heartbeat_secs: u16,
+    /// How soon the broker notices a frozen process, in seconds (0: never):
+    /// its deliveries go back to their queue within this. Roles propose an
+    /// AMQP heartbeat of a third of it; each connection costs a tiny frame
+    /// each way per half heartbeat.
+    pub amqp_dead_peer_secs: u16,
     /// The longest pause between a role's attempts to reconnect after the
     /// broker or the database went away (and between an invocation's tries
     /// to resume or hand back its claim through a database outage).
@@ -191,6 +194,26 @@ impl Reader<'_> {
 
     fn count<T: std::str::FromStr>(&mut self, name: &str, default: T) -> T {
         self.number(name, default, "a whole number")
+    }
+
+    /// `BATON_AMQP_DEAD_PEER_SECS`: 0, or at least 3, since the heartbeat
+    /// is a third of it in whole seconds. The old `BATON_AMQP_HEARTBEAT_SECS`
+    /// (the heartbeat itself, which the broker let a peer miss two to three
+    /// times) is refused rather than read with its old meaning.
+    fn dead_peer(&mut self) -> u16 {
+        const NAME: &str = "BATON_AMQP_DEAD_PEER_SECS";
+        if let Some(old) = self.raw("BATON_AMQP_HEARTBEAT_SECS") {
+            self.problems.push(format!(
+                "BATON_AMQP_HEARTBEAT_SECS={old} is no longer read: set {NAME}, how soon the broker notices a frozen process (the heartbeat is a third of it; 3 × {old} keeps the old behaviour's bound)"
+            ));
+        }
+        let secs = self.count(NAME, AMQP_DEAD_PEER_SECS);
+        if (1..3).contains(&secs) {
+            self.problems.push(format!(
+                "{NAME}={secs} is below 3: the AMQP heartbeat, a third of it, is whole seconds (0 turns it off)"
+            ));
+        }
+        secs
     }
 
     /// Refuses zero where it cannot mean anything sensible; `why` says what zero would do.
@@ -320,7 +343,7 @@ impl Settings {
                 spill_bytes: r.count("BATON_HELD_SPILL_BYTES", baton_agent::runner::Holding::SPILL_BYTES),
                 spill_after: r.millis("BATON_HELD_SPILL_AFTER_MS", baton_agent::runner::Holding::SPILL_AFTER),
             },
-            amqp_heartbeat_secs: r.count("BATON_AMQP_HEARTBEAT_SECS", AMQP_HEARTBEAT_SECS),
+            amqp_dead_peer_secs: r.dead_peer(),
             reconnect_max: {
                 let d = r.millis("BATON_RECONNECT_MAX_MS", RECONNECT_MAX);
                 r.above_zero("BATON_RECONNECT_MAX_MS", d, "a role would reconnect without pause")
@@ -377,9 +400,14 @@ impl Settings {
         warnings
     }
 
-    /// The AMQP heartbeat to propose (`None`: leave it to the broker).
+    /// The AMQP heartbeat to propose, in seconds: a third of
+    /// `BATON_AMQP_DEAD_PEER_SECS` (rounded down; `0` asks for none).
+    /// RabbitMQ checks what it received from a connection once per heartbeat
+    /// and closes it at the second check that found nothing new, so a peer
+    /// that went silent is dropped two to three heartbeats after the last
+    /// frame it sent (measured: `tests/frozen.rs`), within the setting.
     pub fn amqp_heartbeat(&self) -> Option<u16> {
-        Some(self.amqp_heartbeat_secs)
+        Some(self.amqp_dead_peer_secs / 3)
     }
 
     /// The session limits of `role`'s connections, named after it in `pg_stat_activity`.
@@ -444,7 +472,7 @@ impl fmt::Debug for Settings {
             .field("transient_patience", &self.transient_patience)
             .field("persist_patience", &self.persist_patience)
             .field("holding", &self.holding)
-            .field("amqp_heartbeat_secs", &self.amqp_heartbeat_secs)
+            .field("amqp_dead_peer_secs", &self.amqp_dead_peer_secs)
             .field("reconnect_max", &self.reconnect_max)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("dead_max_length", &self.dead_max_length)
@@ -486,7 +514,8 @@ mod parsing {
         assert_eq!(s.invocation_queues, InvocationQueue::ALL);
         assert_eq!(s.db_session.idle_in_transaction_timeout, Some(Duration::from_secs(10)));
         assert_eq!(s.persist_patience, Duration::from_secs(180));
-        assert_eq!(s.amqp_heartbeat_secs, 10);
+        assert_eq!(s.amqp_dead_peer_secs, 10);
+        assert_eq!(s.amqp_heartbeat(), Some(3), "a third of the dead-peer bound, in whole seconds");
         assert_eq!(s.db_session.tcp_user_timeout, Duration::from_secs(10));
         assert_eq!(s.reconnect_max, Duration::from_secs(10));
         assert!(s.warnings().is_empty());
@@ -506,7 +535,7 @@ mod parsing {
         assert_eq!(s.pool_size, 16);
         assert_eq!(s.db_session.lock_timeout, Some(Duration::ZERO), "zero turns a Postgres limit off");
         let s = parse(&[
-            ("BATON_AMQP_HEARTBEAT_SECS", "0"),
+            ("BATON_AMQP_DEAD_PEER_SECS", "0"),
             ("BATON_STATE_DIR", "/var/lib/baton"),
             ("BATON_HELD_SPILL_BYTES", "1024"),
             ("BATON_DB_CONNECT_TIMEOUT_MS", "500"),
@@ -582,6 +611,22 @@ mod parsing {
             assert!(found[0].starts_with(&format!("{name}=0 must be above zero")), "{found:?}");
         }
         assert!(parse(&[("BATON_SHUTDOWN_GRACE_MS", "0"), ("BATON_MAX_TAKEOVERS", "0")]).is_ok());
+    }
+
+    #[test]
+    fn the_dead_peer_bound_sets_a_heartbeat_of_a_third_of_it() {
+        let beat = |secs: &str| parse(&[("BATON_AMQP_DEAD_PEER_SECS", secs)]).unwrap().amqp_heartbeat();
+        assert_eq!(beat("3"), Some(1));
+        assert_eq!(beat("5"), Some(1), "rounded down: the bound is kept");
+        assert_eq!(beat("30"), Some(10));
+        assert_eq!(beat("0"), Some(0));
+        for low in ["1", "2"] {
+            let found = problems(&[("BATON_AMQP_DEAD_PEER_SECS", low)]);
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert!(found[0].contains("is below 3"), "{found:?}");
+        }
+        let found = problems(&[("BATON_AMQP_HEARTBEAT_SECS", "10")]);
+        assert!(found[0].starts_with("BATON_AMQP_HEARTBEAT_SECS=10 is no longer read"), "{found:?}");
     }
 
     #[test]

@@ -116,9 +116,12 @@ pub async fn connect(urls: &str, name: &str) -> Result<lapin::Connection> {
 }
 
 /// [`connect`], proposing an AMQP heartbeat of `heartbeat` seconds unless a
-/// URL names its own (`?heartbeat=N`). The broker closes the connection of a
-/// peer that misses two heartbeats in a row, which hands every delivery it
-/// held unacked to another consumer: the bound on how long a frozen process
+/// URL names its own (`?heartbeat=N`; lapin takes the lower of its proposal
+/// and the broker's, and sends a frame every half heartbeat when idle).
+/// RabbitMQ checks what it received from a connection once per heartbeat and
+/// closes it at the second check that found nothing new: two to three
+/// heartbeats after a peer's last frame. That hands every delivery it held
+/// unacked to another consumer: the bound on how long a frozen process
 /// (`SIGSTOP`, a paused VM) keeps what it was given. `None` leaves the
 /// negotiation to the broker (RabbitMQ proposes 60 s).
 pub async fn connect_with_heartbeat(urls: &str, name: &str, heartbeat: Option<u16>) -> Result<lapin::Connection> {

@@ -118,9 +118,9 @@ pub fn pool_with(database_url: &str, max_size: usize, session: &SessionConfig) -
     // Long enough to try every host of a multi-host URL in turn, or a
     // silent first host would cut each attempt before the next is tried.
     let create_timeout = session.connect_timeout * pg.get_hosts().len().max(1) as u32 + Duration::from_secs(3);
-    let manager = deadpool_postgres::Manager::from_config(
+    let manager = deadpool_postgres::Manager::from_connect(
         pg,
-        tokio_postgres::NoTls,
+        HostsInTurn,
         deadpool_postgres::ManagerConfig { recycling_method: deadpool_postgres::RecyclingMethod::Fast },
     );
     Pool::builder(manager)
@@ -128,8 +128,224 @@ pub fn pool_with(database_url: &str, max_size: usize, session: &SessionConfig) -
         .wait_timeout(Some(Duration::from_secs(10)))
         .create_timeout(Some(create_timeout))
         .runtime(deadpool_postgres::Runtime::Tokio1)
+        .pre_recycle(deadpool_postgres::Hook::sync_fn(|_, metrics| match lost::since(metrics.created) {
+            true => Err(deadpool_postgres::HookError::message(
+                "a connection opened before another one was lost: it may hang on the same server",
+            )),
+            false => Ok(()),
+        }))
         .build()
         .map_err(|e| Error::Config(e.to_string()))
+}
+
+/// Opens a pool's connections through [`connect_in_turn`], and notes a
+/// connection that ends in a failure (see [`lost`]).
+struct HostsInTurn;
+
+impl deadpool_postgres::Connect for HostsInTurn {
+    fn connect(
+        &self,
+        pg: &tokio_postgres::Config,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = std::result::Result<
+                        (tokio_postgres::Client, tokio::task::JoinHandle<()>),
+                        tokio_postgres::Error,
+                    >,
+                > + Send
+                + '_,
+        >,
+    > {
+        let pg = pg.clone();
+        Box::pin(async move {
+            let (client, connection) = connect_in_turn(&pg).await?;
+            let task = tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    lost::note(&e);
+                    tracing::warn!(target: "deadpool.postgres", "Connection error: {e}");
+                }
+            });
+            Ok((client, task))
+        })
+    }
+}
+
+/// When this process last lost a connection to a failure (a server that
+/// went quiet, crashed or shut down). The pools' other connections opened
+/// before it are likely on the same server: a connection that went quiet
+/// is otherwise found out only when a statement on it hangs for the TCP
+/// user timeout, or by keepalives, seconds after the first one was. So a
+/// pool drops, rather than lends, every idle connection opened before the
+/// last loss, and opens a new one (to the host that now accepts). A loss
+/// of one connection alone (a backend terminated) costs only reconnects.
+mod lost {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::LazyLock;
+    use std::time::Instant;
+
+    static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+    /// Microseconds since [`EPOCH`] of the last loss, plus one (0: none).
+    static LAST: AtomicU64 = AtomicU64::new(0);
+
+    fn micros(at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(*EPOCH).as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// Notes the end of a connection, if a failure ended it: an I/O error
+    /// (a timeout, a reset) or the server's own end (class 57, operator
+    /// intervention: a shutdown, a crash).
+    pub(super) fn note(e: &tokio_postgres::Error) {
+        let failed = match e.as_db_error() {
+            Some(db) => db.code().code().starts_with("57"),
+            None => true,
+        };
+        if failed {
+            mark();
+        }
+    }
+
+    /// Notes a loss now.
+    pub(super) fn mark() {
+        LAST.fetch_max(micros(Instant::now()) + 1, Ordering::Relaxed);
+    }
+
+    /// Whether a connection opened at `created` was opened before the last loss.
+    pub(super) fn since(created: Instant) -> bool {
+        let last = LAST.load(Ordering::Relaxed);
+        last != 0 && (created < *EPOCH || micros(created) < last - 1)
+    }
+}
+
+/// The hosts of a multi-host `DATABASE_URL` whose last connect attempt
+/// timed out (a host gone quiet: a crash, a partition), process-wide. They
+/// are tried after the others until one accepts again, so once the standby
+/// is promoted a new connection reaches it at once instead of paying the
+/// quiet host's connect timeout first.
+mod quiet {
+    use std::collections::HashSet;
+    use std::sync::{LazyLock, Mutex};
+
+    static HOSTS: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Mutex::default);
+
+    pub(super) fn is(host: &str) -> bool {
+        HOSTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(host)
+    }
+
+    pub(super) fn set(host: &str, quiet: bool) {
+        let mut hosts = HOSTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match quiet {
+            true => hosts.insert(host.to_string()),
+            false => hosts.remove(host),
+        };
+    }
+}
+
+/// The host (and port) of `pg`'s `i`th host, as [`quiet`] knows it.
+fn host_name(pg: &tokio_postgres::Config, i: usize) -> String {
+    let port = pg.get_ports().get(i).or(pg.get_ports().first()).copied().unwrap_or(5432);
+    let host = match (pg.get_hostaddrs().get(i), pg.get_hosts().get(i)) {
+        (Some(addr), _) => addr.to_string(),
+        (None, Some(tokio_postgres::config::Host::Tcp(host))) => host.clone(),
+        #[cfg(unix)]
+        (None, Some(tokio_postgres::config::Host::Unix(path))) => path.display().to_string(),
+        (None, None) => String::new(),
+    };
+    format!("{host}:{port}")
+}
+
+/// `pg` with its `i`th host only (the same user, database, options,
+/// timeouts and `target_session_attrs`).
+fn only_host(pg: &tokio_postgres::Config, i: usize) -> tokio_postgres::Config {
+    let mut one = tokio_postgres::Config::new();
+    if let Some(user) = pg.get_user() {
+        one.user(user);
+    }
+    if let Some(password) = pg.get_password() {
+        one.password(password);
+    }
+    if let Some(dbname) = pg.get_dbname() {
+        one.dbname(dbname);
+    }
+    if let Some(options) = pg.get_options() {
+        one.options(options);
+    }
+    if let Some(name) = pg.get_application_name() {
+        one.application_name(name);
+    }
+    one.ssl_mode(pg.get_ssl_mode()).ssl_negotiation(pg.get_ssl_negotiation());
+    match pg.get_hosts().get(i) {
+        Some(tokio_postgres::config::Host::Tcp(host)) => {
+            one.host(host);
+        }
+        #[cfg(unix)]
+        Some(tokio_postgres::config::Host::Unix(path)) => {
+            one.host_path(path);
+        }
+        None => {}
+    }
+    if let Some(addr) = pg.get_hostaddrs().get(i) {
+        one.hostaddr(*addr);
+    }
+    if let Some(port) = pg.get_ports().get(i).or(pg.get_ports().first()) {
+        one.port(*port);
+    }
+    if let Some(timeout) = pg.get_connect_timeout() {
+        one.connect_timeout(*timeout);
+    }
+    if let Some(timeout) = pg.get_tcp_user_timeout() {
+        one.tcp_user_timeout(*timeout);
+    }
+    one.keepalives(pg.get_keepalives()).keepalives_idle(pg.get_keepalives_idle());
+    if let Some(interval) = pg.get_keepalives_interval() {
+        one.keepalives_interval(interval);
+    }
+    if let Some(retries) = pg.get_keepalives_retries() {
+        one.keepalives_retries(retries);
+    }
+    one.target_session_attrs(pg.get_target_session_attrs())
+        .channel_binding(pg.get_channel_binding())
+        .load_balance_hosts(pg.get_load_balance_hosts());
+    one
+}
+
+/// Connects as tokio-postgres does with several hosts (each in turn until
+/// one accepts, with `target_session_attrs`), but tries the hosts whose last
+/// attempt timed out after the others: a quiet host costs the connect
+/// timeout once, not at every new connection.
+async fn connect_in_turn(
+    pg: &tokio_postgres::Config,
+) -> std::result::Result<
+    (tokio_postgres::Client, tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>),
+    tokio_postgres::Error,
+> {
+    let count = pg.get_hosts().len().max(pg.get_hostaddrs().len());
+    if count < 2 {
+        return pg.connect(tokio_postgres::NoTls).await;
+    }
+    let names: Vec<String> = (0..count).map(|i| host_name(pg, i)).collect();
+    let mut order: Vec<usize> = (0..count).collect();
+    order.sort_by_key(|i| quiet::is(&names[*i]));
+    let mut failure = None;
+    for i in order {
+        match only_host(pg, i).connect(tokio_postgres::NoTls).await {
+            Ok(connected) => {
+                quiet::set(&names[i], false);
+                return Ok(connected);
+            }
+            Err(e) => {
+                let timed_out = std::error::Error::source(&e)
+                    .and_then(|s| s.downcast_ref::<std::io::Error>())
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
+                if timed_out {
+                    tracing::debug!(host = %names[i], "a database host did not answer in time; it is tried last for now");
+                }
+                quiet::set(&names[i], timed_out);
+                failure = Some(e);
+            }
+        }
+    }
+    Err(failure.expect("at least two hosts were tried"))
 }
 
 /// One connection outside any pool (the relay's LISTEN), with its driver task.
@@ -140,7 +356,7 @@ pub async fn connect(
     tokio_postgres::Client,
     tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
 )> {
-    Ok(config(database_url, session)?.connect(tokio_postgres::NoTls).await?)
+    Ok(connect_in_turn(&config(database_url, session)?).await?)
 }
 
 /// A client from the pool. Its failure, like a transaction's through
@@ -205,6 +421,28 @@ mod tests {
         assert!(timeouts.create.unwrap() > session.connect_timeout * 2, "{timeouts:?}");
         let pg = config("postgres://u@h1,h2/db", &session).unwrap();
         assert_eq!(pg.get_connect_timeout(), Some(&Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn one_host_of_a_multi_host_url_keeps_everything_else() {
+        let session = SessionConfig { application_name: Some("baton-test".into()), ..SessionConfig::default() };
+        let both = "postgres://u:pw@h1:5433,h2:5434/db?target_session_attrs=read-write&sslmode=disable";
+        let pg = config(both, &session).unwrap();
+        let second = config("postgres://u:pw@h2:5434/db?target_session_attrs=read-write&sslmode=disable", &session);
+        assert!(only_host(&pg, 1) == second.unwrap(), "{:?}", only_host(&pg, 1));
+        assert_eq!((host_name(&pg, 0), host_name(&pg, 1)), ("h1:5433".into(), "h2:5434".into()));
+        let one_port = config("host=h1,h2 port=6000 dbname=db", &session).unwrap();
+        assert_eq!(host_name(&one_port, 0), "h1:6000", "a single port is every host's");
+    }
+
+    #[test]
+    fn connections_opened_before_a_loss_are_not_lent_again() {
+        let opened = std::time::Instant::now();
+        std::thread::sleep(Duration::from_millis(2));
+        lost::mark();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(lost::since(opened), "opened before the loss");
+        assert!(!lost::since(std::time::Instant::now()), "opened after it");
     }
 
     #[test]
