@@ -60,3 +60,16 @@ fn the_readme_lists_every_journal_event_and_no_other() {
 fn the_readme_lists_every_handoff_event_and_no_other() {
     assert_listed(HANDOFF, HandoffEvent::ALL.iter().map(|e| e.as_str().to_string()).collect());
 }
+
+/// The journal stores an event's type as a value of the database's enum
+/// `journal_event` (V33): it holds every event the code can write, and no
+/// other, so a new event comes with the migration that adds it.
+#[tokio::test]
+async fn the_databases_journal_event_enum_holds_every_journal_event_and_no_other() {
+    let env = baton_tests::TestEnv::new().await;
+    let stored: Vec<String> =
+        env.db().await.query_one("SELECT enum_range(NULL::journal_event)::text[]", &[]).await.unwrap().get(0);
+    let stored: BTreeSet<String> = stored.into_iter().collect();
+    let code: BTreeSet<String> = JournalEvent::ALL.iter().map(|e| e.as_str().to_string()).collect();
+    assert_eq!(stored, code, "journal_event (migrations) and JournalEvent (code) differ");
+}

@@ -1,4 +1,4 @@
-//! Loads history: finished runs with their invocations, tasks and events
+//! Loads history: finished runs with their invocations and events
 //! (and as many raw rows), so the hot path can be measured against a big table.
 
 use std::time::{Duration, Instant};
@@ -26,27 +26,20 @@ pub async fn load(pool: &Pool, invocations: usize) -> anyhow::Result<Duration> {
         ),
         format!(
             "INSERT INTO invocations (id, run_id, parent_invocation_id, profile_id, kind, status, exit_policy, brief,
-                                      claim_epoch, created_at, started_at, finished_at)
+                                      handoff, claim_epoch, created_at, started_at, finished_at)
              SELECT md5('inv' || i)::uuid, md5('run' || ((i - 1) / {PER_RUN} + 1))::uuid,
                     CASE WHEN (i - 1) % {PER_RUN} = 0 THEN NULL ELSE md5('inv' || (i - 1))::uuid END,
                     's1', CASE WHEN (i - 1) % {PER_RUN} = 0 THEN 'root' ELSE 'handoff' END,
                     CASE WHEN (i - 1) % {PER_RUN} = {PER_RUN} - 1 THEN 'completed' ELSE 'transferred' END,
-                    'run_finish_allowed', '# Handoff Brief', 1,
+                    'run_finish_allowed', CASE WHEN (i - 1) % {PER_RUN} = 0 THEN '# Brief' END,
+                    CASE WHEN (i - 1) % {PER_RUN} = 0 THEN NULL ELSE jsonb_build_object('objective', 'Go on.') END, 1,
                     now() - interval '30 days', now() - interval '30 days', now() - interval '30 days'
                FROM generate_series(1, {n}) i"
         ),
         format!(
-            "INSERT INTO tasks (id, run_id, parent_invocation_id, child_invocation_id, target_profile_id, workspace_key,
-                                continuation, status, task, created_by_tool_call_id, created_at, finished_at)
-             SELECT md5('task' || i)::uuid, md5('run' || ((i - 1) / {PER_RUN} + 1))::uuid, md5('inv' || (i - 1))::uuid,
-                    md5('inv' || i)::uuid, 's2', 's2', 'transfer_control', 'completed', '{{}}', 'call_1',
-                    now() - interval '30 days', now() - interval '30 days'
-               FROM generate_series(1, {n}) i WHERE (i - 1) % {PER_RUN} <> 0"
-        ),
-        format!(
-            "INSERT INTO journal (run_id, invocations, types, payloads, created_at)
-             SELECT md5('run' || ((i - 1) / {PER_RUN} + 1))::uuid, array_fill(md5('inv' || i)::uuid, ARRAY[3]),
-                    ARRAY[{kinds}], array_fill('{{}}'::jsonb, ARRAY[3]), now() - interval '30 days'
+            "INSERT INTO journal (run_id, invocation_id, invocations, types, payloads, created_at)
+             SELECT md5('run' || ((i - 1) / {PER_RUN} + 1))::uuid, md5('inv' || i)::uuid, array_fill(NULL::uuid, ARRAY[3]),
+                    ARRAY[{kinds}]::journal_event[], array_fill('{{}}'::jsonb, ARRAY[3]), now() - interval '30 days'
                FROM generate_series(1, {n}) i"
         ),
         format!(

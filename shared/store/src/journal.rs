@@ -47,11 +47,12 @@ impl EventRow {
 /// holds (4,096) would go in several rows; no step writes that many.
 pub async fn append(c: &impl GenericClient, run_id: Uuid, events: &[Event]) -> Result<()> {
     for events in events.chunks(ROW_EVENTS) {
-        let (invocations, kinds, payloads) = columns(events);
+        let Columns { invocation, invocations, kinds, payloads } = columns(events);
         sql::execute(
             c,
-            "INSERT INTO journal (run_id, invocations, types, payloads) VALUES ($1, $2, $3, $4)",
-            &[&run_id, &invocations, &kinds, &payloads],
+            "INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
+             VALUES ($1, $2, $3, $4::text[]::journal_event[], $5)",
+            &[&run_id, &invocation, &invocations, &kinds, &payloads],
         )
         .await?;
     }
@@ -61,12 +62,67 @@ pub async fn append(c: &impl GenericClient, run_id: Uuid, events: &[Event]) -> R
 /// The most events one journal row holds (its CHECK, V28).
 pub(crate) const ROW_EVENTS: usize = 4096;
 
-/// One journal row's arrays: each event's invocation, type and payload.
-pub(crate) fn columns(events: &[Event]) -> (Vec<Option<Uuid>>, Vec<&str>, Vec<&Value>) {
-    let invocations = events.iter().map(|e| e.invocation_id).collect();
+/// One journal row's columns (V33): the invocation most of its events
+/// concern, and each event's invocation (NULL for that one, the nil uuid
+/// for none), type and payload.
+pub(crate) struct Columns<'a> {
+    pub invocation: Option<Uuid>,
+    pub invocations: Vec<Option<Uuid>>,
+    pub kinds: Vec<&'a str>,
+    pub payloads: Vec<&'a Value>,
+}
+
+pub(crate) fn columns(events: &[Event]) -> Columns<'_> {
+    let invocation = most_named(events.iter().filter_map(|e| e.invocation_id));
+    let invocations = events
+        .iter()
+        .map(|e| match e.invocation_id {
+            None => Some(Uuid::nil()),
+            same if same == invocation => None,
+            other => other,
+        })
+        .collect();
     let kinds = events.iter().map(|e| e.kind.as_str()).collect();
     let payloads = events.iter().map(|e| &e.payload).collect();
-    (invocations, kinds, payloads)
+    Columns { invocation, invocations, kinds, payloads }
+}
+
+/// The id named most often (the first of those named as often).
+fn most_named(ids: impl Iterator<Item = Uuid>) -> Option<Uuid> {
+    let mut counts: Vec<(Uuid, usize)> = vec![];
+    for id in ids {
+        match counts.iter_mut().find(|(seen, _)| *seen == id) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((id, 1)),
+        }
+    }
+    counts
+        .iter()
+        .fold(None, |best: Option<(Uuid, usize)>, &(id, n)| match best {
+            Some((_, m)) if m >= n => best,
+            _ => Some((id, n)),
+        })
+        .map(|(id, _)| id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_row_names_its_main_invocation_once_and_the_others_and_none_apart() {
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let events: Vec<Event> = [Some(b), Some(a), None, Some(a), Some(b), Some(a)]
+            .into_iter()
+            .map(|inv| Event::new(JournalEvent::ToolCallCompleted, inv, json!({})))
+            .collect();
+        let row = columns(&events);
+        assert_eq!(row.invocation, Some(a));
+        assert_eq!(row.invocations, vec![Some(b), None, Some(Uuid::nil()), None, Some(b), None]);
+        assert_eq!(columns(&events[2..3]).invocation, None);
+        assert_eq!(columns(&events[2..3]).invocations, vec![Some(Uuid::nil())]);
+    }
 }
 
 pub async fn timeline(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<EventRow>> {

@@ -77,12 +77,23 @@ pub async fn append_with_events(
     debug_assert!(steps.iter().enumerate().all(|(i, s)| s.0 == seq + i as i32), "steps are consecutive");
     let kinds: Vec<&str> = steps.iter().map(|s| s.1).collect();
     let payloads: Vec<&Value> = steps.iter().map(|s| s.2).collect();
-    let (invocations, types, logged) = journal::columns(events);
+    let logged = journal::columns(events);
     sql::execute(
         c,
         "WITH stored AS (INSERT INTO transcript (invocation_id, seq, kinds, payloads) VALUES ($1, $2, $3, $4))
-         INSERT INTO journal (run_id, invocations, types, payloads) VALUES ($5, $6, $7, $8)",
-        &[&invocation_id, &seq, &kinds, &payloads, &run_id, &invocations, &types, &logged],
+         INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
+         VALUES ($5, $6, $7, $8::text[]::journal_event[], $9)",
+        &[
+            &invocation_id,
+            &seq,
+            &kinds,
+            &payloads,
+            &run_id,
+            &logged.invocation,
+            &logged.invocations,
+            &logged.kinds,
+            &logged.payloads,
+        ],
     )
     .await?;
     Ok(())
