@@ -425,7 +425,8 @@ async fn a_replayed_dead_letter_keeps_its_bridge() {
         listed.into_iter().find(|l| l.reason.contains(&why)).map(|l| l.id)
     })
     .await;
-    // The operator adds the bridge, then replays the letter as the fleet's own user.
+    // The operator adds the bridge, then replays the letter as the fleet's own user
+    // (forced, as `baton dead replay --force` does: the console offers no Replay for a request intake refused).
     let text = format!(
         "{}\n[[bridges]]\nid = \"late\"\nuser = \"{}\"\nsources = [\"weixin\"]\nreply_queues = [\"{replies}\"]\n",
         agents(0),
@@ -438,6 +439,7 @@ async fn a_replayed_dead_letter_keeps_its_bridge() {
         baton_bus::dead::Select::Id(&id),
         None,
         &baton_bus::dead::FleetQueuesOnly,
+        baton_bus::dead::Rule::Forced,
     )
     .await
     .unwrap();

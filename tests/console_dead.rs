@@ -1,7 +1,8 @@
 //! Dead letters in the console (issue 22, part 2): listed after the
 //! strictest redaction, replayed as they were, and only to the fleet's own
 //! queues or to a queue a stored request named as its `reply_to`, never
-//! where a forged header says.
+//! where a forged header says; and (issue 24) only those a replay can help,
+//! by Replay all, a posted Replay and `baton dead replay` alike.
 
 use std::time::Duration;
 
@@ -26,10 +27,21 @@ fn hidden(page: &str, name: &str) -> String {
 
 /// Puts a letter in `baton.dead` that says it came from `source`.
 async fn dead_letter(env: &TestEnv, source: &str, body: &[u8]) {
+    dead_letter_for(env, source, "refused: password=hunter2", body).await;
+}
+
+/// Puts a letter in `baton.dead` that says it came from `source` for `reason`.
+async fn dead_letter_for(env: &TestEnv, source: &str, reason: &str, body: &[u8]) {
     let dead = env.queue(Queue::Dead);
-    let headers =
-        vec![("x-baton-error", "refused: password=hunter2".to_string()), ("x-baton-source-queue", source.into())];
+    let headers = vec![("x-baton-error", reason.to_string()), ("x-baton-source-queue", source.into())];
     env.publisher.publish(&Outgoing { queue: &dead, body, headers, ..Default::default() }).await.unwrap();
+}
+
+/// The `done` note of the page a POST redirects to.
+fn note_of(console: &baton_tests::ServedConsole, response: &reqwest::Response) -> String {
+    let location = response.headers()["location"].to_str().unwrap();
+    let url = reqwest::Url::parse(&format!("{}{location}", console.base)).unwrap();
+    url.query_pairs().find(|(k, _)| k == "done").map(|(_, v)| v.into_owned()).unwrap_or_default()
 }
 
 async fn count(env: &TestEnv, queue: &str) -> u32 {
@@ -45,7 +57,8 @@ async fn wait_dead(env: &TestEnv, n: u32) {
 async fn a_dead_letter_is_listed_without_its_secrets_and_replayed_as_it_was() {
     let env = TestEnv::new().await;
     let body = format!(r#"{{"userIntent": "log in with password: {} and the key {}"}}"#, SECRETS[0], SECRETS[1]);
-    dead_letter(&env, "baton.bridge.requests", body.as_bytes()).await;
+    // The collector could not process it (a replay can help that, once fixed).
+    dead_letter(&env, "baton.runs.finished", body.as_bytes()).await;
     wait_dead(&env, 1).await;
     let console = env.serve_console(None).await;
     let page = console.client().get(format!("{}/dead", console.base)).send().await.unwrap().text().await.unwrap();
@@ -63,8 +76,8 @@ async fn a_dead_letter_is_listed_without_its_secrets_and_replayed_as_it_was() {
     let form = [("csrf", hidden(&page, "csrf"))];
     let replayed = console.client().post(format!("{}/dead/{id}/replay", console.base)).form(&form).send().await;
     assert_eq!(replayed.unwrap().status(), StatusCode::SEE_OTHER);
-    let mut requests = env.consume(&env.queue(Queue::BridgeRequests)).await;
-    let back = next_json(&mut requests, WAIT).await;
+    let mut finished = env.consume(&env.queue(Queue::RunsFinished)).await;
+    let back = next_json(&mut finished, WAIT).await;
     assert_eq!(back, serde_json::from_str::<Value>(&body).unwrap(), "the replayed copy is the message as it was");
 }
 
@@ -99,9 +112,7 @@ async fn a_replay_goes_only_to_fleet_queues_and_to_reply_queues_of_stored_reques
     let form = [("csrf", hidden(&page, "csrf")), ("queue", String::new())];
     let replayed = console.client().post(format!("{}/dead/replay-all", console.base)).form(&form).send().await.unwrap();
     assert_eq!(replayed.status(), StatusCode::SEE_OTHER);
-    let location = replayed.headers()["location"].to_str().unwrap().to_string();
-    let url = reqwest::Url::parse(&format!("{}{location}", console.base)).unwrap();
-    let note = url.query_pairs().find(|(k, _)| k == "done").map(|(_, v)| v.into_owned()).unwrap_or_default();
+    let note = note_of(&console, &replayed);
     assert!(note.starts_with("Replayed 1 message(s)."), "{note}");
     assert!(note.contains(&format!("`{victim}` is neither one of the fleet's queues nor a reply queue")), "{note}");
 
@@ -111,4 +122,97 @@ async fn a_replay_goes_only_to_fleet_queues_and_to_reply_queues_of_stored_reques
     wait_dead(&env, 2).await; // the two forged letters stay dead (handed back as the reading ends)
     let listed = console.client().get(format!("{}/dead", console.base)).send().await.unwrap().text().await.unwrap();
     assert_eq!(listed.matches("<tr data-dead=").count(), 2, "{listed}");
+}
+
+/// The rows of `/dead` as (id, data-replay).
+fn rows(page: &str) -> Vec<(String, String)> {
+    let attr = |row: &str, name: &str| {
+        let at = row.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
+        row[at..at + row[at..].find('"').unwrap()].to_string()
+    };
+    page.split("<tr data-dead=\"")
+        .skip(1)
+        .map(|row| (row[..row.find('"').unwrap()].to_string(), attr(row, "data-replay")))
+        .collect()
+}
+
+#[tokio::test]
+async fn replay_all_a_posted_replay_and_the_cli_take_only_what_a_replay_can_help() {
+    let env = TestEnv::new().await;
+    let (finished, requests) = (env.queue(Queue::RunsFinished), env.queue(Queue::BridgeRequests));
+    let collect = "could not collect the run: a corrupt row";
+    dead_letter_for(&env, "baton.runs.finished", collect, b"{\"runId\": \"fixed since\"}").await;
+    dead_letter_for(&env, "baton.runs.finished", "not a run-finished message: eof", b"not a run 1").await;
+    dead_letter_for(&env, "baton.runs.finished", "not a run-finished message: eof", b"not a run 2").await;
+    let refused = "not accepted from this publisher: no bridge of this fleet is RabbitMQ user `late`";
+    dead_letter_for(&env, "baton.bridge.requests", refused, br#"{"id": "late-1"}"#).await;
+    wait_dead(&env, 4).await;
+
+    let console = env.serve_console(None).await;
+    let page = console.client().get(format!("{}/dead", console.base)).send().await.unwrap().text().await.unwrap();
+    let listed = rows(&page);
+    let offered: Vec<&String> = listed.iter().filter(|(_, r)| r == "offered").map(|(id, _)| id).collect();
+    assert_eq!(offered.len(), 1, "the page offers Replay for the one the collector could not process: {listed:?}");
+    let csrf = hidden(&page, "csrf");
+
+    // Replay all: the one a replay can help goes; the note says how many stay, and why.
+    let form = [("csrf", csrf.clone()), ("queue", String::new())];
+    let replayed = console.client().post(format!("{}/dead/replay-all", console.base)).form(&form).send().await.unwrap();
+    assert_eq!(replayed.status(), StatusCode::SEE_OTHER);
+    let note = note_of(&console, &replayed);
+    assert!(note.starts_with("Replayed 1 message(s). Left 3 that a replay cannot help:"), "{note}");
+    assert!(note.contains("2 because its body is not a message its queue's consumer reads"), "{note}");
+    assert!(note.contains("1 because intake refused it"), "{note}");
+    let shown = console.client().get(format!("{}/dead", console.base)).query(&[("done", &note)]);
+    let shown = shown.send().await.unwrap().text().await.unwrap();
+    assert!(shown.contains("Left 3 that a replay cannot help"), "the page shows the note");
+    assert_eq!(count(&env, &finished).await, 1, "only the replayable letter went back");
+    assert_eq!(count(&env, &requests).await, 0, "the refused request did not");
+    wait_dead(&env, 3).await;
+
+    // A Replay posted for one the page offers none for: refused, nothing changes.
+    let page = console.client().get(format!("{}/dead", console.base)).send().await.unwrap().text().await.unwrap();
+    let left = rows(&page);
+    assert!(left.iter().all(|(_, r)| r == "withheld"), "{left:?}");
+    for (id, _) in &left {
+        let form = [("csrf", csrf.clone())];
+        let posted = console.client().post(format!("{}/dead/{id}/replay", console.base)).form(&form).send().await;
+        let posted = posted.unwrap();
+        assert_eq!(posted.status(), StatusCode::CONFLICT, "{id}");
+        let said = posted.text().await.unwrap();
+        assert!(
+            said.contains(&format!("Dead letter {id} is not replayed: ")) && said.contains("Nothing changed"),
+            "{said}"
+        );
+    }
+    assert_eq!((count(&env, &finished).await, count(&env, &requests).await), (1, 0), "nothing was sent");
+    wait_dead(&env, 3).await;
+    let page = console.client().get(format!("{}/dead", console.base)).send().await.unwrap().text().await.unwrap();
+    assert_eq!(rows(&page), left, "the same letters, in the same order");
+
+    // `baton dead replay` decides alike; `--force` replays what the rule withholds.
+    let out = env.baton_cli(&["dead", "replay", "--all"]).await;
+    assert!(out.contains("replayed 0") && out.contains("left 3 in baton.dead that a replay cannot help"), "{out}");
+    let refused_id =
+        &left.iter().find(|(id, _)| page.contains(&format!("data-dead=\"{id}\" data-queue=\"{requests}\""))).unwrap().0;
+    let one = tokio::process::Command::new(baton_tests::baton_binary())
+        .args(["dead", "replay", refused_id])
+        .env("DATABASE_URL", &env.settings.database_url)
+        .env("AMQP_URL", &env.settings.amqp_url)
+        .env("BATON_QUEUE_PREFIX", &env.settings.queue_prefix)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&one.stderr);
+    assert!(!one.status.success(), "a replay that cannot help exits non-zero");
+    assert!(
+        said.contains(&format!("dead letter `{refused_id}` is not replayed, and nothing changed: intake refused it")),
+        "{said}"
+    );
+    assert_eq!(count(&env, &requests).await, 0);
+    let out = env.baton_cli(&["dead", "replay", "--force", refused_id]).await;
+    assert!(out.contains("replayed 1"), "{out}");
+    assert_eq!(count(&env, &requests).await, 1, "forced, it goes back to intake's queue");
+    wait_dead(&env, 2).await;
 }

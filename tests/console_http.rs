@@ -230,7 +230,7 @@ async fn a_manual_handoff_is_answered_from_the_console_and_the_bridge_gets_the_r
 }
 
 #[tokio::test]
-async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
+async fn a_dead_letter_is_listed_escaped_refused_a_replay_that_cannot_help_and_discarded() {
     use baton_domain::fleet::Queue;
     let env = TestEnv::new().await;
     let fleet = env.start(&[baton::roles::Role::Intake]);
@@ -257,6 +257,7 @@ async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
         row[..row.find('"').unwrap()].to_string()
     };
     let csrf = [("csrf", hidden(&page, "csrf"))];
+    // Intake would refuse it again: a Replay posted for it is refused and changes nothing.
     let replayed = console
         .client()
         .post(format!("{}/dead/{}/replay", console.base, id(&page, "not json")))
@@ -264,9 +265,12 @@ async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
         .send()
         .await
         .unwrap();
-    assert_eq!(replayed.status(), StatusCode::SEE_OTHER);
+    assert_eq!(replayed.status(), StatusCode::CONFLICT);
+    assert!(replayed.text().await.unwrap().contains("intake refused it"), "the page says why");
     let requests = env.queue(Queue::BridgeRequests);
-    assert_eq!(env.publisher.ready_count(&requests).await.unwrap(), 1, "back on its queue, waiting for intake");
+    assert_eq!(env.publisher.ready_count(&requests).await.unwrap(), 0, "nothing went back to intake");
+    // A request on its queue, waiting for intake (which is stopped).
+    env.send_raw(br#"{"waiting": "for intake"}"#, None).await;
     let (_, fleet_page) = get(&format!("{}/fleet", console.base)).await;
     let row = &fleet_page[fleet_page.find("<tr data-queue=\"baton.bridge.requests\">").unwrap()..];
     assert!(
@@ -280,7 +284,7 @@ async fn a_dead_letter_is_listed_escaped_replayed_to_its_queue_and_discarded() {
     }
 
     let (_, page) = get(&format!("{}/dead", console.base)).await;
-    assert_eq!(page.matches("<tr data-dead=").count(), 1);
+    assert_eq!(page.matches("<tr data-dead=").count(), 2);
     let discarded = console
         .client()
         .post(format!("{}/dead/discard-all", console.base))

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use baton_domain::protocol::request::HandoffEvent;
+use baton_domain::run::journal::JournalEvent;
 use baton_store::overview::{self, WaitingFor};
 use baton_tests::{next_json, profile, sample_request_json, until_reply, TestEnv};
 use reqwest::{redirect, Client, StatusCode};
@@ -139,4 +140,59 @@ async fn cancelling_a_blocked_run_from_its_handoff_page_tells_the_bridge_cancell
     let reply = messages.last().unwrap();
     assert_eq!(reply["status"], "cancelled", "{messages:?}");
     assert!(overview::waiting(&env.db().await).await.unwrap().is_empty(), "nothing waits any more");
+    let by = "SELECT (error->>'by' = 'console')::int::bigint FROM runs WHERE id = $1";
+    assert_eq!(env.scalar_i64(by, &[&env.run_of("wait-cancel").await]).await, 1, "who cancelled is stored");
+}
+
+/// Sends a `manual` request and waits for its `accepted`.
+async fn manual(env: &TestEnv, replies: &mut lapin::Consumer, handoff: &str) {
+    env.send_request(&sample_request_json(handoff, "manual", "en")).await;
+    while next_json(replies, WAIT).await["status"] != "accepted" {}
+}
+
+/// Who cancelled a handoff's run as stored (`runs.error.by`, and its
+/// `run_cancelled` event's), the run page's words, and its own log's `cancelled` note.
+async fn cancelled_by(env: &TestEnv, base: &str, handoff: &str) -> (String, String, String, String) {
+    let run = env.run_of(handoff).await;
+    let c = env.db().await;
+    let stored: String = c.query_one("SELECT error->>'by' FROM runs WHERE id = $1", &[&run]).await.unwrap().get(0);
+    let journal = baton_store::journal::timeline(&c, run).await.unwrap();
+    let cancel = journal.iter().find(|e| e.is(JournalEvent::RunCancelled)).expect("a run_cancelled event");
+    let journal = cancel.payload["by"].as_str().unwrap_or("(none)").to_string();
+    let sql = "SELECT message FROM handoff_events WHERE handoff_id = $1 AND type = $2";
+    let note: String = c.query_one(sql, &[&handoff, &HandoffEvent::Cancelled.as_str()]).await.unwrap().get(0);
+    let page = get(&format!("{base}/runs/{run}")).await;
+    let said = &page[page.find("<p id=\"run-cancelled\"").expect("the run page says it was cancelled")..];
+    let said = &said[said.find('>').unwrap() + 1..said.find("</p>").unwrap()];
+    (stored, journal, said.to_string(), note)
+}
+
+#[tokio::test]
+async fn a_manual_handoff_cancelled_in_the_console_says_console_and_from_the_cli_says_cli() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    let console = env.serve_console(None).await;
+
+    manual(&env, &mut replies, "manual-console").await;
+    let page = get(&format!("{}/handoffs/manual-console", console.base)).await;
+    let form = [("csrf", hidden(&page, "csrf")), ("reason", "nobody is free today".into())];
+    let url = format!("{}/handoffs/manual-console/cancel", console.base);
+    let done = console.client().post(&url).form(&form).send().await.unwrap();
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    assert_eq!(until_reply(&mut replies, WAIT).await.last().unwrap()["status"], "cancelled");
+    let (stored, journal, said, note) = cancelled_by(&env, &console.base, "manual-console").await;
+    assert_eq!((stored.as_str(), journal.as_str()), ("console", "console"), "not the generic `operator`");
+    assert_eq!(said, "Cancelled by an operator in the console: nobody is free today");
+    assert_eq!(note, "by console: nobody is free today", "the handoff's own log says who");
+
+    manual(&env, &mut replies, "manual-cli").await;
+    env.baton_cli(&["handoff", "cancel", "manual-cli", "--reason", "done elsewhere"]).await;
+    assert_eq!(until_reply(&mut replies, WAIT).await.last().unwrap()["status"], "cancelled");
+    let (stored, journal, said, note) = cancelled_by(&env, &console.base, "manual-cli").await;
+    assert_eq!((stored.as_str(), journal.as_str()), ("cli", "cli"));
+    assert_eq!(said, "Cancelled by an operator on the command line: done elsewhere");
+    assert_eq!(note, "by cli: done elsewhere");
+    fleet.stop().await;
 }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use baton::roles::Role;
-use baton_bus::dead::{self, Select};
+use baton_bus::dead::{self, Rule, Select};
 use baton_bus::lapin::options::{BasicGetOptions, BasicNackOptions};
 use baton_bus::Outgoing;
 use baton_domain::fleet::Queue;
@@ -173,8 +173,13 @@ async fn dead_letters_are_listed_in_order_replayed_to_their_queue_and_discarded(
     let json = json_of(&env, &["dead", "list", "--json"]).await;
     assert_eq!(json, serde_json::to_value(&listed_again).unwrap(), "`dead list --json` is what the queue holds");
 
-    let replayed = dead::replay(&bus, &queues, Select::Id(&second.id), None, &dead::FleetQueuesOnly).await.unwrap();
-    assert_eq!(replayed.done, std::slice::from_ref(&second.id));
+    // A body the collector cannot read: only a forced replay takes it.
+    let withheld = dead::replay(&bus, &queues, Select::Id(&second.id), None, &dead::FleetQueuesOnly, Rule::Replayable);
+    let withheld = withheld.await.unwrap();
+    assert!(withheld.done.is_empty() && withheld.withheld.len() == 1, "{withheld:?}");
+    let forced = Rule::Forced;
+    let replayed = dead::replay(&bus, &queues, Select::Id(&second.id), None, &dead::FleetQueuesOnly, forced).await;
+    assert_eq!(replayed.unwrap().done, std::slice::from_ref(&second.id));
     let channel = env.conn.create_channel().await.unwrap();
     let finished = env.queue(Queue::RunsFinished);
     let back =

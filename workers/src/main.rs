@@ -73,10 +73,21 @@ enum DeadCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Republish a dead letter (or all, of one queue with --queue) to the queue it came from.
-    Replay(DeadSelect),
+    /// Republish a dead letter (or all, of one queue with --queue) to the queue it came from:
+    /// only those a replay can help (as the console offers Replay), unless --force.
+    Replay(DeadReplay),
     /// Drop a dead letter (or all, of one queue with --queue).
     Discard(DeadSelect),
+}
+
+#[derive(clap::Args)]
+struct DeadReplay {
+    #[command(flatten)]
+    select: DeadSelect,
+    /// Replay letters the console would not offer Replay for too (a request intake refused,
+    /// once what refused it is fixed); never to a queue a replay may not reach.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(clap::Args)]
@@ -358,6 +369,7 @@ async fn runs_show(pool: &baton_store::Pool, id: &str, transcript: bool, json: b
 
 async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<()> {
     use baton::operator::dead_letters::{self, Action};
+    use baton_bus::dead::Rule;
     let (action, select) = match command {
         DeadCommand::List { json } => {
             let letters = dead_letters::list(settings).await?;
@@ -367,16 +379,29 @@ async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<()> {
             }
             return Ok(());
         }
-        DeadCommand::Replay(select) => (Action::Replay, select),
+        DeadCommand::Replay(DeadReplay { select, force }) => {
+            (Action::Replay(if force { Rule::Forced } else { Rule::Replayable }), select)
+        }
         DeadCommand::Discard(select) => (Action::Discard, select),
     };
     let acted = dead_letters::act(settings, action, select.id.as_deref(), select.queue.as_deref()).await?;
-    let verb = if action == Action::Replay { "replayed" } else { "discarded" };
+    let verb = if action == Action::Discard { "discarded" } else { "replayed" };
     println!("{verb} {}", acted.done.len());
+    if !acted.withheld.is_empty() {
+        println!("left {} in baton.dead that a replay cannot help:", acted.withheld.len());
+    }
+    for (id, why) in &acted.withheld {
+        println!("  {id} stays in baton.dead: {why}");
+    }
     for (id, why) in &acted.failed {
         println!("  {id} stays in baton.dead: {why}");
     }
     anyhow::ensure!(acted.failed.is_empty(), "{} dead letter(s) could not be {verb}", acted.failed.len());
+    if let (Some(id), Some((_, why))) = (&select.id, acted.withheld.first()) {
+        anyhow::bail!(
+            "dead letter `{id}` is not replayed, and nothing changed: {why} (`baton dead discard {id}` removes it)"
+        );
+    }
     if let (Some(id), true) = (&select.id, acted.done.is_empty()) {
         anyhow::bail!("no dead letter `{id}` (see `baton dead list`)");
     }

@@ -39,12 +39,21 @@
 //! fleet's own queues (not a dead-letter queue) or to a queue the caller
 //! knows a stored request named as its `reply_to`; any other letter stays
 //! dead, with the reason.
+//!
+//! # What a replay takes
+//! Only what a replay can help ([`replayable`], which is
+//! [`baton_domain::console::dead::replay`]: not a body its consumer cannot
+//! read, a request intake refused, a copy cut for display …), the rule the
+//! console's page offers Replay by. The others stay dead, each with why
+//! ([`Acted::withheld`]). [`Rule::Forced`] (`baton dead replay --force`)
+//! keeps only where a replay may go.
 
 use lapin::options::{BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Confirmation};
 use sha2::{Digest, Sha256};
 
+use baton_domain::console::dead::{self as rule, Cause, Destination, Replay};
 use baton_domain::fleet::Queue;
 use baton_domain::policy::disclosure::redact_strictly;
 
@@ -85,6 +94,10 @@ pub fn dead_at_now() -> (&'static str, String) {
     let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
     (DEAD_AT, ms.to_string())
 }
+
+/// Set by the relay on a dead letter whose body it cut, or whose body it
+/// dropped: the copy kept is not the message that was sent.
+const CUT_HEADERS: [&str; 2] = ["x-baton-truncated", "x-baton-body-dropped"];
 
 /// Headers a replayed copy does not carry: they describe its death.
 const DEATH_HEADERS: [&str; 5] = ["x-death", "x-delivery-count", "x-baton-error", "x-baton-source-queue", DEAD_AT];
@@ -150,6 +163,19 @@ impl DeadLetter {
             headers: string_headers(props),
             dead_at_ms: dead_at(props),
         }
+    }
+
+    /// Whether the copy kept is not the whole message (the relay cut its
+    /// body, or dropped it).
+    pub fn is_cut(&self) -> bool {
+        self.headers.iter().any(|(k, _)| CUT_HEADERS.contains(&k.as_str()))
+    }
+
+    /// The fleet queue (a dead-letter queue included) a replay would go to,
+    /// if it is one.
+    pub fn fleet_queue(&self, queues: &Queues) -> Option<Queue> {
+        let target = self.replay_queue.as_deref()?;
+        Queue::ALL.into_iter().find(|q| queues.name(*q) == target)
     }
 
     /// Whether `queue` names this dead letter's source queue (its logical
@@ -228,8 +254,24 @@ pub enum Select<'a> {
 pub struct Acted {
     /// Ids replayed (or discarded), in queue order.
     pub done: Vec<String>,
-    /// Ids left in `baton.dead`, with why (no source queue, refused by the broker).
+    /// Ids left in `baton.dead` that a replay cannot help, with why
+    /// ([`replayable`]): nothing was sent.
+    pub withheld: Vec<(String, String)>,
+    /// Ids left in `baton.dead` that a replay was tried for, with why (the
+    /// broker refused it, whether a queue is a reply queue could not be told).
     pub failed: Vec<(String, String)>,
+}
+
+/// Which dead letters a replay takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// Only those a replay can help ([`replayable`]): the console's Replay
+    /// and Replay all, and `baton dead replay`.
+    Replayable,
+    /// Any that may go where it names (`baton dead replay --force`): a
+    /// request intake refused, once what refused it is fixed (its bridge
+    /// added, say). Never to a queue a replay may not reach.
+    Forced,
 }
 
 /// Up to `limit` dead letters, oldest first; none is taken out.
@@ -260,23 +302,46 @@ impl ReplyQueues for FleetQueuesOnly {
     }
 }
 
-/// Whether `queue` (a physical name) is one of the fleet's own queues a
-/// dead letter may go back to: any but the dead-letter queues.
-pub fn is_replayable_fleet_queue(queues: &Queues, queue: &str) -> bool {
-    Queue::ALL.into_iter().filter(|q| !q.is_dead_letter()).any(|q| queues.name(q) == queue)
+/// Whether a replay can help `letter` under `rule`, and if not, why;
+/// `named` says whether a stored request named its queue as its `reply_to`
+/// (asked only of a queue that is not the fleet's). The console's page
+/// offers Replay by this, and [`replay`] takes only what it offers.
+pub fn replayable(queues: &Queues, letter: &DeadLetter, named: bool, rule: Rule) -> std::result::Result<(), String> {
+    let from = letter.fleet_queue(queues);
+    let to = match (&letter.replay_queue, from) {
+        (None, _) => Destination::Unknown,
+        (Some(_), Some(q)) => Destination::Fleet(q),
+        (Some(_), None) => Destination::Other { named },
+    };
+    if let (Destination::Other { named: false }, Some(target)) = (to, &letter.replay_queue) {
+        return Err(format!(
+            "`{target}` is neither one of the fleet's queues nor a reply queue a stored request named, \
+             so it is not replayed there"
+        ));
+    }
+    let decided = match rule {
+        Rule::Replayable => rule::replay(to, Cause::of(from, &letter.reason), letter.is_cut()),
+        Rule::Forced => rule::reachable(to),
+    };
+    match decided {
+        Replay::Offered => Ok(()),
+        Replay::Withheld(why) => Err(why.to_string()),
+    }
 }
 
 /// Replays the selected dead letters (of `queue` only, if given) to their
-/// source queues, each confirmed before its dead copy is acked. A letter
-/// whose queue is not one of the fleet's goes only where `reply_queues`
-/// says a stored request named it as its `reply_to` (asked once per queue);
-/// the others stay dead.
+/// source queues, each confirmed before its dead copy is acked. Only those
+/// [`replayable`] under `rule` go: a letter whose queue is not one of the
+/// fleet's goes only where `reply_queues` says a stored request named it as
+/// its `reply_to` (asked once per queue); the others stay dead, untouched,
+/// in [`Acted::withheld`].
 pub async fn replay(
     conn: &Connection,
     queues: &Queues,
     select: Select<'_>,
     queue: Option<&str>,
     reply_queues: &impl ReplyQueues,
+    rule: Rule,
 ) -> Result<Acted> {
     let publisher = conn.amqp().create_channel().await?;
     publisher.confirm_select(ConfirmSelectOptions::default()).await?;
@@ -287,21 +352,24 @@ pub async fn replay(
         if !reader.selected(&letter, select, queue) {
             continue;
         }
-        let target = letter.replay_queue.clone().unwrap_or_default();
-        if !target.is_empty() && !is_replayable_fleet_queue(queues, &target) && !known.contains_key(&target) {
-            known.insert(target.clone(), reply_queues.named(&target).await);
-        }
-        let allowed = match known.get(&target) {
-            _ if target.is_empty() || is_replayable_fleet_queue(queues, &target) => Ok(()),
-            Some(Ok(true)) => Ok(()),
-            Some(Ok(false)) | None => Err(format!(
-                "`{target}` is neither one of the fleet's queues nor a reply queue a stored request named, \
-                 so it is not replayed there"
-            )),
-            Some(Err(why)) => Err(format!("whether `{target}` is a request's reply queue could not be told: {why}")),
+        let named = match (&letter.replay_queue, letter.fleet_queue(queues)) {
+            (Some(target), None) => {
+                if !known.contains_key(target) {
+                    known.insert(target.clone(), reply_queues.named(target).await);
+                }
+                match &known[target] {
+                    Ok(named) => *named,
+                    Err(why) => {
+                        let why = format!("whether `{target}` is a request's reply queue could not be told: {why}");
+                        acted.failed.push((letter.id, why));
+                        continue;
+                    }
+                }
+            }
+            _ => false,
         };
-        if let Err(why) = allowed {
-            acted.failed.push((letter.id, why));
+        if let Err(why) = replayable(queues, &letter, named, rule) {
+            acted.withheld.push((letter.id, why));
             continue;
         }
         match republish(&publisher, &delivery, &letter, conn.user()).await {
@@ -513,14 +581,41 @@ mod tests {
     }
 
     #[test]
-    fn only_the_fleets_working_queues_take_a_replay_without_asking() {
+    fn a_replay_takes_what_the_consoles_rule_offers_and_a_forced_one_only_where_it_may_go() {
         let q = Queues::new("t1.");
-        assert!(is_replayable_fleet_queue(&q, "t1.baton.runs.finished"));
-        assert!(is_replayable_fleet_queue(&q, "t1.baton.bridge.requests"));
-        for not in ["t1.baton.dead", "t1.baton.dead.requests", "baton.runs.finished", "t1.baton.evil", "bridge.replies"]
-        {
-            assert!(!is_replayable_fleet_queue(&q, not), "{not}");
+        let letter = |source: &str, reason: &str, extra: Option<(&str, &str)>| {
+            let mut headers = vec![("x-baton-error", reason), ("x-baton-source-queue", source)];
+            headers.extend(extra);
+            DeadLetter::read(&q, &props(&headers), b"body")
+        };
+        let (replayable_, forced) = (
+            |l: &DeadLetter, named| replayable(&q, l, named, Rule::Replayable),
+            |l: &DeadLetter, named| replayable(&q, l, named, Rule::Forced),
+        );
+        let fixed = letter("baton.runs.finished", "could not collect the run: a corrupt row", None);
+        assert_eq!(fixed.fleet_queue(&q), Some(Queue::RunsFinished));
+        assert_eq!(replayable_(&fixed, false), Ok(()));
+        let malformed = letter("t1.baton.runs.finished", "not a run-finished message: eof", None);
+        assert!(replayable_(&malformed, false).unwrap_err().contains("refused again"));
+        assert_eq!(forced(&malformed, false), Ok(()), "forced, it goes");
+        let refused = letter("baton.bridge.requests", "not accepted from this publisher: no bridge", None);
+        assert!(replayable_(&refused, false).unwrap_err().contains("intake refused it"));
+        assert_eq!(forced(&refused, false), Ok(()), "once its bridge is added, say");
+        let cut = letter("baton.runs.finished", "could not collect the run", Some(("x-baton-truncated", "true")));
+        assert!(cut.is_cut() && replayable_(&cut, false).unwrap_err().contains("cut"));
+        for never in ["baton.dead", "t1.baton.dead.requests"] {
+            let dead = letter(never, "could not collect the run", None);
+            assert!(replayable_(&dead, false).is_err() && forced(&dead, true).is_err(), "{never}");
         }
+        for other in ["t1.baton.evil", "bridge.replies"] {
+            let l = letter(other, "no queue took the message for it (312 NO_ROUTE)", None);
+            assert_eq!(l.fleet_queue(&q), None);
+            let why = forced(&l, false).unwrap_err();
+            assert!(why.contains(&format!("`{other}` is neither one of the fleet's queues")), "{why}");
+            assert_eq!(replayable_(&l, true), Ok(()), "a stored request named {other}");
+        }
+        let nowhere = DeadLetter::read(&q, &props(&[("x-baton-error", "could not collect the run")]), b"body");
+        assert!(forced(&nowhere, false).unwrap_err().contains("nowhere to replay it"));
     }
 
     #[test]

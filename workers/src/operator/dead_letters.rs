@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use baton_bus::dead::{self, Acted, DeadLetter, ReplyQueues, Select};
+use baton_bus::dead::{self, Acted, DeadLetter, ReplyQueues, Rule, Select};
 use baton_bus::{Connection, Queues};
 use serde_json::Value;
 
@@ -41,7 +41,9 @@ pub async fn list(settings: &Settings) -> anyhow::Result<Vec<DeadLetter>> {
 /// What an operator asks of dead letters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
-    Replay,
+    /// Replay those a replay can help (`Rule::Forced`, `--force`: any that
+    /// may go where it names).
+    Replay(Rule),
     Discard,
 }
 
@@ -51,8 +53,8 @@ pub async fn act(settings: &Settings, action: Action, id: Option<&str>, queue: O
     let conn = connect(settings).await?;
     let select = id.map_or(Select::All, Select::Id);
     let acted = match action {
-        Action::Replay => match settings.db_pool("operator") {
-            Ok(pool) => replay(&conn, &pool, &settings.queues(), select, queue).await,
+        Action::Replay(rule) => match settings.db_pool("operator") {
+            Ok(pool) => replay(&conn, &pool, &settings.queues(), select, queue, rule).await,
             Err(e) => Err(e.into()),
         },
         Action::Discard => dead::discard(&conn, &settings.queues(), select, queue).await.map_err(Into::into),
@@ -61,17 +63,19 @@ pub async fn act(settings: &Settings, action: Action, id: Option<&str>, queue: O
     acted
 }
 
-/// Replays the selected dead letters: to the fleet's own queues, or to a
-/// bridge's queue that a stored request named as its `reply_to` (asked of
-/// Postgres), never anywhere else a letter's headers say.
+/// Replays the selected dead letters that `rule` takes (see
+/// [`dead::replayable`]): to the fleet's own queues, or to a bridge's queue
+/// that a stored request named as its `reply_to` (asked of Postgres), never
+/// anywhere else a letter's headers say.
 pub async fn replay(
     conn: &Connection,
     pool: &baton_store::Pool,
     queues: &Queues,
     select: Select<'_>,
     queue: Option<&str>,
+    rule: Rule,
 ) -> anyhow::Result<Acted> {
-    Ok(dead::replay(conn, queues, select, queue, &Stored(pool)).await?)
+    Ok(dead::replay(conn, queues, select, queue, &Stored(pool), rule).await?)
 }
 
 /// The reply queues of the requests stored in Postgres.

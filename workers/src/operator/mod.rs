@@ -26,7 +26,7 @@ pub use retry::retry_run;
 use anyhow::{bail, Context};
 use baton_domain::fleet::{FleetMessage, Queue};
 use baton_domain::profiles::brief::render_request_brief;
-use baton_domain::protocol::request::{HandoffRequest, HandoffStatus};
+use baton_domain::protocol::request::{HandoffEvent, HandoffRequest, HandoffStatus};
 use baton_domain::run::journal::JournalEvent;
 use baton_domain::run::state::{CancelledBy, RunStatus};
 use baton_store::journal::Event;
@@ -106,11 +106,26 @@ pub enum Settle {
     Cancel,
 }
 
+/// `baton handoff paste-result | cancel`: [`settle_handoff_by`], a cancel
+/// recorded as the command line's (`cli`).
+pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> anyhow::Result<Uuid> {
+    settle_handoff_by(pool, id, how, text, CancelledBy::Cli).await
+}
+
 /// Completes (or cancels) a handoff by hand: a run is recorded with the
 /// outcome and the collector sends the reply, exactly as for a run the
 /// fleet did itself. A handoff the fleet is running is cancelled through
-/// its run; one that has ended is refused.
-pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> anyhow::Result<Uuid> {
+/// its run; one that has ended is refused. A cancel records who did it
+/// (`by`: `console` or `cli`) as a run's cancel does, on the run
+/// (`runs.error.by`) and in its `run_cancelled` event, and a manual
+/// handoff's also in its own log (a `cancelled` event, `by console: …`).
+pub async fn settle_handoff_by(
+    pool: &Pool,
+    id: &str,
+    how: Settle,
+    text: &str,
+    by: CancelledBy,
+) -> anyhow::Result<Uuid> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     let request = baton_store::requests::lock(&tx, id).await?.with_context(|| format!("no handoff `{id}`"))?;
@@ -121,7 +136,7 @@ pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> a
         if how == Settle::Result {
             bail!("handoff `{id}` is being run by the fleet; cancel it first to answer by hand");
         }
-        let events = runs::ending::cancel_run(&tx, run, text, CancelledBy::Operator).await?;
+        let events = runs::ending::cancel_run(&tx, run, text, by).await?;
         if events.len() <= 1 {
             bail!("handoff `{id}` has already ended; its reply is on its way");
         }
@@ -132,20 +147,22 @@ pub async fn settle_handoff(pool: &Pool, id: &str, how: Settle, text: &str) -> a
     let run = Uuid::now_v7();
     runs::insert(&tx, run, Some(id), "manual").await?;
     baton_store::requests::link_run(&tx, id, run).await?;
-    let (status, error, kind) = match how {
+    let (status, error, ended) = match how {
         Settle::Result => {
             runs::set_final_text(&tx, run, text).await?;
-            (RunStatus::Completed, None, JournalEvent::RunCompleted)
+            (RunStatus::Completed, None, Event::new(JournalEvent::RunCompleted, None, json!({"by": "operator"})))
         }
         Settle::Cancel => {
-            (RunStatus::Cancelled, Some(json!({"code": "cancelled", "message": text})), JournalEvent::RunCancelled)
+            // As a run's cancel stores it (`runs::ending::cancel_run`).
+            let error = json!({"code": "cancelled", "message": text, "by": by.as_str()});
+            let note = format!("by {}: {text}", by.as_str());
+            let event = HandoffEvent::Cancelled;
+            baton_store::requests::add_event(&tx, id, event, Some(HandoffStatus::Cancelled), Some(&note)).await?;
+            (RunStatus::Cancelled, Some(error.clone()), Event::new(JournalEvent::RunCancelled, None, error))
         }
     };
     runs::finish(&tx, run, status, error.as_ref()).await?;
-    let events = [
-        Event::new(JournalEvent::RunCreated, None, json!({"handoffId": id, "manual": true})),
-        Event::new(kind, None, json!({"by": "operator"})),
-    ];
+    let events = [Event::new(JournalEvent::RunCreated, None, json!({"handoffId": id, "manual": true})), ended];
     baton_store::journal::append(&tx, run, &events).await?;
     baton_store::outbox::enqueue_fleet(&tx, &FleetMessage::finished(run)).await?;
     tx.commit().await?;

@@ -2,8 +2,10 @@
 //! in `baton.dead` to its queue as it is, so it is offered only where that
 //! copy, sent again, can be taken: not a body its consumer cannot read, nor
 //! a request intake refused (and already answered `failed`), nor a copy cut
-//! or redacted for the operator's eyes. The bus still checks where a replay
-//! may go (the bus crate's `dead` module); this decides what the console offers.
+//! or redacted for the operator's eyes. The bus's `dead::replay` applies
+//! this to every replay, the console's and `baton dead replay`'s, so what the
+//! page offers and what a replay takes are one decision; `--force` keeps only
+//! [`reachable`].
 
 use crate::fleet::Queue;
 
@@ -69,17 +71,30 @@ pub enum Replay {
     Withheld(&'static str),
 }
 
-/// Decides Replay for a letter going to `to` for `cause`; `cut` says the
-/// copy kept is not the whole message (the relay cut it, or dropped its body).
-pub fn replay(to: Destination, cause: Cause, cut: bool) -> Replay {
+/// Whether a replay may go to `to` at all, whatever the letter: a queue is
+/// recorded, it is not a dead-letter queue, and it is the fleet's or a stored
+/// request's `reply_to`. This alone holds for a forced replay
+/// (`baton dead replay --force`); [`replay`] starts with it.
+pub fn reachable(to: Destination) -> Replay {
     use Replay::{Offered, Withheld};
     match to {
-        Destination::Unknown => return Withheld("no queue is recorded, so there is nowhere to replay it"),
-        Destination::Fleet(q) if q.is_dead_letter() => return Withheld("it came from a dead-letter queue"),
+        Destination::Unknown => Withheld("no queue is recorded, so there is nowhere to replay it"),
+        Destination::Fleet(q) if q.is_dead_letter() => Withheld("it came from a dead-letter queue"),
         Destination::Other { named: false } => {
-            return Withheld("its queue is neither the fleet's nor a reply queue a stored request named")
+            Withheld("its queue is neither the fleet's nor a reply queue a stored request named")
         }
-        Destination::Fleet(_) | Destination::Other { named: true } => {}
+        Destination::Fleet(_) | Destination::Other { named: true } => Offered,
+    }
+}
+
+/// Decides Replay for a letter going to `to` for `cause`; `cut` says the
+/// copy kept is not the whole message (the relay cut it, or dropped its body).
+/// The console's Replay and Replay all, and `baton dead replay`, take only
+/// the letters this offers.
+pub fn replay(to: Destination, cause: Cause, cut: bool) -> Replay {
+    use Replay::{Offered, Withheld};
+    if let Withheld(why) = reachable(to) {
+        return Withheld(why);
     }
     if cut {
         return Withheld("the copy kept is cut: replayed, it would not be the message that was sent");
@@ -148,5 +163,14 @@ mod tests {
         assert!(matches!(replay(Destination::Fleet(Queue::BridgeReplies), big, false), Replay::Withheld(_)));
         let refused = Cause::BrokerRefused;
         assert!(matches!(replay(Destination::Fleet(Queue::BridgeReplies), refused, false), Replay::Withheld(_)));
+    }
+
+    #[test]
+    fn a_forced_replay_still_goes_only_where_a_replay_may() {
+        assert_eq!(reachable(Destination::Fleet(Queue::BridgeRequests)), Replay::Offered, "refused, but reachable");
+        assert_eq!(reachable(Destination::Other { named: true }), Replay::Offered);
+        for never in [Destination::Unknown, Destination::Fleet(Queue::Dead), Destination::Other { named: false }] {
+            assert!(matches!(reachable(never), Replay::Withheld(_)), "{never:?}");
+        }
     }
 }

@@ -154,11 +154,12 @@ impl RunStatus {
 wire_enum! {
     /// Who cancelled a run, stored with the cancel (`by`).
     pub enum CancelledBy {
-        /// An operator, with the Cancel button on the console's run page.
+        /// An operator, with a Cancel button of the console (a run's page, a handoff's).
         Console => "console",
-        /// An operator, with `baton runs cancel`.
+        /// An operator, with `baton runs cancel` or `baton handoff cancel`.
         Cli => "cli",
-        /// An operator who cancelled the run's handoff by hand (console or CLI).
+        /// An operator who cancelled the run's handoff by hand: stored
+        /// before a handoff's cancel was told apart as `console` or `cli`.
         Operator => "operator",
         /// The bridge, with a cancel message from the user's chat.
         Bridge => "bridge",
@@ -172,7 +173,7 @@ impl CancelledBy {
     pub fn describe(self) -> &'static str {
         match self {
             CancelledBy::Console => "an operator in the console",
-            CancelledBy::Cli => "an operator with `baton runs cancel`",
+            CancelledBy::Cli => "an operator on the command line",
             CancelledBy::Operator => "an operator, who cancelled its handoff by hand",
             CancelledBy::Bridge => "the bridge, on the user's cancel message",
             CancelledBy::NewRequest => "a new request in the same chat",

@@ -1,13 +1,12 @@
 //! A dead letter as `/dead` shows it: its queue as the fleet names it, how
 //! long it has been dead, the handoff and run it names when they are
 //! stored, and whether Replay can help it
-//! ([`baton_domain::console::dead`] decides, per reason).
+//! ([`baton_bus::dead::replayable`] decides, by
+//! [`baton_domain::console::dead`]'s rule: the one every replay follows).
 
 use std::collections::BTreeMap;
 
-use baton_bus::dead::DeadLetter;
-use baton_bus::Queues;
-use baton_domain::console::dead::{replay, Cause, Destination, Replay};
+use baton_bus::dead::{replayable, DeadLetter, Rule};
 use baton_domain::fleet::Queue;
 use serde::Serialize;
 
@@ -34,7 +33,7 @@ pub struct Row {
     run: Option<String>,
     run_short: Option<String>,
     /// Why Replay is not offered (`None`: it is).
-    withheld: Option<&'static str>,
+    withheld: Option<String>,
 }
 
 /// What a letter names that may be stored: handoff ids (its body's
@@ -45,16 +44,6 @@ fn named(d: &DeadLetter) -> (Vec<String>, Option<uuid::Uuid>) {
     let handoffs = [field("handoffId"), field("id"), d.correlation_id.clone(), d.message_id.clone()];
     let run = field("runId").and_then(|r| r.parse().ok());
     (handoffs.into_iter().flatten().collect(), run)
-}
-
-/// The fleet queue a physical name is, if any.
-fn fleet_queue(queues: &Queues, name: &str) -> Option<Queue> {
-    Queue::ALL.into_iter().find(|q| queues.name(*q) == name)
-}
-
-/// Whether the copy kept is not the whole message (the relay cut it or dropped its body).
-fn is_cut(d: &DeadLetter) -> bool {
-    d.headers.iter().any(|(k, _)| k == "x-baton-truncated" || k == "x-baton-body-dropped")
 }
 
 /// Shapes the letters, asking Postgres which handoffs and runs they name
@@ -73,21 +62,17 @@ pub async fn rows(state: &State, letters: Vec<DeadLetter>) -> anyhow::Result<Vec
     let mut rows = vec![];
     for d in letters {
         let target = d.replay_queue.clone();
-        let from = target.as_deref().and_then(|q| fleet_queue(&queues, q));
-        let to = match (&target, from) {
-            (None, _) => Destination::Unknown,
-            (Some(_), Some(q)) => Destination::Fleet(q),
+        let from = d.fleet_queue(&queues);
+        let reply_queue = match (&target, from) {
             (Some(q), None) => {
                 if !reply_queues.contains_key(q) {
                     reply_queues.insert(q.clone(), baton_store::console::is_reply_queue(&c, q).await?);
                 }
-                Destination::Other { named: reply_queues[q] }
+                reply_queues[q]
             }
+            _ => false,
         };
-        let withheld = match replay(to, Cause::of(from, &d.reason), is_cut(&d)) {
-            Replay::Offered => None,
-            Replay::Withheld(why) => Some(why),
-        };
+        let withheld = replayable(&queues, &d, reply_queue, Rule::Replayable).err();
         let (h, r) = named(&d);
         let run = r.filter(|r| ran.contains(r));
         let died = d.dead_at_ms.and_then(chrono::DateTime::from_timestamp_millis);

@@ -16,6 +16,7 @@ use crate::console::state::State;
 use crate::console::views::{Operator, PageError, PageResult};
 use crate::operator::answer::Handled;
 use crate::operator::{self, Settle};
+use baton_domain::run::state::CancelledBy;
 
 #[derive(Serialize)]
 struct Row {
@@ -172,11 +173,12 @@ pub struct Reason {
     reason: String,
 }
 
-/// `POST /handoffs/ID/cancel`: the handoff is dropped and the bridge is told.
+/// `POST /handoffs/ID/cancel`: the handoff is dropped and the bridge is
+/// told; recorded as cancelled by `console`.
 pub async fn cancel(Shared(state): Shared<Arc<State>>, Path(id): Path<String>, Form(form): Form<Reason>) -> PageResult {
     let reason =
         Some(form.reason.trim()).filter(|r| !r.is_empty()).unwrap_or("cancelled by an operator in the console");
-    let run = operator::settle_handoff(&state.pool, &id, Settle::Cancel, reason)
+    let run = operator::settle_handoff_by(&state.pool, &id, Settle::Cancel, reason, CancelledBy::Console)
         .await
         .map_err(|e| PageError::refused(format!("{e:#}")))?;
     Ok(Redirect::to(&format!("/runs/{run}")).into_response())

@@ -44,7 +44,8 @@ wire_enum! {
         ResultReceived => "result_received",
         /// The handoff failed (no agent, a busy chat, the run's failure), with why.
         Failed => "failed",
-        /// A request without a run was cancelled (it waited for its turn, or its cancel came first).
+        /// A request without a run was cancelled (it waited for its turn, or its cancel came first),
+        /// or an operator cancelled a manual handoff (the message says who: `by console: …`, `by cli: …`).
         Cancelled => "cancelled",
         /// The final reply was queued for the bridge, with its status.
         ReplySent => "reply_sent",
