@@ -105,26 +105,6 @@ fn most_named(ids: impl Iterator<Item = Uuid>) -> Option<Uuid> {
         .map(|(id, _)| id)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn a_row_names_its_main_invocation_once_and_the_others_and_none_apart() {
-        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
-        let events: Vec<Event> = [Some(b), Some(a), None, Some(a), Some(b), Some(a)]
-            .into_iter()
-            .map(|inv| Event::new(JournalEvent::ToolCallCompleted, inv, json!({})))
-            .collect();
-        let row = columns(&events);
-        assert_eq!(row.invocation, Some(a));
-        assert_eq!(row.invocations, vec![Some(b), None, Some(Uuid::nil()), None, Some(b), None]);
-        assert_eq!(columns(&events[2..3]).invocation, None);
-        assert_eq!(columns(&events[2..3]).invocations, vec![Some(Uuid::nil())]);
-    }
-}
-
 pub async fn timeline(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<EventRow>> {
     let rows = sql::query(
         c,
@@ -145,4 +125,24 @@ pub async fn timeline(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<EventR
             at: r.get(5),
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_row_names_its_main_invocation_once_and_the_others_and_none_apart() {
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let events: Vec<Event> = [Some(b), Some(a), None, Some(a), Some(b), Some(a)]
+            .into_iter()
+            .map(|inv| Event::new(JournalEvent::ToolCallCompleted, inv, json!({})))
+            .collect();
+        let row = columns(&events);
+        assert_eq!(row.invocation, Some(a));
+        assert_eq!(row.invocations, vec![Some(b), None, Some(Uuid::nil()), None, Some(b), None]);
+        assert_eq!(columns(&events[2..3]).invocation, None);
+        assert_eq!(columns(&events[2..3]).invocations, vec![Some(Uuid::nil())]);
+    }
 }
