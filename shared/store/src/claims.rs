@@ -24,14 +24,42 @@ pub struct ClaimStart {
     pub spend: RunSpend,
     pub profiles_version: i64,
     pub task_started: Option<Uuid>,
+    /// The claim is not written yet (see [`claim_start`]).
+    pub deferred: bool,
 }
 
 /// [`invocations::claim`], with its [`ClaimFacts`] and every read a claim's start needs, in one
 /// statement (one round trip, one snapshot). The run's spend is summed as
 /// the claim found it (the claim itself spends nothing).
-pub async fn claim_start(c: &impl GenericClient, id: Uuid, owner: &str, lease: Duration) -> Result<Option<ClaimStart>> {
+///
+/// A new root or handoff stage whose profile is in `deferrable` (a profile
+/// whose first turn the worker may take within this transaction) is locked
+/// but not yet written: it is returned as claimed (running, epoch 1) with
+/// [`ClaimStart::deferred`], and the transaction writes the claim with the
+/// invocation's end when it hands off ([`invocations::hand_over`]), else
+/// with [`invocations::record_claim`] before it commits or runs anything
+/// that needs the invocation running: one row version instead of two.
+pub async fn claim_start(
+    c: &impl GenericClient,
+    id: Uuid,
+    owner: &str,
+    lease: Duration,
+    deferrable: &[String],
+) -> Result<Option<ClaimStart>> {
+    let columns = invocations::COLUMNS;
+    let deferred_columns = invocations::deferred_columns();
+    let (set, claimable) = (invocations::CLAIM_SET, invocations::CLAIMABLE);
     let sql = format!(
-        "WITH c AS ({claim}),
+        "WITH t AS (SELECT inv.id, (inv.status = $5 AND inv.kind <> $10 AND inv.profile_id = ANY($11)) AS deferred
+                      FROM invocations inv JOIN runs r ON r.id = inv.run_id
+                     WHERE {claimable} FOR UPDATE OF inv SKIP LOCKED),
+              u AS (UPDATE invocations i SET {set} FROM t WHERE i.id = t.id AND NOT t.deferred
+                    RETURNING {columns}, extract(epoch FROM clock_timestamp() - i.created_at)::float8,
+                              coalesce(i.taken_over_at = now(), false), false AS deferred),
+              c AS (SELECT * FROM u
+                    UNION ALL
+                    SELECT {deferred_columns}, extract(epoch FROM clock_timestamp() - i.created_at)::float8, false, true
+                      FROM invocations i JOIN t ON t.id = i.id WHERE t.deferred),
               started AS (UPDATE tasks t SET status = $9 FROM c
                            WHERE t.id = c.incoming_task_id AND c.claim_epoch = 1 AND c.kind = $10 AND t.status = $8
                        RETURNING t.id)
@@ -44,27 +72,38 @@ pub async fn claim_start(c: &impl GenericClient, id: Uuid, owner: &str, lease: D
                                 coalesce(sum(i.model_calls), 0)::bigint AS model_calls,
                                 coalesce(sum(i.tool_calls), 0)::bigint AS tool_calls
                            FROM invocations i WHERE i.run_id = r.id) s",
-        claim = invocations::claim_update(),
     );
     let secs = lease.as_secs_f64();
     let (queued, running) = (TaskStatus::Queued.as_str(), TaskStatus::Running.as_str());
     // A delegated task's row starts with its child's first claim; a handoff
     // stage's task has no row (V30): its first claim starts it.
     let child = InvocationKind::Child.as_str();
-    let params: sql::Params =
-        &[&id, &owner, &secs, &RUNNING, &CREATED, &PARKED, &RunStatus::Running.as_str(), &queued, &running, &child];
+    let params: sql::Params = &[
+        &id,
+        &owner,
+        &secs,
+        &RUNNING,
+        &CREATED,
+        &PARKED,
+        &RunStatus::Running.as_str(),
+        &queued,
+        &running,
+        &child,
+        &deferrable,
+    ];
     let Some(row) = sql::query_opt(c, &sql, params).await? else {
         return Ok(None);
     };
-    // The invocation's columns and the claim's two facts, then the task,
+    // The invocation's columns and the claim's three facts, then the task,
     // the run (9 columns), its spend (5) and the version.
     let n = invocations::COLUMN_COUNT;
     Ok(Some(ClaimStart {
         inv: invocations::from_row(&row)?,
         facts: ClaimFacts { waited_seconds: row.get(n), takeover: row.get(n + 1) },
-        task_started: row.get(n + 2),
-        run: runs::run_at(&row, n + 3)?,
-        spend: budgets::spend_at(&row, n + 12)?,
-        profiles_version: row.get(n + 17),
+        deferred: row.get(n + 2),
+        task_started: row.get(n + 3),
+        run: runs::run_at(&row, n + 4)?,
+        spend: budgets::spend_at(&row, n + 13)?,
+        profiles_version: row.get(n + 18),
     }))
 }

@@ -1,8 +1,9 @@
 //! A scripted stage's first turn, folded into its claim's transaction: the
 //! claim, the turn and the handoff it asks for commit once.
 
+use baton_domain::tool_name::ToolName;
 use baton_store::invocations::steps;
-use baton_store::invocations::Invocation;
+use baton_store::invocations::{self, Invocation};
 use baton_store::journal::Event;
 use baton_store::Transaction;
 use tracing::field::Empty;
@@ -14,6 +15,20 @@ use crate::step::{name_calls, sanitize, Scope};
 use crate::transcript::{self, Position};
 use crate::Error;
 
+/// A claim its statement deferred ([`baton_store::claims::claim_start`]):
+/// whose it is and its lease, for when it must be written.
+#[derive(Debug, Clone, Copy)]
+pub struct DeferredClaim<'a> {
+    pub owner: &'a str,
+    pub lease: std::time::Duration,
+}
+
+/// A turn whose one call is `agent_handoff`: if it is accepted, the
+/// handoff's write ends the invocation and records its claim at once.
+fn only_hands_off(turn: &ModelTurn) -> bool {
+    matches!(turn.tool_calls.as_slice(), [call] if call.name == ToolName::AgentHandoff.as_str())
+}
+
 impl Runner {
     /// Writes a first claim's prompt step and start events (`started`) in
     /// the claim's transaction and, with `take_turn`, takes the first model
@@ -23,6 +38,10 @@ impl Runner {
     /// instant turn, a spent budget, a turn the loop must judge) it leaves
     /// to the loop: `Ok((preloaded, None))` with no step added after the
     /// prompt. An error leaves the transaction to be rolled back.
+    ///
+    /// With `deferred` (the claim's statement locked the invocation but did
+    /// not write the claim), a turn that only hands off leaves the claim to
+    /// the handoff's write; any other turn, or none, writes it first.
     pub async fn start_claimed(
         &self,
         tx: &Transaction<'_>,
@@ -30,11 +49,16 @@ impl Runner {
         preloaded: Preloaded,
         started: Vec<Event>,
         take_turn: bool,
+        deferred: Option<DeferredClaim<'_>>,
     ) -> Result<(Preloaded, Option<Exit>), Error> {
         // The transcript keeps the prompt's profiles version, not its text.
         let stored = preloaded.first.stored.clone();
         let mut c = self.claimed(inv, preloaded);
-        let Some(turn) = self.instant_turn(&c).filter(|_| take_turn) else {
+        let turn = self.instant_turn(&c).filter(|_| take_turn);
+        if let Some(claim) = deferred.filter(|_| !turn.as_ref().is_some_and(only_hands_off)) {
+            invocations::record_claim(tx, inv.id, inv.claim_epoch, claim.owner, claim.lease).await?;
+        }
+        let Some(turn) = turn else {
             let rows = [(stored.seq, stored.kind.as_str(), &stored.payload)];
             steps::append_with_events(tx, inv.id, &rows, inv.run_id, &started).await?;
             return Ok((c.into_preloaded(), None));

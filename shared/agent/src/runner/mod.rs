@@ -37,6 +37,7 @@ use crate::step::{name_calls, sanitize, test_pause_in_step, tokens_of, Scope, St
 use crate::tools::AsClaimed;
 use crate::transcript::{self, Position};
 use crate::{budget, Error};
+pub use claimed_turn::DeferredClaim;
 use external::patiently;
 pub use held::Holding;
 use held::{Held, Keeping};

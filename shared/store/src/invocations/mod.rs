@@ -86,7 +86,7 @@ pub enum NewBrief<'a> {
 }
 
 /// The invocation's columns [`from_row`] reads, [`COLUMN_COUNT`] of them.
-const COLUMNS: &str =
+pub(crate) const COLUMNS: &str =
     "i.id, i.run_id, i.parent_invocation_id, i.incoming_task_id, i.profile_id, i.kind, i.status, i.brief, \
      i.claim_epoch, i.budget, i.deadline_at, i.tokens_used, i.await_spec, i.takeovers, \
      (SELECT r.priority FROM runs r WHERE r.id = i.run_id), i.handoff, i.handoffs";
@@ -202,19 +202,54 @@ pub struct ClaimFacts {
 /// it was a takeover.
 pub(crate) fn claim_update() -> String {
     format!(
-        "UPDATE invocations i
-            SET status = $4, claim_epoch = i.claim_epoch + 1, lease_owner = $2, woken = false, wake_at = NULL,
-                takeovers = i.takeovers + CASE WHEN i.status = $4 AND i.lease_owner IS NOT NULL THEN 1 ELSE 0 END,
-                taken_over_at = CASE WHEN i.status = $4 AND i.lease_owner IS NOT NULL THEN now() ELSE i.taken_over_at END,
-                lease_expires_at = now() + make_interval(secs => $3), started_at = coalesce(i.started_at, now())
+        "UPDATE invocations i SET {CLAIM_SET}
            FROM (SELECT inv.id FROM invocations inv JOIN runs r ON r.id = inv.run_id
-                  WHERE inv.id = $1 AND r.status = $7
-                    AND (inv.status = $5 OR (inv.status = $6 AND inv.woken)
-                         OR (inv.status = $4 AND inv.lease_expires_at < now()))
-                  FOR UPDATE OF inv SKIP LOCKED) c
+                  WHERE {CLAIMABLE} FOR UPDATE OF inv SKIP LOCKED) c
           WHERE i.id = c.id
       RETURNING {COLUMNS}, extract(epoch FROM clock_timestamp() - i.created_at)::float8, coalesce(i.taken_over_at = now(), false)"
     )
+}
+
+/// What a claim writes (`$2` the owner, `$3` the lease in seconds, `$4`
+/// running), for an UPDATE of `invocations i`.
+pub(crate) const CLAIM_SET: &str =
+    "status = $4, claim_epoch = i.claim_epoch + 1, lease_owner = $2, woken = false, wake_at = NULL,
+     takeovers = i.takeovers + CASE WHEN i.status = $4 AND i.lease_owner IS NOT NULL THEN 1 ELSE 0 END,
+     taken_over_at = CASE WHEN i.status = $4 AND i.lease_owner IS NOT NULL THEN now() ELSE i.taken_over_at END,
+     lease_expires_at = now() + make_interval(secs => $3), started_at = coalesce(i.started_at, now())";
+
+/// Which invocation `inv` (of run `r`) a claim may take (`$1` its id, `$4`
+/// to `$6` running, created, parked, `$7` a running run): new, woken from a
+/// wait, or whose holder's lease expired.
+pub(crate) const CLAIMABLE: &str = "inv.id = $1 AND r.status = $7
+     AND (inv.status = $5 OR (inv.status = $6 AND inv.woken) OR (inv.status = $4 AND inv.lease_expires_at < now()))";
+
+/// [`COLUMNS`] as a claim of a new invocation returns them before it is
+/// written (a deferred claim, [`record_claim`]): running, at epoch 1.
+pub(crate) fn deferred_columns() -> String {
+    COLUMNS.replacen("i.status", "$4::text", 1).replacen("i.claim_epoch", "i.claim_epoch + 1", 1)
+}
+
+/// Writes a claim that was deferred ([`crate::claims::claim_start`]): the
+/// invocation, still `created` under this transaction's row lock, becomes
+/// running at `epoch` with this worker's lease; one that has ended in the
+/// meantime (in this transaction) keeps its end and gets its epoch and
+/// start. A no-op when the claim is already written (a handoff writes it
+/// with the invocation's end, [`hand_over`]).
+pub async fn record_claim(c: &impl GenericClient, id: Uuid, epoch: i64, owner: &str, lease: Duration) -> Result<()> {
+    let secs = lease.as_secs_f64();
+    sql::execute(
+        c,
+        "UPDATE invocations
+            SET lease_owner = CASE WHEN status = $5 THEN $3 END,
+                lease_expires_at = CASE WHEN status = $5 THEN now() + make_interval(secs => $4) END,
+                status = CASE WHEN status = $5 THEN $6 ELSE status END,
+                claim_epoch = $2, started_at = coalesce(started_at, now())
+          WHERE id = $1 AND claim_epoch < $2",
+        &[&id, &epoch, &owner, &secs, &CREATED, &RUNNING],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Extends the lease; `false` means the claim is gone (taken over, ended,
@@ -271,7 +306,9 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: InvocationStatus, 
 
 /// A handoff's end of the invocation that hands off, in one statement: it
 /// becomes `transferred` with what its last step spent (`model_calls`,
-/// `tool_calls`, so no spend update follows). A handoff stage's task ends
+/// `tool_calls`, so no spend update follows), and with its claim's epoch
+/// and start (a claim deferred to this write costs no row version of its
+/// own, [`record_claim`]). A handoff stage's task ends
 /// with it (it has no row, V30); a root has none. Returns how many of the
 /// run's tasks went to `target`, the successor's profile, before this one
 /// (for the new task's readable workspace key): every task, a handoff
@@ -286,7 +323,8 @@ pub async fn hand_over(
         c,
         "WITH ended AS (
              UPDATE invocations SET status = $2, error = NULL, lease_owner = NULL, lease_expires_at = NULL,
-                    finished_at = now(), model_calls = model_calls + $3, tool_calls = tool_calls + $4
+                    finished_at = now(), model_calls = model_calls + $3, tool_calls = tool_calls + $4,
+                    claim_epoch = $9, started_at = coalesce(started_at, now())
               WHERE id = $1 AND status = ANY($5))
          SELECT count(*) FROM invocations WHERE run_id = $6 AND profile_id = $7 AND kind <> $8",
         &[
@@ -298,6 +336,7 @@ pub async fn hand_over(
             &inv.run_id,
             &target,
             &InvocationKind::Root.as_str(),
+            &inv.claim_epoch,
         ],
     )
     .await?;

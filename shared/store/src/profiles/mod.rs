@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use baton_domain::policy::budget::BudgetsConfig;
 use baton_domain::policy::disclosure::DisclosureConfig;
-use baton_domain::profiles::{Profile, ProfilesFile, Skill};
+use baton_domain::profiles::{ModelBinding, Profile, ProfilesFile, Skill};
 use baton_domain::protocol::conversation::strategy::ConversationsConfig;
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
@@ -258,6 +258,16 @@ impl Snapshot {
     /// The profile id `target_agent` requests are routed to ([`route`]).
     pub fn route(&self, target_agent: &str) -> Option<&str> {
         self.routes.get(target_agent).map(String::as_str)
+    }
+
+    /// The ids of the profiles whose model is scripted: a first turn of
+    /// theirs may be taken inside the claim's transaction.
+    pub fn scripted(&self) -> Vec<String> {
+        self.profiles
+            .iter()
+            .filter(|(_, p)| matches!(p, Ok(Profile { model: ModelBinding::Scripted { .. }, .. })))
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// One profile ([`get`]); [`Error::Unreadable`] when this version cannot read it.

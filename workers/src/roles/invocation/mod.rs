@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_agent::providers::BuiltinProviders;
-use baton_agent::runner::{Exit, LoopCaps, Preloaded, Runner};
+use baton_agent::runner::{DeferredClaim, Exit, LoopCaps, Preloaded, Runner};
 use baton_agent::tools::AsClaimed;
 use baton_bus::consume::{consume_until, Broken, More};
 use baton_bus::{DeadLetters, Delivery};
@@ -359,15 +359,23 @@ impl Worker {
         let tx = begin(&mut client).await?;
         // One statement claims the invocation and reads what starting it
         // needs: its run, the run's spend, the profiles' version, its task.
+        // A new stage of a scripted profile is claimed with its first turn,
+        // and the claim written with the invocation's end (one row version).
+        let deferrable = match (fold, self.profiles.held()) {
+            (true, Some(held)) => held.scripted(),
+            _ => vec![],
+        };
+        let (owner, lease) = (self.settings.worker_id.as_str(), self.settings.lease);
         let Some(start) =
-            baton_store::claims::claim_start(&tx, message.invocation_id, &self.settings.worker_id, self.settings.lease)
-                .await?
+            baton_store::claims::claim_start(&tx, message.invocation_id, owner, lease, &deferrable).await?
         else {
             commit(tx).await?;
             tracing::debug!(invocation = %message.invocation_id, "nothing to claim");
             return Ok(None);
         };
-        let baton_store::claims::ClaimStart { inv, facts, run, spend, profiles_version, task_started } = start;
+        let baton_store::claims::ClaimStart { inv, facts, run, spend, profiles_version, task_started, deferred } =
+            start;
+        let deferred = deferred.then_some(DeferredClaim { owner, lease });
         if inv.takeovers > self.settings.max_takeovers {
             // A stage whose workers keep dying stops here instead of looping.
             let text = "the agent stopped because its workers kept failing";
@@ -392,7 +400,7 @@ impl Worker {
         let span = invocation_span(&inv);
         let (preloaded, ended) = match preloaded {
             Some(loaded) => {
-                match self.runner.start_claimed(&tx, &inv, loaded, evs, fold).instrument(span.clone()).await {
+                match self.runner.start_claimed(&tx, &inv, loaded, evs, fold, deferred).instrument(span.clone()).await {
                     Ok((loaded, exit)) => (Some(loaded), exit),
                     Err(e) if e.is_transient() || !fold => return Err(e.into()),
                     Err(e) => return Err(Unfolded(e).into()),
@@ -403,6 +411,9 @@ impl Worker {
                 (None, None)
             }
         };
+        if let Some(claim) = deferred.filter(|_| ended != Some(Exit::Transferred)) {
+            invocations::record_claim(&tx, inv.id, inv.claim_epoch, claim.owner, claim.lease).await?;
+        }
         commit(tx).await?;
         // Log lines and spans of the claimed work name the bridge's handoff.
         if let Some(handoff) = run.and_then(|run| run.handoff_id) {
