@@ -230,7 +230,7 @@ pub(crate) fn deferred_columns() -> String {
     COLUMNS.replacen("i.status", "$4::text", 1).replacen("i.claim_epoch", "i.claim_epoch + 1", 1)
 }
 
-/// Writes a claim that was deferred ([`crate::claims::claim_start`]): the
+/// Writes a claim that was deferred (`claims::claim_start`, which reads this module): the
 /// invocation, still `created` under this transaction's row lock, becomes
 /// running at `epoch` with this worker's lease; one that has ended in the
 /// meantime (in this transaction) keeps its end and gets its epoch and
