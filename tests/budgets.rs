@@ -259,3 +259,40 @@ async fn a_delegated_child_spends_its_runs_budget_and_the_whole_run_stops() {
     assert_eq!(lead.status.as_str(), "cancelled", "the parked owner stopped with its run");
     assert_eq!(child.status.as_str(), "failed");
 }
+
+/// Issue 23: a run's spend is not summed over all of its invocations at
+/// each claim and step; each foreground owner carries what the run spent
+/// before it. Across a chain with a delegated child, the last owner's
+/// carried figures, its own and its children's add up to the sum over every
+/// invocation of the run.
+#[tokio::test]
+async fn each_owner_carries_what_its_run_spent_before_it_and_the_sums_agree() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let fleet = env.start_all();
+    let reply = env.run_request("carried-1").await;
+    fleet.stop().await;
+    assert_eq!(reply.last().unwrap()["status"], "completed");
+    let run = env.run_of("carried-1").await;
+    let c = env.db().await;
+    let carried = c
+        .query_one(
+            "SELECT o.run_spent_model_calls + o.model_calls + coalesce(sum(ch.model_calls), 0),
+                    o.run_spent_tool_calls + o.tool_calls + coalesce(sum(ch.tool_calls), 0),
+                    o.run_spent_tool_calls
+               FROM invocations o LEFT JOIN invocations ch ON ch.parent_invocation_id = o.id AND ch.kind = 'child'
+              WHERE o.run_id = $1 AND o.profile_id = 'finalizer'
+              GROUP BY o.id",
+            &[&run],
+        )
+        .await
+        .unwrap();
+    let summed = budgets::get(&c, run).await.unwrap().unwrap().spent;
+    let (model_calls, tool_calls, before): (i64, i64, i64) = (carried.get(0), carried.get(1), carried.get(2));
+    assert_eq!((model_calls as u64, tool_calls as u64), (summed.model_calls, summed.tool_calls));
+    // The editor delegated to the checker: the finalizer's carried figures
+    // hold the writer's, the editor's and the checker's tool calls.
+    let checker = env.invocations_of(run, "checker").await;
+    assert_eq!(checker.len(), 1, "the editor delegated once");
+    assert!(before >= 8, "the finalizer carries its predecessors' and their child's tool calls: {before}");
+}

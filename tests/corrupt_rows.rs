@@ -79,6 +79,7 @@ async fn an_invocation_whose_budget_does_not_read_is_corrupt() {
         budget: None,
         deadline_at: None,
         handoffs: 0,
+        run_spent: Default::default(),
     };
     invocations::spawn::invocation(&c, &new, None).await.unwrap();
     assert!(invocations::get(&c, id).await.unwrap().unwrap().budget.is_none());

@@ -29,8 +29,9 @@ pub struct ClaimStart {
 }
 
 /// [`invocations::claim`], with its [`ClaimFacts`] and every read a claim's start needs, in one
-/// statement (one round trip, one snapshot). The run's spend is summed as
-/// the claim found it (the claim itself spends nothing).
+/// statement (one round trip, one snapshot). The run's spend is read as
+/// the claim found it (the claim itself spends nothing), from the owner's
+/// carried figures and its children ([`budgets::owner_spend`]).
 ///
 /// A new root or handoff stage whose profile is in `deferrable` (a profile
 /// whose first turn the worker may take within this transaction) is locked
@@ -67,11 +68,8 @@ pub async fn claim_start(
                 CASE WHEN c.kind = $10 THEN (SELECT id FROM started)
                      WHEN c.claim_epoch = 1 THEN c.incoming_task_id END,
                 {RUN_COLUMNS}, {FIGURES}, (SELECT version FROM profiles_version)
-           FROM c JOIN runs r ON r.id = c.run_id,
-                LATERAL (SELECT coalesce(sum(i.tokens_used), 0)::bigint AS tokens,
-                                coalesce(sum(i.model_calls), 0)::bigint AS model_calls,
-                                coalesce(sum(i.tool_calls), 0)::bigint AS tool_calls
-                           FROM invocations i WHERE i.run_id = r.id) s",
+           FROM c JOIN runs r ON r.id = c.run_id, {owner_spend}",
+        owner_spend = budgets::owner_spend("CASE WHEN c.kind = $10 THEN c.parent_invocation_id ELSE c.id END"),
     );
     let secs = lease.as_secs_f64();
     let (queued, running) = (TaskStatus::Queued.as_str(), TaskStatus::Running.as_str());

@@ -68,8 +68,8 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
     // (V30): the brief it gives travels as the successor's own column, and
     // the task ends with the invocation that works on it.
     let spending = (ctx.spending.model_calls, ctx.spending.tool_calls + 1);
-    let earlier = invocations::hand_over(c, inv, &target.id, spending).await?;
-    let key = readable_key(&target.id, earlier as usize);
+    let handed = invocations::hand_over(c, inv, &target.id, spending).await?;
+    let key = readable_key(&target.id, handed.earlier_tasks as usize);
     let (next, task_id) = (Uuid::now_v7(), Uuid::now_v7());
     let new = NewInvocation {
         id: next,
@@ -82,6 +82,7 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
         budget: None,
         deadline_at: None,
         handoffs: inv.handoffs + 1,
+        run_spent: handed.run_spent,
     };
     let spawned = spawn::invocation(c, &new, None).await?;
     let registered =

@@ -42,6 +42,7 @@ pub async fn delegate(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -
         budget: Some(&args.budget),
         deadline_at: deadline,
         handoffs: 0,
+        run_spent: Default::default(),
     };
     let body = Value::Object(args.task.clone());
     let task = NewTask {

@@ -73,6 +73,17 @@ pub struct NewInvocation<'a> {
     pub deadline_at: Option<chrono::DateTime<chrono::Utc>>,
     /// A foreground owner's: the handoffs its run made before it.
     pub handoffs: i32,
+    /// A foreground owner's: what its run spent before it (V34).
+    pub run_spent: RunSpent,
+}
+
+/// What a run spent before its current owner (its predecessors and their
+/// children): tokens, model calls, tool calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunSpent {
+    pub tokens: i64,
+    pub model_calls: i64,
+    pub tool_calls: i64,
 }
 
 /// What a new invocation is asked to do, as stored.
@@ -125,8 +136,8 @@ pub(crate) fn from_row(row: &Row) -> Result<Invocation> {
 /// ([`crate::outbox::enqueue_fleet_after`]), with [`Inserted::params`].
 pub(crate) const INSERT: &str =
     "INSERT INTO invocations (id, run_id, parent_invocation_id, incoming_task_id, profile_id, kind, status, exit_policy, brief,
-                              budget, deadline_at, handoff, handoffs)
-     VALUES ($11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)";
+                              budget, deadline_at, handoff, handoffs, run_spent_tokens, run_spent_model_calls, run_spent_tool_calls)
+     VALUES ($11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)";
 
 /// The values of a new invocation's row that are not the caller's as they are.
 pub(crate) struct Inserted<'a> {
@@ -149,7 +160,7 @@ impl<'a> Inserted<'a> {
     }
 
     /// [`INSERT`]'s parameters, in order.
-    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 13] {
+    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 16] {
         let new = self.new;
         [
             &new.id,
@@ -165,6 +176,9 @@ impl<'a> Inserted<'a> {
             &new.deadline_at,
             &self.handoff,
             &new.handoffs,
+            &new.run_spent.tokens,
+            &new.run_spent.model_calls,
+            &new.run_spent.tool_calls,
         ]
     }
 }
@@ -312,21 +326,32 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: InvocationStatus, 
 /// with it (it has no row, V30); a root has none. Returns how many of the
 /// run's tasks went to `target`, the successor's profile, before this one
 /// (for the new task's readable workspace key): every task, a handoff
-/// stage's or a delegated one, has its one invocation, not the root.
+/// stage's or a delegated one, has its one invocation, not the root. Also
+/// returns what the run has spent so far (the caller's carried figures, its
+/// own, and its children's, all ended: a handoff waits for its caller's
+/// children), which the successor carries (V34).
 pub async fn hand_over(
     c: &impl GenericClient,
     inv: &Invocation,
     target: &str,
     (model_calls, tool_calls): (i32, i32),
-) -> Result<i64> {
+) -> Result<HandedOver> {
     let row = sql::query_one(
         c,
         "WITH ended AS (
              UPDATE invocations SET status = $2, error = NULL, lease_owner = NULL, lease_expires_at = NULL,
                     finished_at = now(), model_calls = model_calls + $3, tool_calls = tool_calls + $4,
                     claim_epoch = $9, started_at = coalesce(started_at, now())
-              WHERE id = $1 AND status = ANY($5))
-         SELECT count(*) FROM invocations WHERE run_id = $6 AND profile_id = $7 AND kind <> $8",
+              WHERE id = $1 AND status = ANY($5)
+          RETURNING run_spent_tokens + tokens_used AS tokens, run_spent_model_calls + model_calls AS model_calls,
+                    run_spent_tool_calls + tool_calls AS tool_calls),
+              children AS (SELECT coalesce(sum(tokens_used), 0)::bigint AS tokens,
+                                  coalesce(sum(model_calls), 0)::bigint AS model_calls,
+                                  coalesce(sum(tool_calls), 0)::bigint AS tool_calls
+                             FROM invocations WHERE parent_invocation_id = $1 AND kind = $10)
+         SELECT (SELECT count(*) FROM invocations WHERE run_id = $6 AND profile_id = $7 AND kind <> $8),
+                e.tokens + k.tokens, e.model_calls + k.model_calls, e.tool_calls + k.tool_calls
+           FROM ended e, children k",
         &[
             &inv.id,
             &InvocationStatus::Transferred.as_str(),
@@ -337,10 +362,20 @@ pub async fn hand_over(
             &target,
             &InvocationKind::Root.as_str(),
             &inv.claim_epoch,
+            &InvocationKind::Child.as_str(),
         ],
     )
     .await?;
-    Ok(row.get(0))
+    let run_spent = RunSpent { tokens: row.get(1), model_calls: row.get(2), tool_calls: row.get(3) };
+    Ok(HandedOver { earlier_tasks: row.get(0), run_spent })
+}
+
+/// What [`hand_over`] found: the run's tasks for the successor's profile
+/// before this handoff's (for the new task's readable workspace key), and
+/// what the run has spent, which the successor carries.
+pub struct HandedOver {
+    pub earlier_tasks: i64,
+    pub run_spent: RunSpent,
 }
 
 /// How the stalled-work sweep paces its re-publishes of one row.

@@ -43,26 +43,48 @@ pub async fn assign(c: &impl GenericClient, run_id: Uuid, budget: &RunBudget) ->
 /// long it has run on the database's clock (to its end, once it ended),
 /// less the time it spent waiting for its user's answers: a question may
 /// wait a day, and the user's time is not the agents'.
-pub(crate) const FIGURES: &str = "r.budget, s.tokens, s.model_calls, s.tool_calls,
-     greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.created_at)
+pub(crate) const FIGURES: &str = concat!("r.budget, s.tokens, s.model_calls, s.tool_calls, ", elapsed!());
+
+/// How long the run `r` has worked: to now or its end, less its questions' time.
+macro_rules! elapsed {
+    () => {
+        "greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.created_at)
               - coalesce((SELECT sum(extract(epoch FROM least(coalesce(q.closed_at, now()), coalesce(r.finished_at, now())) - q.created_at))
-                            FROM questions q WHERE q.run_id = r.id), 0), 0)::float8";
+                            FROM questions q WHERE q.run_id = r.id), 0), 0)::float8"
+    };
+}
+use elapsed;
+
+/// The run's spend as seen from owner `o` (a root or handoff stage; a
+/// child's is its parent): what the run spent before `o` (carried on its
+/// row, V34), `o`'s own, and its delegated children's. A LATERAL subquery
+/// named `s` (`tokens`, `model_calls`, `tool_calls`); `{owner}` is the SQL
+/// of the owner's id. Its cost does not grow with the run's length.
+pub(crate) fn owner_spend(owner: &str) -> String {
+    format!(
+        "LATERAL (SELECT (o.run_spent_tokens + o.tokens_used + coalesce(sum(ch.tokens_used), 0))::bigint AS tokens,
+                         (o.run_spent_model_calls + o.model_calls + coalesce(sum(ch.model_calls), 0))::bigint AS model_calls,
+                         (o.run_spent_tool_calls + o.tool_calls + coalesce(sum(ch.tool_calls), 0))::bigint AS tool_calls
+                    FROM invocations o
+                    LEFT JOIN invocations ch ON ch.parent_invocation_id = o.id AND ch.kind = 'child'
+                   WHERE o.id = {owner}
+                   GROUP BY o.id) s"
+    )
+}
 
 /// Adds a step's spending to its invocation (whose row the step's fence has
 /// locked) and returns the run's new totals.
 pub async fn spend(c: &impl GenericClient, invocation_id: Uuid, spending: &Spending) -> Result<RunSpend> {
     // The outer query reads the invocations as they were before the CTE's
-    // update, so the others are summed and this one is taken from RETURNING.
+    // update: the run's spend is read as before, plus this step's.
+    let owner_spend = owner_spend("CASE WHEN me.kind = 'child' THEN me.parent_invocation_id ELSE me.id END");
     let sql = format!(
         "WITH me AS (
              UPDATE invocations SET model_calls = model_calls + $2, tool_calls = tool_calls + $3
-              WHERE id = $1 RETURNING run_id, tokens_used, model_calls, tool_calls)
-         SELECT {FIGURES}
-           FROM me JOIN runs r ON r.id = me.run_id,
-                LATERAL (SELECT me.tokens_used + coalesce(sum(i.tokens_used), 0)::bigint AS tokens,
-                                me.model_calls + coalesce(sum(i.model_calls), 0)::bigint AS model_calls,
-                                me.tool_calls + coalesce(sum(i.tool_calls), 0)::bigint AS tool_calls
-                           FROM invocations i WHERE i.run_id = me.run_id AND i.id <> $1) s"
+              WHERE id = $1 RETURNING run_id, kind, parent_invocation_id, id)
+         SELECT r.budget, s.tokens, s.model_calls + $2, s.tool_calls + $3, {elapsed}
+           FROM me JOIN runs r ON r.id = me.run_id, {owner_spend}",
+        elapsed = elapsed!(),
     );
     let row = sql::query_one(c, &sql, &[&invocation_id, &spending.model_calls, &spending.tool_calls]).await?;
     from_row(&row)

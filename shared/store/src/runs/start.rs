@@ -69,6 +69,7 @@ pub async fn request_as(
         budget: None,
         deadline_at: None,
         handoffs: 0,
+        run_spent: Default::default(),
     };
     let created = spawn::invocation(c, &new, None).await?;
     let mut events = vec![
