@@ -114,26 +114,17 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
         tracing::debug!(%handoff, "reply already sent");
         return Ok(());
     }
-    let event = async {
-        if matches!(outcome, Outcome::Completed { .. }) {
-            requests::add_event(&tx, &handoff, HandoffEvent::ResultReceived, None, None).await
-        } else if matches!(outcome, Outcome::Failed { .. }) {
-            let error = run.error.as_ref().map(|e| e.to_value().to_string());
-            requests::add_event(&tx, &handoff, HandoffEvent::Failed, Some(HandoffStatus::Failed), error.as_deref())
-                .await
-        } else {
-            Ok(())
-        }
+    let error = run.error.as_ref().map(|e| e.to_value().to_string());
+    let said: Vec<requests::Said<'_>> = match outcome {
+        Outcome::Completed { .. } => vec![(HandoffEvent::ResultReceived, None, None)],
+        Outcome::Failed { .. } => vec![(HandoffEvent::Failed, Some(HandoffStatus::Failed), error.as_deref())],
+        _ => vec![],
     };
     let status = outcome.status();
-    let changes = async {
-        match outcome {
-            Outcome::Completed { .. } => baton_store::coding::reply_changes(&tx, run.id).await,
-            _ => Ok(None),
-        }
+    let changes = match outcome {
+        Outcome::Completed { .. } => baton_store::coding::reply_changes(&tx, run.id).await?,
+        _ => None,
     };
-    // Pipelined, in this order: the event goes before the status's own.
-    let (_, _, changes) = tokio::try_join!(event, bridge::status(&tx, &request, status, None), changes)?;
     let input = ReplyInput {
         handoff_id: request.wire_id(),
         chat_id: request.reply_chat_id.as_deref(),
@@ -145,7 +136,11 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
         changes,
         at: bridge::timestamp(),
     };
-    bridge::reply_at(&tx, &request, &input, attempt).await?;
+    // One statement: the events, the final status and the reply, in this
+    // order, and the request row once (its status and `reply_sent_at`).
+    let update =
+        bridge::Update { said: &said, status: Some((status, None)), run_id: None, reply: Some((&input, attempt)) };
+    bridge::update(&tx, &request, update).await?;
     commit(tx).await?;
     // The time it waited for the user's answers is the user's, not the run's.
     let took = run.finished_at.and_then(|end| (end - run.created_at).to_std().ok());

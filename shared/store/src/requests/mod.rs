@@ -73,6 +73,12 @@ pub struct EventRow {
 /// Inserts the request, or counts one more delivery of a request already
 /// stored. Returns whether this delivery was the first.
 pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Result<bool> {
+    Ok(insert_or_count_reading(c, r).await?.0)
+}
+
+/// [`insert_or_count`], also returning the request as stored now (no read
+/// of its own).
+pub async fn insert_or_count_reading(c: &impl GenericClient, r: &NewRequest<'_>) -> Result<(bool, Request)> {
     // The request keeps the trace context of the span storing it (intake's,
     // a child of the bridge's `traceparent`).
     let (traceparent, tracestate) = crate::outbox::current_trace().map_or((None, None), |(p, s)| (Some(p), s));
@@ -82,7 +88,8 @@ pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Resu
                                        traceparent, tracestate, bridge_id)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          ON CONFLICT (id) DO UPDATE SET deliveries = handoff_requests.deliveries + 1, updated_at = now()
-         RETURNING deliveries = 1",
+         RETURNING id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries,
+                   reply_sent_at, status_url, bridge_id",
         &[
             &r.id,
             r.body,
@@ -98,7 +105,8 @@ pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Resu
         ],
     )
     .await?;
-    Ok(row.get(0))
+    let stored = from_row(&row)?;
+    Ok((stored.deliveries == 1, stored))
 }
 
 const COLUMNS: &str =
@@ -157,27 +165,13 @@ pub async fn lock_of_run(c: &impl GenericClient, run_id: Uuid) -> Result<Option<
     sql::query_opt(c, &sql, &[&run_id]).await?.as_ref().map(from_row).transpose()
 }
 
-/// Sets a new status and returns its sequence number for the bridge.
-pub async fn set_status(c: &impl GenericClient, id: &str, status: HandoffStatus) -> Result<i32> {
-    let row = sql::query_one(
-        c,
-        "UPDATE handoff_requests SET status = $2, status_seq = status_seq + 1, updated_at = now()
-          WHERE id = $1 RETURNING status_seq",
-        &[&id, &status.as_str()],
-    )
-    .await?;
-    Ok(row.get(0))
-}
-
 pub async fn link_run(c: &impl GenericClient, id: &str, run_id: Uuid) -> Result<()> {
     sql::execute(c, "UPDATE handoff_requests SET run_id = $2 WHERE id = $1", &[&id, &run_id]).await?;
     Ok(())
 }
 
-pub async fn mark_reply_sent(c: &impl GenericClient, id: &str) -> Result<()> {
-    sql::execute(c, "UPDATE handoff_requests SET reply_sent_at = now() WHERE id = $1", &[&id]).await?;
-    Ok(())
-}
+/// A handoff event as written: its kind, the status it records, a note.
+pub type Said<'a> = (HandoffEvent, Option<HandoffStatus>, Option<&'a str>);
 
 pub async fn add_event(
     c: &impl GenericClient,
@@ -186,37 +180,35 @@ pub async fn add_event(
     status: Option<HandoffStatus>,
     message: Option<&str>,
 ) -> Result<()> {
-    sql::execute(
-        c,
-        "INSERT INTO handoff_events (handoff_id, type, status, message) VALUES ($1, $2, $3, $4)",
-        &[&handoff_id, &kind.as_str(), &status.map(HandoffStatus::as_str), &message],
-    )
-    .await?;
+    add_events(c, handoff_id, &[(kind, status, message)]).await
+}
+
+/// Several handoff events, in the order given, as one `handoff_log` row
+/// (V32) in one statement.
+pub async fn add_events(c: &impl GenericClient, handoff_id: &str, events: &[Said<'_>]) -> Result<()> {
+    for events in events.chunks(LOG_EVENTS) {
+        let (kinds, statuses, messages) = log_columns(events);
+        sql::execute(
+            c,
+            "INSERT INTO handoff_log (handoff_id, types, statuses, messages) VALUES ($1, $2, $3, $4)",
+            &[&handoff_id, &kinds, &statuses, &messages],
+        )
+        .await?;
+    }
     Ok(())
 }
 
-/// Several handoff events in one statement, in the order given.
-pub async fn add_events(
-    c: &impl GenericClient,
-    handoff_id: &str,
-    events: &[(HandoffEvent, Option<HandoffStatus>, Option<&str>)],
-) -> Result<()> {
-    if events.is_empty() {
-        return Ok(());
-    }
-    let kinds: Vec<&str> = events.iter().map(|e| e.0.as_str()).collect();
-    let statuses: Vec<Option<&str>> = events.iter().map(|e| e.1.map(HandoffStatus::as_str)).collect();
-    let messages: Vec<Option<&str>> = events.iter().map(|e| e.2).collect();
-    sql::execute(
-        c,
-        "INSERT INTO handoff_events (handoff_id, type, status, message)
-         SELECT $1, e.kind, e.status, e.message
-           FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS e(kind, status, message, n)
-          ORDER BY e.n",
-        &[&handoff_id, &kinds, &statuses, &messages],
-    )
-    .await?;
-    Ok(())
+/// The most events one `handoff_log` row holds (its CHECK, V32).
+pub(crate) const LOG_EVENTS: usize = 4096;
+
+/// One `handoff_log` row's arrays: each event's type, status and note.
+pub(crate) fn log_columns<'a>(
+    events: &[Said<'a>],
+) -> (Vec<&'static str>, Vec<Option<&'static str>>, Vec<Option<&'a str>>) {
+    let kinds = events.iter().map(|e| e.0.as_str()).collect();
+    let statuses = events.iter().map(|e| e.1.map(HandoffStatus::as_str)).collect();
+    let messages = events.iter().map(|e| e.2).collect();
+    (kinds, statuses, messages)
 }
 
 /// A handoff's events, oldest first.
