@@ -16,7 +16,7 @@ use baton_domain::Language;
 use baton_store::after_commit::scope;
 use baton_store::runs::Run;
 use baton_store::{begin, client as db, commit};
-use baton_store::{invocations, requests, runs, Pool};
+use baton_store::{invocations, requests, Pool};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -89,14 +89,11 @@ async fn handle(
 pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     let mut client = db(pool).await?;
     let tx = begin(&mut client).await?;
-    // Pipelined: the run, its request (locked), its invocations and its attempt.
-    let (run, request, invocations, attempt) = tokio::try_join!(
-        runs::get_with_wait(&tx, message.run_id),
-        requests::lock_of_run(&tx, message.run_id),
-        invocations::for_run(&tx, message.run_id),
-        bridge::attempt(&tx, message.run_id),
-    )?;
-    let Some((run, waited_secs)) = run else {
+    // Pipelined: the run, its attempt, its request (locked) and what a
+    // coding agent changed (one statement), and its invocations.
+    let (read, invocations) =
+        tokio::try_join!(requests::to_answer(&tx, message.run_id), invocations::for_run(&tx, message.run_id))?;
+    let Some(requests::ToAnswer { run, waited_secs, attempt, request, changes }) = read else {
         anyhow::bail!("run {} does not exist", message.run_id);
     };
     let Some(handoff) = run.handoff_id.clone() else {
@@ -121,10 +118,7 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
         _ => vec![],
     };
     let status = outcome.status();
-    let changes = match outcome {
-        Outcome::Completed { .. } => baton_store::coding::reply_changes(&tx, run.id).await?,
-        _ => None,
-    };
+    let changes = changes.filter(|_| matches!(outcome, Outcome::Completed { .. }));
     let input = ReplyInput {
         handoff_id: request.wire_id(),
         chat_id: request.reply_chat_id.as_deref(),

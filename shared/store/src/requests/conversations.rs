@@ -26,6 +26,18 @@ pub async fn lock_handoff(c: &impl GenericClient, handoff_id: &str) -> Result<()
     Ok(())
 }
 
+/// [`lock_handoff`], and the applied profiles file's version
+/// ([`crate::profiles::version`]) read by the same statement.
+pub async fn lock_handoff_reading_version(c: &impl GenericClient, handoff_id: &str) -> Result<i64> {
+    let row = sql::query_one(
+        c,
+        "SELECT pg_advisory_xact_lock($1, hashtext($2)), (SELECT version FROM profiles_version)",
+        &[&HANDOFF_LOCK, &handoff_id],
+    )
+    .await?;
+    Ok(row.get(1))
+}
+
 /// Keeps a cancel; false when one with its id was kept before (a duplicate).
 pub async fn keep_cancel(c: &impl GenericClient, cancel: &BridgeCancel) -> Result<bool> {
     let n = sql::execute(

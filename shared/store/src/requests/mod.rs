@@ -76,20 +76,34 @@ pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Resu
     Ok(insert_or_count_reading(c, r).await?.0)
 }
 
-/// [`insert_or_count`], also returning the request as stored now (no read
-/// of its own).
-pub async fn insert_or_count_reading(c: &impl GenericClient, r: &NewRequest<'_>) -> Result<(bool, Request)> {
+/// A cancel kept for a handoff and not applied yet: its id and reason.
+pub type PendingCancel = Option<(String, Option<String>)>;
+
+/// [`insert_or_count`], also returning the request as stored now and the
+/// oldest cancel kept for it and not applied yet
+/// ([`conversations::pending_cancel`]), read by the same statement. The
+/// caller holds the handoff's lock ([`conversations::lock_handoff`]) since
+/// an earlier statement, so this one sees every cancel committed before.
+pub async fn insert_or_count_reading(
+    c: &impl GenericClient,
+    r: &NewRequest<'_>,
+) -> Result<(bool, Request, PendingCancel)> {
     // The request keeps the trace context of the span storing it (intake's,
     // a child of the bridge's `traceparent`).
     let (traceparent, tracestate) = crate::outbox::current_trace().map_or((None, None), |(p, s)| (Some(p), s));
     let row = sql::query_one(
         c,
-        "INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id, status_url,
-                                       traceparent, tracestate, bridge_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-         ON CONFLICT (id) DO UPDATE SET deliveries = handoff_requests.deliveries + 1, updated_at = now()
-         RETURNING id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries,
-                   reply_sent_at, status_url, bridge_id",
+        "WITH i AS (
+             INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id,
+                                           status_url, traceparent, tracestate, bridge_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+             ON CONFLICT (id) DO UPDATE SET deliveries = handoff_requests.deliveries + 1, updated_at = now()
+             RETURNING id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries,
+                       reply_sent_at, status_url, bridge_id)
+         SELECT i.*, k.id, k.reason
+           FROM i LEFT JOIN LATERAL (
+                SELECT id, reason FROM bridge_cancels WHERE handoff_id = i.id AND applied_at IS NULL
+                 ORDER BY received_at LIMIT 1) k ON true",
         &[
             &r.id,
             r.body,
@@ -97,7 +111,8 @@ pub async fn insert_or_count_reading(c: &impl GenericClient, r: &NewRequest<'_>)
             &r.target_agent.as_str(),
             &r.status.as_str(),
             &r.language.as_str(),
-            &r.reply_to, &r.reply_chat_id,
+            &r.reply_to,
+            &r.reply_chat_id,
             &r.status_url,
             &traceparent,
             &tracestate,
@@ -106,30 +121,78 @@ pub async fn insert_or_count_reading(c: &impl GenericClient, r: &NewRequest<'_>)
     )
     .await?;
     let stored = from_row(&row)?;
-    Ok((stored.deliveries == 1, stored))
+    let cancel = row.get::<_, Option<String>>(13).map(|id| (id, row.get(14)));
+    Ok((stored.deliveries == 1, stored, cancel))
 }
 
 const COLUMNS: &str =
     "id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries, reply_sent_at, status_url, bridge_id";
 
 fn from_row(r: &tokio_postgres::Row) -> Result<Request> {
-    let id: String = r.get(0);
+    from_row_at(r, 0)
+}
+
+/// A request read from [`COLUMNS`], starting at column `from`.
+fn from_row_at(r: &tokio_postgres::Row, from: usize) -> Result<Request> {
+    let id: String = r.get(from);
     let at = RowOf { table: "handoff_requests", id: &id };
     Ok(Request {
-        body: r.get(1),
-        source: at.wire(r, 2)?,
-        target_agent: at.wire(r, 3)?,
-        status: at.wire(r, 4)?,
-        language: at.wire(r, 5)?,
-        reply_to: r.get(6),
-        reply_chat_id: r.get(7),
-        run_id: r.get(8),
-        deliveries: r.get(9),
-        reply_sent_at: r.get(10),
-        status_url: r.get(11),
-        bridge: r.get(12),
+        body: r.get(from + 1),
+        source: at.wire(r, from + 2)?,
+        target_agent: at.wire(r, from + 3)?,
+        status: at.wire(r, from + 4)?,
+        language: at.wire(r, from + 5)?,
+        reply_to: r.get(from + 6),
+        reply_chat_id: r.get(from + 7),
+        run_id: r.get(from + 8),
+        deliveries: r.get(from + 9),
+        reply_sent_at: r.get(from + 10),
+        status_url: r.get(from + 11),
+        bridge: r.get(from + 12),
         id,
     })
+}
+
+/// What the collector reads of a finished run, in one statement: the run,
+/// the seconds it waited for its user's answers, its attempt, its request
+/// (locked for this transaction, as [`lock_of_run`]) and what a coding
+/// agent changed (the newest). `None` when the run does not exist.
+pub struct ToAnswer {
+    pub run: crate::runs::Run,
+    pub waited_secs: f64,
+    pub attempt: i32,
+    pub request: Option<Request>,
+    pub changes: Option<baton_domain::projects::Changes>,
+}
+
+pub async fn to_answer(c: &impl GenericClient, run_id: Uuid) -> Result<Option<ToAnswer>> {
+    let run_columns = crate::runs::RUN_COLUMNS;
+    let request_columns: Vec<String> = COLUMNS.split(", ").map(|c| format!("h.{c}")).collect();
+    let sql = format!(
+        "WITH h AS (SELECT * FROM handoff_requests WHERE id = (SELECT handoff_id FROM runs WHERE id = $1) FOR UPDATE)
+         SELECT {run_columns},
+                coalesce((SELECT sum(extract(epoch FROM least(coalesce(q.closed_at, now()), coalesce(r.finished_at, now()))
+                                                      - q.created_at))
+                            FROM questions q WHERE q.run_id = r.id), 0)::float8,
+                r.attempt,
+                (SELECT changes FROM coding_changes WHERE run_id = r.id ORDER BY created_at DESC, invocation_id DESC LIMIT 1),
+                h.id IS NOT NULL,
+                {}
+           FROM runs r LEFT JOIN h ON true WHERE r.id = $1",
+        request_columns.join(", ")
+    );
+    let Some(row) = sql::query_opt(c, &sql, &[&run_id]).await? else {
+        return Ok(None);
+    };
+    let changes: Option<Value> = row.get(11);
+    let request = if row.get(12) { Some(from_row_at(&row, 13)?) } else { None };
+    Ok(Some(ToAnswer {
+        run: crate::runs::run_at(&row, 0)?,
+        waited_secs: row.get(9),
+        attempt: row.get(10),
+        request,
+        changes: changes.map(serde_json::from_value).transpose()?,
+    }))
 }
 
 /// The trace context the request was stored with (see V19), if any.

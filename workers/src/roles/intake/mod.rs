@@ -275,8 +275,8 @@ async fn accept(
     let early = held.as_ref().map(|known| disclosure::apply(known.disclosure.for_target(target), original));
     let tx = begin(&mut client).await?;
     // A cancel for this handoff waits, or sees the request, never neither.
-    // The version of the profiles file rides along (pipelined).
-    let ((), version) = tokio::try_join!(conversations::lock_handoff(&tx, &original.id), profiles::version(&tx))?;
+    // The version of the profiles file rides along (the same statement).
+    let version = conversations::lock_handoff_reading_version(&tx, &original.id).await?;
     let known = cache.at(&tx, version).await?;
     let filtered = match early {
         Some(filtered) if held.is_some_and(|held| Arc::ptr_eq(&held, &known)) => filtered,
@@ -296,12 +296,9 @@ async fn accept(
         status_url: status_url(request),
         bridge: bridge.map(|b| b.id.as_str()),
     };
-    // Pipelined: the request stored (or counted) and read back, and a
-    // cancel that came before it.
-    let ((first, stored), cancel) = tokio::try_join!(
-        requests::insert_or_count_reading(&tx, &new),
-        conversations::pending_cancel(&tx, &request.id)
-    )?;
+    // The request stored (or counted) and read back, with a cancel that
+    // came before it.
+    let (first, stored, cancel) = requests::insert_or_count_reading(&tx, &new).await?;
     let taken = if first {
         take_first(&tx, request, &filtered.removed, &known, dead_lettered, (stored, cancel)).await?;
         Taken::Stored
@@ -389,8 +386,7 @@ fn same_request(stored: &serde_json::Value, new: &serde_json::Value) -> bool {
     strip(stored) == strip(new)
 }
 
-/// A cancel kept for a handoff and not applied yet: its id and reason.
-type PendingCancel = Option<(String, Option<String>)>;
+use baton_store::requests::PendingCancel;
 
 /// Starts the request's run, unless a cancel came first or its conversation
 /// is busy: then it waits, is refused or interrupts the live run, under the
