@@ -132,8 +132,12 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     };
     // One statement: the events, the final status and the reply, in this
     // order, and the request row once (its status and `reply_sent_at`).
-    let update =
-        bridge::Update { said: &said, status: Some((status, None)), run_id: None, reply: Some((&input, attempt)) };
+    let update = bridge::Update {
+        said: &said,
+        status: Some((status, None)),
+        reply: Some((&input, attempt)),
+        ..Default::default()
+    };
     bridge::update(&tx, &request, update).await?;
     commit(tx).await?;
     // The time it waited for the user's answers is the user's, not the run's.

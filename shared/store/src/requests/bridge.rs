@@ -43,6 +43,9 @@ pub struct Update<'a> {
     pub run_id: Option<uuid::Uuid>,
     /// The final reply, for the run's attempt ([`attempt`]).
     pub reply: Option<(&'a bridge::ReplyInput<'a>, i32)>,
+    /// A run's journal events, written as one journal row by the same
+    /// statement (a run's start: at most [`crate::journal::ROW_EVENTS`]).
+    pub journal: Option<(uuid::Uuid, &'a [crate::journal::Event])>,
 }
 
 /// Records a status change and queues the `BridgeStatus` message (mandatory,
@@ -112,7 +115,17 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
     let grace = outbox::after_commit::grace().map(|g| g.as_secs_f64()).unwrap_or(0.0);
     let status = u.status.map(|(s, _)| s.as_str());
     let reply_sent = u.reply.is_some();
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 17] = [
+    let journal = u.journal.filter(|(_, events)| !events.is_empty());
+    if let Some((run, events)) = journal.filter(|(_, events)| events.len() > crate::journal::ROW_EVENTS) {
+        return Box::pin(async move {
+            crate::journal::append(c, run, events).await?;
+            update(c, request, Update { journal: None, ..u }).await
+        })
+        .await;
+    }
+    let journal_run = journal.map(|(run, _)| run);
+    let (invocations, types, payloads) = crate::journal::columns(journal.map_or(&[], |(_, events)| events));
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 21] = [
         &request.id,
         &status,
         &u.run_id,
@@ -130,6 +143,10 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         &tracestate,
         &grace,
         &SEQ,
+        &journal_run,
+        &invocations,
+        &types,
+        &payloads,
     ];
     let rows = crate::sql::query(
         c,
@@ -152,7 +169,10 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
              SELECT $1, $9::text[], $10::text[], $11::text[] WHERE cardinality($9::text[]) > 0),
          b AS (
              INSERT INTO bridge_messages (handoff_id, message_id, queue, body)
-             SELECT $1, message_id, $12, body FROM m ORDER BY n)
+             SELECT $1, message_id, $12, body FROM m ORDER BY n),
+         j AS (
+             INSERT INTO journal (run_id, invocations, types, payloads)
+             SELECT $18, $19::uuid[], $20::text[], $21::jsonb[] WHERE $18::uuid IS NOT NULL)
          INSERT INTO outbox (queue, external, message_id, correlation_id, body, mandatory, traceparent, tracestate, next_attempt_at)
          SELECT $12, $13, message_id, $1, body, true, $14, $15, now() + make_interval(secs => $16::float8)
            FROM m ORDER BY n

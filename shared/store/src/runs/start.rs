@@ -102,14 +102,14 @@ pub async fn request_saying(
     if announce {
         said.push((HandoffEvent::Accepted, Some(HandoffStatus::Accepted), None));
     }
-    // The request's row (its run, and its status when announced), its
-    // events and the bridge's status in one statement, pipelined after the
-    // root invocation (with its message); then the run's journal.
+    // After the root invocation (with its message): the request's row (its
+    // run, and its status when announced), its events, the bridge's status
+    // and the run's journal, in one statement.
+    events.extend(created.await?);
     let status = announce.then_some((HandoffStatus::Accepted, None));
-    let update = bridge::Update { said: &said, status, run_id: Some(run_id), reply: None };
-    let (created, ()) = tokio::try_join!(created, bridge::update(c, stored, update))?;
-    events.extend(created);
-    crate::journal::append(c, run_id, &events).await?;
+    let journal = Some((run_id, events.as_slice()));
+    let update = bridge::Update { said: &said, status, run_id: Some(run_id), reply: None, journal };
+    bridge::update(c, stored, update).await?;
     Ok(Some(run_id))
 }
 
@@ -186,7 +186,7 @@ async fn end_without_run(
         None => 1,
     };
     let input = no_run_reply(stored, outcome);
-    let update = bridge::Update { said, status: Some(status), run_id: None, reply: Some((&input, attempt)) };
+    let update = bridge::Update { said, status: Some(status), reply: Some((&input, attempt)), ..Default::default() };
     bridge::update(c, stored, update).await
 }
 
