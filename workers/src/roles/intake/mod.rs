@@ -304,7 +304,7 @@ async fn accept(
         Taken::Stored
     } else {
         let known_bridges = bridge.is_some() && !known.bridges.is_empty();
-        take_again(&tx, request, &body, &filtered.removed, &known, dead_lettered, known_bridges, stored).await?
+        take_again(&tx, request, (stored, &body), &filtered.removed, &known, dead_lettered, known_bridges).await?
     };
     commit(tx).await?;
     if matches!(taken, Taken::Stored) {
@@ -344,15 +344,15 @@ async fn take_first(
 /// a draft the bridge now sends as `requested`. With `[[bridges]]` a body
 /// that differs from the stored one (but in `status` and `updatedAt`) is no
 /// duplicate: it is recorded and refused (`conflicting_duplicate`).
+/// `stored` is the request as stored, `body` the one this delivery carries.
 async fn take_again(
     c: &impl GenericClient,
     request: &HandoffRequest,
-    body: &serde_json::Value,
+    (stored, body): (Request, &serde_json::Value),
     removed: &[Redaction],
     known: &Snapshot,
     dead_lettered: Option<&str>,
     bridges: bool,
-    stored: Request,
 ) -> anyhow::Result<Taken> {
     if let Some(note) = dead_lettered {
         requests::add_event(c, &request.id, HandoffEvent::DeadLetterRecovered, None, Some(note)).await?;
