@@ -1,11 +1,14 @@
-//! The per-hop counters: a steady-state cell (32-stage chains) run on a
-//! database of its own, its processes talking to Postgres and RabbitMQ
+//! The per-hop counters: a steady-state cell (32-stage chains), or with
+//! `--counters-workload e2e` a 3-stage end-to-end cell, run on a database
+//! of its own, its processes talking to Postgres and RabbitMQ
 //! through counting proxies ([`crate::count`]). Per hop: commits (counted on
 //! the wire, and `pg_stat_database`'s `xact_commit` for the database over
 //! the whole cell, process start and stop included), statements, round
 //! trips, publishes, row writes (`pg_stat_database`) and bytes of WAL (the
 //! database's own records, read with `pg_walinspect`). Each chain's share of intake, its last stage and
-//! the reply (1/31 of a chain's work per hop) is included.
+//! the reply (1/31 of a chain's work per hop; 1/2 end to end) is included.
+//! With `BATON_BENCH_LOG_STATEMENTS=1` the cell's database logs every
+//! statement (`log_statement = 'all'` on that database alone, gone with it).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,6 +27,7 @@ use super::{journal, say, Bench};
 #[derive(Debug, Clone)]
 pub struct PerHop {
     pub side: Side,
+    pub chain: Chain,
     pub hops: usize,
     pub commits: f64,
     pub stat_commits: f64,
@@ -47,8 +51,9 @@ pub struct PerHop {
 impl PerHop {
     pub fn line(&self) -> String {
         format!(
-            "{}: {} hops; per hop {:.2} commits (pg_stat_database over the whole cell: {:.2}), {:.2} statements, {:.2} round trips, {:.2} publishes, {:.1} row writes, {:.0} bytes of WAL ({:.0} of them full-page images)",
+            "{}, {}: {} hops; per hop {:.2} commits (pg_stat_database over the whole cell: {:.2}), {:.2} statements, {:.2} round trips, {:.2} publishes, {:.1} row writes, {:.0} bytes of WAL ({:.0} of them full-page images)",
             self.side.name(),
+            self.chain.name(),
             self.hops,
             self.commits,
             self.stat_commits,
@@ -72,7 +77,23 @@ pub async fn measure(
     hops: usize,
     in_flight: usize,
 ) -> anyhow::Result<Vec<PerHop>> {
-    let sides: &[Side] = if raw.is_some() { &[Side::Raw, Side::RawOutbox, Side::Baton] } else { &[Side::Baton] };
+    measure_chain(settings, baton, raw, Chain::Steady, hops, in_flight).await
+}
+
+/// [`measure`], for the chains of `chain`.
+pub async fn measure_chain(
+    settings: &Settings,
+    baton: PathBuf,
+    raw: Option<PathBuf>,
+    chain: Chain,
+    hops: usize,
+    in_flight: usize,
+) -> anyhow::Result<Vec<PerHop>> {
+    let sides: &[Side] = match (&raw, chain) {
+        (None, _) => &[Side::Baton],
+        (Some(_), Chain::Steady) => &[Side::Raw, Side::RawOutbox, Side::Baton],
+        (Some(_), _) => &[Side::Raw, Side::Baton],
+    };
     let mut bench = Bench::prepare(settings, Procs::new(baton, raw), "http://127.0.0.1:9/v1").await?;
     let counts = Arc::new(Counts::default());
     let pg = count::postgres(count::upstream(&settings.database_url, 5432).await?, counts.clone()).await?;
@@ -83,7 +104,7 @@ pub async fn measure(
     let mut out = vec![];
     let mut outcome = Ok(());
     for &side in sides {
-        match one_side(&mut bench, &proxied, &counts, side, hops, in_flight).await {
+        match one_side(&mut bench, &proxied, &counts, side, chain, hops, in_flight).await {
             Ok(per_hop) => {
                 say(&per_hop.line());
                 out.push(per_hop);
@@ -105,17 +126,23 @@ async fn one_side(
     proxied: &Settings,
     counts: &Counts,
     side: Side,
+    chain: Chain,
     hops: usize,
     in_flight: usize,
 ) -> anyhow::Result<PerHop> {
-    let chains = chains_for(Chain::Steady, hops, in_flight);
-    let heads = driver::heads(bench, side, Chain::Steady, chains).await?;
+    let chains = chains_for(chain, hops, in_flight);
+    let heads = driver::heads(bench, side, chain, chains).await?;
+    if std::env::var_os("BATON_BENCH_LOG_STATEMENTS").is_some() {
+        let (client, name) = super::admin(&bench.settings.database_url).await?;
+        client.batch_execute(&format!("ALTER DATABASE \"{name}\" SET log_statement = 'all'")).await?;
+    }
     // The bench's own connections go, so the server's figures are the processes' alone.
     bench.pool.retain(|_, _| false);
     backends_gone(&bench.settings.database_url).await?;
     // The server keeps its WAL from here until the cell's has been read.
     let kept = keep_wal(&bench.settings.database_url).await?;
     let stat_before = database_stats(&bench.settings.database_url).await?;
+    let tables_before = table_writes(&bench.settings.database_url).await?;
     match side {
         Side::Baton => {
             bench.procs.spawn(proxied, &procs::SUPPORT_ROLES, "support", &[])?;
@@ -127,11 +154,12 @@ async fn one_side(
     }
     procs::wait_for_consumers(&bench.settings, side, 1).await?;
     let before = quiet(counts).await;
-    let drive = driver::drive(bench, side, Chain::Steady, in_flight, heads, chains, super::SCENARIO_TIMEOUT).await?;
+    let drive = driver::drive(bench, side, chain, in_flight, heads, chains, super::SCENARIO_TIMEOUT).await?;
     let delta = quiet(counts).await - before;
     bench.procs.stop_all().await;
     backends_gone(&bench.settings.database_url).await?;
     let stats = database_stats(&bench.settings.database_url).await?.since(&stat_before);
+    let tables = table_writes(&bench.settings.database_url).await?;
     let (wal, parts) = wal_bytes(&bench.settings.database_url, &stat_before.lsn).await?;
     let fpi = parts.iter().find(|(part, _)| part == FPI).map_or(0, |(_, b)| *b);
     let parts: Vec<(String, i64)> = parts.into_iter().filter(|(part, _)| part != FPI).collect();
@@ -140,13 +168,33 @@ async fn one_side(
     let per = |bytes: i64| bytes as f64 / hops.max(1) as f64;
     let largest: Vec<String> = parts.iter().take(8).map(|(part, b)| format!("{part} {:.0}", per(*b))).collect();
     say(&format!("{}: WAL per hop by relation (bytes): {}", side.name(), largest.join(", ")));
-    Ok(per_hop(side, hops, delta, &stats, (wal, fpi)))
+    let mut written: Vec<(String, [i64; 3])> = tables
+        .into_iter()
+        .map(|(table, now)| {
+            let was = tables_before.iter().find(|(t, _)| *t == table).map_or([0; 3], |(_, w)| *w);
+            (table, [now[0] - was[0], now[1] - was[1], now[2] - was[2]])
+        })
+        .filter(|(_, w)| w.iter().any(|n| *n != 0))
+        .collect();
+    written.sort_by_key(|(_, w)| -(w[0] + w[1] + w[2]));
+    let written: Vec<String> =
+        written.iter().map(|(t, [i, u, d])| format!("{t} {:.2}/{:.2}/{:.2}", per(*i), per(*u), per(*d))).collect();
+    say(&format!("{}: row writes per hop by table (inserted/updated/deleted): {}", side.name(), written.join(", ")));
+    Ok(per_hop(side, chain, hops, delta, &stats, (wal, fpi)))
 }
 
-fn per_hop(side: Side, hops: usize, d: Snapshot, stats: &DatabaseStats, (wal, fpi): (i64, i64)) -> PerHop {
+fn per_hop(
+    side: Side,
+    chain: Chain,
+    hops: usize,
+    d: Snapshot,
+    stats: &DatabaseStats,
+    (wal, fpi): (i64, i64),
+) -> PerHop {
     let per = |n: f64| n / hops.max(1) as f64;
     PerHop {
         side,
+        chain,
         hops,
         commits: per(d.commits as f64),
         stat_commits: per(stats.commits as f64),
@@ -202,6 +250,18 @@ async fn database_stats(url: &str) -> anyhow::Result<DatabaseStats> {
         )
         .await?;
     Ok(DatabaseStats { commits: row.get(0), row_writes: row.get(1), lsn: row.get(2) })
+}
+
+/// Rows inserted, updated and deleted so far in each table of the database
+/// in `url` (`pg_stat_user_tables`; a backend reports its own as it exits).
+async fn table_writes(url: &str) -> anyhow::Result<Vec<(String, [i64; 3])>> {
+    let (client, conn) = baton_store::tokio_postgres::connect(url, baton_store::tokio_postgres::NoTls).await?;
+    let conn = tokio::spawn(conn);
+    let rows =
+        client.query("SELECT relname::text, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables", &[]).await?;
+    drop(client);
+    let _ = conn.await;
+    Ok(rows.iter().map(|r| (r.get(0), [r.get(1), r.get(2), r.get(3)])).collect())
 }
 
 /// The part of [`wal_bytes`]'s answer that counts full-page images.

@@ -69,6 +69,9 @@ pub struct BenchArgs {
     /// Hops of the per-hop counters cell (0 skips it).
     #[arg(long = "counter-hops", default_value_t = 600)]
     pub counter_hops: usize,
+    /// The workload of the counters cell: steady (32-stage chains) or e2e (3-stage chains end to end).
+    #[arg(long = "counters-workload", default_value = "steady", value_parser = ["steady", "e2e"])]
+    pub counters_workload: String,
     /// Finished invocations to load, then measure steady state again (0 skips it).
     #[arg(long, default_value_t = 0)]
     pub growth: usize,
@@ -116,11 +119,15 @@ pub async fn run(base: &Settings, args: BenchArgs) -> anyhow::Result<()> {
     let mut results = outcome?;
     cleanup?;
     if args.counter_hops > 0 {
-        say(&format!("per-hop counters: {} hops at 16 in flight through counting proxies", args.counter_hops));
+        let chain = if args.counters_workload == "e2e" { profiles::Chain::EndToEnd } else { profiles::Chain::Steady };
+        say(&format!(
+            "per-hop counters: {} hops of {} at 16 in flight through counting proxies",
+            args.counter_hops,
+            chain.name()
+        ));
         let settings = bench_settings(base, "baton_bench_counters");
-        results.counters =
-            counters::measure(&settings, procs::baton_binary()?, Some(std::env::current_exe()?), args.counter_hops, 16)
-                .await?;
+        let (baton, raw) = (procs::baton_binary()?, Some(std::env::current_exe()?));
+        results.counters = counters::measure_chain(&settings, baton, raw, chain, args.counter_hops, 16).await?;
     }
     println!("\n{}", report::render(&results, &args, started.elapsed()));
     Ok(())

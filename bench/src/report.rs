@@ -127,7 +127,8 @@ fn counters_table(out: &mut String, results: &Results) {
     if results.counters.is_empty() {
         return;
     }
-    let _ = writeln!(out, "\n### Per hop, counted on the wire (steady state, 1 worker, 16 in flight)\n");
+    let chain = results.counters[0].chain.name();
+    let _ = writeln!(out, "\n### Per hop, counted on the wire ({chain}, 1 worker, 16 in flight)\n");
     let _ = writeln!(
         out,
         "| side | hops | commits | commits (pg_stat_database, whole cell) | statements | round trips | publishes | row writes | WAL bytes (full-page images) |"

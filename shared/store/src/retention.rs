@@ -122,7 +122,7 @@ async fn delete_trails(c: &impl GenericClient, ids: &[String]) -> Result<()> {
     }
     for statement in [
         "DELETE FROM questions WHERE handoff_id = ANY($1)",
-        "DELETE FROM handoff_events WHERE handoff_id = ANY($1)",
+        "DELETE FROM handoff_log WHERE handoff_id = ANY($1)",
         "DELETE FROM bridge_messages WHERE handoff_id = ANY($1)",
         "DELETE FROM callbacks WHERE handoff_id = ANY($1)",
         "DELETE FROM bridge_answers WHERE handoff_id = ANY($1)",

@@ -16,7 +16,7 @@ use baton_domain::Language;
 use baton_store::after_commit::scope;
 use baton_store::runs::Run;
 use baton_store::{begin, client as db, commit};
-use baton_store::{invocations, requests, runs, Pool};
+use baton_store::{invocations, requests, Pool};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -89,14 +89,11 @@ async fn handle(
 pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     let mut client = db(pool).await?;
     let tx = begin(&mut client).await?;
-    // Pipelined: the run, its request (locked), its invocations and its attempt.
-    let (run, request, invocations, attempt) = tokio::try_join!(
-        runs::get_with_wait(&tx, message.run_id),
-        requests::lock_of_run(&tx, message.run_id),
-        invocations::for_run(&tx, message.run_id),
-        bridge::attempt(&tx, message.run_id),
-    )?;
-    let Some((run, waited_secs)) = run else {
+    // Pipelined: the run, its attempt, its request (locked) and what a
+    // coding agent changed (one statement), and its invocations.
+    let (read, invocations) =
+        tokio::try_join!(requests::to_answer(&tx, message.run_id), invocations::for_run(&tx, message.run_id))?;
+    let Some(requests::ToAnswer { run, waited_secs, attempt, request, changes }) = read else {
         anyhow::bail!("run {} does not exist", message.run_id);
     };
     let Some(handoff) = run.handoff_id.clone() else {
@@ -114,26 +111,14 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
         tracing::debug!(%handoff, "reply already sent");
         return Ok(());
     }
-    let event = async {
-        if matches!(outcome, Outcome::Completed { .. }) {
-            requests::add_event(&tx, &handoff, HandoffEvent::ResultReceived, None, None).await
-        } else if matches!(outcome, Outcome::Failed { .. }) {
-            let error = run.error.as_ref().map(|e| e.to_value().to_string());
-            requests::add_event(&tx, &handoff, HandoffEvent::Failed, Some(HandoffStatus::Failed), error.as_deref())
-                .await
-        } else {
-            Ok(())
-        }
+    let error = run.error.as_ref().map(|e| e.to_value().to_string());
+    let said: Vec<requests::Said<'_>> = match outcome {
+        Outcome::Completed { .. } => vec![(HandoffEvent::ResultReceived, None, None)],
+        Outcome::Failed { .. } => vec![(HandoffEvent::Failed, Some(HandoffStatus::Failed), error.as_deref())],
+        _ => vec![],
     };
     let status = outcome.status();
-    let changes = async {
-        match outcome {
-            Outcome::Completed { .. } => baton_store::coding::reply_changes(&tx, run.id).await,
-            _ => Ok(None),
-        }
-    };
-    // Pipelined, in this order: the event goes before the status's own.
-    let (_, _, changes) = tokio::try_join!(event, bridge::status(&tx, &request, status, None), changes)?;
+    let changes = changes.filter(|_| matches!(outcome, Outcome::Completed { .. }));
     let input = ReplyInput {
         handoff_id: request.wire_id(),
         chat_id: request.reply_chat_id.as_deref(),
@@ -145,7 +130,15 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
         changes,
         at: bridge::timestamp(),
     };
-    bridge::reply_at(&tx, &request, &input, attempt).await?;
+    // One statement: the events, the final status and the reply, in this
+    // order, and the request row once (its status and `reply_sent_at`).
+    let update = bridge::Update {
+        said: &said,
+        status: Some((status, None)),
+        reply: Some((&input, attempt)),
+        ..Default::default()
+    };
+    bridge::update(&tx, &request, update).await?;
     commit(tx).await?;
     // The time it waited for the user's answers is the user's, not the run's.
     let took = run.finished_at.and_then(|end| (end - run.created_at).to_std().ok());

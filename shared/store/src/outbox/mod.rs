@@ -276,7 +276,8 @@ pub async fn note_for_request(
 ) -> Result<()> {
     sql::execute(
         c,
-        "INSERT INTO handoff_events (handoff_id, type, message) SELECT id, $2, $3 FROM handoff_requests WHERE id = $1",
+        "INSERT INTO handoff_log (handoff_id, types, statuses, messages)
+         SELECT id, ARRAY[$2::text], ARRAY[NULL::text], ARRAY[$3::text] FROM handoff_requests WHERE id = $1",
         &[&handoff_id, &kind.as_str(), &message],
     )
     .await?;

@@ -29,6 +29,25 @@ fn route(request: &Request, message_id: String, body: Value, mandatory: bool) ->
     }
 }
 
+/// What one statement writes for a request ([`update`]): handoff events,
+/// then a status change (its `BridgeStatus` message and `status_changed`
+/// event), then the final reply (its `BridgeReply` message, `reply_sent_at`
+/// and `reply_sent` event), and the run it started.
+#[derive(Default)]
+pub struct Update<'a> {
+    /// Events recorded before the status's own, in order.
+    pub said: &'a [requests::Said<'a>],
+    /// A new status, with the note of its `status_changed` event.
+    pub status: Option<(HandoffStatus, Option<&'a str>)>,
+    /// The run the request now has.
+    pub run_id: Option<uuid::Uuid>,
+    /// The final reply, for the run's attempt ([`attempt`]).
+    pub reply: Option<(&'a bridge::ReplyInput<'a>, i32)>,
+    /// A run's journal events, written as one journal row by the same
+    /// statement (a run's start: at most [`crate::journal::ROW_EVENTS`]).
+    pub journal: Option<(uuid::Uuid, &'a [crate::journal::Event])>,
+}
+
 /// Records a status change and queues the `BridgeStatus` message (mandatory,
 /// like the reply: one that no queue takes goes to the dead-letter queue).
 pub async fn status(
@@ -37,22 +56,7 @@ pub async fn status(
     status: HandoffStatus,
     note: Option<&str>,
 ) -> crate::Result<()> {
-    let seq = requests::set_status(c, &request.id, status).await?;
-    let body = bridge::status(request.wire_id(), status, seq, request.reply_chat_id.as_deref(), now());
-    let message = route(request, bridge::status_message_id(request.wire_id(), seq), body, true);
-    let callback = async {
-        match &request.status_url {
-            Some(url) => requests::callbacks::enqueue(c, &request.id, url, &message.body).await,
-            None => Ok(()),
-        }
-    };
-    // Pipelined: three rows of different tables, none waiting for another.
-    tokio::try_join!(
-        requests::add_event(c, &request.id, HandoffEvent::StatusChanged, Some(status), note),
-        callback,
-        outbox::enqueue(c, &message)
-    )?;
-    Ok(())
+    update(c, request, Update { status: Some((status, note)), ..Update::default() }).await
 }
 
 /// Queues the final `BridgeReply` (mandatory: if no queue takes it, it goes
@@ -74,17 +78,125 @@ pub async fn reply_at(
     input: &bridge::ReplyInput<'_>,
     attempt: i32,
 ) -> crate::Result<()> {
-    let body = bridge::reply(input);
-    let message_id = bridge::attempt_reply_message_id(request.wire_id(), attempt);
-    let message = route(request, message_id, body, true);
-    // Pipelined: rows of different tables, none waiting for another.
-    tokio::try_join!(
-        outbox::enqueue(c, &message),
-        requests::mark_reply_sent(c, &request.id),
-        requests::add_event(c, &request.id, HandoffEvent::ReplySent, Some(input.outcome.status()), None),
-    )?;
+    update(c, request, Update { reply: Some((input, attempt)), ..Update::default() }).await
+}
+
+/// Writes `u` for the request in one statement: the request row once (its
+/// status and the status's sequence number, its run, `reply_sent_at`), the
+/// events as one `handoff_log` row, and each message to the bridge as an
+/// outbox row and its copy for operators (`bridge_messages`), in order (the
+/// status before the reply). The status's sequence number is the row's
+/// own, taken by the same statement under the row's lock; the status's body
+/// and message id get it there.
+pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) -> crate::Result<()> {
+    let mut said: Vec<requests::Said<'_>> = u.said.to_vec();
+    let mut status_body = None;
+    if let Some((status, note)) = u.status {
+        said.push((HandoffEvent::StatusChanged, Some(status), note));
+        status_body = Some(bridge::status(request.wire_id(), status, 0, request.reply_chat_id.as_deref(), now()));
+    }
+    let (mut reply_body, mut reply_id) = (None, None);
+    if let Some((input, attempt)) = u.reply {
+        said.push((HandoffEvent::ReplySent, Some(input.outcome.status()), None));
+        reply_body = Some(bridge::reply(input));
+        reply_id = Some(bridge::attempt_reply_message_id(request.wire_id(), attempt));
+    }
+    if said.len() > requests::LOG_EVENTS {
+        let (first, _) = said.split_at(said.len() - requests::LOG_EVENTS);
+        requests::add_events(c, &request.id, first).await?;
+        said.drain(..first.len());
+    }
+    let status_prefix = bridge::status_message_id(request.wire_id(), 0);
+    let status_prefix = status_prefix.strip_suffix('0').unwrap_or(&status_prefix);
+    let (kinds, statuses, messages) = requests::log_columns(&said);
+    let queued = route(request, String::new(), Value::Null, true);
+    let trace = outbox::current_trace();
+    let (traceparent, tracestate) = trace.clone().map_or((None, None), |(p, s)| (Some(p), s));
+    let grace = outbox::after_commit::grace().map(|g| g.as_secs_f64()).unwrap_or(0.0);
+    let status = u.status.map(|(s, _)| s.as_str());
+    let reply_sent = u.reply.is_some();
+    let journal = u.journal.filter(|(_, events)| !events.is_empty());
+    if let Some((run, events)) = journal.filter(|(_, events)| events.len() > crate::journal::ROW_EVENTS) {
+        return Box::pin(async move {
+            crate::journal::append(c, run, events).await?;
+            update(c, request, Update { journal: None, ..u }).await
+        })
+        .await;
+    }
+    let journal_run = journal.map(|(run, _)| run);
+    let logged = crate::journal::columns(journal.map_or(&[], |(_, events)| events));
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 22] = [
+        &request.id,
+        &status,
+        &u.run_id,
+        &reply_sent,
+        &status_prefix,
+        &status_body,
+        &reply_id,
+        &reply_body,
+        &kinds,
+        &statuses,
+        &messages,
+        &queued.queue,
+        &queued.external,
+        &traceparent,
+        &tracestate,
+        &grace,
+        &SEQ,
+        &journal_run,
+        &logged.invocations,
+        &logged.kinds,
+        &logged.payloads,
+        &logged.invocation,
+    ];
+    let rows = crate::sql::query(
+        c,
+        "WITH s AS (
+             UPDATE handoff_requests
+                SET status = coalesce($2::text, status),
+                    status_seq = status_seq + CASE WHEN $2::text IS NULL THEN 0 ELSE 1 END,
+                    run_id = coalesce($3::uuid, run_id),
+                    reply_sent_at = CASE WHEN $4::bool THEN now() ELSE reply_sent_at END,
+                    updated_at = now()
+              WHERE id = $1 RETURNING status_seq),
+         m AS (
+             SELECT 1 AS n, $5::text || s.status_seq::text AS message_id,
+                    jsonb_set($6::jsonb, ARRAY[$17::text], to_jsonb(s.status_seq)) AS body
+               FROM s WHERE $6::jsonb IS NOT NULL
+             UNION ALL
+             SELECT 2, $7::text, $8::jsonb FROM s WHERE $8::jsonb IS NOT NULL),
+         l AS (
+             INSERT INTO handoff_log (handoff_id, types, statuses, messages)
+             SELECT $1, $9::text[], $10::text[], $11::text[] WHERE cardinality($9::text[]) > 0),
+         b AS (
+             INSERT INTO bridge_messages (handoff_id, message_id, queue, body)
+             SELECT $1, message_id, $12, body FROM m ORDER BY n),
+         j AS (
+             INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
+             SELECT $18, $22::uuid, $19::uuid[], $20::text[]::journal_event[], $21::jsonb[] WHERE $18::uuid IS NOT NULL)
+         INSERT INTO outbox (queue, external, message_id, correlation_id, body, mandatory, traceparent, tracestate, next_attempt_at)
+         SELECT $12, $13, message_id, $1, body, true, $14, $15, now() + make_interval(secs => $16::float8)
+           FROM m ORDER BY n
+         RETURNING id, message_id, body",
+        &params,
+    )
+    .await?;
+    for row in &rows {
+        let message = Message { message_id: row.get(1), body: row.get(2), ..queued.clone() };
+        if message.message_id.as_deref().is_some_and(|id| id.starts_with(status_prefix)) {
+            if let Some(url) = &request.status_url {
+                requests::callbacks::enqueue(c, &request.id, url, &message.body).await?;
+            }
+        }
+        if grace > 0.0 {
+            outbox::after_commit::wrote(outbox::Row { id: row.get(0), attempts: 0, message, trace: trace.clone() });
+        }
+    }
     Ok(())
 }
+
+/// The field of a status message that holds its sequence number.
+const SEQ: &str = "seq";
 
 pub fn timestamp() -> String {
     now()

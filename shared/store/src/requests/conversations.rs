@@ -26,6 +26,18 @@ pub async fn lock_handoff(c: &impl GenericClient, handoff_id: &str) -> Result<()
     Ok(())
 }
 
+/// [`lock_handoff`], and the applied profiles file's version
+/// ([`crate::profiles::version`]) read by the same statement.
+pub async fn lock_handoff_reading_version(c: &impl GenericClient, handoff_id: &str) -> Result<i64> {
+    let row = sql::query_one(
+        c,
+        "SELECT pg_advisory_xact_lock($1, hashtext($2)), (SELECT version FROM profiles_version)",
+        &[&HANDOFF_LOCK, &handoff_id],
+    )
+    .await?;
+    Ok(row.get(1))
+}
+
 /// Keeps a cancel; false when one with its id was kept before (a duplicate).
 pub async fn keep_cancel(c: &impl GenericClient, cancel: &BridgeCancel) -> Result<bool> {
     let n = sql::execute(
@@ -113,6 +125,21 @@ pub async fn lock_noting_waiting(c: &impl GenericClient, key: &str) -> Result<(O
     Err(vanished(key))
 }
 
+/// Makes the conversation's row with `run` as its live run, when the chat
+/// has none: true when it did (a new chat is free and nobody waits in it;
+/// its new row is this transaction's until the commit, and the run is
+/// inserted later in it: the key is checked at the commit, V32). False
+/// when the row exists: then [`lock_noting_waiting`] decides.
+pub async fn start_new(c: &impl GenericClient, key: &str, run: Uuid) -> Result<bool> {
+    let row = sql::query_opt(
+        c,
+        "INSERT INTO conversations (key, live_run) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING key",
+        &[&key, &run],
+    )
+    .await?;
+    Ok(row.is_some())
+}
+
 fn vanished(key: &str) -> crate::Error {
     crate::Error::Corrupt(format!("conversations {key}: the row was deleted each time it was made"))
 }
@@ -120,6 +147,13 @@ fn vanished(key: &str) -> crate::Error {
 /// Gives the conversation's turn to `run`.
 pub async fn set_live(c: &impl GenericClient, key: &str, run: Uuid) -> Result<()> {
     sql::execute(c, "UPDATE conversations SET live_run = $2, updated_at = now() WHERE key = $1", &[&key, &run]).await?;
+    Ok(())
+}
+
+/// Takes back a live run named by [`start_new`] that did not start (the
+/// request was refused).
+pub async fn clear_live(c: &impl GenericClient, key: &str) -> Result<()> {
+    sql::execute(c, "UPDATE conversations SET live_run = NULL, updated_at = now() WHERE key = $1", &[&key]).await?;
     Ok(())
 }
 

@@ -73,16 +73,37 @@ pub struct EventRow {
 /// Inserts the request, or counts one more delivery of a request already
 /// stored. Returns whether this delivery was the first.
 pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Result<bool> {
+    Ok(insert_or_count_reading(c, r).await?.0)
+}
+
+/// A cancel kept for a handoff and not applied yet: its id and reason.
+pub type PendingCancel = Option<(String, Option<String>)>;
+
+/// [`insert_or_count`], also returning the request as stored now and the
+/// oldest cancel kept for it and not applied yet
+/// ([`conversations::pending_cancel`]), read by the same statement. The
+/// caller holds the handoff's lock ([`conversations::lock_handoff`]) since
+/// an earlier statement, so this one sees every cancel committed before.
+pub async fn insert_or_count_reading(
+    c: &impl GenericClient,
+    r: &NewRequest<'_>,
+) -> Result<(bool, Request, PendingCancel)> {
     // The request keeps the trace context of the span storing it (intake's,
     // a child of the bridge's `traceparent`).
     let (traceparent, tracestate) = crate::outbox::current_trace().map_or((None, None), |(p, s)| (Some(p), s));
     let row = sql::query_one(
         c,
-        "INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id, status_url,
-                                       traceparent, tracestate, bridge_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-         ON CONFLICT (id) DO UPDATE SET deliveries = handoff_requests.deliveries + 1, updated_at = now()
-         RETURNING deliveries = 1",
+        "WITH i AS (
+             INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id,
+                                           status_url, traceparent, tracestate, bridge_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+             ON CONFLICT (id) DO UPDATE SET deliveries = handoff_requests.deliveries + 1, updated_at = now()
+             RETURNING id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries,
+                       reply_sent_at, status_url, bridge_id)
+         SELECT i.*, k.id, k.reason
+           FROM i LEFT JOIN LATERAL (
+                SELECT id, reason FROM bridge_cancels WHERE handoff_id = i.id AND applied_at IS NULL
+                 ORDER BY received_at LIMIT 1) k ON true",
         &[
             &r.id,
             r.body,
@@ -90,7 +111,8 @@ pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Resu
             &r.target_agent.as_str(),
             &r.status.as_str(),
             &r.language.as_str(),
-            &r.reply_to, &r.reply_chat_id,
+            &r.reply_to,
+            &r.reply_chat_id,
             &r.status_url,
             &traceparent,
             &tracestate,
@@ -98,30 +120,79 @@ pub async fn insert_or_count(c: &impl GenericClient, r: &NewRequest<'_>) -> Resu
         ],
     )
     .await?;
-    Ok(row.get(0))
+    let stored = from_row(&row)?;
+    let cancel = row.get::<_, Option<String>>(13).map(|id| (id, row.get(14)));
+    Ok((stored.deliveries == 1, stored, cancel))
 }
 
 const COLUMNS: &str =
     "id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries, reply_sent_at, status_url, bridge_id";
 
 fn from_row(r: &tokio_postgres::Row) -> Result<Request> {
-    let id: String = r.get(0);
+    from_row_at(r, 0)
+}
+
+/// A request read from [`COLUMNS`], starting at column `from`.
+fn from_row_at(r: &tokio_postgres::Row, from: usize) -> Result<Request> {
+    let id: String = r.get(from);
     let at = RowOf { table: "handoff_requests", id: &id };
     Ok(Request {
-        body: r.get(1),
-        source: at.wire(r, 2)?,
-        target_agent: at.wire(r, 3)?,
-        status: at.wire(r, 4)?,
-        language: at.wire(r, 5)?,
-        reply_to: r.get(6),
-        reply_chat_id: r.get(7),
-        run_id: r.get(8),
-        deliveries: r.get(9),
-        reply_sent_at: r.get(10),
-        status_url: r.get(11),
-        bridge: r.get(12),
+        body: r.get(from + 1),
+        source: at.wire(r, from + 2)?,
+        target_agent: at.wire(r, from + 3)?,
+        status: at.wire(r, from + 4)?,
+        language: at.wire(r, from + 5)?,
+        reply_to: r.get(from + 6),
+        reply_chat_id: r.get(from + 7),
+        run_id: r.get(from + 8),
+        deliveries: r.get(from + 9),
+        reply_sent_at: r.get(from + 10),
+        status_url: r.get(from + 11),
+        bridge: r.get(from + 12),
         id,
     })
+}
+
+/// What the collector reads of a finished run, in one statement: the run,
+/// the seconds it waited for its user's answers, its attempt, its request
+/// (locked for this transaction, as [`lock_of_run`]) and what a coding
+/// agent changed (the newest). `None` when the run does not exist.
+pub struct ToAnswer {
+    pub run: crate::runs::Run,
+    pub waited_secs: f64,
+    pub attempt: i32,
+    pub request: Option<Request>,
+    pub changes: Option<baton_domain::projects::Changes>,
+}
+
+pub async fn to_answer(c: &impl GenericClient, run_id: Uuid) -> Result<Option<ToAnswer>> {
+    let run_columns = crate::runs::RUN_COLUMNS;
+    let request_columns: Vec<String> = COLUMNS.split(", ").map(|c| format!("h.{c}")).collect();
+    let sql = format!(
+        "WITH h AS (SELECT * FROM handoff_requests WHERE id = (SELECT handoff_id FROM runs WHERE id = $1) FOR UPDATE)
+         SELECT {run_columns},
+                coalesce((SELECT sum(extract(epoch FROM least(coalesce(q.closed_at, now()), coalesce(r.finished_at, now()))
+                                                      - q.created_at))
+                            FROM questions q WHERE q.run_id = r.id), 0)::float8,
+                r.attempt,
+                (SELECT changes FROM coding_changes WHERE run_id = r.id ORDER BY created_at DESC, invocation_id DESC LIMIT 1),
+                h.id IS NOT NULL,
+                {}
+           FROM runs r LEFT JOIN h ON true WHERE r.id = $1",
+        request_columns.join(", ")
+    );
+    let Some(row) = sql::query_opt(c, &sql, &[&run_id]).await? else {
+        return Ok(None);
+    };
+    let changes: Option<Value> = row.get(11);
+    let request = if row.get(12) { Some(from_row_at(&row, 13)?) } else { None };
+    Ok(Some(ToAnswer {
+        run: crate::runs::run_at(&row, 0)?,
+        waited_secs: row.get(9),
+        attempt: row.get(10),
+        request,
+        changes: changes.map(serde_json::from_value).transpose()?,
+    }))
 }
 
 /// The trace context the request was stored with (see V19), if any.
@@ -157,27 +228,13 @@ pub async fn lock_of_run(c: &impl GenericClient, run_id: Uuid) -> Result<Option<
     sql::query_opt(c, &sql, &[&run_id]).await?.as_ref().map(from_row).transpose()
 }
 
-/// Sets a new status and returns its sequence number for the bridge.
-pub async fn set_status(c: &impl GenericClient, id: &str, status: HandoffStatus) -> Result<i32> {
-    let row = sql::query_one(
-        c,
-        "UPDATE handoff_requests SET status = $2, status_seq = status_seq + 1, updated_at = now()
-          WHERE id = $1 RETURNING status_seq",
-        &[&id, &status.as_str()],
-    )
-    .await?;
-    Ok(row.get(0))
-}
-
 pub async fn link_run(c: &impl GenericClient, id: &str, run_id: Uuid) -> Result<()> {
     sql::execute(c, "UPDATE handoff_requests SET run_id = $2 WHERE id = $1", &[&id, &run_id]).await?;
     Ok(())
 }
 
-pub async fn mark_reply_sent(c: &impl GenericClient, id: &str) -> Result<()> {
-    sql::execute(c, "UPDATE handoff_requests SET reply_sent_at = now() WHERE id = $1", &[&id]).await?;
-    Ok(())
-}
+/// A handoff event as written: its kind, the status it records, a note.
+pub type Said<'a> = (HandoffEvent, Option<HandoffStatus>, Option<&'a str>);
 
 pub async fn add_event(
     c: &impl GenericClient,
@@ -186,37 +243,35 @@ pub async fn add_event(
     status: Option<HandoffStatus>,
     message: Option<&str>,
 ) -> Result<()> {
-    sql::execute(
-        c,
-        "INSERT INTO handoff_events (handoff_id, type, status, message) VALUES ($1, $2, $3, $4)",
-        &[&handoff_id, &kind.as_str(), &status.map(HandoffStatus::as_str), &message],
-    )
-    .await?;
+    add_events(c, handoff_id, &[(kind, status, message)]).await
+}
+
+/// Several handoff events, in the order given, as one `handoff_log` row
+/// (V32) in one statement.
+pub async fn add_events(c: &impl GenericClient, handoff_id: &str, events: &[Said<'_>]) -> Result<()> {
+    for events in events.chunks(LOG_EVENTS) {
+        let (kinds, statuses, messages) = log_columns(events);
+        sql::execute(
+            c,
+            "INSERT INTO handoff_log (handoff_id, types, statuses, messages) VALUES ($1, $2, $3, $4)",
+            &[&handoff_id, &kinds, &statuses, &messages],
+        )
+        .await?;
+    }
     Ok(())
 }
 
-/// Several handoff events in one statement, in the order given.
-pub async fn add_events(
-    c: &impl GenericClient,
-    handoff_id: &str,
-    events: &[(HandoffEvent, Option<HandoffStatus>, Option<&str>)],
-) -> Result<()> {
-    if events.is_empty() {
-        return Ok(());
-    }
-    let kinds: Vec<&str> = events.iter().map(|e| e.0.as_str()).collect();
-    let statuses: Vec<Option<&str>> = events.iter().map(|e| e.1.map(HandoffStatus::as_str)).collect();
-    let messages: Vec<Option<&str>> = events.iter().map(|e| e.2).collect();
-    sql::execute(
-        c,
-        "INSERT INTO handoff_events (handoff_id, type, status, message)
-         SELECT $1, e.kind, e.status, e.message
-           FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS e(kind, status, message, n)
-          ORDER BY e.n",
-        &[&handoff_id, &kinds, &statuses, &messages],
-    )
-    .await?;
-    Ok(())
+/// The most events one `handoff_log` row holds (its CHECK, V32).
+pub(crate) const LOG_EVENTS: usize = 4096;
+
+/// One `handoff_log` row's arrays: each event's type, status and note.
+pub(crate) fn log_columns<'a>(
+    events: &[Said<'a>],
+) -> (Vec<&'static str>, Vec<Option<&'static str>>, Vec<Option<&'a str>>) {
+    let kinds = events.iter().map(|e| e.0.as_str()).collect();
+    let statuses = events.iter().map(|e| e.1.map(HandoffStatus::as_str)).collect();
+    let messages = events.iter().map(|e| e.2).collect();
+    (kinds, statuses, messages)
 }
 
 /// A handoff's events, oldest first.

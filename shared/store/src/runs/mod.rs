@@ -41,11 +41,24 @@ pub struct Run {
 
 /// Inserts a run; its priority is its request's (`normal` without one).
 pub async fn insert(c: &impl GenericClient, id: Uuid, handoff_id: Option<&str>, root_profile_id: &str) -> Result<()> {
+    insert_with_budget(c, id, handoff_id, root_profile_id, None).await
+}
+
+/// [`insert`], with the budget copied onto the run in the same row (intake:
+/// no update follows).
+pub async fn insert_with_budget(
+    c: &impl GenericClient,
+    id: Uuid,
+    handoff_id: Option<&str>,
+    root_profile_id: &str,
+    budget: Option<&baton_domain::policy::budget::RunBudget>,
+) -> Result<()> {
+    let budget = budget.map(serde_json::to_value).transpose()?;
     sql::execute(
         c,
-        "INSERT INTO runs (id, handoff_id, status, root_profile_id, priority)
-         VALUES ($1, $2, $4, $3, coalesce((SELECT body->>'priority' FROM handoff_requests WHERE id = $2), 'normal'))",
-        &[&id, &handoff_id, &root_profile_id, &RUNNING],
+        "INSERT INTO runs (id, handoff_id, status, root_profile_id, priority, budget)
+         VALUES ($1, $2, $4, $3, coalesce((SELECT body->>'priority' FROM handoff_requests WHERE id = $2), 'normal'), $5)",
+        &[&id, &handoff_id, &root_profile_id, &RUNNING, &budget],
     )
     .await?;
     Ok(())

@@ -19,9 +19,7 @@ use crate::invocations::{NewBrief, NewInvocation};
 use crate::journal::Event;
 use crate::profiles::Snapshot;
 use crate::requests::{self, Request};
-use crate::{
-    invocations::spawn, profiles, requests::bridge, requests::conversations, runs, runs::budgets, Error, Result,
-};
+use crate::{invocations::spawn, profiles, requests::bridge, requests::conversations, runs, Error, Result};
 
 /// Routes the request to its root agent and starts its run, or tells the
 /// bridge why not (a `failed` reply). Returns the run it started. A request
@@ -39,24 +37,38 @@ pub async fn request_as(
     request: &HandoffRequest,
     known: Option<&Snapshot>,
 ) -> Result<Option<Uuid>> {
+    request_saying(c, stored, request, known, &[], Uuid::now_v7()).await
+}
+
+/// [`request_as`], with handoff events to record first (`said`: written
+/// with the request's own, in one row) and the id its run gets, if it gets
+/// one (`run_id`: the caller may have named it already, as a free chat's
+/// live run).
+pub async fn request_saying(
+    c: &impl GenericClient,
+    stored: &Request,
+    request: &HandoffRequest,
+    known: Option<&Snapshot>,
+    said: &[requests::Said<'_>],
+    run_id: Uuid,
+) -> Result<Option<Uuid>> {
     if request.target_agent == TargetAgent::Manual {
-        bridge::status(c, stored, HandoffStatus::Accepted, Some("waiting for an operator")).await?;
+        let status = Some((HandoffStatus::Accepted, Some("waiting for an operator")));
+        bridge::update(c, stored, bridge::Update { said, status, ..Default::default() }).await?;
         return Ok(None);
     }
-    let Some(profile) = root_profile(c, stored, request, known).await? else {
+    let Some(profile) = root_profile(c, stored, request, known, said).await? else {
         return Ok(None);
     };
     let target = request.target_agent.as_str();
-    let run_id = Uuid::now_v7();
     let root = Uuid::now_v7();
     // Copied onto the run now: a later `profiles apply` does not change it.
     let budget = match known {
         Some(known) => known.budgets.for_target(target),
         None => profiles::settings::budgets(c).await?.for_target(target),
     };
-    runs::insert(c, run_id, Some(&request.id), &profile.id).await?;
-    // Pipelined (one round trip): two rows, neither waiting for the other.
-    tokio::try_join!(budgets::assign(c, run_id, &budget), requests::link_run(c, &request.id, run_id))?;
+    // The run first: its invocation's message reads the run's priority.
+    runs::insert_with_budget(c, run_id, Some(&request.id), &profile.id, Some(&budget)).await?;
     let brief = render_request_brief(request);
     let new = NewInvocation {
         id: root,
@@ -71,7 +83,7 @@ pub async fn request_as(
         handoffs: 0,
         run_spent: Default::default(),
     };
-    let created = spawn::invocation(c, &new, None).await?;
+    let created = spawn::invocation(c, &new, None);
     let mut events = vec![
         Event::new(
             JournalEvent::RunCreated,
@@ -85,17 +97,20 @@ pub async fn request_as(
         ),
         Event::new(JournalEvent::WorkspaceInitialized, None, json!({})),
     ];
-    events.extend(created);
     let announce = stored.status != HandoffStatus::Accepted;
-    let mut said = vec![(HandoffEvent::Sent, None, Some(profile.id.as_str()))];
+    let mut said = said.to_vec();
+    said.push((HandoffEvent::Sent, None, Some(profile.id.as_str())));
     if announce {
         said.push((HandoffEvent::Accepted, Some(HandoffStatus::Accepted), None));
     }
-    // Pipelined: the run's journal and the handoff's events, apart.
-    tokio::try_join!(crate::journal::append(c, run_id, &events), requests::add_events(c, &request.id, &said))?;
-    if announce {
-        bridge::status(c, stored, HandoffStatus::Accepted, None).await?;
-    }
+    // After the root invocation (with its message): the request's row (its
+    // run, and its status when announced), its events, the bridge's status
+    // and the run's journal, in one statement.
+    events.extend(created.await?);
+    let status = announce.then_some((HandoffStatus::Accepted, None));
+    let journal = Some((run_id, events.as_slice()));
+    let update = bridge::Update { said: &said, status, run_id: Some(run_id), reply: None, journal };
+    bridge::update(c, stored, update).await?;
     Ok(Some(run_id))
 }
 
@@ -108,6 +123,7 @@ async fn root_profile(
     stored: &Request,
     request: &HandoffRequest,
     known: Option<&Snapshot>,
+    said: &[requests::Said<'_>],
 ) -> Result<Option<Profile>> {
     let target = request.target_agent.as_str();
     let route = match known {
@@ -125,6 +141,7 @@ async fn root_profile(
             // A profile this version cannot read cannot run here: say so.
             Err(e @ Error::Unreadable { .. }) => {
                 let message = format!("the agent for `{target}` requests cannot run: {e}");
+                requests::add_events(c, &stored.id, said).await?;
                 refuse(c, stored, ErrorCode::NoAgent, &message).await?;
                 return Ok(None);
             }
@@ -134,6 +151,7 @@ async fn root_profile(
     };
     let Some(profile) = profile.filter(Profile::is_configured) else {
         let message = format!("no configured agent handles `{target}` requests");
+        requests::add_events(c, &stored.id, said).await?;
         refuse(c, stored, ErrorCode::NoAgent, &message).await?;
         return Ok(None);
     };
@@ -142,19 +160,35 @@ async fn root_profile(
 
 /// Ends a request that gets no run: a `failed` status and reply with `code`.
 pub async fn refuse(c: &impl GenericClient, stored: &Request, code: ErrorCode, message: &str) -> Result<()> {
-    requests::add_event(c, &stored.id, HandoffEvent::Failed, Some(HandoffStatus::Failed), Some(message)).await?;
-    bridge::status(c, stored, HandoffStatus::Failed, Some(message)).await?;
+    let said = [(HandoffEvent::Failed, Some(HandoffStatus::Failed), Some(message))];
     let outcome = Outcome::Failed { code, message: message.to_string() };
-    bridge::reply(c, stored, &no_run_reply(stored, outcome)).await
+    end_without_run(c, stored, &said, (HandoffStatus::Failed, Some(message)), outcome).await
 }
 
 /// Ends a request that has no run (it waited for its turn, or had not
 /// arrived when its cancel did): a `cancelled` status and reply.
 pub async fn cancel(c: &impl GenericClient, stored: &Request, reason: Option<&str>) -> Result<()> {
-    requests::add_event(c, &stored.id, HandoffEvent::Cancelled, Some(HandoffStatus::Cancelled), reason).await?;
-    bridge::status(c, stored, HandoffStatus::Cancelled, reason).await?;
+    let said = [(HandoffEvent::Cancelled, Some(HandoffStatus::Cancelled), reason)];
     let outcome = Outcome::Cancelled { reason: reason.map(str::to_string) };
-    bridge::reply(c, stored, &no_run_reply(stored, outcome)).await
+    end_without_run(c, stored, &said, (HandoffStatus::Cancelled, reason), outcome).await
+}
+
+/// The event, status and reply that end a request with no run, in one
+/// statement (a run retried before has its own attempt's reply).
+async fn end_without_run(
+    c: &impl GenericClient,
+    stored: &Request,
+    said: &[requests::Said<'_>],
+    status: (HandoffStatus, Option<&str>),
+    outcome: Outcome,
+) -> Result<()> {
+    let attempt = match stored.run_id {
+        Some(run) => bridge::attempt(c, run).await?,
+        None => 1,
+    };
+    let input = no_run_reply(stored, outcome);
+    let update = bridge::Update { said, status: Some(status), reply: Some((&input, attempt)), ..Default::default() };
+    bridge::update(c, stored, update).await
 }
 
 fn no_run_reply(stored: &Request, outcome: Outcome) -> ReplyInput<'_> {

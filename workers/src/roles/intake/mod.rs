@@ -275,8 +275,8 @@ async fn accept(
     let early = held.as_ref().map(|known| disclosure::apply(known.disclosure.for_target(target), original));
     let tx = begin(&mut client).await?;
     // A cancel for this handoff waits, or sees the request, never neither.
-    // The version of the profiles file rides along (pipelined).
-    let ((), version) = tokio::try_join!(conversations::lock_handoff(&tx, &original.id), profiles::version(&tx))?;
+    // The version of the profiles file rides along (the same statement).
+    let version = conversations::lock_handoff_reading_version(&tx, &original.id).await?;
     let known = cache.at(&tx, version).await?;
     let filtered = match early {
         Some(filtered) if held.is_some_and(|held| Arc::ptr_eq(&held, &known)) => filtered,
@@ -296,12 +296,15 @@ async fn accept(
         status_url: status_url(request),
         bridge: bridge.map(|b| b.id.as_str()),
     };
-    let taken = if requests::insert_or_count(&tx, &new).await? {
-        take_first(&tx, request, &filtered.removed, &known, dead_lettered).await?;
+    // The request stored (or counted) and read back, with a cancel that
+    // came before it.
+    let (first, stored, cancel) = requests::insert_or_count_reading(&tx, &new).await?;
+    let taken = if first {
+        take_first(&tx, request, &filtered.removed, &known, dead_lettered, (stored, cancel)).await?;
         Taken::Stored
     } else {
         let known_bridges = bridge.is_some() && !known.bridges.is_empty();
-        take_again(&tx, request, &body, &filtered.removed, &known, dead_lettered, known_bridges).await?
+        take_again(&tx, request, (stored, &body), &filtered.removed, &known, dead_lettered, known_bridges).await?
     };
     commit(tx).await?;
     if matches!(taken, Taken::Stored) {
@@ -311,13 +314,15 @@ async fn accept(
 }
 
 /// A request just stored: its handoff events, then its run, unless it is a
-/// draft.
+/// draft. The events are written with the ones starting the run adds (one
+/// row), or before whatever else happens to it.
 async fn take_first(
     c: &impl GenericClient,
     request: &HandoffRequest,
     removed: &[Redaction],
     known: &Snapshot,
     dead_lettered: Option<&str>,
+    read: (Request, PendingCancel),
 ) -> anyhow::Result<()> {
     let removed = disclosure_note(removed);
     let mut said = vec![];
@@ -332,24 +337,18 @@ async fn take_first(
     if !request.is_runnable() {
         return Ok(requests::add_events(c, &request.id, &said).await?);
     }
-    // Pipelined: the events, and what starting the request reads.
-    let (_, stored, cancel) = tokio::try_join!(
-        requests::add_events(c, &request.id, &said),
-        requests::get(c, &request.id),
-        conversations::pending_cancel(c, &request.id),
-    )?;
-    let stored = stored.expect("inserted in this transaction");
-    start(c, request, known, Some((stored, cancel))).await
+    start(c, request, known, Some(read), &said).await
 }
 
 /// The same id again: a duplicate (acknowledged, counted, nothing more), or
 /// a draft the bridge now sends as `requested`. With `[[bridges]]` a body
 /// that differs from the stored one (but in `status` and `updatedAt`) is no
 /// duplicate: it is recorded and refused (`conflicting_duplicate`).
+/// `stored` is the request as stored, `body` the one this delivery carries.
 async fn take_again(
     c: &impl GenericClient,
     request: &HandoffRequest,
-    body: &serde_json::Value,
+    (stored, body): (Request, &serde_json::Value),
     removed: &[Redaction],
     known: &Snapshot,
     dead_lettered: Option<&str>,
@@ -358,7 +357,6 @@ async fn take_again(
     if let Some(note) = dead_lettered {
         requests::add_event(c, &request.id, HandoffEvent::DeadLetterRecovered, None, Some(note)).await?;
     }
-    let stored = requests::get(c, &request.id).await?.expect("counted in this transaction");
     if bridges && !same_request(&stored.body, body) {
         let note = "a redelivery of this id with another body was refused; the stored request stands";
         requests::add_event(c, &request.id, HandoffEvent::ConflictingDuplicate, None, Some(note)).await?;
@@ -367,7 +365,7 @@ async fn take_again(
     if stored.status == HandoffStatus::Draft && request.is_runnable() {
         requests::promote_draft(c, &request.id, body, status_url(request)).await?;
         record_disclosure(c, &request.id, removed).await?;
-        start(c, request, known, None).await?;
+        start(c, request, known, None, &[]).await?;
     } else {
         tracing::info!("duplicate request acknowledged; no new run");
     }
@@ -388,18 +386,19 @@ fn same_request(stored: &serde_json::Value, new: &serde_json::Value) -> bool {
     strip(stored) == strip(new)
 }
 
-/// A cancel kept for a handoff and not applied yet: its id and reason.
-type PendingCancel = Option<(String, Option<String>)>;
+use baton_store::requests::PendingCancel;
 
 /// Starts the request's run, unless a cancel came first or its conversation
 /// is busy: then it waits, is refused or interrupts the live run, under the
 /// route's strategy, decided under the conversation's row lock. `read` is
-/// the stored request and its pending cancel when the caller read them.
+/// the stored request and its pending cancel when the caller read them;
+/// `said`, handoff events to record first.
 async fn start(
     c: &impl GenericClient,
     request: &HandoffRequest,
     known: &Snapshot,
     read: Option<(Request, PendingCancel)>,
+    said: &[requests::Said<'_>],
 ) -> anyhow::Result<()> {
     let (stored, pending) = match read {
         Some(read) => read,
@@ -409,8 +408,10 @@ async fn start(
             (stored.expect("inserted in this transaction"), cancel)
         }
     };
+    let start_run = |run_id| baton_store::runs::start::request_saying(c, &stored, request, Some(known), said, run_id);
     if let Some((cancel, reason)) = pending {
         tracing::info!("a cancel came before the request; it is cancelled instead of run");
+        requests::add_events(c, &request.id, said).await?;
         conversations::mark_applied(c, &request.id).await?;
         let note = format!("cancel {cancel}: it came before the request, which is cancelled instead of run");
         requests::add_event(c, &request.id, HandoffEvent::CancelReceived, None, Some(&note)).await?;
@@ -418,34 +419,49 @@ async fn start(
     }
     let key = request.conversation_key().filter(|_| request.target_agent != TargetAgent::Manual);
     let Some(key) = key else {
-        baton_store::runs::start::request_as(c, &stored, request, Some(known)).await?;
+        start_run(uuid::Uuid::now_v7()).await?;
         return Ok(());
     };
+    // A new chat is free and nobody waits in it: its row is made with this
+    // request's run as its live run (one write), and the run starts.
+    let run_id = uuid::Uuid::now_v7();
+    if conversations::start_new(c, key, run_id).await? {
+        tracing::info!("conversation turn: a new chat");
+        if start_run(run_id).await?.is_none() {
+            conversations::clear_live(c, key).await?;
+        }
+        return Ok(());
+    }
     let (live, waiting) = conversations::lock_noting_waiting(c, key).await?;
     let strategy = known.conversations.for_target(request.target_agent.as_str());
     let turn = strategy::decide(strategy, live.is_some());
     tracing::info!(strategy = %strategy, ?turn, "conversation turn");
     if turn == Turn::Refuse {
+        requests::add_events(c, &request.id, said).await?;
         let message = "this chat is still busy with an earlier request; send it again when that one has ended";
         return Ok(baton_store::runs::start::refuse(c, &stored, ErrorCode::Busy, message).await?);
     }
     if live.is_none() && !waiting {
         // A free chat with nobody waiting: this request is the one its queue
         // would hand the turn to, so it takes it without queueing.
-        if let Some(run) = baton_store::runs::start::request_as(c, &stored, request, Some(known)).await? {
+        if let Some(run) = start_run(run_id).await? {
             conversations::set_live(c, key, run).await?;
         }
         return Ok(());
     }
+    requests::add_events(c, &request.id, said).await?;
     let seq = conversations::enqueue(c, key, &request.id).await?;
     let Some(run) = live.filter(|_| turn != Turn::Start) else {
         return Ok(baton_store::runs::start::next_in_conversation_as(c, key, Some(known)).await?);
     };
     let note =
         format!("waiting for this chat's live run ({strategy}; arrival {} in the chat)", seq.unwrap_or_default());
-    requests::add_event(c, &request.id, HandoffEvent::Queued, None, Some(&note)).await?;
-    requests::add_event(c, &request.id, HandoffEvent::Accepted, Some(HandoffStatus::Accepted), None).await?;
-    bridge::status(c, &stored, HandoffStatus::Accepted, Some("waiting for this chat's earlier request to end")).await?;
+    let said = [
+        (HandoffEvent::Queued, None, Some(note.as_str())),
+        (HandoffEvent::Accepted, Some(HandoffStatus::Accepted), None),
+    ];
+    let status = Some((HandoffStatus::Accepted, Some("waiting for this chat's earlier request to end")));
+    bridge::update(c, &stored, bridge::Update { said: &said, status, ..Default::default() }).await?;
     if turn == Turn::Interrupt {
         let events =
             ending::cancel_run(c, run, "the user sent a new request in this chat", CancelledBy::NewRequest).await?;
