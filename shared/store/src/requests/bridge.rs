@@ -225,3 +225,17 @@ pub async fn attempt(c: &impl GenericClient, run_id: uuid::Uuid) -> crate::Resul
         .await?
         .get(0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_body_and_message_id_take_their_sequence_number_where_update_puts_it() {
+        let body = bridge::status("h-1", HandoffStatus::Running, 0, None, now());
+        assert_eq!(body[SEQ], 0, "the status message holds its number under `{SEQ}`");
+        let id = bridge::status_message_id("h-1", 7);
+        let prefix = bridge::status_message_id("h-1", 0);
+        assert_eq!(format!("{}7", prefix.strip_suffix('0').unwrap()), id);
+    }
+}
