@@ -21,16 +21,26 @@ const MAX_COMMITS: f64 = 2.0;
 /// version (the profile then read from a cached copy): 16.0; with a
 /// handoff's end of its invocation, its run's count, its task and its spend
 /// one statement: 13.1, and with it counting the target's tasks too: 12.0.
-const MAX_STATEMENTS: f64 = 13.0;
+/// 2026-12-02: no task row for a handoff stage: 10.9; a step's transcript
+/// and journal rows one statement, and a new invocation and its outbox row
+/// one: 8.9; intake's and the collector's statements cut: 7.9.
+const MAX_STATEMENTS: f64 = 9.0;
 /// Rows inserted, updated and deleted per hop (`pg_stat_database`).
 /// 2026-12-01: 29.2; with a step's transcript and journal one row each:
 /// 13.5; with a handoff's spend in the write that ends its invocation: 12.5.
-const MAX_ROW_WRITES: f64 = 13.5;
+/// 2026-12-02: no task row for a handoff stage and no run update: 8.6; a
+/// scripted stage's claim written with its end (one version): 7.6; intake
+/// and the collector writing each row once: 7.3.
+const MAX_ROW_WRITES: f64 = 8.0;
 /// Bytes of WAL per hop written for the cell's database, full-page images
 /// left out (they depend on when the server checkpoints). 2026-12-01:
 /// 14,100 (full-page images included); one transcript and one journal row
-/// per step: 10,100.
-const MAX_WAL_BYTES: f64 = 11_000.0;
+/// per step: 10,100. 2026-12-02: the handoff's task row gone and the brief
+/// stored as given: 6,300; the opening prompt stored as its profiles
+/// version: 5,400; the journal's types as an enum and its main invocation
+/// once: 4,900; one version of the invocation row fewer: 4,400; intake
+/// and the collector leaner: 4,250.
+const MAX_WAL_BYTES: f64 = 5_000.0;
 /// Publishes per hop (all of them on confirm channels): the successor, plus
 /// each chain's request, statuses, reply and "run finished" over its 31
 /// hops. 2026-11-30: 1.19.

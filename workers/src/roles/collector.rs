@@ -91,9 +91,11 @@ pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     let tx = begin(&mut client).await?;
     // Pipelined: the run, its attempt, its request (locked) and what a
     // coding agent changed (one statement), and its invocations.
-    let (read, invocations) =
-        tokio::try_join!(requests::to_answer(&tx, message.run_id), invocations::for_run(&tx, message.run_id))?;
-    let Some(requests::ToAnswer { run, waited_secs, attempt, request, changes }) = read else {
+    let (read, invocations) = tokio::try_join!(
+        baton_store::runs::answer::to_answer(&tx, message.run_id),
+        invocations::for_run(&tx, message.run_id)
+    )?;
+    let Some(baton_store::runs::answer::ToAnswer { run, waited_secs, attempt, request, changes }) = read else {
         anyhow::bail!("run {} does not exist", message.run_id);
     };
     let Some(handoff) = run.handoff_id.clone() else {

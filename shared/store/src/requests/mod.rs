@@ -125,7 +125,7 @@ pub async fn insert_or_count_reading(
     Ok((stored.deliveries == 1, stored, cancel))
 }
 
-const COLUMNS: &str =
+pub(crate) const COLUMNS: &str =
     "id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries, reply_sent_at, status_url, bridge_id";
 
 fn from_row(r: &tokio_postgres::Row) -> Result<Request> {
@@ -133,7 +133,7 @@ fn from_row(r: &tokio_postgres::Row) -> Result<Request> {
 }
 
 /// A request read from [`COLUMNS`], starting at column `from`.
-fn from_row_at(r: &tokio_postgres::Row, from: usize) -> Result<Request> {
+pub(crate) fn from_row_at(r: &tokio_postgres::Row, from: usize) -> Result<Request> {
     let id: String = r.get(from);
     let at = RowOf { table: "handoff_requests", id: &id };
     Ok(Request {
@@ -151,48 +151,6 @@ fn from_row_at(r: &tokio_postgres::Row, from: usize) -> Result<Request> {
         bridge: r.get(from + 12),
         id,
     })
-}
-
-/// What the collector reads of a finished run, in one statement: the run,
-/// the seconds it waited for its user's answers, its attempt, its request
-/// (locked for this transaction, as [`lock_of_run`]) and what a coding
-/// agent changed (the newest). `None` when the run does not exist.
-pub struct ToAnswer {
-    pub run: crate::runs::Run,
-    pub waited_secs: f64,
-    pub attempt: i32,
-    pub request: Option<Request>,
-    pub changes: Option<baton_domain::projects::Changes>,
-}
-
-pub async fn to_answer(c: &impl GenericClient, run_id: Uuid) -> Result<Option<ToAnswer>> {
-    let run_columns = crate::runs::RUN_COLUMNS;
-    let request_columns: Vec<String> = COLUMNS.split(", ").map(|c| format!("h.{c}")).collect();
-    let sql = format!(
-        "WITH h AS (SELECT * FROM handoff_requests WHERE id = (SELECT handoff_id FROM runs WHERE id = $1) FOR UPDATE)
-         SELECT {run_columns},
-                coalesce((SELECT sum(extract(epoch FROM least(coalesce(q.closed_at, now()), coalesce(r.finished_at, now()))
-                                                      - q.created_at))
-                            FROM questions q WHERE q.run_id = r.id), 0)::float8,
-                r.attempt,
-                (SELECT changes FROM coding_changes WHERE run_id = r.id ORDER BY created_at DESC, invocation_id DESC LIMIT 1),
-                h.id IS NOT NULL,
-                {}
-           FROM runs r LEFT JOIN h ON true WHERE r.id = $1",
-        request_columns.join(", ")
-    );
-    let Some(row) = sql::query_opt(c, &sql, &[&run_id]).await? else {
-        return Ok(None);
-    };
-    let changes: Option<Value> = row.get(11);
-    let request = if row.get(12) { Some(from_row_at(&row, 13)?) } else { None };
-    Ok(Some(ToAnswer {
-        run: crate::runs::run_at(&row, 0)?,
-        waited_secs: row.get(9),
-        attempt: row.get(10),
-        request,
-        changes: changes.map(serde_json::from_value).transpose()?,
-    }))
 }
 
 /// The trace context the request was stored with (see V19), if any.

@@ -3,9 +3,11 @@
 //! - [`start`]: starting a request's run (intake on arrival, or a chat's next request at its turn).
 //! - [`ending`]: transitions that end invocations, tasks and runs, with their events and outbox messages.
 //! - [`retry`]: a failed run resumed from its last stored step.
+//! - [`answer`]: what the collector reads of a finished run.
 //! - [`budgets`]: run budgets and what each run has spent.
 //! - [`workspace`]: files, read marks and the commit ledger.
 
+pub mod answer;
 pub mod budgets;
 pub mod ending;
 pub mod retry;
