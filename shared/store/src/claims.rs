@@ -31,7 +31,7 @@ pub struct ClaimStart {
 /// [`invocations::claim`], with its [`ClaimFacts`] and every read a claim's start needs, in one
 /// statement (one round trip, one snapshot). The run's spend is read as
 /// the claim found it (the claim itself spends nothing), from the owner's
-/// carried figures and its children ([`budgets::owner_spend`]).
+/// carried figures and its children (`budgets::owner_spend`).
 ///
 /// A new root or handoff stage whose profile is in `deferrable` (a profile
 /// whose first turn the worker may take within this transaction) is locked

@@ -44,7 +44,7 @@ pub struct Update<'a> {
     /// The final reply, for the run's attempt ([`attempt`]).
     pub reply: Option<(&'a bridge::ReplyInput<'a>, i32)>,
     /// A run's journal events, written as one journal row by the same
-    /// statement (a run's start: at most [`crate::journal::ROW_EVENTS`]).
+    /// statement (a run's start: at most `journal::ROW_EVENTS`).
     pub journal: Option<(uuid::Uuid, &'a [crate::journal::Event])>,
 }
 
