@@ -382,6 +382,14 @@ async fn every_dashboard_expression_returns_data_and_every_alert_fires_on_a_live
     env.send_raw(b"{ not a request", None).await;
     let first = ["mix-chain-1", "mix-paced-1", "mix-paced-2", "mix-paced-3", "mix-budget", "mix-flaky-1"];
     let mut statuses = replies_of(&mut replies, &first).await;
+    // The second chain's hops only once Prometheus holds the first's: a
+    // histogram's series appears with its first observation, and a rate
+    // needs a sample before the next ones (on a loaded machine the two
+    // chains' hops could otherwise fall between the same two scrapes).
+    eventually(WAIT, "Prometheus holds the first chain's hop latency", || async {
+        (!prometheus.query("baton_hop_latency_seconds_count > 0").await.is_empty()).then_some(())
+    })
+    .await;
     for (id, target) in [("mix-chain-2", "docs_agent"), ("mix-paced-4", "claude_code")] {
         env.send_request(&request(id, target, None)).await;
     }
