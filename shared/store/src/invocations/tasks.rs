@@ -136,11 +136,14 @@ pub async fn for_run(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<Task>> 
     sql::query(c, &sql, &[&run_id]).await?.iter().map(from_row).collect()
 }
 
-/// How many tasks of the run went to `target` (its workspace handles count them).
+/// How many tasks of the run went to `target` (its workspace handles count
+/// them): every task, a delegated one (a row here) or a handoff stage's (no
+/// row, V30), has its one invocation, and the root has none; counted as
+/// `invocations::hand_over` counts them.
 pub async fn count_for_target(c: &impl GenericClient, run_id: Uuid, target: &str) -> Result<usize> {
     let row = sql::query_one(
         c,
-        "SELECT count(*) FROM tasks WHERE run_id = $1 AND target_profile_id = $2",
+        "SELECT count(*) FROM invocations WHERE run_id = $1 AND profile_id = $2 AND kind <> 'root'",
         &[&run_id, &target],
     )
     .await?;
