@@ -57,6 +57,11 @@ pub struct Settings {
     /// re-publishes it (its message may have been lost).
     pub unclaimed_grace: Duration,
     pub pool_size: usize,
+    /// How an invocation worker groups claims that are ready together into
+    /// one transaction: `BATON_GROUP_COMMIT_MAX` claims at most (1: each
+    /// alone), waiting `BATON_GROUP_COMMIT_WINDOW_MS` at most for more, with
+    /// a quarter of the pool's connections (at least one) committing batches at once.
+    pub group_commit: baton_store::group_commit::Batching,
     /// The relay's safety-net poll when no notification arrives.
     pub relay_poll: Duration,
     /// How often a `baton up` process beats its row of the fleet's registry
@@ -192,6 +197,16 @@ impl Reader<'_> {
         Duration::from_millis(self.number(name, default.as_millis() as u64, "a whole number of milliseconds"))
     }
 
+    /// `BATON_GROUP_COMMIT_MAX` (default 16) and `BATON_GROUP_COMMIT_WINDOW_MS` (default 1).
+    fn group_commit(&mut self, pool_size: usize) -> baton_store::group_commit::Batching {
+        let max = self.count("BATON_GROUP_COMMIT_MAX", 16usize);
+        baton_store::group_commit::Batching {
+            max: self.above_zero("BATON_GROUP_COMMIT_MAX", max, "no claim could ever commit (1 commits each alone)"),
+            window: self.millis("BATON_GROUP_COMMIT_WINDOW_MS", Duration::from_millis(1)),
+            in_flight: (pool_size / 4).max(1),
+        }
+    }
+
     fn count<T: std::str::FromStr>(&mut self, name: &str, default: T) -> T {
         self.number(name, default, "a whole number")
     }
@@ -299,6 +314,10 @@ impl Settings {
         let host = r.text("HOSTNAME", "local");
         let lease = r.millis("BATON_LEASE_MS", Duration::from_millis(15_000));
         let max_takeovers = r.count("BATON_MAX_TAKEOVERS", 3u16);
+        let pool_size = {
+            let n = r.count("BATON_DB_POOL_SIZE", 16);
+            r.above_zero("BATON_DB_POOL_SIZE", n, "no connection could ever be taken")
+        };
         let settings = Self {
             database_url: r.text("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/baton"),
             amqp_url: r.amqp_url(),
@@ -323,10 +342,8 @@ impl Settings {
             invocation_queues: r.invocation_queues(),
             max_takeovers: i32::from(max_takeovers),
             unclaimed_grace: r.millis("BATON_UNCLAIMED_GRACE_MS", Duration::from_millis(60_000)),
-            pool_size: {
-                let n = r.count("BATON_DB_POOL_SIZE", 16);
-                r.above_zero("BATON_DB_POOL_SIZE", n, "no connection could ever be taken")
-            },
+            pool_size,
+            group_commit: r.group_commit(pool_size),
             relay_poll: {
                 let d = r.millis("BATON_RELAY_POLL_MS", Duration::from_millis(1_000));
                 r.above_zero("BATON_RELAY_POLL_MS", d, "the relay would poll without pause")
@@ -466,6 +483,7 @@ impl fmt::Debug for Settings {
             .field("max_takeovers", &self.max_takeovers)
             .field("unclaimed_grace", &self.unclaimed_grace)
             .field("pool_size", &self.pool_size)
+            .field("group_commit", &self.group_commit)
             .field("relay_poll", &self.relay_poll)
             .field("heartbeat", &self.heartbeat)
             .field("outbox_grace", &self.outbox_grace)

@@ -28,6 +28,7 @@
 //! - [`run_page`]: what the console's run page reads of its invocations' times and holders.
 //! - [`retention`]: what `baton runs prune` deletes: old runs, their requests' trails, idle conversations.
 //! - [`coding`]: coding agents' diffs and resumable sessions, and `[[projects]]`.
+//! - [`group_commit`]: units of work that are ready together committed in one transaction.
 //! - [`connect`]: pools and connections, with the fleet's session timeouts and keepalives.
 //! - [`schema`]: creating the database, migrating under a lock, the startup check.
 //! - `error`: the store's error and which failures are transient.
@@ -40,6 +41,7 @@ pub mod connect;
 pub mod console;
 mod decode;
 mod error;
+pub mod group_commit;
 pub mod invocations;
 pub mod journal;
 pub mod outbox;

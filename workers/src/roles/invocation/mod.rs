@@ -18,9 +18,10 @@ use baton_domain::fleet::{FleetMessage, InvocationQueue, RunInvocation};
 use baton_domain::protocol::request::Priority;
 use baton_domain::run::state::InvocationKind;
 use baton_store::after_commit::scope;
+use baton_store::group_commit::{job, GroupCommit};
 use baton_store::invocations::{self, Invocation};
 use baton_store::Pool;
-use baton_store::{begin, client as db, commit};
+use baton_store::{begin, client as db, commit, Transaction};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -44,6 +45,8 @@ pub struct Worker {
     /// The profiles file as of the version the last claim read: a claim
     /// takes its profile from here, and reads the file again only after an apply.
     profiles: baton_store::profiles::Cache,
+    /// Claims ready at the same time commit together (`BATON_GROUP_COMMIT_*`).
+    commits: GroupCommit<Option<ClaimDone>, anyhow::Error>,
 }
 
 impl Worker {
@@ -63,7 +66,8 @@ impl Worker {
         let runner = Runner::new(pool.clone(), Arc::new(providers), LoopCaps::default())
             .with_persist_patience(settings.persist_patience)
             .with_holding(settings.holding.clone());
-        Self { pool, runner, settings, leases, profiles: Default::default() }
+        let commits = GroupCommit::start(pool.clone(), settings.group_commit);
+        Self { pool, runner, settings, leases, profiles: Default::default(), commits }
     }
 }
 
@@ -325,6 +329,18 @@ enum Claimed {
 #[error("the first turn could not be taken in the claim's transaction: {0}")]
 struct Unfolded(baton_agent::Error);
 
+/// What a claim's transaction came to, acted on once it committed.
+struct ClaimDone {
+    inv: Invocation,
+    facts: invocations::ClaimFacts,
+    /// The bridge's handoff id of the run, for the hop's span.
+    handoff: Option<String>,
+    /// How the invocation ended within its claim, if it did.
+    ended: Option<Exit>,
+    preloaded: Option<Preloaded>,
+    span: tracing::Span,
+}
+
 /// The span of a claimed invocation's work on this worker.
 fn invocation_span(inv: &Invocation) -> tracing::Span {
     tracing::info_span!("invocation",
@@ -354,69 +370,20 @@ impl Worker {
         }
     }
 
+    /// Claims through the worker's group commit: the claim's transaction may
+    /// be shared with other claims ready at the same time (see
+    /// [`baton_store::group_commit`]), and what it claimed is acted on only
+    /// once that transaction committed.
     async fn claim_folding(&self, message: RunInvocation, fold: bool) -> anyhow::Result<Option<Claimed>> {
-        let mut client = db(&self.pool).await?;
-        let tx = begin(&mut client).await?;
-        // One statement claims the invocation and reads what starting it
-        // needs: its run, the run's spend, the profiles' version, its task.
-        // A new stage of a scripted profile is claimed with its first turn,
-        // and the claim written with the invocation's end (one row version).
-        let deferrable = match (fold, self.profiles.held()) {
-            (true, Some(held)) => held.scripted(),
-            _ => vec![],
-        };
-        let (owner, lease) = (self.settings.worker_id.as_str(), self.settings.lease);
-        let Some(start) =
-            baton_store::claims::claim_start(&tx, message.invocation_id, owner, lease, &deferrable).await?
-        else {
-            commit(tx).await?;
-            tracing::debug!(invocation = %message.invocation_id, "nothing to claim");
-            return Ok(None);
-        };
-        let baton_store::claims::ClaimStart { inv, facts, run, spend, profiles_version, task_started, deferred } =
-            start;
-        let deferred = deferred.then_some(DeferredClaim { owner, lease });
-        if inv.takeovers > self.settings.max_takeovers {
-            // A stage whose workers keep dying stops here instead of looping.
-            let text = "the agent stopped because its workers kept failing";
-            fail_claimed(&tx, &inv, "host.too_many_takeovers", text, &format!("taken over {} times", inv.takeovers))
-                .await?;
-            commit(tx).await?;
-            return Ok(None);
-        }
-        let profiles = self.profiles.at(&tx, profiles_version).await?;
-        let first = first_start(&tx, &inv, task_started, &profiles).await?;
-        let (run, spend) = (Some(run), Some(spend));
-        let evs = started_events(&tx, &inv, &self.settings.worker_id, &first, run.as_ref()).await?;
-        // A first claim's prompt and start events are written by the runner,
-        // which may take the first turn in this transaction too.
-        let preloaded = match (first, spend) {
-            (Some((_, Some(first))), Some(spend)) => {
-                let read = AsClaimed { profiles: profiles.clone() };
-                Some(Preloaded::new(first, spend).as_claimed(read))
-            }
-            _ => None,
-        };
-        let span = invocation_span(&inv);
-        let (preloaded, ended) = match preloaded {
-            Some(loaded) => {
-                match self.runner.start_claimed(&tx, &inv, loaded, evs, fold, deferred).instrument(span.clone()).await {
-                    Ok((loaded, exit)) => (Some(loaded), exit),
-                    Err(e) if e.is_transient() || !fold => return Err(e.into()),
-                    Err(e) => return Err(Unfolded(e).into()),
-                }
-            }
-            None => {
-                baton_store::journal::append(&tx, inv.run_id, &evs).await?;
-                (None, None)
-            }
-        };
-        if let Some(claim) = deferred.filter(|_| ended != Some(Exit::Transferred)) {
-            invocations::record_claim(&tx, inv.id, inv.claim_epoch, claim.owner, claim.lease).await?;
-        }
-        commit(tx).await?;
+        let worker = Arc::new(self.clone());
+        let unit = job(move |tx| {
+            let worker = worker.clone();
+            Box::pin(async move { worker.claim_in(tx, message, fold).await })
+        });
+        let Some(done) = self.commits.run(unit).await? else { return Ok(None) };
+        let ClaimDone { inv, facts, handoff, ended, preloaded, span } = done;
         // Log lines and spans of the claimed work name the bridge's handoff.
-        if let Some(handoff) = run.and_then(|run| run.handoff_id) {
+        if let Some(handoff) = handoff {
             tracing::Span::current().record("handoff_id", handoff.as_str());
         }
         crate::metrics::claimed(inv.kind.as_str(), facts.takeover);
@@ -430,6 +397,65 @@ impl Worker {
             }
             None => Claimed::Run(inv, preloaded.map(Box::new)),
         }))
+    }
+
+    /// A claim's work in `tx`, which the caller commits: `None` when there
+    /// was nothing to claim or the claim failed the invocation.
+    async fn claim_in(&self, tx: &Transaction<'_>, message: RunInvocation, fold: bool) -> anyhow::Result<Option<ClaimDone>> {
+        // One statement claims the invocation and reads what starting it
+        // needs: its run, the run's spend, the profiles' version, its task.
+        // A new stage of a scripted profile is claimed with its first turn,
+        // and the claim written with the invocation's end (one row version).
+        let deferrable = match (fold, self.profiles.held()) {
+            (true, Some(held)) => held.scripted(),
+            _ => vec![],
+        };
+        let (owner, lease) = (self.settings.worker_id.as_str(), self.settings.lease);
+        let Some(start) = baton_store::claims::claim_start(tx, message.invocation_id, owner, lease, &deferrable).await?
+        else {
+            tracing::debug!(invocation = %message.invocation_id, "nothing to claim");
+            return Ok(None);
+        };
+        let baton_store::claims::ClaimStart { inv, facts, run, spend, profiles_version, task_started, deferred } =
+            start;
+        let deferred = deferred.then_some(DeferredClaim { owner, lease });
+        if inv.takeovers > self.settings.max_takeovers {
+            // A stage whose workers keep dying stops here instead of looping.
+            let text = "the agent stopped because its workers kept failing";
+            fail_claimed(tx, &inv, "host.too_many_takeovers", text, &format!("taken over {} times", inv.takeovers))
+                .await?;
+            return Ok(None);
+        }
+        let profiles = self.profiles.at(tx, profiles_version).await?;
+        let first = first_start(tx, &inv, task_started, &profiles).await?;
+        let evs = started_events(tx, &inv, &self.settings.worker_id, &first, Some(&run)).await?;
+        // A first claim's prompt and start events are written by the runner,
+        // which may take the first turn in this transaction too.
+        let preloaded = match first {
+            Some((_, Some(first))) => {
+                let read = AsClaimed { profiles: profiles.clone() };
+                Some(Preloaded::new(first, spend).as_claimed(read))
+            }
+            _ => None,
+        };
+        let span = invocation_span(&inv);
+        let (preloaded, ended) = match preloaded {
+            Some(loaded) => {
+                match self.runner.start_claimed(tx, &inv, loaded, evs, fold, deferred).instrument(span.clone()).await {
+                    Ok((loaded, exit)) => (Some(loaded), exit),
+                    Err(e) if e.is_transient() || !fold => return Err(e.into()),
+                    Err(e) => return Err(Unfolded(e).into()),
+                }
+            }
+            None => {
+                baton_store::journal::append(tx, inv.run_id, &evs).await?;
+                (None, None)
+            }
+        };
+        if let Some(claim) = deferred.filter(|_| ended != Some(Exit::Transferred)) {
+            invocations::record_claim(tx, inv.id, inv.claim_epoch, claim.owner, claim.lease).await?;
+        }
+        Ok(Some(ClaimDone { inv, facts, handoff: run.handoff_id, ended, preloaded, span }))
     }
 
     /// A claim failed for a reason that will not pass (`error`): claims the
