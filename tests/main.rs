@@ -32,6 +32,7 @@ mod errors;
 mod events_readme;
 mod failover;
 mod frozen;
+mod group_commit;
 mod hardening_claims;
 mod hop_costs;
 mod hot_path;

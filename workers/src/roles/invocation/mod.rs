@@ -401,7 +401,12 @@ impl Worker {
 
     /// A claim's work in `tx`, which the caller commits: `None` when there
     /// was nothing to claim or the claim failed the invocation.
-    async fn claim_in(&self, tx: &Transaction<'_>, message: RunInvocation, fold: bool) -> anyhow::Result<Option<ClaimDone>> {
+    async fn claim_in(
+        &self,
+        tx: &Transaction<'_>,
+        message: RunInvocation,
+        fold: bool,
+    ) -> anyhow::Result<Option<ClaimDone>> {
         // One statement claims the invocation and reads what starting it
         // needs: its run, the run's spend, the profiles' version, its task.
         // A new stage of a scripted profile is claimed with its first turn,
@@ -411,7 +416,8 @@ impl Worker {
             _ => vec![],
         };
         let (owner, lease) = (self.settings.worker_id.as_str(), self.settings.lease);
-        let Some(start) = baton_store::claims::claim_start(tx, message.invocation_id, owner, lease, &deferrable).await?
+        let Some(start) =
+            baton_store::claims::claim_start(tx, message.invocation_id, owner, lease, &deferrable).await?
         else {
             tracing::debug!(invocation = %message.invocation_id, "nothing to claim");
             return Ok(None);

@@ -1,0 +1,184 @@
+//! Group commit: units of work ready together commit in one transaction,
+//! each caller hears only after that commit, a failing unit is taken out
+//! of its batch and runs alone, and a worker's claims really are grouped.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton::roles::Role;
+use baton_store::group_commit::{job, Batching, GroupCommit, Job};
+use baton_tests::{sample_request_json, TestEnv};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Grouping everything that arrives within a generous window, one batch at a time.
+const GROUPED: Batching = Batching { max: 8, window: Duration::from_millis(300), in_flight: 1 };
+
+type Units = GroupCommit<String, anyhow::Error>;
+
+/// A unit that inserts `id` into `table` and returns its transaction's id;
+/// `fail` makes it fail after its insert. `runs` counts its attempts.
+fn insert(
+    table: &'static str,
+    id: i32,
+    parent: Option<i32>,
+    fail: bool,
+    runs: Arc<AtomicUsize>,
+) -> Job<String, anyhow::Error> {
+    job(move |tx| {
+        let runs = runs.clone();
+        Box::pin(async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            match parent {
+                Some(p) => tx.execute(&format!("INSERT INTO {table} (id, parent) VALUES ($1, $2)"), &[&id, &p]).await?,
+                None => tx.execute(&format!("INSERT INTO {table} (id) VALUES ($1)"), &[&id]).await?,
+            };
+            if fail {
+                tx.execute("SELECT 1 / 0", &[]).await?;
+            }
+            Ok(tx.query_one("SELECT txid_current()::text", &[]).await?.get(0))
+        })
+    })
+}
+
+/// Runs `units` at once; each caller checks, as soon as it hears, whether
+/// its row is visible to another connection (it must be: it committed).
+async fn run_all(
+    env: &TestEnv,
+    gc: &Units,
+    table: &'static str,
+    units: Vec<(i32, Job<String, anyhow::Error>)>,
+) -> Vec<(i32, Result<String, String>, bool)> {
+    let tasks = units.into_iter().map(|(id, unit)| {
+        let (gc, pool) = (gc.clone(), env.pool.clone());
+        tokio::spawn(async move {
+            let result = gc.run(unit).await.map_err(|e| format!("{e:#}"));
+            let seen: i64 = pool
+                .get()
+                .await
+                .unwrap()
+                .query_one(&format!("SELECT count(*) FROM {table} WHERE id = $1"), &[&id])
+                .await
+                .unwrap()
+                .get(0);
+            (id, result, seen == 1)
+        })
+    });
+    let mut out = vec![];
+    for task in tasks.collect::<Vec<_>>() {
+        out.push(task.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn units_ready_together_commit_in_one_transaction_and_each_hears_after_the_commit() {
+    let env = TestEnv::new().await;
+    env.db().await.batch_execute("CREATE TABLE probe (id int PRIMARY KEY)").await.unwrap();
+    let gc = Units::start(env.pool.clone(), GROUPED);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let units = (1..=5).map(|id| (id, insert("probe", id, None, false, runs.clone()))).collect();
+    let results = run_all(&env, &gc, "probe", units).await;
+    let txids: std::collections::BTreeSet<_> = results.iter().map(|(_, r, _)| r.clone().unwrap()).collect();
+    assert_eq!(txids.len(), 1, "five units ready together, one transaction: {results:?}");
+    assert!(results.iter().all(|(_, _, seen)| *seen), "each heard only after its row committed: {results:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 5, "each ran once");
+}
+
+#[tokio::test]
+async fn a_failing_unit_is_taken_out_and_runs_alone_while_its_batch_commits_without_it() {
+    let env = TestEnv::new().await;
+    env.db().await.batch_execute("CREATE TABLE probe (id int PRIMARY KEY)").await.unwrap();
+    let gc = Units::start(env.pool.clone(), GROUPED);
+    let (runs, failing_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let units = (1..=5)
+        .map(|id| {
+            let counter = if id == 3 { failing_runs.clone() } else { runs.clone() };
+            (id, insert("probe", id, None, id == 3, counter))
+        })
+        .collect();
+    let results = run_all(&env, &gc, "probe", units).await;
+    let (failed, others): (Vec<_>, Vec<_>) = results.into_iter().partition(|(id, _, _)| *id == 3);
+    let (_, failure, seen) = &failed[0];
+    assert!(failure.as_ref().is_err_and(|e| e.contains("division by zero")), "its own error, alone: {failure:?}");
+    assert!(!seen, "nothing of the failed unit committed");
+    assert_eq!(failing_runs.load(Ordering::SeqCst), 2, "in the batch, then alone");
+    let txids: std::collections::BTreeSet<_> = others.iter().map(|(_, r, _)| r.clone().unwrap()).collect();
+    assert_eq!(txids.len(), 1, "the rest committed together, without it: {others:?}");
+    assert!(others.iter().all(|(_, _, seen)| *seen));
+    let rows = env.scalar_i64("SELECT count(*) FROM probe", &[]).await;
+    assert_eq!(rows, 4);
+}
+
+#[tokio::test]
+async fn a_commit_that_fails_runs_each_unit_alone_and_only_the_guilty_one_fails() {
+    let env = TestEnv::new().await;
+    env.db()
+        .await
+        .batch_execute(
+            "CREATE TABLE parent (id int PRIMARY KEY); INSERT INTO parent VALUES (1);
+             CREATE TABLE child (id int PRIMARY KEY, parent int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)",
+        )
+        .await
+        .unwrap();
+    let gc = Units::start(env.pool.clone(), GROUPED);
+    let runs = Arc::new(AtomicUsize::new(0));
+    // Unit 2's row points at a parent that does not exist: only the commit says so.
+    let units =
+        (1..=4).map(|id| (id, insert("child", id, Some(if id == 2 { 99 } else { 1 }), false, runs.clone()))).collect();
+    let results = run_all(&env, &gc, "child", units).await;
+    for (id, result, seen) in &results {
+        match id {
+            2 => assert!(result.as_ref().is_err_and(|e| e.contains("foreign key")) && !seen, "{result:?}"),
+            _ => assert!(result.is_ok() && *seen, "unit {id}: {result:?}"),
+        }
+    }
+    let txids: std::collections::BTreeSet<_> = results.iter().filter_map(|(_, r, _)| r.clone().ok()).collect();
+    assert_eq!(txids.len(), 3, "after the failed commit each ran alone: {results:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 8, "four in the batch, four alone");
+}
+
+/// A worker's claims that are ready together share one transaction: the
+/// transcripts of several invocations carry one `xmin`, and every run still
+/// ends with one completed reply.
+#[tokio::test]
+async fn a_workers_claims_ready_together_commit_together_and_every_run_completes() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let mut settings = env.settings.clone();
+    settings.group_commit = Batching { max: 16, window: Duration::from_millis(50), in_flight: 1 };
+    let fleet = baton::fleet::Fleet::start(&settings, &[Role::Intake, Role::Relay, Role::Collector, Role::Invocation]);
+    let mut replies = env.replies().await;
+    let ids: Vec<String> = (0..8).map(|i| format!("grouped-{i}")).collect();
+    for id in &ids {
+        // Each in a chat of its own, so the runs do not take turns.
+        let mut request = sample_request_json(id, "docs_agent", "en");
+        request["conversationKey"] = format!("chat-{id}").into();
+        env.send_request(&request).await;
+    }
+    let mut completed = std::collections::BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while completed.len() < ids.len() {
+        assert!(tokio::time::Instant::now() < deadline, "replies so far: {completed:?}");
+        let message = baton_tests::next_json(&mut replies, WAIT).await;
+        if message["type"] == "reply" {
+            let id = message["handoffId"].as_str().unwrap().to_string();
+            assert!(completed.insert(id, message["status"].as_str().unwrap().to_string()).is_none(), "one reply each");
+        }
+    }
+    fleet.stop().await;
+    assert!(completed.values().all(|s| s == "completed"), "{completed:?}");
+    let most = env
+        .scalar_i64(
+            "SELECT max(n) FROM (SELECT count(DISTINCT invocation_id) AS n FROM transcript GROUP BY xmin::text) t",
+            &[],
+        )
+        .await;
+    assert!(
+        most >= 2,
+        "some transaction stored the steps of {most} invocation(s); claims ready together commit together"
+    );
+    let sent = env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE reply_sent_at IS NOT NULL", &[]).await;
+    assert_eq!(sent, ids.len() as i64);
+}
