@@ -13,12 +13,11 @@ use baton_tests::docs::{names_in_table, read, root, under};
 const OPERATING: &str = "docs/operating.md";
 
 /// Variables the code reads that are not Baton's settings, and why.
-const NOT_SETTINGS: [(&str, &str); 5] = [
+const NOT_SETTINGS: [(&str, &str); 4] = [
     ("HOSTNAME", "the host's own name, the default of BATON_WORKER_ID"),
     ("PATH", "where external agents and coding CLIs are found"),
     ("BATON_AMQP_HEARTBEAT_SECS", "read only to refuse it, naming BATON_AMQP_DEAD_PEER_SECS"),
     ("BATON_TEST_PAUSE_IN_STEP_MS", "a pause point of debug builds, for one test"),
-    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "the standard OTEL_* variables apply; the table names the main one"),
 ];
 
 /// The variables `Settings::from_vars` asks for.
@@ -128,7 +127,7 @@ fn commands_documented() -> BTreeSet<String> {
     for name in names_in_table(under(&text, "## Roles and commands")) {
         let Some(rest) = name.strip_prefix("baton ") else { continue };
         let words: Vec<&str> =
-            rest.split_whitespace().take_while(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-')).collect();
+            rest.split_whitespace().take_while(|w| !w.starts_with('-') && w.chars().all(|c| c.is_ascii_lowercase() || c == '-')).collect();
         all.insert(words.join(" "));
     }
     all
