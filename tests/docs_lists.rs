@@ -86,13 +86,17 @@ fn the_settings_table_names_every_variable_baton_reads_and_no_other() {
     assert!(read_by_code.len() > 40, "too few variables found in the code: {read_by_code:?}");
     let undocumented: Vec<&String> = read_by_code.difference(&listed).collect();
     let unknown: Vec<&String> = listed.difference(&read_by_code).collect();
-    assert!(undocumented.is_empty(), "variables the code reads with no row under `## Settings` in {OPERATING}: {undocumented:?}");
+    assert!(
+        undocumented.is_empty(),
+        "variables the code reads with no row under `## Settings` in {OPERATING}: {undocumented:?}"
+    );
     assert!(unknown.is_empty(), "rows under `## Settings` in {OPERATING} that the code does not read: {unknown:?}");
 }
 
 /// The commands a `--help` lists under `Commands:`, `help` aside.
 fn commands_in_help(args: &[&str]) -> Vec<String> {
-    let out = std::process::Command::new(baton_tests::baton_binary()).args(args).arg("--help").output().expect("baton runs");
+    let out =
+        std::process::Command::new(baton_tests::baton_binary()).args(args).arg("--help").output().expect("baton runs");
     assert!(out.status.success(), "baton {args:?} --help failed");
     let help = String::from_utf8(out.stdout).expect("UTF-8 help");
     let Some(list) = help.split("Commands:\n").nth(1) else { return Vec::new() };
@@ -126,8 +130,10 @@ fn commands_documented() -> BTreeSet<String> {
     let mut all = BTreeSet::new();
     for name in names_in_table(under(&text, "## Roles and commands")) {
         let Some(rest) = name.strip_prefix("baton ") else { continue };
-        let words: Vec<&str> =
-            rest.split_whitespace().take_while(|w| !w.starts_with('-') && w.chars().all(|c| c.is_ascii_lowercase() || c == '-')).collect();
+        let words: Vec<&str> = rest
+            .split_whitespace()
+            .take_while(|w| !w.starts_with('-') && w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+            .collect();
         all.insert(words.join(" "));
     }
     all
@@ -140,7 +146,10 @@ fn the_command_table_lists_what_baton_help_lists_and_no_other() {
     assert!(binary.contains("runs list") && binary.contains("migrate"), "help not read: {binary:?}");
     let undocumented: Vec<&String> = binary.difference(&documented).collect();
     let unknown: Vec<&String> = documented.difference(&binary).collect();
-    assert!(undocumented.is_empty(), "commands with no row under `## Roles and commands` in {OPERATING}: {undocumented:?}");
+    assert!(
+        undocumented.is_empty(),
+        "commands with no row under `## Roles and commands` in {OPERATING}: {undocumented:?}"
+    );
     assert!(unknown.is_empty(), "rows under `## Roles and commands` in {OPERATING} naming no command: {unknown:?}");
 }
 
