@@ -158,7 +158,7 @@ async fn an_invalid_request_whose_bridge_queue_is_full_is_answered_when_there_is
     );
 }
 
-/// An id of 128 characters is valid (CONTRACT §2), but in Chinese it takes
+/// An id of 128 characters is valid (docs/bridge-protocol.md#requests), but in Chinese it takes
 /// 384 bytes, more than an AMQP short string (`correlation_id`,
 /// `message_id`) can hold: its messages still reach the bridge, and the
 /// relay keeps publishing the others.

@@ -1,4 +1,4 @@
-//! Bridge identity (CONTRACT §8) with two real RabbitMQ users, created and
+//! Bridge identity (docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other) with two real RabbitMQ users, created and
 //! deleted by the test: the broker-checked `user_id` decides the bridge, and
 //! no bridge can squat, cancel, answer, promote or occupy another's handoff
 //! or chat, or name another's reply queue; each still gets its own replies,

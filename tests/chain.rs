@@ -60,7 +60,7 @@ async fn a_three_stage_chain_runs_and_the_bridge_gets_one_humanized_reply() {
     );
 }
 
-/// Seed 000 section 9: a successful handoff's journal, in this order.
+/// A successful handoff's journal, in this order (docs/concepts.md#a-handoff-in-the-journal).
 #[tokio::test]
 async fn the_journal_follows_the_seed_handoff_sequence() {
     let env = TestEnv::new().await;
@@ -149,7 +149,7 @@ async fn the_next_agent_receives_a_rendered_markdown_brief() {
     }
 }
 
-/// Seed 000 section 10: a later stage may finish on an earlier stage's commit.
+/// A later stage may finish on an earlier stage's commit (docs/concepts.md#handoff).
 #[tokio::test]
 async fn agent_handoff_continues_after_prior_commit() {
     let env = TestEnv::new().await;
@@ -174,7 +174,7 @@ async fn agent_handoff_continues_after_prior_commit() {
     assert_eq!(reply["result"]["agents"], serde_json::json!(["drafter", "closer"]));
 }
 
-/// Seed 000 section 6: each invocation resolves its own profile's skills,
+/// Each invocation resolves its own profile's skills (docs/concepts.md#handoff),
 /// never its caller's, records them and includes them in its prompt.
 #[tokio::test]
 async fn each_agent_gets_its_own_profiles_skills_in_its_prompt() {

@@ -122,7 +122,7 @@ async fn an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced() {
     assert_eq!(writer_starts, vec![false, true], "the writer started once and was resumed once, by the takeover");
 }
 
-/// Seed 000 section 10: handoff is refused while delegated tasks are pending.
+/// A handoff is refused while delegated tasks are pending (docs/concepts.md#handoff).
 #[tokio::test]
 async fn agent_handoff_denies_pending_delegated_tasks() {
     let env = TestEnv::new().await;

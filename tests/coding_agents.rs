@@ -1,4 +1,4 @@
-//! Coding agents (CONTRACT §7) with the real CLIs: Codex, Claude Code, Qwen
+//! Coding agents (docs/profiles.md#coding-agents) with the real CLIs: Codex, Claude Code, Qwen
 //! Code and Gemini CLI, the pinned versions `npm install --prefix agents`
 //! installs, run by the fleet on a checkout of a local bare repository,
 //! against the scripted model server (`baton::model_server`), which speaks

@@ -1,4 +1,4 @@
-//! The request contract as written (CONTRACT.md §2): what the disclosure
+//! The request contract as written (docs/bridge-protocol.md#requests): what the disclosure
 //! policy removes never reaches a model, an operator or the database, from
 //! any field; malformed requests are refused, answered and never run; an
 //! invalid re-delivery changes nothing; `reply_to` may not name a fleet queue.

@@ -154,7 +154,7 @@ fn every_message_baton_builds_for_a_bridge_is_valid_against_its_schema() {
         messages.push(("BridgeReply", bridge::reply(&reply_input(outcome.clone(), Some("wx"), Some("r-1")))));
         messages.push(("BridgeReply", bridge::reply(&reply_input(outcome, None, None))));
     }
-    // A coding agent's reply says what it changed (CONTRACT §7), pushed or not.
+    // A coding agent's reply says what it changed (docs/bridge-protocol.md#coding-agent-results), pushed or not.
     for (branch, commit) in [(Some("baton/h-1"), Some("0123abcd")), (None, None)] {
         let mut input = reply_input(Outcome::Completed { final_text: "Done.".into() }, Some("wx"), Some("r-1"));
         input.changes = Some(bridge::ReplyChanges {

@@ -1,4 +1,4 @@
-//! A bridge can cancel, and one chat runs one thing at a time (CONTRACT §6):
+//! A bridge can cancel, and one chat runs one thing at a time (docs/bridge-protocol.md#conversations):
 //! cancels during a model call, during delegated children and before their
 //! request; two requests of one chat under each strategy, with two intake
 //! processes deciding in Postgres.

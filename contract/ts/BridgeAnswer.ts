@@ -2,7 +2,7 @@
 import type { AnswerType } from "./AnswerType.js";
 
 /**
- * What a user said to an open question (CONTRACT §6), bridge to fleet, on
+ * What a user said to an open question (docs/bridge-protocol.md#conversations), bridge to fleet, on
  * `baton.bridge.requests`. Applied at most once per `id`.
  */
 export type BridgeAnswer = { type: AnswerType, 

@@ -2,7 +2,7 @@
 import type { CancelType } from "./CancelType.js";
 
 /**
- * A bridge asks the fleet to stop a handoff (CONTRACT §6), on
+ * A bridge asks the fleet to stop a handoff (docs/bridge-protocol.md#conversations), on
  * `baton.bridge.requests`. Kept once per `id`; a cancel that arrives
  * before its request is kept and applied on arrival.
  */

@@ -3,7 +3,7 @@ import type { Language } from "./Language.js";
 import type { QuestionType } from "./QuestionType.js";
 
 /**
- * A question an agent asks its user (CONTRACT §6), fleet to bridge.
+ * A question an agent asks its user (docs/bridge-protocol.md#conversations), fleet to bridge.
  * `message_id`: `question:<handoffId>:<questionId>`; `correlation_id`: the
  * handoff's id. The handoff's `blocked` status comes first.
  */

@@ -6,7 +6,7 @@ import type { ReplyStatus } from "./ReplyStatus.js";
 import type { ReplyType } from "./ReplyType.js";
 
 /**
- * The one final reply of a handoff (CONTRACT §3). `message_id`:
+ * The one final reply of a handoff (docs/bridge-protocol.md#statuses-and-replies). `message_id`:
  * `reply:<handoffId>`, or `reply:<handoffId>:<attempt>` for a retried run
  * (attempt >= 2); `correlation_id`: the handoff's id.
  */

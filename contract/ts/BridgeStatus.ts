@@ -3,7 +3,7 @@ import type { HandoffStatus } from "./HandoffStatus.js";
 import type { StatusType } from "./StatusType.js";
 
 /**
- * A change of a handoff's status (CONTRACT §3). `message_id`:
+ * A change of a handoff's status (docs/bridge-protocol.md#statuses-and-replies). `message_id`:
  * `status:<handoffId>:<seq>`; `correlation_id`: the handoff's id.
  */
 export type BridgeStatus = { type: StatusType, handoffId: string, status: HandoffStatus, 

@@ -9,7 +9,7 @@ import type { TargetAgent } from "./TargetAgent.js";
 import type { TaskType } from "./TaskType.js";
 
 /**
- * One handoff as the bridge sent it (CONTRACT §2), on
+ * One handoff as the bridge sent it (docs/bridge-protocol.md#requests), on
  * `baton.bridge.requests`, with `message_id` = its `id`. Unknown fields are
  * ignored, and `null` stands for an absent optional field.
  */
@@ -24,7 +24,7 @@ id: string, source: Source, targetAgent: TargetAgent, status: RequestStatus,
 userIntent: string, taskType: TaskType, projectId?: string | null, priority: Priority, context: ContextPackage, constraints: Constraints, callback?: Callback | null, 
 /**
  * The conversation this request takes turns in, when the bridge names
- * one; otherwise its chat (`callback.replyToChatId`). See CONTRACT §6.
+ * one; otherwise its chat (`callback.replyToChatId`). See docs/bridge-protocol.md#conversations.
  */
 conversationKey?: string | null, 
 /**

@@ -10,6 +10,6 @@ export type ReplyResult = { runId: string, finalText: string,
  */
 agents: Array<string>, 
 /**
- * What a coding agent changed in the request's project (CONTRACT §7).
+ * What a coding agent changed in the request's project (docs/bridge-protocol.md#coding-agent-results).
  */
 changes?: ReplyChanges, };

@@ -1,5 +1,5 @@
 #!/bin/sh
-# A RabbitMQ user for one bridge, confined to what a bridge needs (CONTRACT §8):
+# A RabbitMQ user for one bridge, confined to what a bridge needs (docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other):
 # write to the `baton.bridge` exchange, and declare and read its own reply
 # queue; nothing else (no fleet queue, not even through the default exchange).
 #

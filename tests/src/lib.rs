@@ -22,6 +22,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 pub mod browser;
+pub mod docs;
 pub mod http;
 pub mod logs;
 pub mod paced;

@@ -1,5 +1,5 @@
 //! Applying an answer to a question an agent asked its user (`ask_user`,
-//! CONTRACT §6), whoever gives it: intake for a bridge's `BridgeAnswer`
+//! docs/bridge-protocol.md#conversations), whoever gives it: intake for a bridge's `BridgeAnswer`
 //! (`roles/intake/answers.rs`), or an operator in the console. It is stored once by
 //! its id and, in the same transaction, becomes the question's answer, moves
 //! the request back to `running` and wakes the parked invocation under its

@@ -185,7 +185,7 @@ export class Bridge {
       persistent: true,
       contentType: 'application/json',
       // The connection's own user, which RabbitMQ checks: with [[bridges]] it
-      // is how the fleet knows which bridge speaks (CONTRACT §8).
+      // is how the fleet knows which bridge speaks (docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other).
       userId: connectionUser(this.options.url),
       ...(short ? { messageId } : {}),
     };

@@ -20,7 +20,7 @@ const status = (handoffId: string, seq: number, s: BridgeStatus['status'] = 'run
   at: '2026-11-30T19:00:00Z',
 });
 
-describe('the user a bridge publishes as (user_id, CONTRACT §8)', () => {
+describe('the user a bridge publishes as (user_id, docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other)', () => {
   it('is the connection URL\'s own user, decoded, or guest', () => {
     assert.equal(connectionUser('amqp://wechat-bridge:pw@127.0.0.1:5672/%2f'), 'wechat-bridge');
     assert.equal(connectionUser('amqp://we%40chat:pw@host/%2f'), 'we@chat');

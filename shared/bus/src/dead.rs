@@ -421,7 +421,7 @@ async fn republish(
     table.insert("x-baton-replayed".into(), AMQPValue::LongString(letter.id.as_str().into()));
     // The fleet's user cannot publish as another (the broker checks user_id):
     // the sender's user travels in the header dead letters keep it in, which
-    // intake trusts only from the fleet's own user (CONTRACT §8).
+    // intake trusts only from the fleet's own user (docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other).
     if let Some(user) = props.user_id().clone() {
         let header = ORIGINAL_USER_ID;
         if !table.inner().contains_key(header) {

@@ -147,8 +147,8 @@ pub async fn connect_with_heartbeat(urls: &str, name: &str, heartbeat: Option<u1
 /// front, they are allocated once and fill only as traffic passes (1 MiB
 /// each at most), where the broker's default of 128 KiB, learnt after the
 /// handshake, grew them to 4 MiB each and wrote every byte: 16 MiB resident
-/// in an idle worker with its two connections (see the README's memory
-/// notes). A bigger message travels in several frames.
+/// in an idle worker with its two connections (see the memory notes in
+/// docs/benchmark.md#why-and-what-would-move-it). A bigger message travels in several frames.
 pub const FRAME_MAX: u32 = 32 * 1024;
 
 /// A broker URL with [`FRAME_MAX`] unless it names a frame size of its own;

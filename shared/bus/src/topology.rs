@@ -75,8 +75,8 @@ impl Queues {
     /// existing `baton.dead` declared otherwise (a deployment from before
     /// the limit, or one created with another limit) is left as it is: its
     /// declaration, on a channel of its own, fails with PRECONDITION_FAILED
-    /// and the rest goes on; a broker policy limits it instead (see the
-    /// README). It is declared, not probed first with a passive declare: a
+    /// and the rest goes on; a broker policy limits it instead (see
+    /// docs/operating.md#dead-letters). It is declared, not probed first with a passive declare: a
     /// probe of a queue that does not exist yet closes its channel, which
     /// the AMQP library logs as an error at every first start.
     pub async fn declare(&self, conn: &lapin::Connection) -> Result<()> {
@@ -86,7 +86,7 @@ impl Queues {
         let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
         channel.exchange_declare(dlx.as_str().into(), ExchangeKind::Fanout, durable, FieldTable::default()).await?;
         // Bridges may publish here (routing key `requests`), so a bridge's user
-        // needs write access to this exchange alone (CONTRACT §8).
+        // needs write access to this exchange alone (docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other).
         let bridge_exchange = self.prefixed(BRIDGE_EXCHANGE);
         channel
             .exchange_declare(bridge_exchange.as_str().into(), ExchangeKind::Direct, durable, FieldTable::default())

@@ -1,4 +1,4 @@
-//! The fleet's wire vocabulary: the logical queues (CONTRACT §1) and the
+//! The fleet's wire vocabulary: the logical queues (docs/bridge-protocol.md#queues) and the
 //! internal messages that travel on them. Internal messages carry ids only:
 //! Postgres is the source of truth, a message only says "look at this row now".
 //!
@@ -16,7 +16,7 @@ use crate::wire_enum;
 /// The exchange the fleet's queues dead-letter to (a fanout to the two dead-letter queues).
 pub const DEAD_LETTER_EXCHANGE: &str = "baton.dlx";
 
-/// The direct exchange bridges may publish their messages to (CONTRACT §8),
+/// The direct exchange bridges may publish their messages to (docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other),
 /// with [`BRIDGE_ROUTING_KEY`]: it routes to `baton.bridge.requests`, so a
 /// bridge's RabbitMQ user needs write access to this exchange alone.
 pub const BRIDGE_EXCHANGE: &str = "baton.bridge";
@@ -67,7 +67,7 @@ impl Queue {
         Queue::DeadRequests,
     ];
 
-    /// The logical name, as in CONTRACT §1.
+    /// The logical name, as in docs/bridge-protocol.md#queues.
     pub fn as_str(self) -> &'static str {
         match self {
             Queue::BridgeRequests => "baton.bridge.requests",

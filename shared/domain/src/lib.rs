@@ -2,7 +2,7 @@
 //! nothing that touches a socket, a clock-driven runtime or a database.
 //!
 //! # Layout
-//! - [`protocol`]: the bridge protocol (CONTRACT.md): requests, replies,
+//! - [`protocol`]: the bridge protocol (docs/bridge-protocol.md): requests, replies,
 //!   status messages, conversations, callbacks, the contract's own words, and
 //!   the events of a request's log (`HandoffEvent`).
 //! - [`tools`]: the model-visible tools: arguments, surfaces and specs,

@@ -1,4 +1,4 @@
-//! `[[projects]]` (CONTRACT §7): the repositories coding agents work on,
+//! `[[projects]]` (docs/profiles.md#coding-agents): the repositories coding agents work on,
 //! by the `projectId` a request names; the branch a run's changes are
 //! pushed to, and the summary of a diff. Pure: the git side lives in the
 //! agent crate.

@@ -1,4 +1,4 @@
-//! Coding agents' records (CONTRACT §7): what each coding invocation changed
+//! Coding agents' records (docs/profiles.md#coding-agents): what each coding invocation changed
 //! (written in the fenced transaction that stores its result), the sessions
 //! a conversation's next request resumes, and the `[[projects]]` section.
 

@@ -12,7 +12,7 @@ use serde_json::Value;
 const EXAMPLE_PROFILES: &str = include_str!("../../../examples/profiles.toml");
 const EXAMPLE_PROFILES_ZH: &str = include_str!("../../../examples/profiles.zh-CN.toml");
 
-/// The languages a request may ask for (CONTRACT §2).
+/// The languages a request may ask for (docs/bridge-protocol.md#requests).
 const LANGUAGES: [&str; 2] = ["en", "zh-CN"];
 
 /// The built-in profiles for `language`.

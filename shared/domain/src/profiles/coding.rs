@@ -1,4 +1,4 @@
-//! The four coding-agent CLIs a profile can bind to (CONTRACT §7): which
+//! The four coding-agent CLIs a profile can bind to (docs/profiles.md#coding-agents): which
 //! one, where its model is, and how long it may work. The process side
 //! (command lines, the box, the gateway) lives in the agent crate.
 

@@ -47,7 +47,7 @@ pub struct ProfilesFile {
     /// The repositories coding agents work on, by `projectId`.
     #[serde(default)]
     pub projects: Vec<crate::projects::Project>,
-    /// The bridges that may speak for requests, by their RabbitMQ users (CONTRACT §8).
+    /// The bridges that may speak for requests, by their RabbitMQ users (docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other).
     #[serde(default)]
     pub bridges: Vec<crate::protocol::bridges::Bridge>,
 }
@@ -133,7 +133,7 @@ pub enum ModelBinding {
         #[serde(default, skip_serializing_if = "crate::policy::sandbox::OnInterrupt::is_default")]
         on_interrupt: crate::policy::sandbox::OnInterrupt,
     },
-    /// OpenAI's Codex CLI, on the request's project (CONTRACT §7).
+    /// OpenAI's Codex CLI, on the request's project (docs/profiles.md#coding-agents).
     #[serde(rename = "codex")]
     Codex(coding::CodingBinding),
     /// Anthropic's Claude Code.

@@ -1,4 +1,4 @@
-//! The messages a bridge receives (CONTRACT.md section 3): status changes and
+//! The messages a bridge receives (docs/bridge-protocol.md#statuses-and-replies): status changes and
 //! one final reply per request, with deterministic message ids so a bridge
 //! can drop the rare duplicate.
 
@@ -12,7 +12,7 @@ use crate::protocol::language::Language;
 use crate::protocol::reply::{humanize, split_parts, ChannelLimits, Outcome, ReplyStatus};
 use crate::protocol::request::HandoffStatus;
 
-/// A change of a handoff's status (CONTRACT §3). `message_id`:
+/// A change of a handoff's status (docs/bridge-protocol.md#statuses-and-replies). `message_id`:
 /// `status:<handoffId>:<seq>`; `correlation_id`: the handoff's id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, TS)]
 #[serde(rename_all = "camelCase")]
@@ -39,7 +39,7 @@ pub struct BridgeStatus {
 #[serde(transparent)]
 pub struct StatusCallback(pub BridgeStatus);
 
-/// The one final reply of a handoff (CONTRACT §3). `message_id`:
+/// The one final reply of a handoff (docs/bridge-protocol.md#statuses-and-replies). `message_id`:
 /// `reply:<handoffId>`, or `reply:<handoffId>:<attempt>` for a retried run
 /// (attempt >= 2); `correlation_id`: the handoff's id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, TS)]
@@ -78,13 +78,13 @@ pub struct ReplyResult {
     pub final_text: String,
     /// The agents that held the work, in order (`manual` handoffs list none).
     pub agents: Vec<String>,
-    /// What a coding agent changed in the request's project (CONTRACT §7).
+    /// What a coding agent changed in the request's project (docs/bridge-protocol.md#coding-agent-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
     pub changes: Option<ReplyChanges>,
 }
 
-/// What a coding agent changed: the diff of its checkout (CONTRACT §7).
+/// What a coding agent changed: the diff of its checkout (docs/bridge-protocol.md#coding-agent-results).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, TS)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplyChanges {
@@ -114,7 +114,7 @@ pub struct ReplyError {
     pub message: String,
 }
 
-/// `status:<handoffId>:<seq>` (CONTRACT §3): a status can repeat
+/// `status:<handoffId>:<seq>` (docs/bridge-protocol.md#statuses-and-replies): a status can repeat
 /// (running → blocked → running), so the sequence number, not the status,
 /// keeps each message's id its own.
 pub fn status_message_id(handoff_id: &str, seq: i32) -> String {

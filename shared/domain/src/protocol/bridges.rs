@@ -1,4 +1,4 @@
-//! `[[bridges]]` (CONTRACT §8): who may speak for a request. A bridge is
+//! `[[bridges]]` (docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other): who may speak for a request. A bridge is
 //! known by the RabbitMQ user whose messages are its own (the AMQP
 //! `user_id` property, which the broker checks against the connection's
 //! user); what it may send (sources, reply queues, target agents) is

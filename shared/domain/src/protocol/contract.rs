@@ -1,5 +1,5 @@
 //! The public surface as types: the pieces of the bridge protocol that are
-//! not a request, a status or a reply of their own (CONTRACT §2, §3, §6).
+//! not a request, a status or a reply of their own (docs/bridge-protocol.md).
 //!
 //! Every message a bridge sends or receives is one Rust type with serde, and
 //! Baton serializes and parses exactly that type. `baton contract` derives

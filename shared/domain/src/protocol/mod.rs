@@ -1,11 +1,11 @@
-//! The bridge protocol (CONTRACT.md): what a bridge sends and what it hears.
+//! The bridge protocol (docs/bridge-protocol.md): what a bridge sends and what it hears.
 //!
 //! - [`request`]: the bridge's `HandoffRequest`, parsed and validated at the edge.
 //! - [`bridge`]: the status and reply messages a bridge receives.
-//! - [`bridges`]: `[[bridges]]`: which bridge a message is from, what it may send, its own ids (CONTRACT §8).
+//! - [`bridges`]: `[[bridges]]`: which bridge a message is from, what it may send, its own ids (docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other).
 //! - [`reply`]: humanized bridge replies and cutting them into chat-sized parts.
 //! - [`conversation`]: questions agents ask their users and the bridge's answers, a bridge's cancel,
-//!   and one chat's requests taking turns (CONTRACT §6).
+//!   and one chat's requests taking turns (docs/bridge-protocol.md#conversations).
 //! - [`callback`]: status callbacks: the origin allow-list, Standard Webhooks signing, URLs safe to log.
 //! - [`contract`]: the public surface's own words: each message's `type`, the error codes.
 //! - [`language`]: the reply languages.

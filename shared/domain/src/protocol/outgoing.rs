@@ -36,7 +36,7 @@ pub fn verdict(size: usize, max_bytes: usize, bridge_message: bool) -> Verdict {
     }
 }
 
-/// Whether a body is a `BridgeStatus` or a `BridgeReply` (CONTRACT §3).
+/// Whether a body is a `BridgeStatus` or a `BridgeReply` (docs/bridge-protocol.md#statuses-and-replies).
 pub fn is_bridge_message(body: &Value) -> bool {
     matches!(body["type"].as_str(), Some("reply" | "status"))
 }

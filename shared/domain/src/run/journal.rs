@@ -1,7 +1,8 @@
-//! The run journal's event names (the `type` of a row in `events`): the
-//! reference runtime's (seed 000, section 9) and Baton's own, one closed
-//! [`JournalEvent`]. Whoever writes the journal names its event with it, so
-//! no name is spelled twice and the README's list of events can be checked
+//! The run journal's event names (the `type` of a row in `events`): those of
+//! a handoff (docs/concepts.md#a-handoff-in-the-journal) and every other, one
+//! closed [`JournalEvent`]. Whoever writes the journal names its event with it, so
+//! no name is spelled twice and the guide's list of events
+//! (docs/concepts.md#events-an-operator-reads) can be checked
 //! against [`JournalEvent::ALL`]. A stored row keeps its name as a string:
 //! one this version does not know (an older or newer binary wrote it)
 //! still reads.
@@ -105,7 +106,7 @@ wire_enum! {
         ModelCallWaiting => "model_call_waiting",
         /// A model call that waited under a limit may go: how long it waited (`waitedMs`).
         ModelCallThrottled => "model_call_throttled",
-        /// A coding agent (CONTRACT §7) starts: the CLI, its project and
+        /// A coding agent (docs/profiles.md#coding-agents) starts: the CLI, its project and
         /// checkout base, whether it resumes a session, and its permissions
         /// (what was enforced, what could not be).
         CodingAgentStarted => "coding_agent_started",

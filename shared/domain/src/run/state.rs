@@ -115,7 +115,7 @@ impl InvocationStatus {
         Self::ALL.into_iter().filter(|s| !s.is_terminal())
     }
 
-    /// The invocation state machine (see the README's diagram).
+    /// The invocation state machine (see the diagram in docs/concepts.md#state-machines).
     pub fn can_become(self, next: Self) -> bool {
         use InvocationStatus::*;
         match (self, next) {

@@ -26,7 +26,8 @@ impl ToolError {
     }
 }
 
-/// Error codes, as in the reference runtime.
+/// Error codes, those of the runtime the tools were modelled on
+/// (docs/concepts.md#model-visible-tools) and Baton's own.
 pub mod codes {
     pub const INVALID_ARGUMENTS: &str = "tool.invalid_arguments";
     pub const TOOL_POLICY_DENIED: &str = "agent.tool_policy_denied";

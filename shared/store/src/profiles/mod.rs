@@ -200,7 +200,7 @@ pub struct Snapshot {
     pub disclosure: DisclosureConfig,
     pub conversations: ConversationsConfig,
     pub budgets: BudgetsConfig,
-    /// `[[bridges]]`: empty, one trusted bridge (CONTRACT §8).
+    /// `[[bridges]]`: empty, one trusted bridge (docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other).
     pub bridges: Vec<baton_domain::protocol::bridges::Bridge>,
     routes: HashMap<String, String>,
     /// Each profile, read once; one this version cannot read keeps why

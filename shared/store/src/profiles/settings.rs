@@ -45,7 +45,7 @@ pub(crate) async fn put_sections(c: &impl GenericClient, file: &ProfilesFile) ->
     put(c, BRIDGES, &serde_json::to_value(&file.bridges)?).await
 }
 
-/// `[[bridges]]` (none: one trusted bridge, as before CONTRACT §8).
+/// `[[bridges]]` (none: one trusted bridge, as without bridge identity: docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other).
 pub async fn bridges(c: &impl GenericClient) -> Result<Vec<baton_domain::protocol::bridges::Bridge>> {
     section(c, BRIDGES).await
 }

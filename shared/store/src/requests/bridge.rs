@@ -202,7 +202,7 @@ pub fn timestamp() -> String {
     now()
 }
 
-/// Queues a `BridgeQuestion` (CONTRACT §6), routed like a status, and
+/// Queues a `BridgeQuestion` (docs/bridge-protocol.md#conversations), routed like a status, and
 /// records it as asked.
 pub async fn question(c: &impl GenericClient, request: &Request, input: &QuestionInput<'_>) -> crate::Result<()> {
     let body = question::message(input);

@@ -1,4 +1,4 @@
-//! Conversations (CONTRACT §6): a bridge's cancels, kept until their request
+//! Conversations (docs/bridge-protocol.md#conversations): a bridge's cancels, kept until their request
 //! is there, and one chat's requests taking turns. A conversation's row lock
 //! orders everything that changes whose turn it is (intake taking a request,
 //! a run ending, a cancel), whichever worker does it.

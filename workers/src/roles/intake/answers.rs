@@ -1,4 +1,4 @@
-//! Intake's side of `ask_user`: a bridge's `BridgeAnswer` (CONTRACT §6),
+//! Intake's side of `ask_user`: a bridge's `BridgeAnswer` (docs/bridge-protocol.md#conversations),
 //! parsed at the edge and applied by [`crate::answering`]; it is
 //! acknowledged whatever became of it, and a body that is not a valid
 //! answer is dead-lettered with the reason.

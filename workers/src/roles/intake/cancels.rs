@@ -1,4 +1,4 @@
-//! A bridge's cancel (CONTRACT §6), taken from the requests queue by intake.
+//! A bridge's cancel (docs/bridge-protocol.md#conversations), taken from the requests queue by intake.
 //! It is kept once by its own id, then applied to its handoff in the same
 //! transaction: a run is cancelled as `baton runs cancel` does (every live
 //! invocation stops at its next step, parked ones at once, children too, and

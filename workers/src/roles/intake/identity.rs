@@ -1,4 +1,4 @@
-//! Which bridge speaks (CONTRACT §8). With `[[bridges]]` in the profiles
+//! Which bridge speaks (docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other). With `[[bridges]]` in the profiles
 //! file, a message on the requests queue is its bridge's only if the
 //! broker-checked AMQP `user_id` is the bridge's user; a message from
 //! nobody known, or asking for what its bridge may not use, is

@@ -43,7 +43,7 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
     let dead = settings.queues().name(Queue::DeadRequests);
     tracing::info!(%queue, concurrency = settings.intake_lanes(), "intake consuming");
     if profiles::settings::bridges(&pool.get().await?).await?.is_empty() {
-        tracing::warn!(%queue, "no [[bridges]] in the profiles file: intake trusts every publisher of this queue as the one bridge (CONTRACT §8)");
+        tracing::warn!(%queue, "no [[bridges]] in the profiles file: intake trusts every publisher of this queue as the one bridge (docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other)");
     }
     // The profiles file as this process last read it, checked at each request.
     let cache = profiles::Cache::default();
@@ -177,7 +177,7 @@ async fn handle(
         Some(Err(refusal)) => return identity::refuse(publisher, settings, &delivery, &refusal).await,
     };
     // A body refused unread (too large, too deep) is answered from its AMQP
-    // properties: `message_id` is the request's id (CONTRACT §2).
+    // properties: `message_id` is the request's id (docs/bridge-protocol.md#requests).
     if let Some(reason) = baton_domain::protocol::request::refused_unread(delivery.body()) {
         let id = delivery.message_id().filter(|_| reply_to.is_some()).map(str::to_string);
         let error = RequestError { reason, handoff_id: id, reply_to_chat_id: None, language: None };

@@ -1,4 +1,4 @@
-//! A coding invocation's checkout of its project (CONTRACT §7), and what
+//! A coding invocation's checkout of its project (docs/profiles.md#coding-agents), and what
 //! becomes of the agent's work.
 //!
 //! Each project is mirrored once per worker (`<work root>/projects/…git`,

@@ -1,4 +1,4 @@
-//! Coding agents (CONTRACT §7): Codex, Claude Code, Qwen Code and Gemini
+//! Coding agents (docs/profiles.md#coding-agents): Codex, Claude Code, Qwen Code and Gemini
 //! CLI, run as themselves on a checkout of the request's project.
 //!
 //! One invocation, start to end ([`CodingAgent::complete`]):

@@ -1,5 +1,5 @@
 //! The disclosure policy: what a target agent may see of a handoff
-//! (CONTRACT.md §2, "Disclosure policy before anything leaves").
+//! (docs/bridge-protocol.md#the-bridge-protocol-completed, "Disclosure policy").
 //!
 //! The bridge already filters on its side, but Baton hands the context to
 //! agents and their tools, so it filters again rather than trust that. Two

@@ -68,7 +68,7 @@ pub enum Refusal {
 }
 
 impl CallbacksConfig {
-    /// A bridge's own callbacks (CONTRACT §8): its origins, and its secret for
+    /// A bridge's own callbacks (docs/bridge-protocol.md#bridges-that-cannot-speak-for-each-other): its origins, and its secret for
     /// each source it sends (none: every callback refused).
     #[must_use]
     pub fn for_bridge(bridge: &crate::protocol::bridges::Bridge) -> CallbacksConfig {

@@ -1,4 +1,4 @@
-//! `BridgeAnswer` (CONTRACT §6): what a user said to an open question,
+//! `BridgeAnswer` (docs/bridge-protocol.md#conversations): what a user said to an open question,
 //! parsed strictly at the edge.
 
 use schemars::JsonSchema;
@@ -12,7 +12,7 @@ use crate::protocol::request::MAX_BODY_BYTES;
 /// The longest id (the answer's own, the handoff's, the question's).
 pub const MAX_ID_CHARS: usize = 128;
 
-/// What a user said to an open question (CONTRACT §6), bridge to fleet, on
+/// What a user said to an open question (docs/bridge-protocol.md#conversations), bridge to fleet, on
 /// `baton.bridge.requests`. Applied at most once per `id`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, TS)]
 #[serde(rename_all = "camelCase")]

@@ -16,7 +16,7 @@ pub const MAX_CANCEL_BYTES: usize = 64 * 1024;
 /// Longest accepted `id` and `handoffId`, as for a request's id.
 const MAX_ID_CHARS: usize = 128;
 
-/// A bridge asks the fleet to stop a handoff (CONTRACT §6), on
+/// A bridge asks the fleet to stop a handoff (docs/bridge-protocol.md#conversations), on
 /// `baton.bridge.requests`. Kept once per `id`; a cancel that arrives
 /// before its request is kept and applied on arrival.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, TS)]

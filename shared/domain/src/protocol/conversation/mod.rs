@@ -1,4 +1,4 @@
-//! Conversations (CONTRACT §6): a run that asks its user and waits, the
+//! Conversations (docs/bridge-protocol.md#conversations): a run that asks its user and waits, the
 //! control messages a bridge sends about a handoff it started (answers,
 //! cancels), and how one chat's requests take turns.
 

@@ -29,7 +29,7 @@ pub fn timeout(ask_timeout: Option<u64>) -> std::time::Duration {
     std::time::Duration::from_secs(ask_timeout.unwrap_or(DEFAULT_ASK_TIMEOUT_SECS))
 }
 
-/// `question:<handoffId>:<questionId>` (CONTRACT §6).
+/// `question:<handoffId>:<questionId>` (docs/bridge-protocol.md#conversations).
 pub fn message_id(handoff_id: &str, question_id: &str) -> String {
     format!("question:{handoff_id}:{question_id}")
 }
@@ -48,7 +48,7 @@ pub struct QuestionInput<'a> {
     pub at: String,
 }
 
-/// A question an agent asks its user (CONTRACT §6), fleet to bridge.
+/// A question an agent asks its user (docs/bridge-protocol.md#conversations), fleet to bridge.
 /// `message_id`: `question:<handoffId>:<questionId>`; `correlation_id`: the
 /// handoff's id. The handoff's `blocked` status comes first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, TS)]

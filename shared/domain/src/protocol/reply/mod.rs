@@ -1,4 +1,4 @@
-//! What the chat user reads when a handoff ends (CONTRACT §3, `BridgeReply`).
+//! What the chat user reads when a handoff ends (docs/bridge-protocol.md#statuses-and-replies, `BridgeReply`).
 //!
 //! Two jobs live here, both pure:
 //! - [`humanize`] turns an [`Outcome`] into one friendly message in the

@@ -1,5 +1,5 @@
 //! The bridge's `HandoffRequest`: the message a chat bridge publishes when a
-//! user's request should be handed to an agent (see CONTRACT.md §2).
+//! user's request should be handed to an agent (see docs/bridge-protocol.md#requests).
 //!
 //! [`parse_request`] is the single gate between raw queue bytes and the typed
 //! request. It refuses anything Baton should not act on and, when it refuses,
@@ -149,7 +149,7 @@ wire_enum! {
     pub enum Sensitivity { Low => "low", Medium => "medium", High => "high" }
 }
 
-/// One handoff as the bridge sent it (CONTRACT §2), on
+/// One handoff as the bridge sent it (docs/bridge-protocol.md#requests), on
 /// `baton.bridge.requests`, with `message_id` = its `id`. Unknown fields are
 /// ignored, and `null` stands for an absent optional field.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, JsonSchema, TS)]
@@ -175,7 +175,7 @@ pub struct HandoffRequest {
     #[ts(optional = nullable)]
     pub callback: Option<Callback>,
     /// The conversation this request takes turns in, when the bridge names
-    /// one; otherwise its chat (`callback.replyToChatId`). See CONTRACT §6.
+    /// one; otherwise its chat (`callback.replyToChatId`). See docs/bridge-protocol.md#conversations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional = nullable)]
     #[schemars(length(min = 1, max = 128))]
@@ -224,7 +224,7 @@ pub struct ContextPackage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional = nullable)]
     pub project_id: Option<String>,
-    // The lists are required (CONTRACT §2): a bridge with nothing to say
+    // The lists are required (docs/bridge-protocol.md#requests): a bridge with nothing to say
     // sends `[]`, and a missing list means a bridge that does not follow it.
     pub recent_conversation: Vec<ConversationTurn>,
     pub user_memories: Vec<ContextMemoryRef>,
