@@ -12,8 +12,9 @@ use baton_tests::{sample_request_json, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Grouping everything that arrives within a generous window, one batch at a time.
-const GROUPED: Batching = Batching { max: 8, window: Duration::from_millis(300), in_flight: 1 };
+/// Grouping everything that arrives within a generous window while another
+/// batch is in flight (see [`busy`]).
+const GROUPED: Batching = Batching { max: 8, window: Duration::from_millis(300), in_flight: 2 };
 
 type Units = GroupCommit<String, anyhow::Error>;
 
@@ -42,7 +43,34 @@ fn insert(
     })
 }
 
-/// Runs `units` at once; each caller checks, as soon as it hears, whether
+/// Makes `gc` busy: a batch that holds its transaction until `release` is
+/// dropped is in flight when this returns, so the next batch gathers for
+/// its window (an idle group commit takes a lone unit at once).
+async fn busy(env: &TestEnv, gc: &Units) -> tokio::sync::oneshot::Sender<()> {
+    let (release, held) = tokio::sync::oneshot::channel::<()>();
+    let held = Arc::new(tokio::sync::Mutex::new(Some(held)));
+    let blocker = job(move |tx| {
+        let held = held.clone();
+        Box::pin(async move {
+            tx.execute("SELECT 'group-commit-blocker'", &[]).await?;
+            if let Some(held) = held.lock().await.take() {
+                let _ = held.await;
+            }
+            Ok(String::new())
+        })
+    });
+    let gc = gc.clone();
+    tokio::spawn(async move { gc.run(blocker).await });
+    let sql =
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%group-commit-blocker%' AND pid <> pg_backend_pid()";
+    baton_tests::eventually(WAIT, "the blocking batch is in flight", || async {
+        (env.scalar_i64(sql, &[]).await == 1).then_some(())
+    })
+    .await;
+    release
+}
+
+/// Runs `units` at once (while a batch is in flight, so they gather); each caller checks, as soon as it hears, whether
 /// its row is visible to another connection (it must be: it committed).
 async fn run_all(
     env: &TestEnv,
@@ -50,6 +78,7 @@ async fn run_all(
     table: &'static str,
     units: Vec<(i32, Job<String, anyhow::Error>)>,
 ) -> Vec<(i32, Result<String, String>, bool)> {
+    let release = busy(env, gc).await;
     let tasks = units.into_iter().map(|(id, unit)| {
         let (gc, pool) = (gc.clone(), env.pool.clone());
         tokio::spawn(async move {
@@ -65,10 +94,13 @@ async fn run_all(
             (id, result, seen == 1)
         })
     });
+    let tasks: Vec<_> = tasks.collect();
+    // The units gather for the window, then commit while the blocker waits.
     let mut out = vec![];
-    for task in tasks.collect::<Vec<_>>() {
+    for task in tasks {
         out.push(task.await.unwrap());
     }
+    drop(release);
     out
 }
 
@@ -147,7 +179,7 @@ async fn a_workers_claims_ready_together_commit_together_and_every_run_completes
     let env = TestEnv::new().await;
     env.apply_example_profiles().await;
     let mut settings = env.settings.clone();
-    settings.group_commit = Batching { max: 16, window: Duration::from_millis(50), in_flight: 1 };
+    settings.group_commit = Batching { max: 16, window: Duration::from_millis(50), in_flight: 2 };
     let fleet = baton::fleet::Fleet::start(&settings, &[Role::Intake, Role::Relay, Role::Collector, Role::Invocation]);
     let mut replies = env.replies().await;
     let ids: Vec<String> = (0..8).map(|i| format!("grouped-{i}")).collect();
@@ -181,4 +213,17 @@ async fn a_workers_claims_ready_together_commit_together_and_every_run_completes
     );
     let sent = env.scalar_i64("SELECT count(*) FROM handoff_requests WHERE reply_sent_at IS NOT NULL", &[]).await;
     assert_eq!(sent, ids.len() as i64);
+}
+
+/// An idle group commit does not wait out its window for company: a lone
+/// unit commits at once (here, long before a window of a minute).
+#[tokio::test]
+async fn an_idle_group_commit_commits_a_lone_unit_at_once() {
+    let env = TestEnv::new().await;
+    env.db().await.batch_execute("CREATE TABLE probe (id int PRIMARY KEY)").await.unwrap();
+    let gc = Units::start(env.pool.clone(), Batching { max: 8, window: Duration::from_secs(60), in_flight: 2 });
+    let unit = insert("probe", 1, None, false, Arc::new(AtomicUsize::new(0)));
+    let result = tokio::time::timeout(WAIT / 2, gc.run(unit)).await;
+    assert!(result.is_ok_and(|r| r.is_ok()), "the lone unit committed without waiting for the window");
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM probe", &[]).await, 1);
 }

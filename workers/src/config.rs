@@ -59,8 +59,9 @@ pub struct Settings {
     pub pool_size: usize,
     /// How an invocation worker groups claims that are ready together into
     /// one transaction: `BATON_GROUP_COMMIT_MAX` claims at most (1: each
-    /// alone), waiting `BATON_GROUP_COMMIT_WINDOW_MS` at most for more, with
-    /// a quarter of the pool's connections (at least one) committing batches at once.
+    /// alone), waiting `BATON_GROUP_COMMIT_WINDOW_MS` at most for more while
+    /// another batch commits, with a quarter of the pool's connections (at
+    /// least one) committing batches at once.
     pub group_commit: baton_store::group_commit::Batching,
     /// The relay's safety-net poll when no notification arrives.
     pub relay_poll: Duration,
@@ -197,12 +198,12 @@ impl Reader<'_> {
         Duration::from_millis(self.number(name, default.as_millis() as u64, "a whole number of milliseconds"))
     }
 
-    /// `BATON_GROUP_COMMIT_MAX` (default 16) and `BATON_GROUP_COMMIT_WINDOW_MS` (default 1).
+    /// `BATON_GROUP_COMMIT_MAX` (default 16) and `BATON_GROUP_COMMIT_WINDOW_MS` (default 4).
     fn group_commit(&mut self, pool_size: usize) -> baton_store::group_commit::Batching {
         let max = self.count("BATON_GROUP_COMMIT_MAX", 16usize);
         baton_store::group_commit::Batching {
             max: self.above_zero("BATON_GROUP_COMMIT_MAX", max, "no claim could ever commit (1 commits each alone)"),
-            window: self.millis("BATON_GROUP_COMMIT_WINDOW_MS", Duration::from_millis(1)),
+            window: self.millis("BATON_GROUP_COMMIT_WINDOW_MS", Duration::from_millis(4)),
             in_flight: (pool_size / 4).max(1),
         }
     }

@@ -11,8 +11,9 @@
 //! fence are exactly as strong as with a transaction of one's own.
 //!
 //! Units are collected while the batches in flight are busy (at most
-//! [`Batching::in_flight`] at once), up to [`Batching::max`] per batch, and
-//! for [`Batching::window`] at most after the first one arrived. When a unit
+//! [`Batching::in_flight`] at once), up to [`Batching::max`] per batch, and,
+//! while another batch is in flight, for [`Batching::window`] at most after
+//! the first one arrived (an idle worker commits a lone unit at once). When a unit
 //! fails, its batch rolls back and runs again without it, and the failed
 //! unit runs alone afterwards, in a transaction of its own: only a unit's
 //! own failure, alone, reaches its caller. A failed commit (which names no
@@ -54,9 +55,10 @@ where
 pub struct Batching {
     /// Units per transaction at most; 1 commits each alone.
     pub max: usize,
-    /// How long a batch waits for more units after its first one, at most.
-    /// With zero, a batch takes what is waiting when it starts: units group
-    /// only while the batches in flight are busy.
+    /// How long a batch waits for more units after its first one, at most,
+    /// while another batch is in flight (with none, it takes what is waiting
+    /// and goes). With zero, a batch always takes what is waiting when it
+    /// starts: units group only while the batches in flight are busy.
     pub window: Duration,
     /// Batches (transactions, and pooled connections) in flight at once.
     pub in_flight: usize,
@@ -136,11 +138,14 @@ where
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
         let Some(first) = from.recv().await else { return };
         let mut batch = vec![first];
+        // The window is waited only while another batch is in flight: an
+        // idle worker commits at once, a busy one gathers.
+        let busy = slots.available_permits() + 1 < batching.in_flight.clamp(1, Semaphore::MAX_PERMITS);
         let until = Instant::now() + batching.window;
         while batch.len() < batching.max {
             match from.try_recv() {
                 Ok(more) => batch.push(more),
-                Err(_) if batching.window.is_zero() => break,
+                Err(_) if batching.window.is_zero() || !busy => break,
                 Err(_) => match tokio::time::timeout_at(until, from.recv()).await {
                     Ok(Some(more)) => batch.push(more),
                     Ok(None) | Err(_) => break,
