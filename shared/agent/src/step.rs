@@ -60,11 +60,11 @@ impl Written {
         }
     }
 
-    /// What the step has spent so far: its model calls, and a call for each
-    /// tool result it wrote.
+    /// What the step has spent so far: its turn's tokens and model calls,
+    /// and a call for each tool result it wrote.
     pub(crate) fn spending(&self) -> baton_store::runs::budgets::Spending {
         let tool_calls = self.steps.iter().filter(|s| s.kind == crate::transcript::TOOL_RESULT).count() as i32;
-        baton_store::runs::budgets::Spending { model_calls: self.model_calls, tool_calls }
+        baton_store::runs::budgets::Spending { tokens: self.tokens, model_calls: self.model_calls, tool_calls }
     }
 
     /// A transcript step, written when the step transaction ends.
@@ -164,7 +164,8 @@ impl<'a> StepTx<'a> {
         self
     }
 
-    /// Tokens a model turn used, counted on the invocation with the fence.
+    /// Tokens a model turn used, counted on the invocation with the step's
+    /// spending (see [`Written::spending`]).
     pub(crate) fn count_tokens(mut self, tokens: i64) -> Self {
         self.tokens = tokens;
         self
@@ -218,16 +219,11 @@ impl<'a> StepTx<'a> {
         let id = self.inv.id;
         let first_seq = self.lead.map_or(self.next_seq as i32, |lead| lead.seq);
         let unstored_from = self.writes_steps.then_some(first_seq);
-        let fenced = async {
-            match fence {
-                true => Ok(invocations::fence(tx, id, self.epoch, unstored_from).await?),
-                false => Ok(()),
-            }
-        };
-        // Pipelined: the tokens go out behind the fence, before its answer
-        // comes back; a refused fence rolls them back with the rest.
-        let (fenced, counted) = tokio::join!(fenced, add_tokens(tx, id, self.tokens));
-        first_cause([fenced, counted])?;
+        if fence {
+            invocations::fence(tx, id, self.epoch, unstored_from).await?;
+        }
+        // Counted on the invocation with the step's other spending, in the
+        // one write that records it (`budget::record`, or the handoff's).
         w.tokens = self.tokens;
         body(Scope { tx, w: &mut w, _borrows: PhantomData }).await?;
         w.store(tx, self.inv, self.lead).await?;
@@ -297,18 +293,6 @@ pub(crate) fn sanitize(value: Value) -> Value {
     }
 }
 
-/// The error that matters among pipelined statements: once one statement
-/// fails, the others in the transaction fail with 25P02 ("transaction
-/// aborted"), which must not hide the first cause.
-pub(crate) fn first_cause(results: impl IntoIterator<Item = Result<(), Error>>) -> Result<(), Error> {
-    let errors: Vec<Error> = results.into_iter().filter_map(Result::err).collect();
-    let aborted = |e: &Error| matches!(e, Error::Store(baton_store::Error::Db(db)) if db.code().is_some_and(|c| c.code() == "25P02"));
-    match errors.iter().position(|e| !aborted(e)) {
-        Some(i) => Err(errors.into_iter().nth(i).expect("found")),
-        None => errors.into_iter().next().map_or(Ok(()), Err),
-    }
-}
-
 /// Tokens a turn used, whatever the provider calls them.
 pub(crate) fn tokens_of(turn: &ModelTurn) -> i64 {
     turn.usage.as_ref().map_or(0, crate::providers::Usage::tokens)
@@ -325,13 +309,6 @@ pub(crate) fn name_calls(turn: &mut ModelTurn, turn_index: usize) {
             seen.insert(call.id.clone());
         }
     }
-}
-
-async fn add_tokens(tx: &Transaction<'_>, id: uuid::Uuid, tokens: i64) -> Result<(), Error> {
-    if tokens > 0 {
-        invocations::add_tokens(tx, id, tokens).await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

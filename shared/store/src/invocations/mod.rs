@@ -334,13 +334,14 @@ pub async fn hand_over(
     c: &impl GenericClient,
     inv: &Invocation,
     target: &str,
-    (model_calls, tool_calls): (i32, i32),
+    spending: &crate::runs::budgets::Spending,
 ) -> Result<HandedOver> {
     let row = sql::query_one(
         c,
         "WITH ended AS (
              UPDATE invocations SET status = $2, error = NULL, lease_owner = NULL, lease_expires_at = NULL,
                     finished_at = now(), model_calls = model_calls + $3, tool_calls = tool_calls + $4,
+                    tokens_used = tokens_used + $11,
                     claim_epoch = $9, started_at = coalesce(started_at, now())
               WHERE id = $1 AND status = ANY($5)
           RETURNING run_spent_tokens + tokens_used AS tokens, run_spent_model_calls + model_calls AS model_calls,
@@ -355,14 +356,15 @@ pub async fn hand_over(
         &[
             &inv.id,
             &InvocationStatus::Transferred.as_str(),
-            &model_calls,
-            &tool_calls,
+            &spending.model_calls,
+            &spending.tool_calls,
             &live(),
             &inv.run_id,
             &target,
             &InvocationKind::Root.as_str(),
             &inv.claim_epoch,
             &InvocationKind::Child.as_str(),
+            &spending.tokens,
         ],
     )
     .await?;
@@ -514,11 +516,6 @@ pub async fn wake_timed_out(c: &impl GenericClient) -> Result<Vec<(Uuid, Uuid)>>
 /// Clears a wait once its result is stored.
 pub async fn clear_await(c: &impl GenericClient, id: Uuid) -> Result<()> {
     sql::execute(c, "UPDATE invocations SET await_spec = NULL WHERE id = $1", &[&id]).await?;
-    Ok(())
-}
-
-pub async fn add_tokens(c: &impl GenericClient, id: Uuid, tokens: i64) -> Result<()> {
-    sql::execute(c, "UPDATE invocations SET tokens_used = tokens_used + $2 WHERE id = $1", &[&id, &tokens]).await?;
     Ok(())
 }
 

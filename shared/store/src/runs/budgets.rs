@@ -24,10 +24,12 @@ pub struct RunSpend {
     pub spent: Spent,
 }
 
-/// What one step transaction spent (its tokens are counted in
-/// `invocations.tokens_used`, as before budgets existed).
+/// What one step transaction spent: its model turn's tokens, its model
+/// calls and its tool calls, added to the invocation's row in the one write
+/// that records them ([`spend`], or the handoff's [`hand_over`](crate::invocations::hand_over)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Spending {
+    pub tokens: i64,
     pub model_calls: i32,
     pub tool_calls: i32,
 }
@@ -80,13 +82,16 @@ pub async fn spend(c: &impl GenericClient, invocation_id: Uuid, spending: &Spend
     let owner_spend = owner_spend("CASE WHEN me.kind = 'child' THEN me.parent_invocation_id ELSE me.id END");
     let sql = format!(
         "WITH me AS (
-             UPDATE invocations SET model_calls = model_calls + $2, tool_calls = tool_calls + $3
+             UPDATE invocations SET tokens_used = tokens_used + $4, model_calls = model_calls + $2,
+                    tool_calls = tool_calls + $3
               WHERE id = $1 RETURNING run_id, kind, parent_invocation_id, id)
-         SELECT r.budget, s.tokens, s.model_calls + $2, s.tool_calls + $3, {elapsed}
+         SELECT r.budget, s.tokens + $4, s.model_calls + $2, s.tool_calls + $3, {elapsed}
            FROM me JOIN runs r ON r.id = me.run_id, {owner_spend}",
         elapsed = elapsed!(),
     );
-    let row = sql::query_one(c, &sql, &[&invocation_id, &spending.model_calls, &spending.tool_calls]).await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+        [&invocation_id, &spending.model_calls, &spending.tool_calls, &spending.tokens];
+    let row = sql::query_one(c, &sql, &params).await?;
     from_row(&row)
 }
 
