@@ -1,5 +1,6 @@
-//! Fenced claims: duplicates find nothing, an expired lease is taken over,
-//! and the stalled worker's writes are refused.
+//! Fenced claims: duplicates find nothing, an expired lease is taken over
+//! once the relay's sweep found it stalled, and the stalled worker's writes
+//! are refused.
 
 use std::time::Duration;
 
@@ -79,15 +80,10 @@ async fn an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced() {
     assert_eq!(held_by_a.claim_epoch, 1);
     assert!(b.claim(message).await.unwrap().is_none(), "a live lease cannot be claimed");
 
-    // A stalls past its lease; B takes over with a higher epoch.
-    env.db()
-        .await
-        .execute(
-            "UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1",
-            &[&message.invocation_id],
-        )
-        .await
-        .unwrap();
+    // A stalls past its lease; the relay's sweep finds it stalled; B takes
+    // over with a higher epoch.
+    lapse(&env, message.invocation_id).await;
+    sweep(&env).await;
     let held_by_b = b.claim(message).await.unwrap().expect("b takes over");
     assert_eq!(held_by_b.claim_epoch, 2);
 
@@ -120,6 +116,68 @@ async fn an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced() {
         .map(|e| e.payload["resumed"].as_bool().unwrap_or(false))
         .collect();
     assert_eq!(writer_starts, vec![false, true], "the writer started once and was resumed once, by the takeover");
+}
+
+/// Ends a claim's lease now, as a stalled holder's (or an outage's) would.
+async fn lapse(env: &TestEnv, id: Uuid) {
+    let sql = "UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1";
+    env.db().await.execute(sql, &[&id]).await.unwrap();
+}
+
+/// The relay's stalled sweep, once: what it re-publishes.
+async fn sweep(env: &TestEnv) -> Vec<Uuid> {
+    let pace = baton_store::invocations::Pace {
+        grace: env.settings.unclaimed_grace,
+        lease: env.settings.lease,
+        cap: env.settings.republish_max,
+        handoff_backlog: false,
+        delegate_backlog: false,
+    };
+    let stalled = baton_store::invocations::take_stalled(&env.db().await, &pace).await.unwrap();
+    stalled.into_iter().map(|(id, _, _)| id).collect()
+}
+
+/// Issue 25: a lease also lapses while the database is away. When it comes
+/// back, a claim that was retried through the outage (a duplicate delivery
+/// of a claimed invocation), or a duplicate the outbox sends again, may run
+/// before the holder's heartbeat has renewed; it must take nothing over, or
+/// the turn the holder kept through the outage is discarded and asked again.
+/// Only a lease the relay's sweep found stalled (the sweep waits a lease
+/// after the relay regains the database) is taken over.
+#[tokio::test]
+async fn a_lapsed_lease_is_taken_over_only_once_the_relays_sweep_found_it_stalled() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    // No relay: nothing sweeps but this test.
+    let intake = env.start(&[Role::Intake]);
+    env.send_request(&sample_request_json("lapsed", "docs_agent", "en")).await;
+    let message = eventually(WAIT, "the root invocation exists", || async {
+        let row =
+            env.db().await.query_opt("SELECT id, run_id FROM invocations WHERE kind = 'root'", &[]).await.unwrap();
+        row.map(|r| RunInvocation { invocation_id: r.get(0), run_id: r.get(1) })
+    })
+    .await;
+    intake.stop().await;
+    let mut b_settings = env.settings.clone();
+    b_settings.worker_id = "worker-b".into();
+    let a = Worker::new(env.pool.clone(), env.settings.clone());
+    let b = Worker::new(env.pool.clone(), b_settings);
+    let held_by_a = a.claim(message).await.unwrap().expect("a claims");
+
+    lapse(&env, message.invocation_id).await;
+    assert!(b.claim(message).await.unwrap().is_none(), "a duplicate took over a lease the sweep had not found stalled");
+    assert!(a.claim(message).await.unwrap().is_none(), "so did A's own duplicate");
+    let renewed = baton_store::invocations::renew(&env.db().await, held_by_a.id, 1, env.settings.lease).await;
+    assert!(renewed.unwrap(), "A renews when the database is back and keeps its claim");
+    assert_eq!(sweep(&env).await, Vec::<Uuid>::new(), "a renewed lease is not stalled");
+
+    lapse(&env, message.invocation_id).await;
+    assert_eq!(sweep(&env).await, vec![message.invocation_id], "the sweep finds the lapsed lease");
+    let held_by_b = b.claim(message).await.unwrap().expect("b takes over what the sweep found stalled");
+    assert_eq!(held_by_b.claim_epoch, 2);
+    assert_eq!(held_by_b.takeovers, 1);
+    let renewed = baton_store::invocations::renew(&env.db().await, held_by_a.id, 1, env.settings.lease).await;
+    assert!(!renewed.unwrap(), "A's claim is gone");
 }
 
 /// A handoff is refused while delegated tasks are pending (docs/concepts.md#handoff).
@@ -203,11 +261,7 @@ async fn work_of_a_dead_worker_is_re_published_and_finished_by_another() {
         (purged > 0).then_some(())
     })
     .await;
-    env.db()
-        .await
-        .execute("UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1", &[&claimed.id])
-        .await
-        .unwrap();
+    lapse(&env, claimed.id).await;
     let mut replies = env.replies().await;
     let workers = env.start(&[Role::Invocation]);
     let messages = until_reply(&mut replies, WAIT).await;

@@ -4,8 +4,10 @@
 //! starts three real `baton up` processes on a two-host `DATABASE_URL` with
 //! `target_session_attrs=read-write`, sends 150 chained runs whose model is a
 //! scripted server that counts what it is asked, and fails the primary in
-//! the middle of them. Every run must complete with one reply, and no model
-//! turn that was answered may be asked again.
+//! the middle of them. The moment the database is back it sends a copy of
+//! the message of every running invocation (duplicates, which the fleet
+//! meets at a database's return: issue 25). Every run must complete with one
+//! reply, and no model turn that was answered may be asked again.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
@@ -14,7 +16,7 @@ use baton::config::Settings;
 use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, QueueDeclareOptions};
 use baton_bus::lapin::types::FieldTable;
 use baton_bus::{Outgoing, Publisher};
-use baton_domain::fleet::Queue;
+use baton_domain::fleet::{Queue, RunInvocation};
 use baton_tests::turns::{self, TurnServer};
 use baton_tests::{baton_binary, sample_request_json};
 use futures_lite::StreamExt;
@@ -125,8 +127,14 @@ async fn run_case(letter: &str, name: &str, case: Case) -> String {
     let started = Instant::now();
     let sending = tokio::spawn(send_all(publisher, requests, reply_to.clone(), ids.clone()));
 
+    let duplicates = Duplicates {
+        publisher: Publisher::open(&conn).await.unwrap(),
+        queue: settings.queues().name(Queue::InvocationsHandoff),
+        url: settings.database_url.clone(),
+    };
+    let mut duplicates = Some(duplicates);
     let mut seen = Seen::default();
-    let mut fault: Option<tokio::task::JoinHandle<(f64, f64)>> = None;
+    let mut fault: Option<tokio::task::JoinHandle<(f64, f64, usize)>> = None;
     while seen.replies.len() < RUNS {
         let left = WAIT.checked_sub(started.elapsed()).unwrap_or_default();
         let Ok(Some(Ok(delivery))) = tokio::time::timeout(left, replies.next()).await else {
@@ -136,10 +144,14 @@ async fn run_case(letter: &str, name: &str, case: Case) -> String {
         let message: Value = serde_json::from_slice(&delivery.data).unwrap();
         seen.add(&message, started.elapsed().as_secs_f64());
         if fault.is_none() && seen.replies.len() >= STRIKE_AFTER {
-            fault = Some(tokio::task::spawn_blocking(move || strike(case, started)));
+            let duplicates = duplicates.take().expect("one fault");
+            fault = Some(tokio::spawn(async move {
+                let (struck, promoted) = tokio::task::spawn_blocking(move || strike(case, started)).await.unwrap();
+                (struck, promoted, duplicates.send().await)
+            }));
         }
     }
-    let (struck, promoted) = fault.expect("the fault struck").await.unwrap();
+    let (struck, promoted, duplicated) = fault.expect("the fault struck").await.unwrap();
     sending.await.unwrap();
     for process in &mut fleet {
         let _ = process.start_kill();
@@ -159,7 +171,7 @@ async fn run_case(letter: &str, name: &str, case: Case) -> String {
     let recovery = seen.first_after(promoted).map(|t| t - promoted);
     let line = format!(
         "failover case {name}: fault at {struck:.1}s, promoted at {promoted:.1}s; next completed run {} after the promotion; \
-         longest gap between replies {:.1}s; all {RUNS} replies by {:.1}s; takeovers {takeovers}; \
+         longest gap between replies {:.1}s; all {RUNS} replies by {:.1}s; duplicates sent at the return {duplicated}; takeovers {takeovers}; \
          turns held through the outage and stored {held}; model turns {} asked, repeated {}",
         recovery.map_or("(none after it)".into(), |r| format!("{r:.1}s")),
         seen.longest_gap,
@@ -208,6 +220,32 @@ fn strike(case: Case, started: Instant) -> (f64, f64) {
             ctl(&["promote"]);
             (struck, now())
         }
+    }
+}
+
+/// What sends, the moment the database is back, a copy of the message of
+/// every invocation that is running then: as a claim retried through the
+/// outage does (a duplicate delivery of a claimed invocation), and as the
+/// relay does with rows whose publish was confirmed but whose delete was
+/// lost (issue 25). Their holders' leases lapsed in the outage and their
+/// heartbeats renew only within a second or so: each copy must claim nothing.
+struct Duplicates {
+    publisher: Publisher,
+    queue: String,
+    url: String,
+}
+
+impl Duplicates {
+    /// Returns how many were sent.
+    async fn send(self) -> usize {
+        let client = baton_store::pool(&self.url, 1).unwrap().get().await.unwrap();
+        let running = client.query("SELECT id, run_id FROM invocations WHERE status = 'running'", &[]).await.unwrap();
+        for row in &running {
+            let message = RunInvocation { invocation_id: row.get(0), run_id: row.get(1) };
+            let body = serde_json::to_vec(&message).unwrap();
+            self.publisher.publish(&Outgoing { queue: &self.queue, body: &body, ..Default::default() }).await.unwrap();
+        }
+        running.len()
     }
 }
 

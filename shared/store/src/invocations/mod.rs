@@ -234,9 +234,18 @@ pub(crate) const CLAIM_SET: &str =
 
 /// Which invocation `inv` (of run `r`) a claim may take (`$1` its id, `$4`
 /// to `$6` running, created, parked, `$7` a running run): new, woken from a
-/// wait, or whose holder's lease expired.
+/// wait, handed back, or whose holder's lease expired **and** the relay's
+/// sweep has since found it stalled (`republished_at` at or after the
+/// expiry, [`take_stalled`]). A lease also lapses while the database is
+/// away, and at its return a claim that was retried through the outage (a
+/// duplicate delivery), or a duplicate the outbox sends again, would run
+/// before the live holder's heartbeat renews and take over a turn it holds;
+/// the sweep waits a lease after the relay regains the database, so only a
+/// lease nobody renewed by then is taken over.
 pub(crate) const CLAIMABLE: &str = "inv.id = $1 AND r.status = $7
-     AND (inv.status = $5 OR (inv.status = $6 AND inv.woken) OR (inv.status = $4 AND inv.lease_expires_at < now()))";
+     AND (inv.status = $5 OR (inv.status = $6 AND inv.woken)
+          OR (inv.status = $4 AND inv.lease_expires_at < now()
+              AND (inv.lease_owner IS NULL OR inv.republished_at >= inv.lease_expires_at)))";
 
 /// [`COLUMNS`] as a claim of a new invocation returns them before it is
 /// written (a deferred claim, [`record_claim`]): running, at epoch 1.

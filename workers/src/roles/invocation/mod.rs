@@ -218,7 +218,8 @@ impl Lane {
             (self.worker.clone(), self.dead.clone(), self.shutdown.clone(), self.deadline.clone());
         let (queue, broken) = (self.queue.clone(), self.broken.clone());
         // The hop continues the trace of the span that queued it.
-        let hop = tracing::info_span!("claim", queue = %self.queue, handoff_id = tracing::field::Empty);
+        let hop = tracing::info_span!("claim", queue = %self.queue, handoff_id = tracing::field::Empty,
+            invocation = tracing::field::Empty, redelivered = d.redelivered());
         crate::telemetry::continue_from(&hop, &d);
         // Its outbox rows are published by this process right after each commit.
         self.loops.spawn(
@@ -283,6 +284,8 @@ async fn receive(
             return Ok(None);
         }
     };
+    // Its log lines (a claim retried through an outage) name the invocation.
+    tracing::Span::current().record("invocation", tracing::field::display(message.invocation_id));
     let claimed = match retry_transient("claiming an invocation", worker.settings.transient_patience, stop, || {
         worker.claim_to_run(message)
     })
@@ -306,7 +309,9 @@ async fn receive(
     };
     // From here the Postgres lease owns the work: a failed ack (the channel
     // closed under us) only means a duplicate delivery later, which finds
-    // nothing to claim. The claimed work still runs, or is handed back.
+    // nothing to claim, even once the lease has lapsed in an outage: only a
+    // lease the relay's sweep found stalled is taken over (`CLAIMABLE`).
+    // The claimed work still runs, or is handed back.
     if let Err(e) = d.ack().await {
         tracing::warn!(invocation = %message.invocation_id, error = %format!("{e:#}"), "ack failed after the claim committed");
     }
@@ -387,6 +392,9 @@ impl Worker {
             tracing::Span::current().record("handoff_id", handoff.as_str());
         }
         crate::metrics::claimed(inv.kind.as_str(), facts.takeover);
+        if facts.takeover {
+            span.in_scope(|| tracing::warn!("took over an invocation whose lease had expired"));
+        }
         if inv.kind == InvocationKind::Handoff && inv.claim_epoch == 1 {
             crate::metrics::hop(facts.waited_seconds);
         }
@@ -419,7 +427,9 @@ impl Worker {
         let Some(start) =
             baton_store::claims::claim_start(tx, message.invocation_id, owner, lease, &deferrable).await?
         else {
-            tracing::debug!(invocation = %message.invocation_id, "nothing to claim");
+            // A duplicate delivery: already claimed (its lease live, or lapsed
+            // but not yet found stalled by the relay), ended, or given up on.
+            tracing::info!(invocation = %message.invocation_id, "nothing to claim");
             return Ok(None);
         };
         let baton_store::claims::ClaimStart { inv, facts, run, spend, profiles_version, task_started, deferred } =
