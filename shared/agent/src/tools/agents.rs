@@ -67,8 +67,8 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
     // one live foreground owner per run). A handoff stage's task has no row
     // (V30): the brief it gives travels as the successor's own column, and
     // the task ends with the invocation that works on it.
-    let spending = baton_store::runs::budgets::Spending { tool_calls: ctx.spending.tool_calls + 1, ..ctx.spending };
-    let handed = invocations::hand_over(c, inv, &target.id, &spending).await?;
+    let spending = (ctx.spending.tokens, ctx.spending.model_calls, ctx.spending.tool_calls + 1);
+    let handed = invocations::hand_over(c, inv, &target.id, spending).await?;
     let key = readable_key(&target.id, handed.earlier_tasks as usize);
     let (next, task_id) = (Uuid::now_v7(), Uuid::now_v7());
     let new = NewInvocation {

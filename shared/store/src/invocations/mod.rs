@@ -328,7 +328,7 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: InvocationStatus, 
 }
 
 /// A handoff's end of the invocation that hands off, in one statement: it
-/// becomes `transferred` with what its last step spent (`model_calls`,
+/// becomes `transferred` with what its last step spent (`tokens`, `model_calls`,
 /// `tool_calls`, so no spend update follows), and with its claim's epoch
 /// and start (a claim deferred to this write costs no row version of its
 /// own, [`record_claim`]). A handoff stage's task ends
@@ -343,7 +343,7 @@ pub async fn hand_over(
     c: &impl GenericClient,
     inv: &Invocation,
     target: &str,
-    spending: &crate::runs::budgets::Spending,
+    (tokens, model_calls, tool_calls): (i64, i32, i32),
 ) -> Result<HandedOver> {
     let row = sql::query_one(
         c,
@@ -365,15 +365,15 @@ pub async fn hand_over(
         &[
             &inv.id,
             &InvocationStatus::Transferred.as_str(),
-            &spending.model_calls,
-            &spending.tool_calls,
+            &model_calls,
+            &tool_calls,
             &live(),
             &inv.run_id,
             &target,
             &InvocationKind::Root.as_str(),
             &inv.claim_epoch,
             &InvocationKind::Child.as_str(),
-            &spending.tokens,
+            &tokens,
         ],
     )
     .await?;
