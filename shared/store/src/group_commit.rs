@@ -188,8 +188,14 @@ where
                     let _ = pending.reply.send(Ok(result));
                 }
             }
-            Err(Failed::At(i)) => by_themselves.push(batch.remove(i)),
-            Err(Failed::Whole) => by_themselves.append(&mut batch),
+            Err(Failed::At(i)) => {
+                tracing::debug!(units = batch.len(), "a unit failed in its batch; the batch runs again without it");
+                by_themselves.push(batch.remove(i));
+            }
+            Err(Failed::Whole) => {
+                tracing::debug!(units = batch.len(), "a batch could not begin or commit; each of its units runs alone");
+                by_themselves.append(&mut batch);
+            }
         }
     }
     by_themselves.append(&mut batch);
@@ -206,6 +212,7 @@ where
 {
     let mut client = client(pool).await.map_err(|_| Failed::Whole)?;
     let tx = begin(&mut client).await.map_err(|_| Failed::Whole)?;
+    tracing::trace!(units = batch.len(), "committing a batch");
     let mut results = Vec::with_capacity(batch.len());
     for (i, pending) in batch.iter().enumerate() {
         match (pending.job)(&tx).instrument(pending.span.clone()).await {
