@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::collections::BTreeSet;
 
 use baton_domain::tool_name::ToolName;
-use baton_tests::docs::{names_in_table, read, root, under};
+use baton_tests::docs::{assert_same_names, names_in_table, read, root, under};
 
 const OPERATING: &str = "docs/operating.md";
 
@@ -84,13 +84,7 @@ fn the_settings_table_names_every_variable_baton_reads_and_no_other() {
         read_by_code.remove(name);
     }
     assert!(read_by_code.len() > 40, "too few variables found in the code: {read_by_code:?}");
-    let undocumented: Vec<&String> = read_by_code.difference(&listed).collect();
-    let unknown: Vec<&String> = listed.difference(&read_by_code).collect();
-    assert!(
-        undocumented.is_empty(),
-        "variables the code reads with no row under `## Settings` in {OPERATING}: {undocumented:?}"
-    );
-    assert!(unknown.is_empty(), "rows under `## Settings` in {OPERATING} that the code does not read: {unknown:?}");
+    assert_same_names(&read_by_code, &listed, "variables", &format!("under `## Settings` in {OPERATING}"));
 }
 
 /// The commands a `--help` lists under `Commands:`, `help` aside.
@@ -144,13 +138,7 @@ fn the_command_table_lists_what_baton_help_lists_and_no_other() {
     let binary = commands_of_the_binary();
     let documented = commands_documented();
     assert!(binary.contains("runs list") && binary.contains("migrate"), "help not read: {binary:?}");
-    let undocumented: Vec<&String> = binary.difference(&documented).collect();
-    let unknown: Vec<&String> = documented.difference(&binary).collect();
-    assert!(
-        undocumented.is_empty(),
-        "commands with no row under `## Roles and commands` in {OPERATING}: {undocumented:?}"
-    );
-    assert!(unknown.is_empty(), "rows under `## Roles and commands` in {OPERATING} naming no command: {unknown:?}");
+    assert_same_names(&binary, &documented, "commands", &format!("under `## Roles and commands` in {OPERATING}"));
 }
 
 #[test]
@@ -159,8 +147,5 @@ fn the_tool_table_lists_every_model_visible_tool_and_no_other() {
     let text = read(page);
     let listed = names_in_table(under(&text, "## Model-visible tools"));
     let code: BTreeSet<String> = ToolName::ALL.iter().map(|t| t.as_str().to_string()).collect();
-    let undocumented: Vec<&String> = code.difference(&listed).collect();
-    let unknown: Vec<&String> = listed.difference(&code).collect();
-    assert!(undocumented.is_empty(), "tools with no row under `## Model-visible tools` in {page}: {undocumented:?}");
-    assert!(unknown.is_empty(), "rows under `## Model-visible tools` in {page} naming no tool: {unknown:?}");
+    assert_same_names(&code, &listed, "tools", &format!("under `## Model-visible tools` in {page}"));
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use baton_domain::protocol::request::HandoffEvent;
 use baton_domain::run::journal::JournalEvent;
-use baton_tests::docs::{names_in_table, read, under};
+use baton_tests::docs::{assert_same_names, names_in_table, read, under};
 
 const PAGE: &str = "docs/concepts.md";
 const SECTION: &str = "## Events an operator reads";
@@ -17,10 +17,7 @@ const HANDOFF: &str = "### A handoff's own log";
 fn assert_listed(heading: &str, code: BTreeSet<String>) {
     let text = read(PAGE);
     let listed = names_in_table(under(under(&text, SECTION), heading));
-    let undocumented: Vec<&String> = code.difference(&listed).collect();
-    let unknown: Vec<&String> = listed.difference(&code).collect();
-    assert!(undocumented.is_empty(), "events with no row under `{heading}` in {PAGE}: {undocumented:?}");
-    assert!(unknown.is_empty(), "rows under `{heading}` in {PAGE} that name no event: {unknown:?}");
+    assert_same_names(&code, &listed, "events", &format!("under `{heading}` in {PAGE}"));
 }
 
 #[test]

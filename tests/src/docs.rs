@@ -100,3 +100,13 @@ pub fn outline(text: &str) -> (BTreeSet<String>, Vec<Link>) {
     }
     (anchors, links)
 }
+
+/// Fails unless the names `code` has and the names a table `listed` agree
+/// both ways, naming what each lacks: `kind` says what a name is (`tools`),
+/// `place` where the table is (the heading above it, and its page).
+pub fn assert_same_names(code: &BTreeSet<String>, listed: &BTreeSet<String>, kind: &str, place: &str) {
+    let undocumented: Vec<&String> = code.difference(listed).collect();
+    let unknown: Vec<&String> = listed.difference(code).collect();
+    assert!(undocumented.is_empty(), "{kind} with no row {place}: {undocumented:?}");
+    assert!(unknown.is_empty(), "rows {place} that name no {kind}: {unknown:?}");
+}

@@ -64,11 +64,6 @@ pub struct Batching {
     pub in_flight: usize,
 }
 
-impl Batching {
-    /// Each unit in a transaction of its own, as without group commit.
-    pub const ALONE: Batching = Batching { max: 1, window: Duration::ZERO, in_flight: usize::MAX };
-}
-
 struct Pending<T, E> {
     job: Job<T, E>,
     span: tracing::Span,
