@@ -50,7 +50,9 @@ async fn a_chain_runs_end_to_end_without_a_relay_each_role_publishing_what_it_co
     fleet.stop().await;
     let all = env.scalar_i64("SELECT count(*) FROM seen", &[]).await;
     let deferred = env.scalar_i64("SELECT count(*) FROM seen WHERE deferred", &[]).await;
-    assert!(all >= 8, "the chain wrote its messages: {all}");
+    // The root, the statuses, "run finished" and the reply; each successor
+    // ran on the worker that handed to it, with no message (eager dispatch).
+    assert!(all >= 6, "the chain wrote its messages: {all}");
     assert_eq!(deferred, all, "every row a role wrote was its own to publish");
 }
 

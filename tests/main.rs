@@ -30,6 +30,7 @@ mod delegation;
 mod demo;
 mod docs_links;
 mod docs_lists;
+mod eager;
 mod errors;
 mod events_docs;
 mod failover;

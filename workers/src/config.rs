@@ -50,6 +50,11 @@ pub struct Settings {
     /// `handoff` (foreground stages) or `delegate` (children and wake-ups),
     /// so each kind of work can be scaled on its own.
     pub invocation_queues: Vec<InvocationQueue>,
+    /// Whether a worker that hands off runs the successor itself when it
+    /// has a free slot (eager dispatch, default on), instead of queuing it
+    /// for any worker; a successor it does not get to is published by the
+    /// relay once its reservation (a lease) lapses.
+    pub eager_dispatch: bool,
     /// Takeovers of one invocation (its worker died or stalled) before it is
     /// failed: a crash loop stops here.
     pub max_takeovers: i32,
@@ -341,6 +346,7 @@ impl Settings {
                 r.above_zero("BATON_MAX_CONCURRENT_INVOCATIONS", n, "no invocation could ever run")
             },
             invocation_queues: r.invocation_queues(),
+            eager_dispatch: r.number("BATON_EAGER_DISPATCH", true, "true or false"),
             max_takeovers: i32::from(max_takeovers),
             unclaimed_grace: r.millis("BATON_UNCLAIMED_GRACE_MS", Duration::from_millis(60_000)),
             pool_size,
@@ -481,6 +487,7 @@ impl fmt::Debug for Settings {
             .field("invocation_prefetch", &self.invocation_prefetch)
             .field("max_concurrent_invocations", &self.max_concurrent_invocations)
             .field("invocation_queues", &self.invocation_queues)
+            .field("eager_dispatch", &self.eager_dispatch)
             .field("max_takeovers", &self.max_takeovers)
             .field("unclaimed_grace", &self.unclaimed_grace)
             .field("pool_size", &self.pool_size)

@@ -139,6 +139,17 @@ pub(crate) const INSERT: &str =
                               budget, deadline_at, handoff, handoffs, run_spent_tokens, run_spent_model_calls, run_spent_tool_calls)
      VALUES ($11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)";
 
+/// [`INSERT`] for a successor this process takes itself (eager dispatch),
+/// its parameters numbered from `$1`, then `$17` the owner and `$18` the
+/// reservation's lease in seconds: still `created`, claimable by anyone,
+/// but with no message queued; should the owner not claim it, the lease
+/// lapses and the relay's sweep publishes it ([`take_stalled`]).
+pub(crate) const INSERT_RESERVED: &str =
+    "INSERT INTO invocations (id, run_id, parent_invocation_id, incoming_task_id, profile_id, kind, status, exit_policy, brief,
+                              budget, deadline_at, handoff, handoffs, run_spent_tokens, run_spent_model_calls, run_spent_tool_calls,
+                              lease_owner, lease_expires_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, now() + make_interval(secs => $18))";
+
 /// The values of a new invocation's row that are not the caller's as they are.
 pub(crate) struct Inserted<'a> {
     new: &'a NewInvocation<'a>,
@@ -407,7 +418,8 @@ pub struct Pace {
 }
 
 /// Invocations whose message may have been lost or whose worker died: a
-/// running one past its lease, a created one nobody claimed, or a woken
+/// running one past its lease, a created one nobody claimed (one reserved
+/// by a process that took it eagerly: once its reservation lapsed), or a woken
 /// parent nobody claimed (its wake-up met a locked row), each returned on
 /// the schedule of [`Pace`], so a backlog does not multiply messages.
 pub async fn take_stalled(c: &impl GenericClient, pace: &Pace) -> Result<Vec<(Uuid, Uuid, InvocationKind)>> {
@@ -418,7 +430,7 @@ pub async fn take_stalled(c: &impl GenericClient, pace: &Pace) -> Result<Vec<(Uu
           WHERE id IN (
               SELECT id FROM invocations
                WHERE (status IN ($6, $7) OR (status = $8 AND woken))
-                 AND CASE WHEN status = $7 THEN
+                 AND CASE WHEN status = $7 OR (status = $6 AND lease_owner IS NOT NULL) THEN
                           lease_expires_at < now()
                           AND (republished_at IS NULL OR republished_at < lease_expires_at
                                OR republished_at < now() - make_interval(secs =>

@@ -16,12 +16,23 @@
 //! transaction begun through [`crate::begin`] starts an empty list, a commit
 //! through [`crate::commit`] hands it over, and a transaction dropped
 //! without a commit leaves its list to be cleared by the next `begin`.
+//!
+//! **Eager dispatch.** A role that runs invocations may also take a
+//! handoff's successor itself ([`Eager`]): while the handoff's transaction
+//! runs, a free slot of the process is reserved, the successor is written
+//! reserved for this process (its lease, still `created`) and without an
+//! outbox row, and once the transaction commits it goes to the process with
+//! its slot, which claims it as a delivery would. Should the process die
+//! first, the reservation lapses like any lease and the relay's sweep
+//! publishes the successor ([`crate::invocations::take_stalled`]).
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use uuid::Uuid;
 
 use super::Row;
 
@@ -30,6 +41,55 @@ use super::Row;
 pub struct Publishing {
     to: UnboundedSender<Vec<Row>>,
     grace: Duration,
+    eager: Option<Eager>,
+}
+
+/// A slot of the process, held for a successor it takes eagerly: dropped,
+/// it is free again.
+pub type Slot = Box<dyn Send>;
+
+/// A process that takes handoffs' successors itself when it has a free
+/// slot (see the module's documentation).
+#[derive(Clone)]
+pub struct Eager {
+    owner: String,
+    lease: Duration,
+    reserve: Arc<dyn Fn() -> Option<Slot> + Send + Sync>,
+    to: UnboundedSender<Taken>,
+}
+
+impl std::fmt::Debug for Eager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Eager").field("owner", &self.owner).field("lease", &self.lease).finish_non_exhaustive()
+    }
+}
+
+impl Eager {
+    /// `owner` reserves a successor for `lease` with a slot `reserve` gives
+    /// (`None`: no slot free, the successor is queued as usual); what it
+    /// took arrives on the receiver once its transaction committed.
+    pub fn new(
+        owner: &str,
+        lease: Duration,
+        reserve: impl Fn() -> Option<Slot> + Send + Sync + 'static,
+    ) -> (Self, UnboundedReceiver<Taken>) {
+        let (to, taken) = unbounded_channel();
+        (Self { owner: owner.to_string(), lease, reserve: Arc::new(reserve), to }, taken)
+    }
+}
+
+/// A successor this process took, committed, with the slot it runs in.
+pub struct Taken {
+    pub run_id: Uuid,
+    pub invocation_id: Uuid,
+    pub slot: Slot,
+}
+
+/// A reservation made while a transaction runs: who holds it, for how long.
+pub(crate) struct Reserved {
+    pub owner: String,
+    pub lease: Duration,
+    slot: Slot,
 }
 
 impl Publishing {
@@ -37,7 +97,12 @@ impl Publishing {
     /// one `Vec` per committed transaction, in commit order.
     pub fn new(grace: Duration) -> (Self, UnboundedReceiver<Vec<Row>>) {
         let (to, rows) = unbounded_channel();
-        (Self { to, grace }, rows)
+        (Self { to, grace, eager: None }, rows)
+    }
+
+    /// The same, taking handoffs' successors itself through `eager`.
+    pub fn with_eager(self, eager: Eager) -> Self {
+        Self { eager: Some(eager), ..self }
     }
 
     /// The grace before the relay may sweep a row, while the publisher runs.
@@ -49,6 +114,7 @@ impl Publishing {
 struct Scope {
     publishing: Publishing,
     written: RefCell<Vec<Row>>,
+    taken: RefCell<Vec<Taken>>,
 }
 
 tokio::task_local! {
@@ -58,7 +124,7 @@ tokio::task_local! {
 /// Runs `work` with the outbox rows its transactions write published by
 /// `publishing` right after each commit.
 pub async fn scope<F: Future>(publishing: Publishing, work: F) -> F::Output {
-    SCOPE.scope(Scope { publishing, written: RefCell::new(vec![]) }, work).await
+    SCOPE.scope(Scope { publishing, written: RefCell::new(vec![]), taken: RefCell::new(vec![]) }, work).await
 }
 
 /// The publishing of the current task, for a task it spawns (task-local
@@ -78,18 +144,47 @@ pub(crate) fn wrote(row: Row) {
     let _ = SCOPE.try_with(|s| s.written.borrow_mut().push(row));
 }
 
-/// A transaction begins: rows of one that was dropped are forgotten.
-pub(crate) fn began() {
-    let _ = SCOPE.try_with(|s| s.written.borrow_mut().clear());
+/// A free slot of this process for a successor the current transaction
+/// writes, if the process takes successors eagerly and has one.
+pub(crate) fn reserve() -> Option<Reserved> {
+    let eager = SCOPE.try_with(|s| s.publishing.eager.clone()).ok().flatten()?;
+    if eager.to.is_closed() {
+        return None;
+    }
+    let slot = (eager.reserve)()?;
+    Some(Reserved { owner: eager.owner, lease: eager.lease, slot })
 }
 
-/// The transaction committed: its rows go to the publisher. If it has
-/// stopped, they stay in the outbox for the relay's sweep.
+/// The current transaction wrote `invocation_id` reserved with `reserved`.
+pub(crate) fn took(reserved: Reserved, run_id: Uuid, invocation_id: Uuid) {
+    let taken = Taken { run_id, invocation_id, slot: reserved.slot };
+    let _ = SCOPE.try_with(|s| s.taken.borrow_mut().push(taken));
+}
+
+/// A transaction begins: rows (and successors, with their slots) of one
+/// that was dropped are forgotten.
+pub(crate) fn began() {
+    let _ = SCOPE.try_with(|s| {
+        s.written.borrow_mut().clear();
+        s.taken.borrow_mut().clear();
+    });
+}
+
+/// The transaction committed: its rows go to the publisher, its successors
+/// to the process. If the publisher has stopped, the rows stay in the
+/// outbox for the relay's sweep; if the process has, the successors'
+/// reservations lapse and the relay publishes them.
 pub(crate) fn committed() {
     let _ = SCOPE.try_with(|s| {
         let rows = std::mem::take(&mut *s.written.borrow_mut());
         if !rows.is_empty() {
             let _ = s.publishing.to.send(rows);
+        }
+        let taken = std::mem::take(&mut *s.taken.borrow_mut());
+        if let Some(eager) = s.publishing.eager.as_ref() {
+            for successor in taken {
+                let _ = eager.to.send(successor);
+            }
         }
     });
 }

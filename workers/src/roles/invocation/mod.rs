@@ -3,6 +3,7 @@
 //! work), renew the lease by heartbeat, and run the agent loop.
 
 mod claim;
+mod eager;
 mod lease;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -129,6 +130,18 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
     let conn = connect_with(settings, Role::Invocation, &state.worker.pool).await?;
     let publisher = conn.publisher().await?;
     let (publishing, publisher_after_commit) = PublishAfterCommit::start(&conn, &state.worker.pool, settings).await?;
+    let (publishing, taken) = eager::enable(state, settings, shutdown, publishing);
+    let dispatch_end = CancellationToken::new();
+    let dispatch = taken.map(|taken| {
+        let dispatch = eager::Dispatch {
+            worker: state.worker.clone(),
+            publishing: publishing.clone(),
+            shutdown: shutdown.clone(),
+            deadline: state.deadline.clone(),
+            loops: state.loops.clone(),
+        };
+        tokio::spawn(dispatch.serve(taken, dispatch_end.clone()))
+    });
     let publishing = &publishing;
     let dead = DeadLetters::new(&publisher, &settings.queues());
     let (worker, slots, loops, deadline) = (&state.worker, &state.slots, &state.loops, &state.deadline);
@@ -183,6 +196,10 @@ pub async fn run(state: &State, settings: &Settings, shutdown: &CancellationToke
         // In-flight loops see the same shutdown and stop at a persisted step,
         // or are handed back at the deadline.
         state.drain().await;
+    }
+    dispatch_end.cancel();
+    if let Some(dispatch) = dispatch {
+        let _ = dispatch.await;
     }
     publisher_after_commit.stop().await;
     publisher.close().await;

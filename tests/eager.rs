@@ -1,0 +1,150 @@
+//! Eager dispatch (docs/reliability.md#eager-dispatch): a worker that hands
+//! off runs the successor itself when it has a free slot, with no message
+//! through the broker; a successor whose worker died before claiming it is
+//! published by the relay once its reservation lapsed.
+
+use std::time::Duration;
+
+use baton::roles::invocation::Worker;
+use baton::roles::Role;
+use baton_domain::fleet::RunInvocation;
+use baton_domain::run::journal::JournalEvent;
+use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
+use uuid::Uuid;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A four-stage chain of scripted agents: three handoffs, then a finish.
+fn chain() -> String {
+    let handoff = |to: &str| {
+        format!(
+            r#"{{ tool = "agent_handoff", args = {{ agentId = "{to}", handoff = {{ objective = "Carry on." }} }} }}"#
+        )
+    };
+    let stage = |id: &str, to: &str| profile(id, &["agent_handoff"], "can_handoff = true", &[&handoff(to)]);
+    let last = profile(
+        "fourth",
+        &["workspace_write", "workspace_commit", "workspace_finish"],
+        "",
+        &[
+            r#"{ calls = [ { tool = "workspace_write", args = { path = "output/main.md", content = "Done." } }, { tool = "workspace_commit" }, { tool = "workspace_finish" } ] }"#,
+        ],
+    );
+    format!(
+        "[routes]\ndocs_agent = \"first\"\n\n{}\n{}\n{}\n{last}",
+        stage("first", "second"),
+        stage("second", "third"),
+        stage("third", "fourth")
+    )
+}
+
+/// Notes every outbox row inserted (its queue), before the publisher deletes it.
+async fn note_outbox_rows(env: &TestEnv) {
+    env.db()
+        .await
+        .batch_execute(
+            "CREATE TABLE seen (queue text);
+             CREATE FUNCTION keep() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN INSERT INTO seen VALUES (NEW.queue); RETURN NULL; END $$;
+             CREATE TRIGGER keep AFTER INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION keep();",
+        )
+        .await
+        .unwrap();
+}
+
+/// Messages queued for the handoff queues (roots and successors).
+async fn handoff_messages(env: &TestEnv) -> i64 {
+    env.scalar_i64("SELECT count(*) FROM seen WHERE queue LIKE '%invocations.handoff%'", &[]).await
+}
+
+/// Runs the chain on one invocation worker and returns the run.
+async fn run_chain(env: &TestEnv, handoff_id: &str) -> Uuid {
+    env.apply_profiles(&chain()).await;
+    note_outbox_rows(env).await;
+    let fleet = env.start(&[Role::Intake, Role::Invocation, Role::Collector]);
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json(handoff_id, "docs_agent", "en")).await;
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    assert_eq!(messages.last().unwrap()["status"], "completed", "{messages:?}");
+    let agents = &messages.last().unwrap()["result"]["agents"];
+    assert_eq!(agents, &serde_json::json!(["first", "second", "third", "fourth"]));
+    env.run_of(handoff_id).await
+}
+
+#[tokio::test]
+async fn a_worker_that_hands_off_runs_the_successor_itself_with_no_message() {
+    let env = TestEnv::new().await;
+    let run = run_chain(&env, "eager-1").await;
+    assert_eq!(handoff_messages(&env).await, 1, "only the root was queued; each successor ran where it was handed to");
+    let workers = env.workers_that_started("eager-1").await;
+    assert_eq!(workers, vec![env.settings.worker_id.clone(); 4]);
+    // Every stage's journal is the seed's: its task started, then the stage.
+    let journal = env.journal(run).await;
+    let count = |kind: JournalEvent| journal.iter().filter(|e| **e == kind).count();
+    assert_eq!(count(JournalEvent::HandoffAccepted), 3);
+    assert_eq!(count(JournalEvent::TaskStarted), 3);
+    assert_eq!(count(JournalEvent::InvocationStarted), 4);
+    assert_eq!(count(JournalEvent::TaskCompleted), 3);
+    let reserved = env.scalar_i64("SELECT count(*) FROM invocations WHERE republish_count > 0", &[]).await;
+    assert_eq!(reserved, 0, "nothing waited for the relay");
+}
+
+#[tokio::test]
+async fn with_eager_dispatch_off_every_successor_is_queued_for_any_worker() {
+    let mut env = TestEnv::new().await;
+    env.settings.eager_dispatch = false;
+    run_chain(&env, "queued-1").await;
+    assert_eq!(handoff_messages(&env).await, 4, "the root and its three successors were queued");
+}
+
+/// Ends a reservation now, as the death of the worker that made it would.
+async fn lapse(env: &TestEnv, id: Uuid) {
+    let sql = "UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1";
+    env.db().await.execute(sql, &[&id]).await.unwrap();
+}
+
+/// The relay's stalled sweep, once: what it re-publishes.
+async fn sweep(env: &TestEnv) -> Vec<Uuid> {
+    let pace = baton_store::invocations::Pace {
+        grace: env.settings.unclaimed_grace,
+        lease: env.settings.lease,
+        cap: env.settings.republish_max,
+        handoff_backlog: false,
+        delegate_backlog: false,
+    };
+    let stalled = baton_store::invocations::take_stalled(&env.db().await, &pace).await.unwrap();
+    stalled.into_iter().map(|(id, _, _)| id).collect()
+}
+
+/// A worker that took a successor and died before claiming it leaves a
+/// `created` row reserved for it, with no message anywhere: the relay's
+/// sweep leaves it alone while the reservation lasts (its worker may yet
+/// claim it), publishes it once it lapsed, and any worker claims it then,
+/// as new work rather than a takeover.
+#[tokio::test]
+async fn a_successor_whose_worker_died_before_claiming_it_is_published_once_its_reservation_lapsed() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    // No relay: nothing sweeps but this test.
+    let intake = env.start(&[Role::Intake]);
+    env.send_request(&sample_request_json("reserved-1", "docs_agent", "en")).await;
+    let message = eventually(WAIT, "the root invocation exists", || async {
+        let row =
+            env.db().await.query_opt("SELECT id, run_id FROM invocations WHERE kind = 'root'", &[]).await.unwrap();
+        row.map(|r| RunInvocation { invocation_id: r.get(0), run_id: r.get(1) })
+    })
+    .await;
+    intake.stop().await;
+    // What a worker's eager reservation leaves when it dies before its claim.
+    let reserve = "UPDATE invocations SET lease_owner = 'gone', lease_expires_at = now() + interval '30 seconds',
+                          created_at = now() - interval '1 hour' WHERE id = $1";
+    env.db().await.execute(reserve, &[&message.invocation_id]).await.unwrap();
+    assert_eq!(sweep(&env).await, Vec::<Uuid>::new(), "a live reservation is its worker's, however old the row");
+    lapse(&env, message.invocation_id).await;
+    assert_eq!(sweep(&env).await, vec![message.invocation_id], "a lapsed reservation is published");
+    assert_eq!(sweep(&env).await, Vec::<Uuid>::new(), "once, until its backoff has passed");
+    let worker = Worker::new(env.pool.clone(), env.settings.clone());
+    let claimed = worker.claim(message).await.unwrap().expect("any worker claims it");
+    assert_eq!((claimed.claim_epoch, claimed.takeovers), (1, 0), "new work, not a takeover");
+}
