@@ -23,15 +23,18 @@ const MAX_COMMITS: f64 = 2.0;
 /// one statement: 13.1, and with it counting the target's tasks too: 12.0.
 /// 2026-12-02: no task row for a handoff stage: 10.9; a step's transcript
 /// and journal rows one statement, and a new invocation and its outbox row
-/// one: 8.9; intake's and the collector's statements cut: 7.9.
-const MAX_STATEMENTS: f64 = 9.0;
+/// one: 8.9; intake's and the collector's statements cut: 7.9; the
+/// successor run where it was handed to (eager dispatch: no outbox row to
+/// delete): 7.0.
+const MAX_STATEMENTS: f64 = 8.0;
 /// Rows inserted, updated and deleted per hop (`pg_stat_database`).
 /// 2026-12-01: 29.2; with a step's transcript and journal one row each:
 /// 13.5; with a handoff's spend in the write that ends its invocation: 12.5.
 /// 2026-12-02: no task row for a handoff stage and no run update: 8.6; a
 /// scripted stage's claim written with its end (one version): 7.6; intake
-/// and the collector writing each row once: 7.3.
-const MAX_ROW_WRITES: f64 = 8.0;
+/// and the collector writing each row once: 7.3; eager dispatch (no
+/// outbox row inserted and deleted per hop): 5.2.
+const MAX_ROW_WRITES: f64 = 6.0;
 /// Bytes of WAL per hop written for the cell's database, full-page images
 /// left out (they depend on when the server checkpoints). 2026-12-01:
 /// 14,100 (full-page images included); one transcript and one journal row
@@ -39,12 +42,13 @@ const MAX_ROW_WRITES: f64 = 8.0;
 /// stored as given: 6,300; the opening prompt stored as its profiles
 /// version: 5,400; the journal's types as an enum and its main invocation
 /// once: 4,900; one version of the invocation row fewer: 4,400; intake
-/// and the collector leaner: 4,250.
-const MAX_WAL_BYTES: f64 = 5_000.0;
+/// and the collector leaner: 4,250; eager dispatch: 3,800.
+const MAX_WAL_BYTES: f64 = 4_500.0;
 /// Publishes per hop (all of them on confirm channels): the successor, plus
 /// each chain's request, statuses, reply and "run finished" over its 31
-/// hops. 2026-11-30: 1.19.
-const MAX_PUBLISHES: f64 = 1.25;
+/// hops. 2026-11-30: 1.19; with eager dispatch (the successor runs where it
+/// was handed to, with no message): 0.19, the chain's own messages.
+const MAX_PUBLISHES: f64 = 0.3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steady_state_hop_costs_no_more_commits_statements_publishes_row_writes_and_wal_than_the_ceiling() {
@@ -78,9 +82,10 @@ async fn a_steady_state_hop_costs_no_more_commits_statements_publishes_row_write
         wal <= MAX_WAL_BYTES,
         "{wal:.0} bytes of WAL per hop (no full-page images), over the ceiling of {MAX_WAL_BYTES}"
     );
-    // A hop cannot be free: the counters see the traffic at all.
+    // A hop cannot be free: the counters see the traffic at all (each
+    // chain publishes its start and end; claims may share a commit).
     assert!(
-        baton.commits >= 1.0 && baton.publishes >= 1.0 && baton.row_writes >= 1.0 && baton.wal_bytes >= 100.0,
+        baton.commits >= 0.1 && baton.publishes >= 0.1 && baton.row_writes >= 1.0 && baton.wal_bytes >= 100.0,
         "the proxies saw no traffic: {}",
         baton.line()
     );

@@ -4,7 +4,7 @@
 //! invocation" is queued through the outbox in the caller's transaction,
 //! by the statement that inserts the row; or, for a handoff's successor
 //! that this process takes itself (eager dispatch, see
-//! [`after_commit`](crate::outbox::after_commit)), the row is written
+//! [`after_commit`]), the row is written
 //! reserved for this process and no message is queued.
 
 use baton_domain::fleet::FleetMessage;

@@ -23,8 +23,8 @@
 //! reserved for this process (its lease, still `created`) and without an
 //! outbox row, and once the transaction commits it goes to the process with
 //! its slot, which claims it as a delivery would. Should the process die
-//! first, the reservation lapses like any lease and the relay's sweep
-//! publishes the successor ([`crate::invocations::take_stalled`]).
+//! first, the reservation lapses like any lease and the relay's sweep of
+//! stalled invocations publishes the successor.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -78,11 +78,13 @@ impl Eager {
     }
 }
 
-/// A successor this process took, committed, with the slot it runs in.
+/// A successor this process took, committed, with the slot it runs in and
+/// the trace context its message would have carried.
 pub struct Taken {
     pub run_id: Uuid,
     pub invocation_id: Uuid,
     pub slot: Slot,
+    pub trace: Option<super::Trace>,
 }
 
 /// A reservation made while a transaction runs: who holds it, for how long.
@@ -157,7 +159,7 @@ pub(crate) fn reserve() -> Option<Reserved> {
 
 /// The current transaction wrote `invocation_id` reserved with `reserved`.
 pub(crate) fn took(reserved: Reserved, run_id: Uuid, invocation_id: Uuid) {
-    let taken = Taken { run_id, invocation_id, slot: reserved.slot };
+    let taken = Taken { run_id, invocation_id, slot: reserved.slot, trace: super::current_trace() };
     let _ = SCOPE.try_with(|s| s.taken.borrow_mut().push(taken));
 }
 

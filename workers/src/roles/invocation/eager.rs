@@ -84,7 +84,11 @@ impl Dispatch {
     fn start(&self, successor: Taken) {
         let (worker, stop, deadline) = (self.worker.clone(), self.shutdown.clone(), self.deadline.clone());
         let message = RunInvocation { invocation_id: successor.invocation_id, run_id: successor.run_id };
-        let hop = tracing::info_span!("claim", queue = "eager", invocation = %message.invocation_id);
+        let hop = tracing::info_span!("claim", queue = "eager", handoff_id = tracing::field::Empty,
+            invocation = %message.invocation_id);
+        // The hop continues the trace of the handoff that took it, as its message would.
+        let (traceparent, tracestate) = successor.trace.map_or((None, None), |(p, s)| (Some(p), s));
+        crate::telemetry::continue_trace(&hop, traceparent, tracestate);
         self.loops.spawn(
             scope(self.publishing.clone(), async move {
                 let _slot = successor.slot;
@@ -133,10 +137,10 @@ async fn hand_back(worker: &Worker, message: RunInvocation) {
     };
     match queued.await {
         Ok(()) => {
-            tracing::info!(invocation = %message.invocation_id, "successor taken eagerly queued for another worker")
+            tracing::info!(invocation = %message.invocation_id, "successor taken eagerly queued for another worker");
         }
         Err(e) => {
-            tracing::warn!(invocation = %message.invocation_id, error = %format!("{e:#}"), "could not queue a successor taken eagerly; the relay publishes it after its reservation")
+            tracing::warn!(invocation = %message.invocation_id, error = %format!("{e:#}"), "could not queue a successor taken eagerly; the relay publishes it after its reservation");
         }
     }
 }
