@@ -509,8 +509,14 @@ impl Runner {
     /// written with the fence.
     fn turn_step<'a>(&'a self, c: &'a Claimed<'_>, turn: &ModelTurn, payload: Value, calls: usize) -> StepTx<'a> {
         let tokens = tokens_of(turn);
-        let stored =
-            json!({"toolCalls": calls, "tokens": tokens, "attempts": turn.attempts, "latencyMs": turn.latency_ms});
+        // A scripted turn has no attempts or latency: the journal leaves them out.
+        let mut stored = json!({"toolCalls": calls, "tokens": tokens});
+        if let Some(attempts) = turn.attempts {
+            stored["attempts"] = attempts.into();
+        }
+        if let Some(latency) = turn.latency_ms {
+            stored["latencyMs"] = latency.into();
+        }
         let event = Event::new(JournalEvent::ModelResponseStored, Some(c.inv.id), stored);
         self.step(c).append(transcript::MODEL_TURN, payload).log([event]).count_tokens(tokens)
     }

@@ -91,11 +91,8 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
     events.extend(spawned);
     events.extend([
         Event::new(JournalEvent::TaskRegistered, Some(next), registered),
-        tool_event(
-            ctx,
-            JournalEvent::HandoffAccepted,
-            json!({"agentId": target.id, "taskId": task_id, "invocationId": next}),
-        ),
+        // Which agent and call: `agent_handoff_requested` just before says so.
+        Event::new(JournalEvent::HandoffAccepted, Some(inv.id), json!({"taskId": task_id, "invocationId": next})),
         tool_event(ctx, JournalEvent::ToolCallCompleted, json!({})),
         Event::new(JournalEvent::InvocationTransferred, Some(inv.id), json!({"to": next, "agentId": target.id})),
         Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "transferred"})),
