@@ -203,12 +203,13 @@ impl Reader<'_> {
         Duration::from_millis(self.number(name, default.as_millis() as u64, "a whole number of milliseconds"))
     }
 
-    /// `BATON_GROUP_COMMIT_MAX` (default 16) and `BATON_GROUP_COMMIT_WINDOW_MS` (default 4).
+    /// `BATON_GROUP_COMMIT_MAX` (default 16) and `BATON_GROUP_COMMIT_WINDOW_MS` (default 0:
+    /// a batch takes the claims already waiting, see docs/benchmark.md#eager-dispatch).
     fn group_commit(&mut self, pool_size: usize) -> baton_store::group_commit::Batching {
         let max = self.count("BATON_GROUP_COMMIT_MAX", 16usize);
         baton_store::group_commit::Batching {
             max: self.above_zero("BATON_GROUP_COMMIT_MAX", max, "no claim could ever commit (1 commits each alone)"),
-            window: self.millis("BATON_GROUP_COMMIT_WINDOW_MS", Duration::from_millis(4)),
+            window: self.millis("BATON_GROUP_COMMIT_WINDOW_MS", Duration::ZERO),
             in_flight: (pool_size / 4).max(1),
         }
     }
