@@ -20,13 +20,7 @@ const WAIT: Duration = Duration::from_secs(30);
 async fn pending_root(env: &TestEnv, id: &str) -> (baton::fleet::Fleet, RunInvocation) {
     let fleet = env.start(&[Role::Intake, Role::Relay, Role::Collector]);
     env.send_request(&sample_request_json(id, "docs_agent", "en")).await;
-    let (invocation_id, run_id) = eventually(WAIT, "the root invocation exists", || async {
-        let row =
-            env.db().await.query_opt("SELECT id, run_id FROM invocations WHERE kind = 'root'", &[]).await.unwrap();
-        row.map(|r| (r.get::<_, Uuid>(0), r.get::<_, Uuid>(1)))
-    })
-    .await;
-    (fleet, RunInvocation { invocation_id, run_id })
+    (fleet, env.root_invocation().await)
 }
 
 #[tokio::test]
@@ -82,8 +76,8 @@ async fn an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced() {
 
     // A stalls past its lease; the relay's sweep finds it stalled; B takes
     // over with a higher epoch.
-    lapse(&env, message.invocation_id).await;
-    sweep(&env).await;
+    env.lapse_lease(message.invocation_id).await;
+    env.sweep_stalled().await;
     let held_by_b = b.claim(message).await.unwrap().expect("b takes over");
     assert_eq!(held_by_b.claim_epoch, 2);
 
@@ -118,25 +112,6 @@ async fn an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced() {
     assert_eq!(writer_starts, vec![false, true], "the writer started once and was resumed once, by the takeover");
 }
 
-/// Ends a claim's lease now, as a stalled holder's (or an outage's) would.
-async fn lapse(env: &TestEnv, id: Uuid) {
-    let sql = "UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1";
-    env.db().await.execute(sql, &[&id]).await.unwrap();
-}
-
-/// The relay's stalled sweep, once: what it re-publishes.
-async fn sweep(env: &TestEnv) -> Vec<Uuid> {
-    let pace = baton_store::invocations::Pace {
-        grace: env.settings.unclaimed_grace,
-        lease: env.settings.lease,
-        cap: env.settings.republish_max,
-        handoff_backlog: false,
-        delegate_backlog: false,
-    };
-    let stalled = baton_store::invocations::take_stalled(&env.db().await, &pace).await.unwrap();
-    stalled.into_iter().map(|(id, _, _)| id).collect()
-}
-
 /// Issue 25: a lease also lapses while the database is away. When it comes
 /// back, a claim that was retried through the outage (a duplicate delivery
 /// of a claimed invocation), or a duplicate the outbox sends again, may run
@@ -151,12 +126,7 @@ async fn a_lapsed_lease_is_taken_over_only_once_the_relays_sweep_found_it_stalle
     // No relay: nothing sweeps but this test.
     let intake = env.start(&[Role::Intake]);
     env.send_request(&sample_request_json("lapsed", "docs_agent", "en")).await;
-    let message = eventually(WAIT, "the root invocation exists", || async {
-        let row =
-            env.db().await.query_opt("SELECT id, run_id FROM invocations WHERE kind = 'root'", &[]).await.unwrap();
-        row.map(|r| RunInvocation { invocation_id: r.get(0), run_id: r.get(1) })
-    })
-    .await;
+    let message = env.root_invocation().await;
     intake.stop().await;
     let mut b_settings = env.settings.clone();
     b_settings.worker_id = "worker-b".into();
@@ -164,15 +134,15 @@ async fn a_lapsed_lease_is_taken_over_only_once_the_relays_sweep_found_it_stalle
     let b = Worker::new(env.pool.clone(), b_settings);
     let held_by_a = a.claim(message).await.unwrap().expect("a claims");
 
-    lapse(&env, message.invocation_id).await;
+    env.lapse_lease(message.invocation_id).await;
     assert!(b.claim(message).await.unwrap().is_none(), "a duplicate took over a lease the sweep had not found stalled");
     assert!(a.claim(message).await.unwrap().is_none(), "so did A's own duplicate");
     let renewed = baton_store::invocations::renew(&env.db().await, held_by_a.id, 1, env.settings.lease).await;
     assert!(renewed.unwrap(), "A renews when the database is back and keeps its claim");
-    assert_eq!(sweep(&env).await, Vec::<Uuid>::new(), "a renewed lease is not stalled");
+    assert_eq!(env.sweep_stalled().await, Vec::<Uuid>::new(), "a renewed lease is not stalled");
 
-    lapse(&env, message.invocation_id).await;
-    assert_eq!(sweep(&env).await, vec![message.invocation_id], "the sweep finds the lapsed lease");
+    env.lapse_lease(message.invocation_id).await;
+    assert_eq!(env.sweep_stalled().await, vec![message.invocation_id], "the sweep finds the lapsed lease");
     let held_by_b = b.claim(message).await.unwrap().expect("b takes over what the sweep found stalled");
     assert_eq!(held_by_b.claim_epoch, 2);
     assert_eq!(held_by_b.takeovers, 1);
@@ -261,7 +231,7 @@ async fn work_of_a_dead_worker_is_re_published_and_finished_by_another() {
         (purged > 0).then_some(())
     })
     .await;
-    lapse(&env, claimed.id).await;
+    env.lapse_lease(claimed.id).await;
     let mut replies = env.replies().await;
     let workers = env.start(&[Role::Invocation]);
     let messages = until_reply(&mut replies, WAIT).await;

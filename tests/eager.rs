@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use baton::roles::invocation::Worker;
 use baton::roles::Role;
-use baton_domain::fleet::RunInvocation;
 use baton_domain::run::journal::JournalEvent;
-use baton_tests::{eventually, profile, sample_request_json, until_reply, TestEnv};
+use baton_tests::{profile, sample_request_json, until_reply, TestEnv};
 use uuid::Uuid;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -98,25 +97,6 @@ async fn with_eager_dispatch_off_every_successor_is_queued_for_any_worker() {
     assert_eq!(handoff_messages(&env).await, 4, "the root and its three successors were queued");
 }
 
-/// Ends a reservation now, as the death of the worker that made it would.
-async fn lapse(env: &TestEnv, id: Uuid) {
-    let sql = "UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1";
-    env.db().await.execute(sql, &[&id]).await.unwrap();
-}
-
-/// The relay's stalled sweep, once: what it re-publishes.
-async fn sweep(env: &TestEnv) -> Vec<Uuid> {
-    let pace = baton_store::invocations::Pace {
-        grace: env.settings.unclaimed_grace,
-        lease: env.settings.lease,
-        cap: env.settings.republish_max,
-        handoff_backlog: false,
-        delegate_backlog: false,
-    };
-    let stalled = baton_store::invocations::take_stalled(&env.db().await, &pace).await.unwrap();
-    stalled.into_iter().map(|(id, _, _)| id).collect()
-}
-
 /// A worker that took a successor and died before claiming it leaves a
 /// `created` row reserved for it, with no message anywhere: the relay's
 /// sweep leaves it alone while the reservation lasts (its worker may yet
@@ -129,21 +109,20 @@ async fn a_successor_whose_worker_died_before_claiming_it_is_published_once_its_
     // No relay: nothing sweeps but this test.
     let intake = env.start(&[Role::Intake]);
     env.send_request(&sample_request_json("reserved-1", "docs_agent", "en")).await;
-    let message = eventually(WAIT, "the root invocation exists", || async {
-        let row =
-            env.db().await.query_opt("SELECT id, run_id FROM invocations WHERE kind = 'root'", &[]).await.unwrap();
-        row.map(|r| RunInvocation { invocation_id: r.get(0), run_id: r.get(1) })
-    })
-    .await;
+    let message = env.root_invocation().await;
     intake.stop().await;
     // What a worker's eager reservation leaves when it dies before its claim.
     let reserve = "UPDATE invocations SET lease_owner = 'gone', lease_expires_at = now() + interval '30 seconds',
                           created_at = now() - interval '1 hour' WHERE id = $1";
     env.db().await.execute(reserve, &[&message.invocation_id]).await.unwrap();
-    assert_eq!(sweep(&env).await, Vec::<Uuid>::new(), "a live reservation is its worker's, however old the row");
-    lapse(&env, message.invocation_id).await;
-    assert_eq!(sweep(&env).await, vec![message.invocation_id], "a lapsed reservation is published");
-    assert_eq!(sweep(&env).await, Vec::<Uuid>::new(), "once, until its backoff has passed");
+    assert_eq!(
+        env.sweep_stalled().await,
+        Vec::<Uuid>::new(),
+        "a live reservation is its worker's, however old the row"
+    );
+    env.lapse_lease(message.invocation_id).await;
+    assert_eq!(env.sweep_stalled().await, vec![message.invocation_id], "a lapsed reservation is published");
+    assert_eq!(env.sweep_stalled().await, Vec::<Uuid>::new(), "once, until its backoff has passed");
     let worker = Worker::new(env.pool.clone(), env.settings.clone());
     let claimed = worker.claim(message).await.unwrap().expect("any worker claims it");
     assert_eq!((claimed.claim_epoch, claimed.takeovers), (1, 0), "new work, not a takeover");

@@ -142,6 +142,37 @@ impl TestEnv {
     }
 
     /// The workers that started the invocations of a handoff's run, in order.
+    /// The run's root invocation once intake has written it (the first
+    /// there is), as its message names it.
+    pub async fn root_invocation(&self) -> baton_domain::fleet::RunInvocation {
+        eventually(Duration::from_secs(60), "the root invocation exists", || async {
+            let sql = "SELECT id, run_id FROM invocations WHERE kind = 'root'";
+            let row = self.db().await.query_opt(sql, &[]).await.unwrap();
+            row.map(|r| baton_domain::fleet::RunInvocation { invocation_id: r.get(0), run_id: r.get(1) })
+        })
+        .await
+    }
+
+    /// Ends an invocation's lease (or eager reservation) now, as a stalled
+    /// holder's, an outage's or its worker's death would.
+    pub async fn lapse_lease(&self, id: Uuid) {
+        let sql = "UPDATE invocations SET lease_expires_at = now() - interval '1 second' WHERE id = $1";
+        self.db().await.execute(sql, &[&id]).await.unwrap();
+    }
+
+    /// The relay's stalled sweep, once, at this fleet's settings: what it re-publishes.
+    pub async fn sweep_stalled(&self) -> Vec<Uuid> {
+        let pace = baton_store::invocations::Pace {
+            grace: self.settings.unclaimed_grace,
+            lease: self.settings.lease,
+            cap: self.settings.republish_max,
+            handoff_backlog: false,
+            delegate_backlog: false,
+        };
+        let stalled = baton_store::invocations::take_stalled(&self.db().await, &pace).await.unwrap();
+        stalled.into_iter().map(|(id, _, _)| id).collect()
+    }
+
     pub async fn workers_that_started(&self, handoff_id: &str) -> Vec<String> {
         let timeline = baton_store::journal::timeline(&self.db().await, self.run_of(handoff_id).await).await.unwrap();
         let started = timeline.into_iter().filter(|e| e.is(JournalEvent::InvocationStarted));
