@@ -46,7 +46,11 @@ pub(super) fn enable(
         }
         slots.try_acquire().map(|slot| Box::new(slot) as baton_store::after_commit::Slot)
     };
-    let (eager, taken) = Eager::new(&settings.worker_id, settings.lease, reserve);
+    // As long as an outbox row is left to the process that wrote it: should
+    // this worker die before its claim, the successor is published as soon
+    // as its message would have been (the lease when nothing publishes in process).
+    let hold = if settings.outbox_grace.is_zero() { settings.lease } else { settings.outbox_grace };
+    let (eager, taken) = Eager::new(&settings.worker_id, hold, reserve);
     (publishing.with_eager(eager), Some(taken))
 }
 
