@@ -227,6 +227,68 @@ mod tests {
         assert!(rows.recv().await.is_none(), "nothing else was handed over");
     }
 
+    /// Slots of a test: how many are held right now.
+    fn slots(n: usize) -> (Arc<std::sync::atomic::AtomicUsize>, impl Fn() -> Option<Slot> + Send + Sync) {
+        struct Held(Arc<std::sync::atomic::AtomicUsize>);
+        impl Drop for Held {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = held.clone();
+        let reserve = move || {
+            let taken = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if taken >= n {
+                counter.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                return None;
+            }
+            Some(Box::new(Held(counter.clone())) as Slot)
+        };
+        (held, reserve)
+    }
+
+    #[tokio::test]
+    async fn a_successor_taken_eagerly_reaches_the_process_only_if_its_transaction_commits() {
+        let (held, free) = slots(2);
+        let (eager, mut taken) = Eager::new("w1", Duration::from_secs(2), free);
+        let (publishing, _rows) = Publishing::new(Duration::from_secs(2));
+        let (run, a, b) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        let held_in = held.clone();
+        scope(publishing.with_eager(eager), async move {
+            began();
+            let r = reserve().expect("a free slot");
+            assert_eq!((r.owner.as_str(), r.lease), ("w1", Duration::from_secs(2)));
+            took(r, run, a);
+            // rolled back: its slot is free again
+            began();
+            assert_eq!(held_in.load(std::sync::atomic::Ordering::SeqCst), 0);
+            took(reserve().expect("a free slot"), run, b);
+            let _third = reserve().expect("the second slot");
+            assert!(reserve().is_none(), "no slot left: the successor is queued instead");
+            committed();
+        })
+        .await;
+        let successor = taken.recv().await.expect("the committed successor");
+        assert_eq!((successor.run_id, successor.invocation_id), (run, b));
+        assert_eq!(held.load(std::sync::atomic::Ordering::SeqCst), 1, "its slot travels with it");
+        drop(successor);
+        assert_eq!(held.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert!(taken.try_recv().is_err(), "the rolled-back successor never arrives");
+    }
+
+    #[tokio::test]
+    async fn without_eager_dispatch_nothing_is_reserved() {
+        let (publishing, _rows) = Publishing::new(Duration::from_secs(2));
+        scope(publishing, async { assert!(reserve().is_none()) }).await;
+        assert!(reserve().is_none(), "nor outside a scope");
+        let (_, reserve_slot) = slots(1);
+        let (eager, taken) = Eager::new("w1", Duration::from_secs(2), reserve_slot);
+        drop(taken);
+        let (publishing, _rows) = Publishing::new(Duration::from_secs(2));
+        scope(publishing.with_eager(eager), async { assert!(reserve().is_none(), "nobody would run it") }).await;
+    }
+
     #[tokio::test]
     async fn without_a_scope_or_a_publisher_rows_are_the_relays_at_once() {
         assert_eq!(grace(), None);
