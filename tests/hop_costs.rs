@@ -25,8 +25,8 @@ const MAX_COMMITS: f64 = 2.0;
 /// and journal rows one statement, and a new invocation and its outbox row
 /// one: 8.9; intake's and the collector's statements cut: 7.9; the
 /// successor run where it was handed to (eager dispatch: no outbox row to
-/// delete): 7.0.
-const MAX_STATEMENTS: f64 = 8.0;
+/// delete): 7.0; the handoff's end and its successor's insert one: 6.0.
+const MAX_STATEMENTS: f64 = 7.0;
 /// Rows inserted, updated and deleted per hop (`pg_stat_database`).
 /// 2026-12-01: 29.2; with a step's transcript and journal one row each:
 /// 13.5; with a handoff's spend in the write that ends its invocation: 12.5.

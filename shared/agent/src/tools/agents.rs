@@ -6,7 +6,7 @@ use baton_domain::run::state::{Continuation, InvocationKind};
 use baton_domain::tools::args::{self, AgentListArgs, ListPurpose as Purpose};
 use baton_domain::tools::handoff::{self, HandoffArgs};
 use baton_store::invocations::tasks;
-use baton_store::invocations::{self, NewBrief, NewInvocation};
+use baton_store::invocations::{NewBrief, NewInvocation};
 use baton_store::journal::Event;
 use baton_store::{invocations::spawn, profiles, GenericClient};
 use serde_json::{json, Value};
@@ -67,9 +67,8 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
     // one live foreground owner per run). A handoff stage's task has no row
     // (V30): the brief it gives travels as the successor's own column, and
     // the task ends with the invocation that works on it.
+    // With eager dispatch the two are one statement (`spawn::handoff`).
     let spending = (ctx.spending.tokens, ctx.spending.model_calls, ctx.spending.tool_calls + 1);
-    let handed = invocations::hand_over(c, inv, &target.id, spending).await?;
-    let key = readable_key(&target.id, handed.earlier_tasks as usize);
     let (next, task_id) = (Uuid::now_v7(), Uuid::now_v7());
     let new = NewInvocation {
         id: next,
@@ -82,9 +81,10 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
         budget: None,
         deadline_at: None,
         handoffs: inv.handoffs + 1,
-        run_spent: handed.run_spent,
+        run_spent: Default::default(), // what the handoff finds
     };
-    let spawned = spawn::invocation(c, &new, None).await?;
+    let (handed, spawned) = spawn::handoff(c, inv, new, spending).await?;
+    let key = readable_key(&target.id, handed.earlier_tasks as usize);
     let registered =
         json!({"taskId": task_id, "continuation": Continuation::TransferControl.as_str(), "workspaceKey": key});
     let mut events = vec![requested];

@@ -354,11 +354,56 @@ pub async fn hand_over(
     c: &impl GenericClient,
     inv: &Invocation,
     target: &str,
-    (tokens, model_calls, tool_calls): (i64, i32, i32),
+    spending: (i64, i32, i32),
 ) -> Result<HandedOver> {
-    let row = sql::query_one(
-        c,
-        "WITH ended AS (
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| format!("{HAND_OVER} {HANDED_OVER}"));
+    let live = live();
+    let params = hand_over_params(inv, &target, &spending, &live);
+    handed_over(&sql::query_one(c, &SQL, &params).await?)
+}
+
+/// [`hand_over`], with the successor `new` written in the same statement,
+/// reserved for `owner` for `lease` (eager dispatch, see
+/// [`crate::outbox::after_commit`]), carrying what the run spent (`new`'s
+/// own `run_spent` is not read): one statement for the two writes of a
+/// handoff. The successor is inserted only if the invocation ended.
+pub(crate) async fn hand_over_reserving(
+    c: &impl GenericClient,
+    inv: &Invocation,
+    spending: (i64, i32, i32),
+    new: &NewInvocation<'_>,
+    (owner, lease): (&str, Duration),
+) -> Result<HandedOver> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "{HAND_OVER},
+              successor AS (
+                  INSERT INTO invocations (id, run_id, parent_invocation_id, incoming_task_id, profile_id, kind, status, exit_policy,
+                                           brief, budget, deadline_at, handoff, handoffs,
+                                           run_spent_tokens, run_spent_model_calls, run_spent_tool_calls, lease_owner, lease_expires_at)
+                  SELECT $12::uuid, $13::uuid, $14::uuid, $15::uuid, $16::text, $17::text, $18::text, $19::text, $20::text,
+                         $21::jsonb, $22::timestamptz, $23::jsonb, $24::int, s.tokens, s.model_calls, s.tool_calls,
+                         $25::text, now() + make_interval(secs => $26::float8)
+                    FROM spent s
+                  RETURNING 1)
+             {HANDED_OVER}"
+        )
+    });
+    let inserted = Inserted::of(new)?;
+    let columns = inserted.params();
+    let secs = lease.as_secs_f64();
+    let live = live();
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+        hand_over_params(inv, &new.profile_id, &spending, &live).to_vec();
+    params.extend_from_slice(&columns[..13]);
+    params.extend_from_slice(&[&owner, &secs]);
+    handed_over(&sql::query_one(c, &SQL, &params).await?)
+}
+
+/// The invocation ends transferred with its step's spend, and the run's
+/// spend so far is read (`spent`): the common part of [`hand_over`]'s
+/// statement, its parameters `$1` to `$11` ([`hand_over_params`]).
+const HAND_OVER: &str = "WITH ended AS (
              UPDATE invocations SET status = $2, error = NULL, lease_owner = NULL, lease_expires_at = NULL,
                     finished_at = now(), model_calls = model_calls + $3, tool_calls = tool_calls + $4,
                     tokens_used = tokens_used + $11,
@@ -369,25 +414,31 @@ pub async fn hand_over(
               children AS (SELECT coalesce(sum(tokens_used), 0)::bigint AS tokens,
                                   coalesce(sum(model_calls), 0)::bigint AS model_calls,
                                   coalesce(sum(tool_calls), 0)::bigint AS tool_calls
-                             FROM invocations WHERE parent_invocation_id = $1 AND kind = $10)
-         SELECT (SELECT count(*) FROM invocations WHERE run_id = $6 AND profile_id = $7 AND kind <> $8),
-                e.tokens + k.tokens, e.model_calls + k.model_calls, e.tool_calls + k.tool_calls
-           FROM ended e, children k",
-        &[
-            &inv.id,
-            &InvocationStatus::Transferred.as_str(),
-            &model_calls,
-            &tool_calls,
-            &live(),
-            &inv.run_id,
-            &target,
-            &InvocationKind::Root.as_str(),
-            &inv.claim_epoch,
-            &InvocationKind::Child.as_str(),
-            &tokens,
-        ],
-    )
-    .await?;
+                             FROM invocations WHERE parent_invocation_id = $1 AND kind = $10),
+              spent AS (SELECT e.tokens + k.tokens AS tokens, e.model_calls + k.model_calls AS model_calls,
+                               e.tool_calls + k.tool_calls AS tool_calls
+                          FROM ended e, children k)";
+
+/// What [`hand_over`] returns: no row when the invocation was not live (fenced).
+const HANDED_OVER: &str =
+    "SELECT (SELECT count(*) FROM invocations WHERE run_id = $6 AND profile_id = $7 AND kind <> $8),
+                s.tokens, s.model_calls, s.tool_calls
+           FROM spent s";
+
+/// [`HAND_OVER`]'s parameters (`live`: [`live`]'s statuses).
+fn hand_over_params<'a>(
+    inv: &'a Invocation,
+    target: &'a &'a str,
+    (tokens, model_calls, tool_calls): &'a (i64, i32, i32),
+    live: &'a Vec<&'static str>,
+) -> [&'a (dyn tokio_postgres::types::ToSql + Sync); 11] {
+    const TRANSFERRED: &str = InvocationStatus::Transferred.as_str();
+    const ROOT: &str = InvocationKind::Root.as_str();
+    const CHILD: &str = InvocationKind::Child.as_str();
+    [&inv.id, &TRANSFERRED, model_calls, tool_calls, live, &inv.run_id, target, &ROOT, &inv.claim_epoch, &CHILD, tokens]
+}
+
+fn handed_over(row: &Row) -> Result<HandedOver> {
     let run_spent = RunSpent { tokens: row.get(1), model_calls: row.get(2), tool_calls: row.get(3) };
     Ok(HandedOver { earlier_tasks: row.get(0), run_spent })
 }

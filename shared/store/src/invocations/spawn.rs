@@ -14,7 +14,7 @@ use deadpool_postgres::GenericClient;
 use serde_json::json;
 
 use crate::invocations::tasks::{self, NewTask};
-use crate::invocations::{Inserted, NewInvocation, INSERT, INSERT_RESERVED};
+use crate::invocations::{self, HandedOver, Inserted, Invocation, NewInvocation, INSERT, INSERT_RESERVED};
 use crate::journal::Event;
 use crate::outbox::after_commit;
 use crate::{outbox, sql, Result};
@@ -41,11 +41,7 @@ pub async fn invocation(
             outbox::enqueue_fleet_after(c, &run, Some((INSERT, &inserted.params()))).await?;
         }
     }
-    let mut created = json!({"kind": new.kind.as_str(), "profileId": new.profile_id});
-    if let Some(parent) = new.parent_invocation_id {
-        created["parentInvocationId"] = json!(parent);
-    }
-    let mut events = vec![Event::new(JournalEvent::InvocationCreated, Some(new.id), created)];
+    let mut events = vec![created(new)];
     if let Some(task) = task {
         tasks::insert(c, task).await?;
         let registered =
@@ -53,4 +49,38 @@ pub async fn invocation(
         events.push(Event::new(JournalEvent::TaskRegistered, Some(new.id), registered));
     }
     Ok(events)
+}
+
+/// A handoff's two writes: `inv` ends transferred with what its step
+/// spent ([`invocations::hand_over`]), and its successor `new` is written
+/// carrying what the run has spent (which replaces `new.run_spent`). When
+/// this process takes the successor itself (eager dispatch), both are one
+/// statement; otherwise the successor and its message follow as in
+/// [`invocation`]. Returns what the handoff found and the successor's
+/// `agent_invocation_created`.
+pub async fn handoff(
+    c: &impl GenericClient,
+    inv: &Invocation,
+    new: NewInvocation<'_>,
+    spending: (i64, i32, i32),
+) -> Result<(HandedOver, Vec<Event>)> {
+    if let Some(reserved) = after_commit::reserve() {
+        let handed =
+            invocations::hand_over_reserving(c, inv, spending, &new, (&reserved.owner, reserved.lease)).await?;
+        after_commit::took(reserved, new.run_id, new.id);
+        return Ok((handed, vec![created(&new)]));
+    }
+    let handed = invocations::hand_over(c, inv, new.profile_id, spending).await?;
+    let new = NewInvocation { run_spent: handed.run_spent, ..new };
+    let events = invocation(c, &new, None).await?;
+    Ok((handed, events))
+}
+
+/// `agent_invocation_created` for `new`.
+fn created(new: &NewInvocation<'_>) -> Event {
+    let mut created = json!({"kind": new.kind.as_str(), "profileId": new.profile_id});
+    if let Some(parent) = new.parent_invocation_id {
+        created["parentInvocationId"] = json!(parent);
+    }
+    Event::new(JournalEvent::InvocationCreated, Some(new.id), created)
 }
