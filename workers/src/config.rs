@@ -53,7 +53,7 @@ pub struct Settings {
     /// Whether a worker that hands off runs the successor itself when it
     /// has a free slot (eager dispatch, default on), instead of queuing it
     /// for any worker; a successor it does not get to is published by the
-    /// relay once its reservation (a lease) lapses.
+    /// relay once its reservation lapses (`outbox_grace`, else the lease).
     pub eager_dispatch: bool,
     /// Takeovers of one invocation (its worker died or stalled) before it is
     /// failed: a crash loop stops here.

@@ -139,17 +139,6 @@ pub(crate) const INSERT: &str =
                               budget, deadline_at, handoff, handoffs, run_spent_tokens, run_spent_model_calls, run_spent_tool_calls)
      VALUES ($11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)";
 
-/// [`INSERT`] for a successor this process takes itself (eager dispatch),
-/// its parameters numbered from `$1`, then `$17` the owner and `$18` the
-/// reservation's lease in seconds: still `created`, claimable by anyone,
-/// but with no message queued; should the owner not claim it, the lease
-/// lapses and the relay's sweep publishes it ([`take_stalled`]).
-pub(crate) const INSERT_RESERVED: &str =
-    "INSERT INTO invocations (id, run_id, parent_invocation_id, incoming_task_id, profile_id, kind, status, exit_policy, brief,
-                              budget, deadline_at, handoff, handoffs, run_spent_tokens, run_spent_model_calls, run_spent_tool_calls,
-                              lease_owner, lease_expires_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, now() + make_interval(secs => $18))";
-
 /// The values of a new invocation's row that are not the caller's as they are.
 pub(crate) struct Inserted<'a> {
     new: &'a NewInvocation<'a>,
@@ -364,9 +353,11 @@ pub async fn hand_over(
 
 /// [`hand_over`], with the successor `new` written in the same statement,
 /// reserved for `owner` for `lease` (eager dispatch, see
-/// [`crate::outbox::after_commit`]), carrying what the run spent (`new`'s
-/// own `run_spent` is not read): one statement for the two writes of a
-/// handoff. The successor is inserted only if the invocation ended.
+/// [`crate::outbox::after_commit`]): still `created` and claimable by
+/// anyone, but with no message queued; should the owner not claim it, the
+/// reservation lapses and [`take_stalled`] publishes it. It carries what
+/// the run spent (`new`'s own `run_spent` is not read), and is inserted
+/// only if the invocation ended.
 pub(crate) async fn hand_over_reserving(
     c: &impl GenericClient,
     inv: &Invocation,

@@ -3,21 +3,20 @@
 //! child its work and the journal events that say so. "Run this
 //! invocation" is queued through the outbox in the caller's transaction,
 //! by the statement that inserts the row; or, for a handoff's successor
-//! that this process takes itself (eager dispatch, see
-//! [`after_commit`]), the row is written
-//! reserved for this process and no message is queued.
+//! that this process takes itself (eager dispatch, see [`after_commit`]),
+//! the row is written reserved for this process, by the statement that
+//! ends its predecessor, and no message is queued ([`handoff`]).
 
 use baton_domain::fleet::FleetMessage;
 use baton_domain::run::journal::JournalEvent;
-use baton_domain::run::state::InvocationKind;
 use deadpool_postgres::GenericClient;
 use serde_json::json;
 
 use crate::invocations::tasks::{self, NewTask};
-use crate::invocations::{self, HandedOver, Inserted, Invocation, NewInvocation, INSERT, INSERT_RESERVED};
+use crate::invocations::{self, HandedOver, Inserted, Invocation, NewInvocation, INSERT};
 use crate::journal::Event;
 use crate::outbox::after_commit;
-use crate::{outbox, sql, Result};
+use crate::{outbox, Result};
 
 /// Inserts the invocation and queues the message that runs it, in one
 /// statement, then its task (which refers to it), and returns the journal
@@ -28,19 +27,8 @@ pub async fn invocation(
     task: Option<&NewTask<'_>>,
 ) -> Result<Vec<Event>> {
     let inserted = Inserted::of(new)?;
-    match after_commit::reserve().filter(|_| new.kind == InvocationKind::Handoff) {
-        Some(reserved) => {
-            let lease = reserved.lease.as_secs_f64();
-            let mut params = inserted.params().to_vec();
-            params.extend_from_slice(&[&reserved.owner, &lease]);
-            sql::execute(c, INSERT_RESERVED, &params).await?;
-            after_commit::took(reserved, new.run_id, new.id);
-        }
-        None => {
-            let run = FleetMessage::run(new.run_id, new.id, new.kind);
-            outbox::enqueue_fleet_after(c, &run, Some((INSERT, &inserted.params()))).await?;
-        }
-    }
+    let run = FleetMessage::run(new.run_id, new.id, new.kind);
+    outbox::enqueue_fleet_after(c, &run, Some((INSERT, &inserted.params()))).await?;
     let mut events = vec![created(new)];
     if let Some(task) = task {
         tasks::insert(c, task).await?;

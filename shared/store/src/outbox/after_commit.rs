@@ -23,8 +23,8 @@
 //! reserved for this process (its lease, still `created`) and without an
 //! outbox row, and once the transaction commits it goes to the process with
 //! its slot, which claims it as a delivery would. Should the process die
-//! first, the reservation lapses like any lease and the relay's sweep of
-//! stalled invocations publishes the successor.
+//! first, the reservation lapses (it lasts what an outbox row is left to its
+//! writer) and the relay's sweep of stalled invocations publishes the successor.
 
 use std::cell::RefCell;
 use std::future::Future;

@@ -10,8 +10,8 @@
 //! successor is claimed here exactly as a delivery would be (the same
 //! statement, fence and group commit), in the reserved slot. Nothing else
 //! changes for it: it is claimable by anyone, and should this worker die
-//! before claiming it, its reservation lapses like a lease and the relay's
-//! sweep publishes it. On shutdown a successor not yet claimed is queued for
+//! before claiming it, its reservation lapses (after the outbox grace, as
+//! an unpublished outbox row would be swept) and the relay's sweep publishes it. On shutdown a successor not yet claimed is queued for
 //! another worker at once.
 
 use baton_agent::slots::Slots;
