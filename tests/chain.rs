@@ -103,6 +103,56 @@ async fn the_journal_follows_the_seed_handoff_sequence() {
     assert_eq!(journal.last(), Some(&JournalEvent::RunCompleted));
 }
 
+/// Issue 23: a handoff's events do not write again what the invocations'
+/// rows hold (V35), and every reader of the `events` view still sees it:
+/// the successor's ids on `agent_handoff_accepted` and
+/// `agent_invocation_transferred`, each stage's task on its `agent_task_*`,
+/// each invocation's agent on its start.
+#[tokio::test]
+async fn a_handoff_s_events_read_back_whole_though_the_row_keeps_no_copy_of_the_successor() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let fleet = env.start_all();
+    run_request(&env, "payloads-1").await;
+    fleet.stop().await;
+    let run = env.run_of("payloads-1").await;
+    let c = env.db().await;
+    let invocations = baton_store::invocations::for_run(&c, run).await.unwrap();
+    let (writer, editor) = (&invocations[0], &invocations[1]);
+    assert_eq!((writer.profile_id.as_str(), editor.profile_id.as_str()), ("writer", "editor"));
+    let task = editor.incoming_task_id.expect("a handoff stage has its task");
+    let timeline = baton_store::journal::timeline(&c, run).await.unwrap();
+    let payload = |kind: JournalEvent, of: uuid::Uuid| -> Value {
+        let found = timeline.iter().find(|e| e.is(kind) && e.invocation_id == Some(of));
+        found.unwrap_or_else(|| panic!("no `{kind}` of {of}")).payload.clone()
+    };
+    let (editor_id, task_id) = (editor.id.to_string(), task.to_string());
+    let accepted = payload(JournalEvent::HandoffAccepted, writer.id);
+    assert_eq!((accepted["invocationId"].as_str(), accepted["taskId"].as_str()), (Some(&*editor_id), Some(&*task_id)));
+    let transferred = payload(JournalEvent::InvocationTransferred, writer.id);
+    assert_eq!((transferred["to"].as_str(), transferred["agentId"].as_str()), (Some(&*editor_id), Some("editor")));
+    assert_eq!(payload(JournalEvent::TaskRegistered, editor.id)["taskId"], task_id);
+    assert_eq!(payload(JournalEvent::TaskRegistered, editor.id)["continuation"], "transfer_control");
+    assert_eq!(payload(JournalEvent::TaskStarted, editor.id)["taskId"], task_id);
+    assert_eq!(payload(JournalEvent::TaskCompleted, editor.id)["taskId"], task_id);
+    let created = payload(JournalEvent::InvocationCreated, editor.id);
+    assert_eq!((created["kind"].as_str(), created["profileId"].as_str()), (Some("handoff"), Some("editor")));
+    assert_eq!(created["parentInvocationId"], writer.id.to_string());
+    let started = payload(JournalEvent::InvocationStarted, editor.id);
+    assert_eq!((started["kind"].as_str(), started["profileId"].as_str()), (Some("handoff"), Some("editor")));
+    assert_eq!(payload(JournalEvent::SkillScopesResolved, editor.id)["profileId"], "editor");
+    // What the writer's handoff stored names the editor once (its events'
+    // invocation, as a uuid), never as text in a payload.
+    let stored: Vec<String> = c
+        .query("SELECT payloads::text FROM journal WHERE run_id = $1", &[&run])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(stored.iter().all(|p| !p.contains(&editor_id) && !p.contains(&task_id)), "{stored:#?}");
+}
+
 /// The successor reads a markdown brief and a prompt from its own view.
 #[tokio::test]
 async fn the_next_agent_receives_a_rendered_markdown_brief() {
@@ -245,7 +295,7 @@ async fn a_stored_prompt_is_its_profiles_version_and_reads_back_as_rendered_then
     // What is stored: the version, a few bytes, not the prompt.
     let version: i64 = c.query_one("SELECT version FROM profiles_version", &[]).await.unwrap().get(0);
     let stored: Value = c
-        .query_one("SELECT payloads[1] FROM transcript WHERE invocation_id = $1 AND seq = 0", &[&writer])
+        .query_one("SELECT (payloads::jsonb) -> 0 FROM transcript WHERE invocation_id = $1 AND seq = 0", &[&writer])
         .await
         .unwrap()
         .get(0);

@@ -42,8 +42,10 @@ const MAX_ROW_WRITES: f64 = 6.0;
 /// stored as given: 6,300; the opening prompt stored as its profiles
 /// version: 5,400; the journal's types as an enum and its main invocation
 /// once: 4,900; one version of the invocation row fewer: 4,400; intake
-/// and the collector leaner: 4,250; eager dispatch: 3,800.
-const MAX_WAL_BYTES: f64 = 4_500.0;
+/// and the collector leaner: 4,250; eager dispatch: 3,800. 2026-12-05: a
+/// row's payloads as one compact JSON array, and no payload repeating an
+/// invocation's row: 2,870 (the target is 3,000).
+const MAX_WAL_BYTES: f64 = 3_000.0;
 /// Publishes per hop (all of them on confirm channels): the successor, plus
 /// each chain's request, statuses, reply and "run finished" over its 31
 /// hops. 2026-11-30: 1.19; with eager dispatch (the successor runs where it

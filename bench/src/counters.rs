@@ -166,7 +166,7 @@ async fn one_side(
     drop(kept);
     let hops = journal::hops(&bench.pool, side, &drive.keys).await?.len();
     let per = |bytes: i64| bytes as f64 / hops.max(1) as f64;
-    let largest: Vec<String> = parts.iter().take(8).map(|(part, b)| format!("{part} {:.0}", per(*b))).collect();
+    let largest: Vec<String> = parts.iter().take(16).map(|(part, b)| format!("{part} {:.0}", per(*b))).collect();
     say(&format!("{}: WAL per hop by relation (bytes): {}", side.name(), largest.join(", ")));
     let mut written: Vec<(String, [i64; 3])> = tables
         .into_iter()

@@ -39,7 +39,7 @@ pub async fn load(pool: &Pool, invocations: usize) -> anyhow::Result<Duration> {
         format!(
             "INSERT INTO journal (run_id, invocation_id, invocations, types, payloads, created_at)
              SELECT md5('run' || ((i - 1) / {PER_RUN} + 1))::uuid, md5('inv' || i)::uuid, array_fill(NULL::uuid, ARRAY[3]),
-                    ARRAY[{kinds}]::journal_event[], array_fill('{{}}'::jsonb, ARRAY[3]), now() - interval '30 days'
+                    ARRAY[{kinds}]::journal_event[], '[{{}},{{}},{{}}]'::json, now() - interval '30 days'
                FROM generate_series(1, {n}) i"
         ),
         format!(

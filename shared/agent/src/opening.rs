@@ -22,7 +22,7 @@ pub fn prompt_step(inv: &Invocation, profile: &Profile, skills: &[Skill]) -> (Va
         Event::new(
             JournalEvent::SkillScopesResolved,
             id,
-            json!({"profileId": profile.id, "skills": skills.iter().map(|s| &s.id).collect::<Vec<_>>()}),
+            json!({"skills": skills.iter().map(|s| &s.id).collect::<Vec<_>>()}),
         ),
         Event::new(JournalEvent::ModelBindingResolved, id, json!({"provider": profile.model.provider_name()})),
     ];

@@ -15,8 +15,18 @@ pub const NUDGE: &str = "nudge";
 pub const EXTERNAL_STARTED: &str = "external_started";
 
 /// A tool result as stored (and as the model reads it back).
+///
+/// `isError` is written only when true and `structured` only when there is
+/// one: every reader takes a missing one as false or none.
 pub fn tool_result_payload(call: &ToolCall, content: &str, is_error: bool, structured: &Value) -> Value {
-    json!({ "toolCallId": call.id, "name": call.name, "content": content, "isError": is_error, "structured": structured })
+    let mut payload = json!({ "toolCallId": call.id, "name": call.name, "content": content });
+    if is_error {
+        payload["isError"] = json!(true);
+    }
+    if !structured.is_null() {
+        payload["structured"] = structured.clone();
+    }
+    payload
 }
 
 /// The conversation in OpenAI chat shape.

@@ -4,6 +4,7 @@ use baton_domain::run::journal::JournalEvent;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
+use tokio_postgres::types::Json;
 use uuid::Uuid;
 
 use crate::{sql, Result};
@@ -19,6 +20,14 @@ pub struct Event {
 impl Event {
     pub fn new(kind: JournalEvent, invocation_id: Option<Uuid>, payload: Value) -> Self {
         Self { kind, invocation_id, payload }
+    }
+
+    /// An `agent_task_*` event about `invocation`'s own incoming task. Its
+    /// `taskId` is not written: the `events` view reads it from the
+    /// invocation's row (`journal_payload`, V35), as for any payload that
+    /// would only repeat the row.
+    pub fn own_task(kind: JournalEvent, invocation: Uuid) -> Self {
+        Self::new(kind, Some(invocation), Value::Object(Default::default()))
     }
 }
 
@@ -69,7 +78,9 @@ pub(crate) struct Columns<'a> {
     pub invocation: Option<Uuid>,
     pub invocations: Vec<Option<Uuid>>,
     pub kinds: Vec<&'a str>,
-    pub payloads: Vec<&'a Value>,
+    /// The events' payloads as one JSON array, serialized straight into
+    /// the statement's parameter (V35).
+    pub payloads: Json<Vec<&'a Value>>,
 }
 
 pub(crate) fn columns(events: &[Event]) -> Columns<'_> {
@@ -83,7 +94,7 @@ pub(crate) fn columns(events: &[Event]) -> Columns<'_> {
         })
         .collect();
     let kinds = events.iter().map(|e| e.kind.as_str()).collect();
-    let payloads = events.iter().map(|e| &e.payload).collect();
+    let payloads = Json(events.iter().map(|e| &e.payload).collect());
     Columns { invocation, invocations, kinds, payloads }
 }
 

@@ -248,6 +248,6 @@ fn play(request: &ModelRequest<'_>) -> Result<ModelTurn, ProviderError> {
             })
             .collect(),
     };
-    let usage = Usage { prompt_tokens: Some(0), completion_tokens: Some(0), ..Default::default() };
-    Ok(ModelTurn { content: turn.text.clone(), tool_calls, usage: Some(usage), ..Default::default() })
+    // A script reports no usage: it spent no tokens, and says nothing.
+    Ok(ModelTurn { content: turn.text.clone(), tool_calls, ..Default::default() })
 }

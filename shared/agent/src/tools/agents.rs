@@ -85,20 +85,21 @@ pub async fn handoff(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) ->
     };
     let (handed, spawned) = spawn::handoff(c, inv, new, spending).await?;
     let key = readable_key(&target.id, handed.earlier_tasks as usize);
-    let registered =
-        json!({"taskId": task_id, "continuation": Continuation::TransferControl.as_str(), "workspaceKey": key});
+    // The task's and the successor's ids are the successor's row's: the
+    // `events` view reads them from it (V35), so they are not written here.
+    let registered = json!({"continuation": Continuation::TransferControl.as_str(), "workspaceKey": key});
     let mut events = vec![requested];
     events.extend(spawned);
     events.extend([
         Event::new(JournalEvent::TaskRegistered, Some(next), registered),
         // Which agent and call: `agent_handoff_requested` just before says so.
-        Event::new(JournalEvent::HandoffAccepted, Some(inv.id), json!({"taskId": task_id, "invocationId": next})),
+        Event::new(JournalEvent::HandoffAccepted, Some(inv.id), json!({})),
         tool_event(ctx, JournalEvent::ToolCallCompleted, json!({})),
-        Event::new(JournalEvent::InvocationTransferred, Some(inv.id), json!({"to": next, "agentId": target.id})),
+        Event::new(JournalEvent::InvocationTransferred, Some(inv.id), json!({})),
         Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "transferred"})),
     ]);
-    if let Some(incoming) = inv.incoming_task_id.filter(|_| inv.kind == InvocationKind::Handoff) {
-        events.push(Event::new(JournalEvent::TaskCompleted, Some(inv.id), json!({"taskId": incoming})));
+    if inv.incoming_task_id.is_some() && inv.kind == InvocationKind::Handoff {
+        events.push(Event::own_task(JournalEvent::TaskCompleted, inv.id));
     }
     Ok(ToolOutcome {
         content: handoff::acceptance_text(&target.id),

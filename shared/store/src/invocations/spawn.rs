@@ -32,8 +32,10 @@ pub async fn invocation(
     let mut events = vec![created(new)];
     if let Some(task) = task {
         tasks::insert(c, task).await?;
-        let registered =
-            json!({"taskId": task.id, "continuation": task.continuation.as_str(), "workspaceKey": task.workspace_key});
+        let mut registered = json!({"continuation": task.continuation.as_str(), "workspaceKey": task.workspace_key});
+        if new.incoming_task_id != Some(task.id) {
+            registered["taskId"] = json!(task.id);
+        }
         events.push(Event::new(JournalEvent::TaskRegistered, Some(new.id), registered));
     }
     Ok(events)
@@ -64,11 +66,8 @@ pub async fn handoff(
     Ok((handed, events))
 }
 
-/// `agent_invocation_created` for `new`.
+/// `agent_invocation_created` for `new`: its kind (the seed's sequence
+/// names it); its agent and parent are its row's, which every reader joins.
 fn created(new: &NewInvocation<'_>) -> Event {
-    let mut created = json!({"kind": new.kind.as_str(), "profileId": new.profile_id});
-    if let Some(parent) = new.parent_invocation_id {
-        created["parentInvocationId"] = json!(parent);
-    }
-    Event::new(JournalEvent::InvocationCreated, Some(new.id), created)
+    Event::new(JournalEvent::InvocationCreated, Some(new.id), json!({"kind": new.kind.as_str()}))
 }

@@ -2,6 +2,7 @@
 
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
+use tokio_postgres::types::Json;
 use uuid::Uuid;
 
 use baton_domain::opening;
@@ -76,7 +77,7 @@ pub async fn append_with_events(
     }
     debug_assert!(steps.iter().enumerate().all(|(i, s)| s.0 == seq + i as i32), "steps are consecutive");
     let kinds: Vec<&str> = steps.iter().map(|s| s.1).collect();
-    let payloads: Vec<&Value> = steps.iter().map(|s| s.2).collect();
+    let payloads = Json(steps.iter().map(|s| s.2).collect::<Vec<&Value>>());
     let logged = journal::columns(events);
     sql::execute(
         c,
@@ -108,7 +109,7 @@ pub async fn append_all(c: &impl GenericClient, invocation_id: Uuid, steps: &[(i
     };
     debug_assert!(steps.iter().enumerate().all(|(i, s)| s.0 == seq + i as i32), "steps are consecutive");
     let kinds: Vec<&str> = steps.iter().map(|s| s.1).collect();
-    let payloads: Vec<&Value> = steps.iter().map(|s| s.2).collect();
+    let payloads = Json(steps.iter().map(|s| s.2).collect::<Vec<&Value>>());
     sql::execute(
         c,
         "INSERT INTO transcript (invocation_id, seq, kinds, payloads) VALUES ($1, $2, $3, $4)",

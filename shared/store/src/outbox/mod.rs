@@ -294,7 +294,7 @@ pub async fn note_for_run(
     sql::execute(
         c,
         "INSERT INTO journal (run_id, invocations, types, payloads)
-         SELECT id, ARRAY[NULL::uuid], ARRAY[$2::text]::journal_event[], ARRAY[$3::jsonb] FROM runs WHERE id = $1",
+         SELECT id, ARRAY[NULL::uuid], ARRAY[$2::text]::journal_event[], json_build_array($3::jsonb) FROM runs WHERE id = $1",
         &[&run_id, &kind.as_str(), &payload],
     )
     .await?;

@@ -173,7 +173,7 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
              SELECT $1, message_id, $12, body FROM m ORDER BY n),
          j AS (
              INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
-             SELECT $18, $22::uuid, $19::uuid[], $20::text[]::journal_event[], $21::jsonb[] WHERE $18::uuid IS NOT NULL)
+             SELECT $18, $22::uuid, $19::uuid[], $20::text[]::journal_event[], $21::json WHERE $18::uuid IS NOT NULL)
          INSERT INTO outbox (queue, external, message_id, correlation_id, body, mandatory, traceparent, tracestate, next_attempt_at)
          SELECT $12, $13, message_id, $1, body, true, $14, $15, now() + make_interval(secs => $16::float8)
            FROM m ORDER BY n

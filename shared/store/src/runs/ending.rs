@@ -22,8 +22,8 @@ use crate::{invocations::tasks, outbox, runs, runs::start, Result};
 /// incoming task, itself and the run complete.
 pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Vec<Event>> {
     let mut events = cancel_tasks(c, inv.run_id, Some(inv.id)).await?;
-    if let Some(task) = end_incoming(c, inv, TaskStatus::Completed, None).await? {
-        events.push(Event::new(JournalEvent::TaskCompleted, Some(inv.id), json!({"taskId": task})));
+    if end_incoming(c, inv, TaskStatus::Completed, None).await?.is_some() {
+        events.push(Event::own_task(JournalEvent::TaskCompleted, inv.id));
     }
     invocations::finish(c, inv.id, InvocationStatus::Completed, None).await?;
     events.push(Event::new(JournalEvent::InvocationCompleted, Some(inv.id), json!({})));

@@ -43,14 +43,11 @@ pub(super) async fn started_events(
         return Ok(vec![Event::new(JournalEvent::InvocationStarted, id, payload)]);
     };
     let mut evs = vec![];
-    if let Some(task) = task {
-        evs.push(Event::new(JournalEvent::TaskStarted, id, json!({"taskId": task})));
+    if task.is_some() {
+        evs.push(Event::own_task(JournalEvent::TaskStarted, inv.id));
     }
-    evs.push(Event::new(
-        JournalEvent::InvocationStarted,
-        id,
-        json!({"kind": inv.kind.as_str(), "profileId": inv.profile_id, "worker": worker}),
-    ));
+    // The invocation's kind and agent are its row's (every reader joins it).
+    evs.push(Event::new(JournalEvent::InvocationStarted, id, json!({"worker": worker})));
     evs.extend(prompt.iter().flat_map(|p| p.events.iter().cloned()));
     if inv.kind == InvocationKind::Root {
         if let Some(handoff) = run.and_then(|r| r.handoff_id.as_ref()) {
