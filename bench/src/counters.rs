@@ -77,10 +77,12 @@ pub async fn measure(
     hops: usize,
     in_flight: usize,
 ) -> anyhow::Result<Vec<PerHop>> {
-    measure_chain(settings, baton, raw, Chain::Steady, hops, in_flight).await
+    measure_chain(settings, baton, raw, Chain::Steady, hops, in_flight, "http://127.0.0.1:9/v1").await
 }
 
-/// [`measure`], for the chains of `chain`.
+/// [`measure`], for the chains of `chain`, whose stages ask the model
+/// server at `model_url` when they are [`Chain::SteadyHttp`]'s (Baton's side
+/// alone: the raw loop has no model).
 pub async fn measure_chain(
     settings: &Settings,
     baton: PathBuf,
@@ -88,13 +90,14 @@ pub async fn measure_chain(
     chain: Chain,
     hops: usize,
     in_flight: usize,
+    model_url: &str,
 ) -> anyhow::Result<Vec<PerHop>> {
     let sides: &[Side] = match (&raw, chain) {
-        (None, _) => &[Side::Baton],
+        (None, _) | (_, Chain::SteadyHttp) => &[Side::Baton],
         (Some(_), Chain::Steady) => &[Side::Raw, Side::RawOutbox, Side::Baton],
-        (Some(_), _) => &[Side::Raw, Side::Baton],
+        (Some(_), Chain::EndToEnd) => &[Side::Raw, Side::Baton],
     };
-    let mut bench = Bench::prepare(settings, Procs::new(baton, raw), "http://127.0.0.1:9/v1").await?;
+    let mut bench = Bench::prepare(settings, Procs::new(baton, raw), model_url).await?;
     let counts = Arc::new(Counts::default());
     let pg = count::postgres(count::upstream(&settings.database_url, 5432).await?, counts.clone()).await?;
     let amqp = count::amqp(count::upstream(&settings.amqp_url, 5672).await?, counts.clone()).await?;

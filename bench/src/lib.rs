@@ -69,8 +69,9 @@ pub struct BenchArgs {
     /// Hops of the per-hop counters cell (0 skips it).
     #[arg(long = "counter-hops", default_value_t = 600)]
     pub counter_hops: usize,
-    /// The workload of the counters cell: steady (32-stage chains) or e2e (3-stage chains end to end).
-    #[arg(long = "counters-workload", default_value = "steady", value_parser = ["steady", "e2e"])]
+    /// The workload of the counters cell: steady (32-stage chains), e2e (3-stage chains end to end) or
+    /// http (the steady chains with a model over HTTP; Baton only).
+    #[arg(long = "counters-workload", default_value = "steady", value_parser = ["steady", "e2e", "http"])]
     pub counters_workload: String,
     /// Finished invocations to load, then measure steady state again (0 skips it).
     #[arg(long, default_value_t = 0)]
@@ -119,7 +120,11 @@ pub async fn run(base: &Settings, args: BenchArgs) -> anyhow::Result<()> {
     let mut results = outcome?;
     cleanup?;
     if args.counter_hops > 0 {
-        let chain = if args.counters_workload == "e2e" { profiles::Chain::EndToEnd } else { profiles::Chain::Steady };
+        let chain = match args.counters_workload.as_str() {
+            "e2e" => profiles::Chain::EndToEnd,
+            "http" => profiles::Chain::SteadyHttp,
+            _ => profiles::Chain::Steady,
+        };
         say(&format!(
             "per-hop counters: {} hops of {} at 16 in flight through counting proxies",
             args.counter_hops,
@@ -127,7 +132,8 @@ pub async fn run(base: &Settings, args: BenchArgs) -> anyhow::Result<()> {
         ));
         let settings = bench_settings(base, "baton_bench_counters");
         let (baton, raw) = (procs::baton_binary()?, Some(std::env::current_exe()?));
-        results.counters = counters::measure_chain(&settings, baton, raw, chain, args.counter_hops, 16).await?;
+        results.counters =
+            counters::measure_chain(&settings, baton, raw, chain, args.counter_hops, 16, &model.base_url).await?;
     }
     println!("\n{}", report::render(&results, &args, started.elapsed()));
     Ok(())
