@@ -16,6 +16,18 @@ pub async fn run_request(env: &TestEnv, id: &str) -> Vec<Value> {
     until_reply(&mut replies, WAIT).await
 }
 
+/// Runs one request through a fleet on the example profiles, stops the
+/// fleet, and returns the environment and the request's run.
+async fn example_run(id: &str) -> (TestEnv, uuid::Uuid) {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let fleet = env.start_all();
+    run_request(&env, id).await;
+    fleet.stop().await;
+    let run = env.run_of(id).await;
+    (env, run)
+}
+
 #[tokio::test]
 async fn a_three_stage_chain_runs_and_the_bridge_gets_one_humanized_reply() {
     let env = TestEnv::new().await;
@@ -63,12 +75,8 @@ async fn a_three_stage_chain_runs_and_the_bridge_gets_one_humanized_reply() {
 /// A successful handoff's journal, in this order (docs/concepts.md#a-handoff-in-the-journal).
 #[tokio::test]
 async fn the_journal_follows_the_seed_handoff_sequence() {
-    let env = TestEnv::new().await;
-    env.apply_example_profiles().await;
-    let fleet = env.start_all();
-    run_request(&env, "journal-1").await;
-    fleet.stop().await;
-    let journal = env.journal(env.run_of("journal-1").await).await;
+    let (env, run) = example_run("journal-1").await;
+    let journal = env.journal(run).await;
     let expected = [
         JournalEvent::RunCreated,
         JournalEvent::InvocationCreated,
@@ -110,12 +118,7 @@ async fn the_journal_follows_the_seed_handoff_sequence() {
 /// each invocation's agent on its start.
 #[tokio::test]
 async fn a_handoff_s_events_read_back_whole_though_the_row_keeps_no_copy_of_the_successor() {
-    let env = TestEnv::new().await;
-    env.apply_example_profiles().await;
-    let fleet = env.start_all();
-    run_request(&env, "payloads-1").await;
-    fleet.stop().await;
-    let run = env.run_of("payloads-1").await;
+    let (env, run) = example_run("payloads-1").await;
     let c = env.db().await;
     let invocations = baton_store::invocations::for_run(&c, run).await.unwrap();
     let (writer, editor) = (&invocations[0], &invocations[1]);
@@ -156,12 +159,7 @@ async fn a_handoff_s_events_read_back_whole_though_the_row_keeps_no_copy_of_the_
 /// The successor reads a markdown brief and a prompt from its own view.
 #[tokio::test]
 async fn the_next_agent_receives_a_rendered_markdown_brief() {
-    let env = TestEnv::new().await;
-    env.apply_example_profiles().await;
-    let fleet = env.start_all();
-    run_request(&env, "brief-1").await;
-    fleet.stop().await;
-    let run = env.run_of("brief-1").await;
+    let (env, run) = example_run("brief-1").await;
     let c = env.db().await;
     let invocations = baton_store::invocations::for_run(&c, run).await.unwrap();
     let editor = invocations.iter().find(|i| i.profile_id == "editor").unwrap();
