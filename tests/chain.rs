@@ -144,6 +144,17 @@ async fn a_handoff_s_events_read_back_whole_though_the_row_keeps_no_copy_of_the_
     let started = payload(JournalEvent::InvocationStarted, editor.id);
     assert_eq!((started["kind"].as_str(), started["profileId"].as_str()), (Some("handoff"), Some("editor")));
     assert_eq!(payload(JournalEvent::SkillScopesResolved, editor.id)["profileId"], "editor");
+    // The editor's delegated fact-check: a child's task (a row of its own) reads back the same way.
+    let checker = invocations.iter().find(|i| i.profile_id == "checker").expect("the editor delegated");
+    let child_task = checker.incoming_task_id.expect("a child has its task").to_string();
+    let registered = payload(JournalEvent::TaskRegistered, checker.id);
+    assert_eq!(
+        (registered["taskId"].as_str(), registered["continuation"].as_str()),
+        (Some(&*child_task), Some("return_to_parent"))
+    );
+    assert_eq!(payload(JournalEvent::TaskStarted, checker.id)["taskId"], child_task);
+    let created = payload(JournalEvent::InvocationCreated, checker.id);
+    assert_eq!((created["kind"].as_str(), created["parentInvocationId"].as_str()), (Some("child"), Some(&*editor_id)));
     // What the writer's handoff stored names the editor once (its events'
     // invocation, as a uuid), never as text in a payload.
     let stored: Vec<String> = c
