@@ -296,3 +296,40 @@ async fn each_owner_carries_what_its_run_spent_before_it_and_the_sums_agree() {
     assert_eq!(checker.len(), 1, "the editor delegated once");
     assert!(before >= 8, "the finalizer carries its predecessors' and their child's tool calls: {before}");
 }
+
+/// Issue 23: a handoff counts the tasks its run gave the target's agent
+/// before (the new task's readable workspace key) without reading the
+/// run's other invocations: in a run of 2,000 invocations, 3 of them the
+/// writer's, the count reads 3 rows, however long the run.
+#[tokio::test]
+async fn a_handoff_counts_its_target_s_earlier_tasks_without_reading_the_whole_run() {
+    let env = TestEnv::new().await;
+    let c = env.db().await;
+    let run = Uuid::now_v7();
+    c.execute(
+        "INSERT INTO invocations (id, run_id, profile_id, kind, status, exit_policy, handoff, claim_epoch)
+         SELECT gen_random_uuid(), $1, CASE WHEN i % 700 = 1 THEN 'writer' ELSE 'stage-' || i END,
+                'handoff', 'transferred', 'run_finish_allowed', jsonb_build_object('objective', 'Go on.'), 1
+           FROM generate_series(1, 2000) i",
+        &[&run],
+    )
+    .await
+    .unwrap();
+    c.batch_execute("ANALYZE invocations").await.unwrap();
+    // The count `invocations::hand_over` makes (HANDED_OVER), as it makes it.
+    let plan: Value = c
+        .query_one(
+            "EXPLAIN (ANALYZE, FORMAT JSON)
+             SELECT count(*) FROM invocations WHERE run_id = $1 AND profile_id = $2 AND kind <> $3",
+            &[&run, &"writer", &"root"],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let scan = &plan[0]["Plan"]["Plans"][0];
+    let read = scan["Actual Rows"].as_i64().unwrap()
+        + scan["Rows Removed by Filter"].as_i64().unwrap_or(0)
+        + scan["Rows Removed by Index Recheck"].as_i64().unwrap_or(0);
+    assert_eq!(scan["Actual Rows"], 3, "{plan}");
+    assert!(read <= 3, "the count read {read} of the run's 2,000 invocations: {plan}");
+}
