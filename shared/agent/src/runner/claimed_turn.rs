@@ -41,7 +41,8 @@ impl Runner {
     ///
     /// With `deferred` (the claim's statement locked the invocation but did
     /// not write the claim), a turn that only hands off leaves the claim to
-    /// the handoff's write; any other turn, or none, writes it first.
+    /// the handoff's write (or writes it after, if the handoff was refused);
+    /// any other turn, or none, writes it first: the claim is written once.
     pub async fn start_claimed(
         &self,
         tx: &Transaction<'_>,
@@ -74,6 +75,11 @@ impl Runner {
             .within(tx, |Scope { tx, w, .. }| Box::pin(async move { this.run_calls(tx, cr, calls, t, w).await }))
             .await?;
         let exit = written.exit.clone();
+        // A turn that only hands off left the claim to the handoff's write;
+        // a handoff refused after all leaves it to be written now.
+        if let Some(claim) = deferred.filter(|_| only_hands_off(&turn) && exit != Some(Exit::Transferred)) {
+            invocations::record_claim(tx, inv.id, inv.claim_epoch, claim.owner, claim.lease).await?;
+        }
         c.absorb(written);
         Ok((c.into_preloaded(), exit))
     }

@@ -480,14 +480,15 @@ impl Worker {
                     Err(e) => return Err(Unfolded(e).into()),
                 }
             }
+            // (`start_claimed` writes a deferred claim itself.)
             None => {
                 baton_store::journal::append(tx, inv.run_id, &evs).await?;
+                if let Some(claim) = deferred {
+                    invocations::record_claim(tx, inv.id, inv.claim_epoch, claim.owner, claim.lease).await?;
+                }
                 (None, None)
             }
         };
-        if let Some(claim) = deferred.filter(|_| ended != Some(Exit::Transferred)) {
-            invocations::record_claim(tx, inv.id, inv.claim_epoch, claim.owner, claim.lease).await?;
-        }
         Ok(Some(ClaimDone { inv, facts, handoff: run.handoff_id, ended, preloaded, span }))
     }
 
