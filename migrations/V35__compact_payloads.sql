@@ -31,7 +31,13 @@ ALTER TABLE transcript ADD CONSTRAINT transcript_check CHECK (cardinality(kinds)
 -- again (a steady-state hop's row named the successor's ids six times, as
 -- 36-character text): `journal_payload` puts it back when an event is read,
 -- from the row, so every reader sees the payload it saw before. Only a
--- payload without the key is completed; rows written before keep theirs.
+-- payload without the key is completed; rows written before keep theirs
+-- (a resumed `agent_invocation_started`, which never named its kind and
+-- agent, now reads with them too).
+--
+-- A NUL character, which `jsonb` cannot hold, is written as U+FFFD
+-- (`journal::json_array`): stored as `json`, it would make every later
+-- read of its run fail.
 --   agent_invocation_created     profileId, parentInvocationId  (its own row)
 --   agent_invocation_started     kind, profileId                (its own row)
 --   skill_scopes_resolved        profileId                      (its own row)

@@ -319,3 +319,21 @@ async fn a_stored_prompt_is_its_profiles_version_and_reads_back_as_rendered_then
     let again = baton_store::invocations::steps::load(&c, writer).await.unwrap()[0].payload.clone();
     assert_eq!(again, rendered, "the stored prompt renders as it did before the new apply");
 }
+
+/// An agent's output is hostile input: a NUL character in a journal event
+/// or a transcript step (which the views' `jsonb` cannot hold) is stored as
+/// U+FFFD, so the run's journal and transcript still read.
+#[tokio::test]
+async fn a_nul_character_an_agent_printed_is_kept_readable_in_the_journal_and_the_transcript() {
+    let env = TestEnv::new().await;
+    let c = env.db().await;
+    let (run, invocation) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    let printed = serde_json::json!({"output": "before\u{0}after"});
+    let event = baton_store::journal::Event::new(JournalEvent::CodingAgentCommand, Some(invocation), printed.clone());
+    baton_store::journal::append(&c, run, &[event]).await.unwrap();
+    baton_store::invocations::steps::append_all(&c, invocation, &[(0, "tool_result", &printed)]).await.unwrap();
+    let timeline = baton_store::journal::timeline(&c, run).await.unwrap();
+    assert_eq!(timeline[0].payload["output"], "before\u{FFFD}after");
+    let steps = c.query("SELECT payload FROM steps WHERE invocation_id = $1", &[&invocation]).await.unwrap();
+    assert_eq!(steps[0].get::<_, Value>(0)["output"], "before\u{FFFD}after");
+}

@@ -3,6 +3,8 @@
 use baton_domain::run::journal::JournalEvent;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
+use std::borrow::Cow;
+
 use serde_json::Value;
 use tokio_postgres::types::Json;
 use uuid::Uuid;
@@ -80,7 +82,34 @@ pub(crate) struct Columns<'a> {
     pub kinds: Vec<&'a str>,
     /// The events' payloads as one JSON array, serialized straight into
     /// the statement's parameter (V35).
-    pub payloads: Json<Vec<&'a Value>>,
+    pub payloads: Json<Vec<Cow<'a, Value>>>,
+}
+
+/// Values as one JSON array for a `json` column (V35), each as it is unless
+/// it holds a NUL character, which becomes U+FFFD: the views read the array
+/// as `jsonb`, which cannot hold one, so a NUL stored would make every later
+/// read of its run fail. (An agent's output is not ours to trust.)
+pub(crate) fn json_array<'a>(values: impl Iterator<Item = &'a Value>) -> Json<Vec<Cow<'a, Value>>> {
+    Json(values.map(|v| if has_nul(v) { Cow::Owned(without_nul(v.clone())) } else { Cow::Borrowed(v) }).collect())
+}
+
+fn has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
+fn without_nul(value: Value) -> Value {
+    let clean = |s: String| s.replace('\0', "\u{FFFD}");
+    match value {
+        Value::String(s) => Value::String(clean(s)),
+        Value::Array(items) => Value::Array(items.into_iter().map(without_nul).collect()),
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (clean(k), without_nul(v))).collect()),
+        other => other,
+    }
 }
 
 pub(crate) fn columns(events: &[Event]) -> Columns<'_> {
@@ -94,7 +123,7 @@ pub(crate) fn columns(events: &[Event]) -> Columns<'_> {
         })
         .collect();
     let kinds = events.iter().map(|e| e.kind.as_str()).collect();
-    let payloads = Json(events.iter().map(|e| &e.payload).collect());
+    let payloads = json_array(events.iter().map(|e| &e.payload));
     Columns { invocation, invocations, kinds, payloads }
 }
 
@@ -142,6 +171,15 @@ pub async fn timeline(c: &impl GenericClient, run_id: Uuid) -> Result<Vec<EventR
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_nul_character_is_stored_as_a_replacement_character_and_nothing_else_changes() {
+        let (dirty, clean) = (json!({"output": ["a\u{0}b"], "k\u{0}": 1}), json!({"tool": "x"}));
+        let stored = json_array([&dirty, &clean].into_iter());
+        let expected = json!([{"output": ["a\u{FFFD}b"], "k\u{FFFD}": 1}, {"tool": "x"}]);
+        assert_eq!(serde_json::to_value(&stored.0).unwrap(), expected);
+        assert!(matches!(stored.0[1], Cow::Borrowed(_)), "a clean payload is not copied");
+    }
 
     #[test]
     fn a_row_names_its_main_invocation_once_and_the_others_and_none_apart() {

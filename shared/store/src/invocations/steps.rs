@@ -2,7 +2,6 @@
 
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
-use tokio_postgres::types::Json;
 use uuid::Uuid;
 
 use baton_domain::opening;
@@ -77,7 +76,7 @@ pub async fn append_with_events(
     }
     debug_assert!(steps.iter().enumerate().all(|(i, s)| s.0 == seq + i as i32), "steps are consecutive");
     let kinds: Vec<&str> = steps.iter().map(|s| s.1).collect();
-    let payloads = Json(steps.iter().map(|s| s.2).collect::<Vec<&Value>>());
+    let payloads = journal::json_array(steps.iter().map(|s| s.2));
     let logged = journal::columns(events);
     sql::execute(
         c,
@@ -109,7 +108,7 @@ pub async fn append_all(c: &impl GenericClient, invocation_id: Uuid, steps: &[(i
     };
     debug_assert!(steps.iter().enumerate().all(|(i, s)| s.0 == seq + i as i32), "steps are consecutive");
     let kinds: Vec<&str> = steps.iter().map(|s| s.1).collect();
-    let payloads = Json(steps.iter().map(|s| s.2).collect::<Vec<&Value>>());
+    let payloads = journal::json_array(steps.iter().map(|s| s.2));
     sql::execute(
         c,
         "INSERT INTO transcript (invocation_id, seq, kinds, payloads) VALUES ($1, $2, $3, $4)",
