@@ -284,13 +284,7 @@ pub(crate) async fn test_pause_in_step() {
 /// Postgres text cannot hold NUL; a model may still produce one, in a value
 /// or in a key.
 pub(crate) fn sanitize(value: Value) -> Value {
-    let clean = |s: String| if s.contains('\0') { s.replace('\0', "\u{FFFD}") } else { s };
-    match value {
-        Value::String(s) => Value::String(clean(s)),
-        Value::Array(items) => Value::Array(items.into_iter().map(sanitize).collect()),
-        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (clean(k), sanitize(v))).collect()),
-        other => other,
-    }
+    baton_domain::wire::without_nul(value)
 }
 
 /// Tokens a turn used, whatever the provider calls them.

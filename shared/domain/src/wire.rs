@@ -1,7 +1,8 @@
 //! The one idiom for a closed set of strings Baton reads and writes (on the
 //! wire, in a database column, in a tool call): [`wire_enum!`](crate::wire_enum) declares the
 //! enum and its strings in one list, so `as_str`, `parse`, `FromStr`, serde
-//! and the list of every value cannot drift apart.
+//! and the list of every value cannot drift apart. Also: JSON that Postgres
+//! text can hold ([`contains_nul`], [`without_nul`]).
 
 /// A string that is not one of an enum's values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -100,6 +101,31 @@ macro_rules! wire_enum {
             }
         }
     };
+}
+
+/// Whether a JSON value holds a NUL character, in a value or a key: Postgres
+/// text (and so `jsonb`) cannot hold one.
+pub fn contains_nul(value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(contains_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || contains_nul(v)),
+        _ => false,
+    }
+}
+
+/// The value with every NUL character, in values and keys, as U+FFFD: what
+/// a model or an agent produced, made storable.
+pub fn without_nul(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    let clean = |s: String| if s.contains('\0') { s.replace('\0', "\u{FFFD}") } else { s };
+    match value {
+        Value::String(s) => Value::String(clean(s)),
+        Value::Array(items) => Value::Array(items.into_iter().map(without_nul).collect()),
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (clean(k), without_nul(v))).collect()),
+        other => other,
+    }
 }
 
 #[cfg(test)]

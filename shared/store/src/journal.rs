@@ -1,6 +1,7 @@
 //! The run journal: what happened, in order, across every agent of a run.
 
 use baton_domain::run::journal::JournalEvent;
+use baton_domain::wire::{contains_nul, without_nul};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use std::borrow::Cow;
@@ -90,26 +91,7 @@ pub(crate) struct Columns<'a> {
 /// as `jsonb`, which cannot hold one, so a NUL stored would make every later
 /// read of its run fail. (An agent's output is not ours to trust.)
 pub(crate) fn json_array<'a>(values: impl Iterator<Item = &'a Value>) -> Json<Vec<Cow<'a, Value>>> {
-    Json(values.map(|v| if has_nul(v) { Cow::Owned(without_nul(v.clone())) } else { Cow::Borrowed(v) }).collect())
-}
-
-fn has_nul(value: &Value) -> bool {
-    match value {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items.iter().any(has_nul),
-        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
-        _ => false,
-    }
-}
-
-fn without_nul(value: Value) -> Value {
-    let clean = |s: String| s.replace('\0', "\u{FFFD}");
-    match value {
-        Value::String(s) => Value::String(clean(s)),
-        Value::Array(items) => Value::Array(items.into_iter().map(without_nul).collect()),
-        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (clean(k), without_nul(v))).collect()),
-        other => other,
-    }
+    Json(values.map(|v| if contains_nul(v) { Cow::Owned(without_nul(v.clone())) } else { Cow::Borrowed(v) }).collect())
 }
 
 pub(crate) fn columns(events: &[Event]) -> Columns<'_> {

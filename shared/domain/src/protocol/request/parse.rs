@@ -19,7 +19,7 @@ use crate::protocol::language::Language;
 pub fn parse_request(body: &[u8]) -> Result<HandoffRequest, RequestError> {
     let text = check_envelope(body).map_err(RequestError::bare)?;
     let value: Value = serde_json::from_str(text).map_err(|e| RequestError::bare(format!("body is not JSON: {e}")))?;
-    if contains_nul(&value) {
+    if crate::wire::contains_nul(&value) {
         // Postgres text cannot store NUL; refuse it here with a clear reason.
         return Err(RequestError::salvaged("a string contains a NUL character (\\u0000)".to_owned(), &value));
     }
@@ -30,15 +30,6 @@ pub fn parse_request(body: &[u8]) -> Result<HandoffRequest, RequestError> {
 /// (size, depth): such a body is never parsed, not even for its routing keys.
 pub fn refused_unread(body: &[u8]) -> Option<String> {
     check_size(body).and_then(|()| check_depth(body)).err()
-}
-
-fn contains_nul(value: &Value) -> bool {
-    match value {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items.iter().any(contains_nul),
-        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || contains_nul(v)),
-        _ => false,
-    }
 }
 
 // ---------------------------------------------------------------------------
