@@ -88,9 +88,12 @@ async fn a_high_request_sent_behind_forty_low_runs_starts_before_the_low_ones_st
 
 #[tokio::test]
 async fn a_low_run_sent_before_a_hundred_high_ones_waits_for_at_most_four_of_them() {
+    // The blockers hold both slots until every request is queued, even when
+    // a loaded machine takes seconds to send the hundred (with 2 s, the low
+    // run once got a slot before any high one was there to overtake it).
     let server = PacedModelServer::start(Paced {
         delay: Duration::from_millis(20),
-        slow: Duration::from_secs(2),
+        slow: Duration::from_secs(5),
         ..Default::default()
     })
     .await;
