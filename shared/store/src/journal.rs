@@ -1,11 +1,11 @@
 //! The run journal: what happened, in order, across every agent of a run.
 
+use std::borrow::Cow;
+
 use baton_domain::run::journal::JournalEvent;
 use baton_domain::wire::{contains_nul, without_nul};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
-use std::borrow::Cow;
-
 use serde_json::Value;
 use tokio_postgres::types::Json;
 use uuid::Uuid;
