@@ -1,7 +1,9 @@
 //! Eager dispatch (docs/reliability.md#eager-dispatch): a worker that hands
 //! off runs the successor itself when it has a free slot, with no message
-//! through the broker; a successor whose worker died before claiming it is
-//! published by the relay once its reservation lapsed.
+//! through the broker, and so does the process that takes a request, for
+//! its root; a successor whose worker died before claiming it is published
+//! by the relay once its reservation lapsed. A run is answered by the
+//! transaction that ends it.
 
 use std::time::Duration;
 
@@ -58,9 +60,14 @@ async fn handoff_messages(env: &TestEnv) -> i64 {
 
 /// Runs the chain on one invocation worker and returns the run.
 async fn run_chain(env: &TestEnv, handoff_id: &str) -> Uuid {
+    run_chain_on(env, handoff_id, &[Role::Intake, Role::Invocation, Role::Collector]).await
+}
+
+/// [`run_chain`], with the fleet's `roles` in this process.
+async fn run_chain_on(env: &TestEnv, handoff_id: &str, roles: &[Role]) -> Uuid {
     env.apply_profiles(&chain()).await;
     note_outbox_rows(env).await;
-    let fleet = env.start(&[Role::Intake, Role::Invocation, Role::Collector]);
+    let fleet = env.start(roles);
     let mut replies = env.replies().await;
     env.send_request(&sample_request_json(handoff_id, "docs_agent", "en")).await;
     let messages = until_reply(&mut replies, WAIT).await;
@@ -75,7 +82,13 @@ async fn run_chain(env: &TestEnv, handoff_id: &str) -> Uuid {
 async fn a_worker_that_hands_off_runs_the_successor_itself_with_no_message() {
     let env = TestEnv::new().await;
     let run = run_chain(&env, "eager-1").await;
-    assert_eq!(handoff_messages(&env).await, 1, "only the root was queued; each successor ran where it was handed to");
+    assert_eq!(
+        handoff_messages(&env).await,
+        0,
+        "nothing was queued: the root ran where intake took its request, each successor where it was handed to"
+    );
+    let finished = env.scalar_i64("SELECT count(*) FROM seen WHERE queue LIKE '%runs.finished%'", &[]).await;
+    assert_eq!(finished, 0, "the run was answered by the transaction that ended it, with no message to the collector");
     let workers = env.workers_that_started("eager-1").await;
     assert_eq!(workers, vec![env.settings.worker_id.clone(); 4]);
     // Every stage's journal is the seed's: its task started, then the stage.
@@ -87,6 +100,40 @@ async fn a_worker_that_hands_off_runs_the_successor_itself_with_no_message() {
     assert_eq!(count(JournalEvent::TaskCompleted), 3);
     let reserved = env.scalar_i64("SELECT count(*) FROM invocations WHERE republish_count > 0", &[]).await;
     assert_eq!(reserved, 0, "nothing waited for the relay");
+}
+
+/// The run ends and is answered in one transaction: no collector runs, no
+/// "run finished" message is queued, and the bridge hears the final status
+/// and the reply, in order, from the worker that ran the last stage.
+#[tokio::test]
+async fn a_run_is_answered_by_the_transaction_that_ends_it_with_no_collector_running() {
+    let env = TestEnv::new().await;
+    let run = run_chain_on(&env, "answered-1", &[Role::Intake, Role::Invocation]).await;
+    let finished = env.scalar_i64("SELECT count(*) FROM seen WHERE queue LIKE '%runs.finished%'", &[]).await;
+    assert_eq!(finished, 0, "nothing was left to the collector");
+    let ended_then = "SELECT count(*) FROM runs r JOIN handoff_requests h ON h.run_id = r.id
+                       WHERE r.id = $1 AND h.reply_sent_at >= r.finished_at AND h.status = 'completed'";
+    assert_eq!(env.scalar_i64(ended_then, &[&run]).await, 1, "the reply is recorded with the run's end");
+}
+
+/// A process that takes requests but runs no invocations queues each root
+/// for the fleet, as before; a worker's own handoffs stay eager.
+#[tokio::test]
+async fn a_request_taken_where_no_invocation_role_runs_queues_its_root() {
+    let env = TestEnv::new().await;
+    env.apply_profiles(&chain()).await;
+    note_outbox_rows(&env).await;
+    let intake = env.start(&[Role::Intake]);
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("queued-root-1", "docs_agent", "en")).await;
+    env.root_invocation().await;
+    assert_eq!(handoff_messages(&env).await, 1, "the root was queued for whichever worker takes it");
+    let workers = env.start(&[Role::Invocation]);
+    let messages = until_reply(&mut replies, WAIT).await;
+    workers.stop().await;
+    intake.stop().await;
+    assert_eq!(messages.last().unwrap()["status"], "completed", "{messages:?}");
+    assert_eq!(handoff_messages(&env).await, 1, "each successor ran where it was handed to");
 }
 
 #[tokio::test]

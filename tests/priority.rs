@@ -123,5 +123,16 @@ async fn a_low_run_sent_before_a_hundred_high_ones_waits_for_at_most_four_of_the
     // Overtaken at most MAX_OVERTAKES times once it waited for a slot (plus
     // one high run that may have reached the worker's line first).
     assert!(before <= MAX_OVERTAKES as usize + 1, "the low run started after {before} high ones");
-    assert!(before >= 1, "high runs did overtake it: the wait was real");
+    // The wait was real: it started only once the blockers' second calls
+    // were made, with every high request queued behind it. (Whether a high
+    // run's first call comes before it is a race when both blockers free
+    // their slots in the same millisecond: the first goes to a high run,
+    // the second to the low one if the high queue's next delivery has not
+    // reached the worker's line yet.)
+    let blockers = [env.run_of("blocker-0").await.to_string(), env.run_of("blocker-1").await.to_string()];
+    let arrivals = server.arrivals();
+    let last_calls: Vec<Instant> =
+        arrivals.iter().filter(|a| blockers.contains(&a.run) && a.turn == 2).map(|a| a.at).collect();
+    assert_eq!(last_calls.len(), 2, "each blocker made its second call");
+    assert!(last_calls.iter().all(|last| low > *last), "the low run did not wait for a slot");
 }

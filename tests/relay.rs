@@ -233,7 +233,15 @@ async fn a_stopped_collector_gets_one_message_per_finished_run_not_one_per_sweep
         (env.scalar_i64("SELECT count(*) FROM runs WHERE status = 'completed'", &[]).await == 10).then_some(())
     })
     .await;
+    // Each run was answered by the transaction that ended it; these stand
+    // for runs whose answer was left to a "run finished" message that was
+    // lost (an earlier version's, or an operator's `runs answer`).
     let finished = env.queue(Queue::RunsFinished);
+    assert_eq!(ready(&env, &finished).await, 0, "an ended run is answered with no message to the collector");
+    // (Ended a minute ago, so one sweep finds all ten.)
+    let lost = "BEGIN; UPDATE handoff_requests SET reply_sent_at = NULL;
+                UPDATE runs SET finished_at = finished_at - interval '1 minute'; COMMIT;";
+    env.db().await.batch_execute(lost).await.unwrap();
     // 60 sweeps, 12 graces: nobody reads the queue, and it holds what it needs.
     env.wait_for_sweeps(60, WAIT).await;
     let queued = ready(&env, &finished).await;

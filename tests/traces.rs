@@ -181,13 +181,14 @@ async fn one_trace_runs_from_the_bridge_traceparent_through_every_agent_to_the_r
     before("editor", "writer");
     before("checker", "editor");
     before("finalizer", "editor");
-    let collector = named("run").next().expect("the collector's span");
+    // The run is answered by the finalizer's last step, in its transaction.
+    let collector = named("answer").next().expect("the answer's span");
     let chain = ancestry(collector, &by_id);
     assert!(
         chain.iter().any(|s| s.name == "invocation" && agent_of(s) == "finalizer"),
-        "the collector follows the finalizer"
+        "the answer is the finalizer's"
     );
-    assert!(ancestry(publish, &by_id).iter().any(|s| s.id == collector.id), "the reply was written by the collector");
+    assert!(ancestry(publish, &by_id).iter().any(|s| s.id == collector.id), "the reply was written by the answer");
     // Every agent's work names the bridge's handoff (the claim span above it).
     for invocation in &invocations {
         let claim = by_id[invocation.parent.as_str()];

@@ -149,7 +149,7 @@ async fn one_side(
     match side {
         Side::Baton => {
             bench.procs.spawn(proxied, &procs::SUPPORT_ROLES, "support", &[])?;
-            bench.procs.spawn_worker(proxied, side, &["up", "--role", "invocation"], "worker-0", &[])?;
+            bench.procs.spawn_worker(proxied, side, &procs::WORKER_ROLES, "worker-0", &[])?;
         }
         _ => {
             bench.procs.spawn_worker(proxied, side, &["raw-worker"], "raw-0", &[])?;

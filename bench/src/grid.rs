@@ -95,7 +95,7 @@ async fn start_workers(bench: &mut Bench, count: usize) -> anyhow::Result<u32> {
         let pid = bench.procs.spawn_worker(
             &bench.settings,
             Side::Baton,
-            &["up", "--role", "invocation"],
+            &procs::WORKER_ROLES,
             &format!("worker-{i}"),
             &[],
         )?;
@@ -159,7 +159,7 @@ async fn park(bench: &mut Bench, count: usize) -> anyhow::Result<(usize, u64, u6
     let pid = bench.procs.spawn_worker(
         &bench.settings,
         Side::Baton,
-        &["up", "--role", "invocation"],
+        &procs::WORKER_ROLES,
         "parking",
         &[("BATON_INVOCATION_QUEUES", "handoff")],
     )?;

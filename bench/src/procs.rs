@@ -30,9 +30,14 @@ pub fn baton_binary() -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// The arguments of the process that runs every role but the invocation
-/// workers (intake, relay, collector), on both sides of every cell.
-pub const SUPPORT_ROLES: [&str; 7] = ["up", "--role", "intake", "--role", "relay", "--role", "collector"];
+/// The arguments of the process that runs the roles a fleet runs once
+/// (relay, collector), on both sides of every cell.
+pub const SUPPORT_ROLES: [&str; 5] = ["up", "--role", "relay", "--role", "collector"];
+
+/// The arguments of each worker process: invocations, and intake beside
+/// them, as `baton up` runs them, so a request's root starts in the
+/// process that took the request when it has a free slot (eager dispatch).
+pub const WORKER_ROLES: [&str; 5] = ["up", "--role", "intake", "--role", "invocation"];
 
 pub struct Procs {
     baton: PathBuf,

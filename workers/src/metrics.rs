@@ -74,6 +74,7 @@ pub fn handle() -> &'static PrometheusHandle {
             .expect("no other metrics recorder is installed in this process");
         describe();
         zero();
+        baton_store::after_commit::observe_answers(request_answered);
         handle
     })
 }
@@ -205,15 +206,14 @@ pub fn request_accepted(source: &'static str, target_agent: &'static str) {
 
 /// A request answered: its source, its `targetAgent`, the outcome, and how
 /// long its run worked (the time waiting for the user's answers left out).
-pub fn request_answered(
-    source: &'static str,
-    target_agent: &'static str,
-    outcome: &'static str,
-    run_took: Option<Duration>,
-) {
-    let labels = [("source", source), ("target_agent", target_agent), ("stage", "answered"), ("outcome", outcome)];
+/// Heard of once the transaction that answered commits, in whichever role
+/// ended the run (`baton_store::after_commit::observe_answers`).
+pub fn request_answered(answer: &baton_store::after_commit::Answered) {
+    let outcome = answer.outcome;
+    let labels =
+        [("source", answer.source), ("target_agent", answer.target_agent), ("stage", "answered"), ("outcome", outcome)];
     ::metrics::counter!(REQUESTS, &labels).increment(1);
-    if let Some(took) = run_took {
+    if let Some(took) = answer.took {
         ::metrics::histogram!(RUN_SECONDS, "outcome" => outcome).record(took.as_secs_f64());
     }
 }

@@ -391,6 +391,26 @@ pub(crate) async fn hand_over_reserving(
     handed_over(&sql::query_one(c, &SQL, &params).await?)
 }
 
+/// Inserts a new root reserved for this process (eager dispatch: see
+/// [`crate::after_commit`]), still `created`, with no message queued.
+pub(crate) async fn insert_reserved(
+    c: &impl GenericClient,
+    new: &NewInvocation<'_>,
+    (owner, lease): (&str, Duration),
+) -> Result<()> {
+    const SQL: &str =
+        "INSERT INTO invocations (id, run_id, parent_invocation_id, incoming_task_id, profile_id, kind, status, exit_policy, brief,
+                                  budget, deadline_at, handoff, handoffs, run_spent_tokens, run_spent_model_calls, run_spent_tool_calls,
+                                  lease_owner, lease_expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, now() + make_interval(secs => $18))";
+    let inserted = Inserted::of(new)?;
+    let secs = lease.as_secs_f64();
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = inserted.params().to_vec();
+    params.extend_from_slice(&[&owner, &secs]);
+    sql::execute(c, SQL, &params).await?;
+    Ok(())
+}
+
 /// The invocation ends transferred with its step's spend, and the run's
 /// spend so far is read (`spent`): the common part of [`hand_over`]'s
 /// statement, its parameters `$1` to `$11` ([`hand_over_params`]).

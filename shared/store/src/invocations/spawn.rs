@@ -5,10 +5,12 @@
 //! by the statement that inserts the row; or, for a handoff's successor
 //! that this process takes itself (eager dispatch, see [`after_commit`]),
 //! the row is written reserved for this process, by the statement that
-//! ends its predecessor, and no message is queued ([`handoff`]).
+//! ends its predecessor, and no message is queued ([`handoff`]); a run's
+//! root, likewise, by the statement that inserts it ([`invocation`]).
 
 use baton_domain::fleet::FleetMessage;
 use baton_domain::run::journal::JournalEvent;
+use baton_domain::run::state::InvocationKind;
 use deadpool_postgres::GenericClient;
 use serde_json::json;
 
@@ -19,16 +21,25 @@ use crate::outbox::after_commit;
 use crate::{outbox, Result};
 
 /// Inserts the invocation and queues the message that runs it, in one
-/// statement, then its task (which refers to it), and returns the journal
+/// statement (a run's root that this process takes itself, eager dispatch:
+/// the row reserved for it, and no message), then its task (which refers to it), and returns the journal
 /// events for the caller to append with its own.
 pub async fn invocation(
     c: &impl GenericClient,
     new: &NewInvocation<'_>,
     task: Option<&NewTask<'_>>,
 ) -> Result<Vec<Event>> {
-    let inserted = Inserted::of(new)?;
-    let run = FleetMessage::run(new.run_id, new.id, new.kind);
-    outbox::enqueue_fleet_after(c, &run, Some((INSERT, &inserted.params()))).await?;
+    match after_commit::reserve().filter(|_| new.kind == InvocationKind::Root) {
+        Some(reserved) => {
+            invocations::insert_reserved(c, new, (&reserved.owner, reserved.lease)).await?;
+            after_commit::took(reserved, new.run_id, new.id);
+        }
+        None => {
+            let inserted = Inserted::of(new)?;
+            let run = FleetMessage::run(new.run_id, new.id, new.kind);
+            outbox::enqueue_fleet_after(c, &run, Some((INSERT, &inserted.params()))).await?;
+        }
+    }
     let mut events = vec![created(new)];
     if let Some(task) = task {
         tasks::insert(c, task).await?;

@@ -113,10 +113,30 @@ impl Publishing {
     }
 }
 
+/// A bridge request answered by a transaction (`runs::answer::collect`):
+/// what the process's metrics count once that transaction commits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answered {
+    pub source: &'static str,
+    pub target_agent: &'static str,
+    pub outcome: &'static str,
+    /// The run's time, less what it waited for its user's answers.
+    pub took: Option<Duration>,
+}
+
+/// Who hears of each answer committed in a scope (the process's metrics).
+static ANSWERS: std::sync::OnceLock<fn(&Answered)> = std::sync::OnceLock::new();
+
+/// Sets who hears of each answer committed in a scope; the first call wins.
+pub fn observe_answers(observer: fn(&Answered)) {
+    let _ = ANSWERS.set(observer);
+}
+
 struct Scope {
     publishing: Publishing,
     written: RefCell<Vec<Row>>,
     taken: RefCell<Vec<Taken>>,
+    answered: RefCell<Vec<Answered>>,
 }
 
 tokio::task_local! {
@@ -126,7 +146,13 @@ tokio::task_local! {
 /// Runs `work` with the outbox rows its transactions write published by
 /// `publishing` right after each commit.
 pub async fn scope<F: Future>(publishing: Publishing, work: F) -> F::Output {
-    SCOPE.scope(Scope { publishing, written: RefCell::new(vec![]), taken: RefCell::new(vec![]) }, work).await
+    let scope = Scope {
+        publishing,
+        written: RefCell::new(vec![]),
+        taken: RefCell::new(vec![]),
+        answered: RefCell::new(vec![]),
+    };
+    SCOPE.scope(scope, work).await
 }
 
 /// The publishing of the current task, for a task it spawns (task-local
@@ -163,12 +189,18 @@ pub(crate) fn took(reserved: Reserved, run_id: Uuid, invocation_id: Uuid) {
     let _ = SCOPE.try_with(|s| s.taken.borrow_mut().push(taken));
 }
 
+/// The current transaction answered a request (heard of once it commits).
+pub(crate) fn answered(answer: Answered) {
+    let _ = SCOPE.try_with(|s| s.answered.borrow_mut().push(answer));
+}
+
 /// A transaction begins: rows (and successors, with their slots) of one
 /// that was dropped are forgotten.
 pub(crate) fn began() {
     let _ = SCOPE.try_with(|s| {
         s.written.borrow_mut().clear();
         s.taken.borrow_mut().clear();
+        s.answered.borrow_mut().clear();
     });
 }
 
@@ -181,6 +213,10 @@ pub(crate) fn committed() {
         let rows = std::mem::take(&mut *s.written.borrow_mut());
         if !rows.is_empty() {
             let _ = s.publishing.to.send(rows);
+        }
+        let answered = std::mem::take(&mut *s.answered.borrow_mut());
+        if let Some(observer) = ANSWERS.get() {
+            answered.iter().for_each(observer);
         }
         let taken = std::mem::take(&mut *s.taken.borrow_mut());
         if let Some(eager) = s.publishing.eager.as_ref() {

@@ -1,18 +1,30 @@
-//! What the collector reads of a finished run before it answers its bridge.
+//! A finished run's answer to its bridge: what is read of the run, and the
+//! final status and reply written in the transaction that ended it.
 
+use std::time::Duration;
+
+use baton_domain::policy::budget::Exhausted;
+use baton_domain::protocol::bridge::ReplyInput;
+use baton_domain::protocol::contract::ErrorCode;
+use baton_domain::protocol::reply::Outcome;
+use baton_domain::protocol::request::{HandoffEvent, HandoffStatus};
+use baton_domain::run::state::RunStatus;
+use baton_domain::Language;
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::requests::{self, Request};
-use crate::{sql, Result};
+use super::Run;
+use crate::outbox::after_commit;
+use crate::requests::{self, bridge, Request};
+use crate::{invocations, sql, Result};
 
 /// What the collector reads of a finished run, in one statement: the run,
 /// the seconds it waited for its user's answers, its attempt, its request
 /// (locked for this transaction, as `requests::lock_of_run`) and what a coding
 /// agent changed (the newest). `None` when the run does not exist.
 pub struct ToAnswer {
-    pub run: super::Run,
+    pub run: Run,
     pub waited_secs: f64,
     pub attempt: i32,
     pub request: Option<Request>,
@@ -47,4 +59,107 @@ pub async fn to_answer(c: &impl GenericClient, run_id: Uuid) -> Result<Option<To
         request,
         changes: changes.map(serde_json::from_value).transpose()?,
     }))
+}
+
+/// Answers a finished run's bridge, in the caller's transaction: the final
+/// status and the reply (with its events and the request row) in one
+/// statement ([`bridge::update`]). Idempotent: the request row is locked,
+/// and a reply already sent is never sent again. Nothing happens for a run
+/// still running, or one that no bridge request started. The run ends and
+/// is answered in one transaction ([`super::ending`]); a
+/// `baton.runs.finished` message (an operator's `runs answer`, the relay's
+/// sweep of unanswered runs) answers through the collector role, here too.
+#[tracing::instrument(name = "answer", skip_all, fields(run_id = %run_id, handoff_id = tracing::field::Empty))]
+pub async fn collect(c: &impl GenericClient, run_id: Uuid) -> Result<()> {
+    // Pipelined: the run, its attempt, its request (locked) and what a
+    // coding agent changed (one statement), and its invocations.
+    let (read, invocations) = tokio::try_join!(to_answer(c, run_id), invocations::for_run(c, run_id))?;
+    let Some(ToAnswer { run, waited_secs, attempt, request, changes }) = read else {
+        return Err(crate::Error::Corrupt(format!("run {run_id} does not exist")));
+    };
+    let Some(request) = request.filter(|_| run.handoff_id.is_some()) else {
+        return Ok(());
+    };
+    tracing::Span::current().record("handoff_id", run.handoff_id.as_deref());
+    let language = request.language;
+    let Some(outcome) = outcome(&run, language) else {
+        return Ok(());
+    };
+    if request.reply_sent_at.is_some() {
+        tracing::debug!(handoff = %request.id, "reply already sent");
+        return Ok(());
+    }
+    let error = run.error.as_ref().map(|e| e.to_value().to_string());
+    let said: Vec<requests::Said<'_>> = match outcome {
+        Outcome::Completed { .. } => vec![(HandoffEvent::ResultReceived, None, None)],
+        Outcome::Failed { .. } => vec![(HandoffEvent::Failed, Some(HandoffStatus::Failed), error.as_deref())],
+        _ => vec![],
+    };
+    let status = outcome.status();
+    let changes = changes.filter(|_| matches!(outcome, Outcome::Completed { .. }));
+    let input = ReplyInput {
+        handoff_id: request.wire_id(),
+        chat_id: request.reply_chat_id.as_deref(),
+        source: request.source.as_str(),
+        language,
+        outcome,
+        run_id: Some(run.id.to_string()),
+        agents: agents(invocations),
+        changes,
+        at: bridge::timestamp(),
+    };
+    // One statement: the events, the final status and the reply, in this
+    // order, and the request row once (its status and `reply_sent_at`).
+    let update = bridge::Update {
+        said: &said,
+        status: Some((status, None)),
+        reply: Some((&input, attempt)),
+        ..Default::default()
+    };
+    bridge::update(c, &request, update).await?;
+    // The time it waited for the user's answers is the user's, not the run's.
+    let took = run.finished_at.and_then(|end| (end - run.created_at).to_std().ok());
+    let took = took.map(|t| t.saturating_sub(Duration::from_secs_f64(waited_secs.max(0.0))));
+    let (source, target_agent, outcome) = (request.source.as_str(), request.target_agent.as_str(), status.as_str());
+    after_commit::answered(after_commit::Answered { source, target_agent, outcome, took });
+    Ok(())
+}
+
+fn outcome(run: &Run, language: Language) -> Option<Outcome> {
+    // A spent budget is worded from its figures, in the reply's language.
+    let exhausted = run.error.as_ref().and_then(|e| Exhausted::from_error(&e.to_value()));
+    if let Some(exhausted) = exhausted.filter(|_| run.status == RunStatus::Failed) {
+        let message = exhausted.message(language);
+        return Some(Outcome::Failed { code: ErrorCode::BudgetExhausted, message });
+    }
+    Some(match run.status {
+        RunStatus::Running => return None,
+        RunStatus::Completed => Outcome::Completed { final_text: run.final_text.clone().unwrap_or_default() },
+        RunStatus::Failed => match &run.error {
+            Some(e) => Outcome::Failed { code: reply_code(&e.code), message: e.message.clone() },
+            None => Outcome::Failed { code: ErrorCode::Failed, message: "the agents could not finish".into() },
+        },
+        RunStatus::Cancelled => Outcome::Cancelled { reason: run.error.as_ref().map(|e| e.message.clone()) },
+    })
+}
+
+/// The bridge's code for a stored run error. A code that is not part of the
+/// contract (a bug: every code a run can fail with is an [`ErrorCode`]) is
+/// logged and sent as `failed`, so a bridge only sees codes it compiled against.
+fn reply_code(stored: &str) -> ErrorCode {
+    ErrorCode::parse(stored).unwrap_or_else(|| {
+        tracing::warn!(code = stored, "a run failed with a code outside the contract; the bridge is told `failed`");
+        ErrorCode::Failed
+    })
+}
+
+/// The agents that held the foreground, in order.
+fn agents(invocations: Vec<invocations::Invocation>) -> Vec<String> {
+    let mut names: Vec<String> = vec![];
+    for inv in invocations {
+        if inv.kind.is_foreground() && names.last() != Some(&inv.profile_id) {
+            names.push(inv.profile_id);
+        }
+    }
+    names
 }

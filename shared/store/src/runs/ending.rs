@@ -2,8 +2,9 @@
 //! each returning the journal events it caused, for the caller's
 //! transaction to append. Intake, the relay, operator commands, the
 //! invocation role and the agent's tools all move runs through these.
-//! A run that ends gives its conversation's turn to the next request there
-//! ([`start::after_run`]), in the same transaction.
+//! A run that ends is answered ([`runs::answer::collect`]: its bridge's
+//! final status and reply) and gives its conversation's turn to the next
+//! request there ([`start::after_run`]), in the same transaction.
 
 use baton_domain::fleet::FleetMessage;
 use baton_domain::run::journal::JournalEvent;
@@ -32,7 +33,7 @@ pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Ve
     events.extend(cancel_live(c, inv.run_id).await?);
     if runs::finish(c, inv.run_id, RunStatus::Completed, None).await? {
         events.push(Event::new(JournalEvent::RunCompleted, None, json!({})));
-        outbox::enqueue_fleet(c, &FleetMessage::finished(inv.run_id)).await?;
+        runs::answer::collect(c, inv.run_id).await?;
         start::after_run(c, inv.run_id).await?;
     }
     Ok(events)
@@ -110,7 +111,7 @@ async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error:
     }
     let mut events = cancel_tasks(c, run_id, None).await?;
     events.extend(cancel_live(c, run_id).await?);
-    outbox::enqueue_fleet(c, &FleetMessage::finished(run_id)).await?;
+    runs::answer::collect(c, run_id).await?;
     start::after_run(c, run_id).await?;
     let kind = if status == RunStatus::Cancelled { JournalEvent::RunCancelled } else { JournalEvent::RunFailed };
     events.push(Event::new(kind, None, error.clone()));

@@ -126,8 +126,10 @@ pub async fn set_final_text(c: &impl GenericClient, id: Uuid, text: &str) -> Res
     Ok(())
 }
 
-/// Ended runs of bridge requests whose reply has not been written (their
-/// "run finished" message was lost, or the collector failed): first after
+/// Ended runs of bridge requests whose reply has not been written (a run
+/// is answered by the transaction that ends it, so these are runs whose
+/// answer was left to a "run finished" message that was lost, or that the
+/// collector failed: an earlier version's, an operator's): first after
 /// `grace`, then after 2×, 4× … as long, never more than `cap` apart; only
 /// every `cap` while the collector's queue still holds ready messages (a
 /// stopped or slow collector will read them; more copies would only pile up).

@@ -3,7 +3,7 @@
 //! work), renew the lease by heartbeat, and run the agent loop.
 
 mod claim;
-mod eager;
+pub(crate) mod eager;
 mod lease;
 
 use std::sync::atomic::{AtomicBool, Ordering};
