@@ -92,3 +92,36 @@ async fn a_steady_state_hop_costs_no_more_commits_statements_publishes_row_write
         baton.line()
     );
 }
+
+/// A handoff's end, the one statement every steady hop runs, is planned
+/// once per connection, not at every execution: after Postgres' five
+/// custom plans it takes the generic one, which it does only when that plan
+/// costs no more. With the children's kind a parameter, the generic plan
+/// could not use the partial index `invocations_by_parent` and scanned the
+/// table (on a table of any size), so each hop paid a quarter of a
+/// millisecond of planning.
+#[tokio::test]
+async fn a_handoff_s_end_runs_on_a_generic_plan() {
+    let env = TestEnv::new().await;
+    let mut client = env.db().await;
+    // Enough finished work for the planner to weigh a scan against an index.
+    let finished = "INSERT INTO invocations (id, run_id, profile_id, kind, status, exit_policy, brief)
+                    SELECT gen_random_uuid(), gen_random_uuid(), 'writer', 'root', 'completed', 'run_finish_allowed', 'Done.'
+                      FROM generate_series(1, 5000);
+                    ANALYZE invocations;";
+    client.batch_execute(finished).await.unwrap();
+    let sql = baton_store::invocations::hand_over_sql();
+    let statement = client.prepare(&sql).await.unwrap();
+    let live = vec!["created", "running", "parked"];
+    let tx = client.transaction().await.unwrap();
+    for _ in 0..8 {
+        let (id, run) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] =
+            [&id, &"transferred", &1i32, &1i32, &live, &run, &"writer", &"root", &1i64, &0i64];
+        tx.query(&statement, &params).await.unwrap();
+    }
+    let plans = "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1";
+    let row = tx.query_one(plans, &[&sql]).await.unwrap();
+    let (generic, custom): (i64, i64) = (row.get(0), row.get(1));
+    assert_eq!((generic, custom), (3, 5), "planned afresh at every execution: {custom} custom plans");
+}

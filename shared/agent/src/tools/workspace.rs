@@ -123,8 +123,8 @@ pub async fn commit(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> 
         reason: reason.as_deref(),
         reply: &reply,
     };
+    // The run's final text is its newest commit's reply, taken when it ends.
     let ordinal = store::commit(c, &new).await?;
-    baton_store::runs::set_final_text(c, run, &reply).await?;
     let event = tool_event(
         ctx,
         JournalEvent::ChatCommitCompleted,

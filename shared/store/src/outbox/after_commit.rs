@@ -190,8 +190,13 @@ pub(crate) fn took(reserved: Reserved, run_id: Uuid, invocation_id: Uuid) {
 }
 
 /// The current transaction answered a request (heard of once it commits).
+/// Outside a scope (an operator's command) it is heard at once.
 pub(crate) fn answered(answer: Answered) {
-    let _ = SCOPE.try_with(|s| s.answered.borrow_mut().push(answer));
+    if SCOPE.try_with(|s| s.answered.borrow_mut().push(answer.clone())).is_err() {
+        if let Some(observer) = ANSWERS.get() {
+            observer(&answer);
+        }
+    }
 }
 
 /// A transaction begins: rows (and successors, with their slots) of one

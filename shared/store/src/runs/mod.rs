@@ -70,8 +70,18 @@ pub async fn insert_with_budget(
 pub(crate) const RUN_COLUMNS: &str =
     "r.id, r.handoff_id, r.status, r.root_profile_id, r.handoff_count, r.final_text, r.error, r.created_at, r.finished_at";
 
+/// [`RUN_COLUMNS`] for a reader that shows a run as it stands: a running
+/// run's final text is its newest commit's reply (a run's row takes it
+/// when the run ends, [`finish`]).
+fn run_columns_now() -> String {
+    RUN_COLUMNS.replace(
+        "r.final_text",
+        "coalesce(r.final_text, (SELECT reply FROM commits WHERE run_id = r.id ORDER BY ordinal DESC LIMIT 1))",
+    )
+}
+
 pub async fn get(c: &impl GenericClient, id: Uuid) -> Result<Option<Run>> {
-    let sql = format!("SELECT {RUN_COLUMNS} FROM runs r WHERE r.id = $1");
+    let sql = format!("SELECT {} FROM runs r WHERE r.id = $1", run_columns_now());
     sql::query_opt(c, &sql, &[&id]).await?.map(|r| run_at(&r, 0)).transpose()
 }
 
@@ -113,7 +123,8 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: RunStatus, error: 
     let n = sql::execute(
         c,
         "UPDATE runs SET status = $2, error = $3, finished_at = now(),
-                handoff_count = (SELECT coalesce(max(handoffs), 0) FROM invocations WHERE run_id = $1)
+                handoff_count = (SELECT coalesce(max(handoffs), 0) FROM invocations WHERE run_id = $1),
+                final_text = coalesce((SELECT reply FROM commits WHERE run_id = $1 ORDER BY ordinal DESC LIMIT 1), final_text)
           WHERE id = $1 AND status = $4",
         &[&id, &status.as_str(), &error, &RUNNING],
     )
