@@ -102,6 +102,40 @@ async fn a_worker_that_hands_off_runs_the_successor_itself_with_no_message() {
     assert_eq!(reserved, 0, "nothing waited for the relay");
 }
 
+/// A scripted stage whose one turn ends its invocation writes its row once:
+/// each handoff's end carries its claim and spend, and so does the last
+/// stage's, which writes, commits and finishes the reply in that turn.
+#[tokio::test]
+async fn each_stage_s_claim_spend_and_end_are_one_version_of_its_row() {
+    let env = TestEnv::new().await;
+    env.db()
+        .await
+        .batch_execute(
+            "CREATE TABLE versions (id uuid);
+             CREATE FUNCTION note_version() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN INSERT INTO versions VALUES (NEW.id); RETURN NULL; END $$;
+             CREATE TRIGGER note_version AFTER UPDATE ON invocations FOR EACH ROW EXECUTE FUNCTION note_version();",
+        )
+        .await
+        .unwrap();
+    let run = run_chain(&env, "one-version-1").await;
+    let per_stage = "SELECT i.profile_id, (SELECT count(*) FROM versions v WHERE v.id = i.id), i.status, i.claim_epoch,
+                            i.started_at IS NOT NULL, i.model_calls, i.tool_calls
+                       FROM invocations i WHERE i.run_id = $1 ORDER BY i.created_at";
+    let rows = env.db().await.query(per_stage, &[&run]).await.unwrap();
+    let seen: Vec<(String, i64, String, i64, bool, i32, i32)> =
+        rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), r.get(6))).collect();
+    let stage = |id: &str, status: &str, tools: i32| (id.to_string(), 1, status.to_string(), 1, true, 1, tools);
+    // The process's first claim writes its claim apart: it has no copy of
+    // the profiles file yet to see that the stage is scripted.
+    assert_eq!(seen[0], ("first".to_string(), 2, "transferred".to_string(), 1, true, 1, 1));
+    assert_eq!(
+        seen[1..],
+        vec![stage("second", "transferred", 1), stage("third", "transferred", 1), stage("fourth", "completed", 3),],
+        "one update per stage, with its claim (epoch, start) and its spend (one model turn, its tool calls)"
+    );
+}
+
 /// The run ends and is answered in one transaction: no collector runs, no
 /// "run finished" message is queued, and the bridge hears the final status
 /// and the reply, in order, from the worker that ran the last stage.

@@ -23,10 +23,19 @@ pub struct DeferredClaim<'a> {
     pub lease: std::time::Duration,
 }
 
-/// A turn whose one call is `agent_handoff`: if it is accepted, the
-/// handoff's write ends the invocation and records its claim at once.
-fn only_hands_off(turn: &ModelTurn) -> bool {
-    matches!(turn.tool_calls.as_slice(), [call] if call.name == ToolName::AgentHandoff.as_str())
+/// A turn that, if its closing call succeeds, ends the invocation in one
+/// write that also records its claim: its one call is `agent_handoff`, or
+/// (for a run's owner) it writes and commits the reply and closes with
+/// `workspace_finish`, calls that read nothing of the invocation's row.
+fn ends_in_one_write(turn: &ModelTurn, inv: &Invocation) -> bool {
+    let name = |call: &ToolCall| ToolName::parse(&call.name);
+    match turn.tool_calls.as_slice() {
+        [call] if name(call) == Some(ToolName::AgentHandoff) => true,
+        [before @ .., last] if inv.kind.is_foreground() && name(last) == Some(ToolName::WorkspaceFinish) => {
+            before.iter().all(|call| matches!(name(call), Some(ToolName::WorkspaceWrite | ToolName::WorkspaceCommit)))
+        }
+        _ => false,
+    }
 }
 
 impl Runner {
@@ -40,9 +49,10 @@ impl Runner {
     /// prompt. An error leaves the transaction to be rolled back.
     ///
     /// With `deferred` (the claim's statement locked the invocation but did
-    /// not write the claim), a turn that only hands off leaves the claim to
-    /// the handoff's write (or writes it after, if the handoff was refused);
-    /// any other turn, or none, writes it first: the claim is written once.
+    /// not write the claim), a turn that ends in one write (a handoff, or a
+    /// run's owner finishing) leaves the claim to that write (or writes it
+    /// after, if the closing call was refused); any other turn, or none,
+    /// writes it first: the claim is written once.
     pub async fn start_claimed(
         &self,
         tx: &Transaction<'_>,
@@ -56,7 +66,7 @@ impl Runner {
         let stored = preloaded.first.stored.clone();
         let mut c = self.claimed(inv, preloaded);
         let turn = self.instant_turn(&c).filter(|_| take_turn);
-        if let Some(claim) = deferred.filter(|_| !turn.as_ref().is_some_and(only_hands_off)) {
+        if let Some(claim) = deferred.filter(|_| !turn.as_ref().is_some_and(|t| ends_in_one_write(t, inv))) {
             invocations::record_claim(tx, inv.id, inv.claim_epoch, claim.owner, claim.lease).await?;
         }
         let Some(turn) = turn else {
@@ -75,9 +85,10 @@ impl Runner {
             .within(tx, |Scope { tx, w, .. }| Box::pin(async move { this.run_calls(tx, cr, calls, t, w).await }))
             .await?;
         let exit = written.exit.clone();
-        // A turn that only hands off left the claim to the handoff's write;
-        // a handoff refused after all leaves it to be written now.
-        if let Some(claim) = deferred.filter(|_| only_hands_off(&turn) && exit != Some(Exit::Transferred)) {
+        // A turn that ends in one write left the claim to it; a handoff
+        // refused or a finish refused after all leaves it to be written now.
+        let ended = matches!(exit, Some(Exit::Transferred | Exit::Finished));
+        if let Some(claim) = deferred.filter(|_| ends_in_one_write(&turn, inv) && !ended) {
             invocations::record_claim(tx, inv.id, inv.claim_epoch, claim.owner, claim.lease).await?;
         }
         c.absorb(written);

@@ -41,7 +41,7 @@ pub use claimed_turn::DeferredClaim;
 use external::patiently;
 pub use held::Holding;
 use held::{Held, Keeping};
-use tool_call::exit_of;
+use tool_call::{counts_spend, exit_of};
 use turn::{closes_before_its_last_call, stores_with_its_calls, Asking};
 
 pub use crate::step::Exit;
@@ -462,15 +462,18 @@ impl Runner {
         w: &mut Written,
     ) -> Result<(), Error> {
         w.model_calls = model_calls(turn);
+        let mut counted = false;
         for call in calls {
             let effect = self.run_call(tx, c, call, w).await?;
             if let Some(exit) = exit_of(effect) {
                 w.exit = Some(exit);
+                counted = counts_spend(effect);
                 break;
             }
         }
-        // A handoff counted the step's spend in the write that ended the invocation.
-        if w.exit != Some(Exit::Transferred) {
+        // A handoff, or the run's end, counted the step's spend in the
+        // write that ended the invocation.
+        if !counted {
             w.budget = budget::record(tx, c.inv.id, &w.spending()).await?;
         }
         Ok(())

@@ -30,8 +30,8 @@ impl Runner {
                     test_pause_in_step().await;
                     let effect = self.run_call(tx, c, call, w).await?;
                     w.exit = exit_of(effect);
-                    // A handoff counted its spend in the write that ended the invocation.
-                    if w.exit != Some(Exit::Transferred) {
+                    // A handoff or a run's end counted its spend in the write that ended the invocation.
+                    if !counts_spend(effect) {
                         w.budget = budget::record(tx, c.inv.id, &w.spending()).await?;
                     }
                     Ok(())
@@ -84,11 +84,17 @@ impl Runner {
     }
 }
 
+/// Whether the tool's own write counted the step's spend (it ended the
+/// invocation: a handoff, the run's end), so the step records none.
+pub(super) fn counts_spend(effect: Effect) -> bool {
+    matches!(effect, Effect::Transferred | Effect::Completed)
+}
+
 pub(super) fn exit_of(effect: Effect) -> Option<Exit> {
     match effect {
         Effect::Continue => None,
         Effect::Transferred => Some(Exit::Transferred),
-        Effect::Finished => Some(Exit::Finished),
+        Effect::Finished | Effect::Completed => Some(Exit::Finished),
         Effect::Parked => Some(Exit::Parked),
     }
 }

@@ -53,8 +53,11 @@ pub enum Effect {
     Continue,
     /// The agent handed off: this invocation is transferred.
     Transferred,
-    /// The agent finished: the run (an owner) or its task (a child).
+    /// The agent finished: its task (a child).
     Finished,
+    /// The final owner finished: the run is complete, and the write that
+    /// ended the invocation counted the step's spend (as a handoff's does).
+    Completed,
     /// The agent waits for delegated tasks: park it and free the worker.
     Parked,
 }

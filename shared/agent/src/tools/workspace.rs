@@ -142,12 +142,15 @@ pub async fn finish(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> 
         return Err(ToolError::new(codes::FOREGROUND_COMMIT_REQUIRED, text).into());
     }
     let mut events: Vec<Event> = vec![tool_event(ctx, JournalEvent::ToolCallCompleted, json!({}))];
-    events.extend(ending::complete_run(c, ctx.invocation).await?);
+    // The step's spend (this call's result included) counts in the write
+    // that ends the invocation, as a handoff's does.
+    let spending = (ctx.spending.tokens, ctx.spending.model_calls, ctx.spending.tool_calls + 1);
+    events.extend(ending::complete_run(c, ctx.invocation, spending).await?);
     Ok(ToolOutcome {
         content: "Finished. Your committed reply will be sent to the user.".into(),
         is_error: false,
         structured: json!({"finished": true}),
-        effect: Effect::Finished,
+        effect: Effect::Completed,
         events,
     })
 }

@@ -327,6 +327,25 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: InvocationStatus, 
     Ok(n == 1)
 }
 
+/// The final owner's end, in one statement: `completed`, with what its
+/// last step spent (`tokens`, `model_calls`, `tool_calls`, so no spend
+/// update follows) and its claim's epoch and start (a claim deferred to
+/// this write costs no row version of its own, [`record_claim`]). Returns
+/// whether it was live.
+pub async fn complete(c: &impl GenericClient, inv: &Invocation, spending: (i64, i32, i32)) -> Result<bool> {
+    let (tokens, model_calls, tool_calls) = spending;
+    let n = sql::execute(
+        c,
+        "UPDATE invocations SET status = $2, error = NULL, lease_owner = NULL, lease_expires_at = NULL, finished_at = now(),
+                model_calls = model_calls + $4, tool_calls = tool_calls + $5, tokens_used = tokens_used + $6,
+                claim_epoch = $7, started_at = coalesce(started_at, now())
+          WHERE id = $1 AND status = ANY($3)",
+        &[&inv.id, &InvocationStatus::Completed.as_str(), &live(), &model_calls, &tool_calls, &tokens, &inv.claim_epoch],
+    )
+    .await?;
+    Ok(n == 1)
+}
+
 /// A handoff's end of the invocation that hands off, in one statement: it
 /// becomes `transferred` with what its last step spent (`tokens`, `model_calls`,
 /// `tool_calls`, so no spend update follows), and with its claim's epoch

@@ -20,13 +20,14 @@ use crate::journal::Event;
 use crate::{invocations::tasks, outbox, runs, runs::start, Result};
 
 /// The final owner finished: its unfinished children are cancelled, then its
-/// incoming task, itself and the run complete.
-pub async fn complete_run(c: &impl GenericClient, inv: &Invocation) -> Result<Vec<Event>> {
+/// incoming task, itself (with what its last step spent, `spending`:
+/// tokens, model calls, tool calls) and the run complete.
+pub async fn complete_run(c: &impl GenericClient, inv: &Invocation, spending: (i64, i32, i32)) -> Result<Vec<Event>> {
     let mut events = cancel_tasks(c, inv.run_id, Some(inv.id)).await?;
     if end_incoming(c, inv, TaskStatus::Completed, None).await?.is_some() {
         events.push(Event::own_task(JournalEvent::TaskCompleted, inv.id));
     }
-    invocations::finish(c, inv.id, InvocationStatus::Completed, None).await?;
+    invocations::complete(c, inv, spending).await?;
     events.push(Event::new(JournalEvent::InvocationCompleted, Some(inv.id), json!({})));
     events.push(Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "finished"})));
     events.extend(cancel_tasks(c, inv.run_id, None).await?);
