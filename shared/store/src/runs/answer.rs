@@ -17,18 +17,21 @@ use uuid::Uuid;
 use super::Run;
 use crate::outbox::after_commit;
 use crate::requests::{self, bridge, Request};
-use crate::{invocations, sql, Result};
+use crate::{sql, Result};
 
 /// What the collector reads of a finished run, in one statement: the run,
 /// the seconds it waited for its user's answers, its attempt, its request
-/// (locked for this transaction, as `requests::lock_of_run`) and what a coding
-/// agent changed (the newest). `None` when the run does not exist.
+/// (locked for this transaction, as `requests::lock_of_run`), what a coding
+/// agent changed (the newest) and the agents that held the foreground.
+/// `None` when the run does not exist.
 pub struct ToAnswer {
     pub run: Run,
     pub waited_secs: f64,
     pub attempt: i32,
     pub request: Option<Request>,
     pub changes: Option<baton_domain::projects::Changes>,
+    /// The agents that held the foreground, in order.
+    pub agents: Vec<String>,
 }
 
 pub async fn to_answer(c: &impl GenericClient, run_id: Uuid) -> Result<Option<ToAnswer>> {
@@ -43,7 +46,9 @@ pub async fn to_answer(c: &impl GenericClient, run_id: Uuid) -> Result<Option<To
                 r.attempt,
                 (SELECT changes FROM coding_changes WHERE run_id = r.id ORDER BY created_at DESC, invocation_id DESC LIMIT 1),
                 h.id IS NOT NULL,
-                {}
+                {},
+                (SELECT array_agg(i.profile_id ORDER BY i.created_at, i.id) FROM invocations i
+                  WHERE i.run_id = r.id AND i.kind <> 'child')
            FROM runs r LEFT JOIN h ON true WHERE r.id = $1",
         request_columns.join(", ")
     );
@@ -52,7 +57,9 @@ pub async fn to_answer(c: &impl GenericClient, run_id: Uuid) -> Result<Option<To
     };
     let changes: Option<Value> = row.get(11);
     let request = if row.get(12) { Some(requests::from_row_at(&row, 13)?) } else { None };
+    let owners: Option<Vec<String>> = row.get(13 + requests::COLUMNS.split(", ").count());
     Ok(Some(ToAnswer {
+        agents: agents(owners.unwrap_or_default()),
         run: super::run_at(&row, 0)?,
         waited_secs: row.get(9),
         attempt: row.get(10),
@@ -71,10 +78,7 @@ pub async fn to_answer(c: &impl GenericClient, run_id: Uuid) -> Result<Option<To
 /// sweep of unanswered runs) answers through the collector role, here too.
 #[tracing::instrument(name = "answer", skip_all, fields(run_id = %run_id, handoff_id = tracing::field::Empty))]
 pub async fn collect(c: &impl GenericClient, run_id: Uuid) -> Result<()> {
-    // Pipelined: the run, its attempt, its request (locked) and what a
-    // coding agent changed (one statement), and its invocations.
-    let (read, invocations) = tokio::try_join!(to_answer(c, run_id), invocations::for_run(c, run_id))?;
-    let Some(ToAnswer { run, waited_secs, attempt, request, changes }) = read else {
+    let Some(ToAnswer { run, waited_secs, attempt, request, changes, agents }) = to_answer(c, run_id).await? else {
         return Err(crate::Error::Corrupt(format!("run {run_id} does not exist")));
     };
     let Some(request) = request.filter(|_| run.handoff_id.is_some()) else {
@@ -104,7 +108,7 @@ pub async fn collect(c: &impl GenericClient, run_id: Uuid) -> Result<()> {
         language,
         outcome,
         run_id: Some(run.id.to_string()),
-        agents: agents(invocations),
+        agents,
         changes,
         at: bridge::timestamp(),
     };
@@ -153,13 +157,9 @@ fn reply_code(stored: &str) -> ErrorCode {
     })
 }
 
-/// The agents that held the foreground, in order.
-fn agents(invocations: Vec<invocations::Invocation>) -> Vec<String> {
-    let mut names: Vec<String> = vec![];
-    for inv in invocations {
-        if inv.kind.is_foreground() && names.last() != Some(&inv.profile_id) {
-            names.push(inv.profile_id);
-        }
-    }
-    names
+/// The agents that held the foreground, in order, from its owners' agents
+/// (an agent that handed off to itself is named once).
+fn agents(mut owners: Vec<String>) -> Vec<String> {
+    owners.dedup();
+    owners
 }
