@@ -39,18 +39,21 @@ fn chain() -> String {
     )
 }
 
+/// Notes `column` of every row `event` (INSERT, UPDATE) writes to `table`
+/// in a table of its own, `into`, with a column of that name.
+async fn note_rows(env: &TestEnv, event: &str, table: &str, (into, column, kind): (&str, &str, &str)) {
+    let sql = format!(
+        "CREATE TABLE {into} ({column} {kind});
+         CREATE FUNCTION note_{into}() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN INSERT INTO {into} VALUES (NEW.{column}); RETURN NULL; END $$;
+         CREATE TRIGGER note_{into} AFTER {event} ON {table} FOR EACH ROW EXECUTE FUNCTION note_{into}();"
+    );
+    env.db().await.batch_execute(&sql).await.unwrap();
+}
+
 /// Notes every outbox row inserted (its queue), before the publisher deletes it.
 async fn note_outbox_rows(env: &TestEnv) {
-    env.db()
-        .await
-        .batch_execute(
-            "CREATE TABLE seen (queue text);
-             CREATE FUNCTION keep() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN INSERT INTO seen VALUES (NEW.queue); RETURN NULL; END $$;
-             CREATE TRIGGER keep AFTER INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION keep();",
-        )
-        .await
-        .unwrap();
+    note_rows(env, "INSERT", "outbox", ("seen", "queue", "text")).await;
 }
 
 /// Messages queued for the handoff queues (roots and successors).
@@ -108,16 +111,7 @@ async fn a_worker_that_hands_off_runs_the_successor_itself_with_no_message() {
 #[tokio::test]
 async fn each_stage_s_claim_spend_and_end_are_one_version_of_its_row() {
     let env = TestEnv::new().await;
-    env.db()
-        .await
-        .batch_execute(
-            "CREATE TABLE versions (id uuid);
-             CREATE FUNCTION note_version() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN INSERT INTO versions VALUES (NEW.id); RETURN NULL; END $$;
-             CREATE TRIGGER note_version AFTER UPDATE ON invocations FOR EACH ROW EXECUTE FUNCTION note_version();",
-        )
-        .await
-        .unwrap();
+    note_rows(&env, "UPDATE", "invocations", ("versions", "id", "uuid")).await;
     let run = run_chain(&env, "one-version-1").await;
     let per_stage = "SELECT i.profile_id, (SELECT count(*) FROM versions v WHERE v.id = i.id), i.status, i.claim_epoch,
                             i.started_at IS NOT NULL, i.model_calls, i.tool_calls

@@ -454,11 +454,13 @@ async fn every_dashboard_expression_returns_data_and_every_alert_fires_on_a_live
         )
         .await
         .unwrap();
-    // The model endpoint's errors are counted by the worker: its alert fires
-    // before the worker stops (a stopped process's series go stale, and an
-    // alert on them resolves).
+    // The model endpoint's errors, and the answers of the runs the worker
+    // ended, are counted by the worker: their alerts fire before the worker
+    // stops (a stopped process's series go stale, and an alert on them
+    // resolves).
     let mut fired = BTreeSet::new();
-    await_firing(&prometheus, &mut fired, &BTreeSet::from(["BatonModelEndpointFailing".to_string()])).await;
+    let by_worker = BTreeSet::from(["BatonModelEndpointFailing".to_string(), "BatonRunsFailing".to_string()]);
+    await_firing(&prometheus, &mut fired, &by_worker).await;
     // An invocation nobody claims: the worker stops, a request arrives, and
     // its root invocation waits (made 3 minutes old, past the rule's 2,
     // rather than waiting them out).

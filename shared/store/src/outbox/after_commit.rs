@@ -161,6 +161,12 @@ pub fn current() -> Option<Publishing> {
     SCOPE.try_with(|s| s.publishing.clone()).ok()
 }
 
+/// Whether the current task runs in a publishing scope (a role's work, not
+/// an operator's command).
+pub(crate) fn in_scope() -> bool {
+    SCOPE.try_with(|_| ()).is_ok()
+}
+
 /// How long a row written now is left to this process before the relay may
 /// sweep it; `None` when nothing here publishes it (the relay takes it at once).
 pub(crate) fn grace() -> Option<Duration> {
@@ -190,13 +196,8 @@ pub(crate) fn took(reserved: Reserved, run_id: Uuid, invocation_id: Uuid) {
 }
 
 /// The current transaction answered a request (heard of once it commits).
-/// Outside a scope (an operator's command) it is heard at once.
 pub(crate) fn answered(answer: Answered) {
-    if SCOPE.try_with(|s| s.answered.borrow_mut().push(answer.clone())).is_err() {
-        if let Some(observer) = ANSWERS.get() {
-            observer(&answer);
-        }
-    }
+    let _ = SCOPE.try_with(|s| s.answered.borrow_mut().push(answer));
 }
 
 /// A transaction begins: rows (and successors, with their slots) of one

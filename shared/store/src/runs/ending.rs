@@ -3,8 +3,9 @@
 //! transaction to append. Intake, the relay, operator commands, the
 //! invocation role and the agent's tools all move runs through these.
 //! A run that ends is answered ([`runs::answer::collect`]: its bridge's
-//! final status and reply) and gives its conversation's turn to the next
-//! request there ([`start::after_run`]), in the same transaction.
+//! final status and reply; by the collector when an operator's command
+//! ended it) and gives its conversation's turn to the next request there
+//! ([`start::after_run`]), in the same transaction.
 
 use baton_domain::fleet::FleetMessage;
 use baton_domain::run::journal::JournalEvent;
@@ -34,7 +35,7 @@ pub async fn complete_run(c: &impl GenericClient, inv: &Invocation, spending: (i
     events.extend(cancel_live(c, inv.run_id).await?);
     if runs::finish(c, inv.run_id, RunStatus::Completed, None).await? {
         events.push(Event::new(JournalEvent::RunCompleted, None, json!({})));
-        runs::answer::collect(c, inv.run_id).await?;
+        answer(c, inv.run_id).await?;
         start::after_run(c, inv.run_id).await?;
     }
     Ok(events)
@@ -112,11 +113,23 @@ async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error:
     }
     let mut events = cancel_tasks(c, run_id, None).await?;
     events.extend(cancel_live(c, run_id).await?);
-    runs::answer::collect(c, run_id).await?;
+    answer(c, run_id).await?;
     start::after_run(c, run_id).await?;
     let kind = if status == RunStatus::Cancelled { JournalEvent::RunCancelled } else { JournalEvent::RunFailed };
     events.push(Event::new(kind, None, error.clone()));
     Ok(events)
+}
+
+/// Answers an ended run's bridge in this transaction when a role ends it
+/// (its publishing scope sends the reply and counts the answer once the
+/// transaction commits); an operator's command (no scope) leaves it to the
+/// collector, which answers and counts it, with a "run finished" message.
+async fn answer(c: &impl GenericClient, run_id: Uuid) -> Result<()> {
+    if outbox::after_commit::in_scope() {
+        runs::answer::collect(c, run_id).await
+    } else {
+        outbox::enqueue_fleet(c, &FleetMessage::finished(run_id)).await
+    }
 }
 
 /// Cancels unfinished tasks (one parent's children, or all of the run's) and
