@@ -145,7 +145,7 @@ pub async fn finish(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> 
     // The step's spend (this call's result included) counts in the write
     // that ends the invocation, as a handoff's does.
     let spending = (ctx.spending.tokens, ctx.spending.model_calls, ctx.spending.tool_calls + 1);
-    events.extend(ending::complete_run(c, ctx.invocation, spending).await?);
+    events.extend(ending::complete_run(c, ctx.invocation, spending, ctx.may_have_children).await?);
     Ok(ToolOutcome {
         content: "Finished. Your committed reply will be sent to the user.".into(),
         is_error: false,

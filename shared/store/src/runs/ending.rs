@@ -22,16 +22,29 @@ use crate::{invocations::tasks, outbox, runs, runs::start, Result};
 
 /// The final owner finished: its unfinished children are cancelled, then its
 /// incoming task, itself (with what its last step spent, `spending`:
-/// tokens, model calls, tool calls) and the run complete.
-pub async fn complete_run(c: &impl GenericClient, inv: &Invocation, spending: (i64, i32, i32)) -> Result<Vec<Event>> {
-    let mut events = cancel_tasks(c, inv.run_id, Some(inv.id)).await?;
+/// tokens, model calls, tool calls) and the run complete. `delegated`:
+/// whether the owner may have delegated tasks (its transcript asked to);
+/// when it did not, the run has no unfinished task to cancel (an earlier
+/// owner's children ended before it handed off), and none is looked for.
+pub async fn complete_run(
+    c: &impl GenericClient,
+    inv: &Invocation,
+    spending: (i64, i32, i32),
+    delegated: bool,
+) -> Result<Vec<Event>> {
+    let mut events = match delegated {
+        true => cancel_tasks(c, inv.run_id, Some(inv.id)).await?,
+        false => vec![],
+    };
     if end_incoming(c, inv, TaskStatus::Completed, None).await?.is_some() {
         events.push(Event::own_task(JournalEvent::TaskCompleted, inv.id));
     }
     invocations::complete(c, inv, spending).await?;
     events.push(Event::new(JournalEvent::InvocationCompleted, Some(inv.id), json!({})));
     events.push(Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "finished"})));
-    events.extend(cancel_tasks(c, inv.run_id, None).await?);
+    if delegated {
+        events.extend(cancel_tasks(c, inv.run_id, None).await?);
+    }
     events.extend(cancel_live(c, inv.run_id).await?);
     if runs::finish(c, inv.run_id, RunStatus::Completed, None).await? {
         events.push(Event::new(JournalEvent::RunCompleted, None, json!({})));
