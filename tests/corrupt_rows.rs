@@ -117,3 +117,37 @@ async fn the_collector_dead_letters_a_run_whose_request_language_is_corrupt_inst
         .await;
     assert_eq!(sent, 0);
 }
+
+/// A role ends a run whose answer cannot be read (its request's language
+/// is one this version does not know): the run still ends, in the same
+/// transaction, and the collector is told with a "run finished" message
+/// (which it dead-letters with the reason, above), instead of the ending
+/// failing and the run staying live for ever.
+#[tokio::test]
+async fn a_run_whose_answer_cannot_be_read_still_ends_and_the_collector_is_told() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    // A request with a running run and its root queued: intake alone.
+    let intake = env.start(&[Role::Intake]);
+    env.send_request(&baton_tests::sample_request_json("lang-3", "docs_agent", "en")).await;
+    let root = env.root_invocation().await;
+    intake.stop().await;
+    env.db().await.execute("UPDATE handoff_requests SET language = 'xx' WHERE id = 'lang-3'", &[]).await.unwrap();
+    // Ended by a role (in a publishing scope, as a worker's step is).
+    let (publishing, _published) = baton_store::after_commit::Publishing::new(Duration::from_secs(2));
+    let error = serde_json::json!({"code": "failed", "message": "the agents could not finish"});
+    baton_store::after_commit::scope(publishing, async {
+        let mut client = env.db().await;
+        let tx = baton_store::begin(&mut client).await.unwrap();
+        runs::ending::fail_run(&tx, root.run_id, &error).await.unwrap();
+        baton_store::commit(tx).await.unwrap();
+    })
+    .await;
+    let ended = "SELECT count(*) FROM runs WHERE id = $1 AND status = 'failed'";
+    assert_eq!(env.scalar_i64(ended, &[&root.run_id]).await, 1, "the run ended");
+    let told = "SELECT count(*) FROM outbox WHERE queue = $1 AND body->>'runId' = $2";
+    let queue = Queue::RunsFinished.as_str();
+    assert_eq!(env.scalar_i64(told, &[&queue, &root.run_id.to_string()]).await, 1, "the collector is told");
+    let sent = "SELECT count(*) FROM handoff_requests WHERE id = 'lang-3' AND reply_sent_at IS NOT NULL";
+    assert_eq!(env.scalar_i64(sent, &[]).await, 0, "no answer was written");
+}

@@ -29,7 +29,11 @@ pub async fn invocation(
     new: &NewInvocation<'_>,
     task: Option<&NewTask<'_>>,
 ) -> Result<Vec<Event>> {
-    match after_commit::reserve().filter(|_| new.kind == InvocationKind::Root) {
+    let reserved = match new.kind {
+        InvocationKind::Root => after_commit::reserve(),
+        _ => None,
+    };
+    match reserved {
         Some(reserved) => {
             invocations::insert_reserved(c, new, (&reserved.owner, reserved.lease)).await?;
             after_commit::took(reserved, new.run_id, new.id);

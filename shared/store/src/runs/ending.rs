@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::invocations::tasks::Task;
 use crate::invocations::{self, Invocation};
 use crate::journal::Event;
-use crate::{invocations::tasks, outbox, runs, runs::start, Result};
+use crate::{invocations::tasks, outbox, runs, runs::start, Error, Result};
 
 /// The final owner finished: its unfinished children are cancelled, then its
 /// incoming task, itself (with what its last step spent, `spending`:
@@ -137,11 +137,22 @@ async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error:
 /// (its publishing scope sends the reply and counts the answer once the
 /// transaction commits); an operator's command (no scope) leaves it to the
 /// collector, which answers and counts it, with a "run finished" message.
+///
+/// An answer whose reads this version cannot parse (a request row or a
+/// coding agent's changes written by a newer version, or edited by hand)
+/// does not keep the run from ending: the answer wrote nothing yet, so the
+/// run ends and the collector is told, which dead-letters what it cannot
+/// answer, with the reason.
 async fn answer(c: &impl GenericClient, run_id: Uuid) -> Result<()> {
-    if outbox::after_commit::in_scope() {
-        runs::answer::collect(c, run_id).await
-    } else {
-        outbox::enqueue_fleet(c, &FleetMessage::finished(run_id)).await
+    if !outbox::after_commit::in_scope() {
+        return outbox::enqueue_fleet(c, &FleetMessage::finished(run_id)).await;
+    }
+    match runs::answer::collect(c, run_id).await {
+        Err(e @ (Error::Corrupt(_) | Error::Unreadable { .. })) => {
+            tracing::warn!(run = %run_id, error = %e, "the run's answer cannot be read; the collector is told");
+            outbox::enqueue_fleet(c, &FleetMessage::finished(run_id)).await
+        }
+        answered => answered,
     }
 }
 

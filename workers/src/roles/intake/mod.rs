@@ -68,7 +68,7 @@ pub async fn run(settings: &Settings, shutdown: &CancellationToken) -> anyhow::R
             let role = role.clone();
             async move {
                 scope(
-                    crate::roles::invocation::eager::lend(role.publishing.clone()),
+                    crate::roles::invocation::eager::lend(role.publishing.clone(), &role.settings.worker_id),
                     handle(&role.pool, &role.cache, &role.publisher, &role.settings, &stop, d),
                 )
                 .await

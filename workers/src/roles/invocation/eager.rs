@@ -51,21 +51,24 @@ pub(super) fn enable(
     // as its message would have been (the lease when nothing publishes in process).
     let hold = if settings.outbox_grace.is_zero() { settings.lease } else { settings.outbox_grace };
     let (eager, taken) = Eager::new(&settings.worker_id, hold, reserve);
-    *SHARED.lock().expect("not poisoned") = Some(eager.clone());
+    SHARED.lock().expect("not poisoned").insert(settings.worker_id.clone(), eager.clone());
     (publishing.with_eager(eager), Some(taken))
 }
 
-/// This process's eager dispatch, while its invocation role runs it: other
-/// roles of the process (intake, starting a request's root) lend it.
-static SHARED: std::sync::Mutex<Option<Eager>> = std::sync::Mutex::new(None);
+/// The eager dispatch of this process's invocation role, by its worker id,
+/// while the role runs it: intake, starting a request's root, lends the one
+/// of its own worker.
+static SHARED: std::sync::Mutex<std::collections::BTreeMap<String, Eager>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
 
-/// `publishing`, also taking the roots it starts eagerly when this
-/// process's invocation role takes successors eagerly: intake then hands a
-/// new request's root to a free slot of its own process, as a handoff hands
-/// its successor (the invocation role's attempt ended, or the process runs
-/// no invocation role: the root is queued as usual).
-pub(crate) fn lend(publishing: Publishing) -> Publishing {
-    match SHARED.lock().expect("not poisoned").clone() {
+/// `publishing`, also taking the roots it starts eagerly when the
+/// invocation role of the same worker (`worker_id`, in this process) takes
+/// successors eagerly: intake then hands a new request's root to a free
+/// slot of its own process, as a handoff hands its successor (the
+/// invocation role's attempt ended, or the process runs no invocation role
+/// for this worker: the root is queued as usual).
+pub(crate) fn lend(publishing: Publishing, worker_id: &str) -> Publishing {
+    match SHARED.lock().expect("not poisoned").get(worker_id).cloned() {
         Some(eager) => publishing.with_eager(eager),
         None => publishing,
     }
