@@ -52,16 +52,29 @@ const MAX_WAL_BYTES: f64 = 3_000.0;
 /// was handed to, with no message): 0.19, the chain's own messages.
 const MAX_PUBLISHES: f64 = 0.3;
 
+/// The test's settings for a counters cell: a database and a queue prefix
+/// of the cell's own (`name`), beside the test's.
+fn cell_settings(env: &TestEnv, name: &str) -> baton::config::Settings {
+    let mut settings = env.settings.clone();
+    settings.database_url = format!("{}_{name}", env.settings.database_url);
+    settings.queue_prefix = format!("{}{}.", env.settings.queue_prefix, name.replace('_', ""));
+    settings
+}
+
+/// Baton's figures of a counters cell, printed.
+fn baton_of(costs: &[baton_bench::counters::PerHop]) -> &baton_bench::counters::PerHop {
+    let baton = costs.iter().find(|c| c.side == baton_bench::driver::Side::Baton).expect("a Baton figure");
+    println!("{}", baton.line());
+    baton
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steady_state_hop_costs_no_more_commits_statements_publishes_row_writes_and_wal_than_the_ceiling() {
     let env = TestEnv::new().await;
-    let mut settings = env.settings.clone();
-    settings.database_url = format!("{}_hops", env.settings.database_url);
-    settings.queue_prefix = format!("{}hops.", env.settings.queue_prefix);
+    let settings = cell_settings(&env, "hops");
     let costs =
         baton_bench::counters::measure(&settings, baton_binary(), None, 200, 4).await.expect("the counters cell runs");
-    let baton = costs.iter().find(|c| c.side == baton_bench::driver::Side::Baton).expect("a Baton figure");
-    println!("{}", baton.line());
+    let baton = baton_of(&costs);
     assert!(baton.hops >= 200, "only {} hops ran", baton.hops);
     assert!(baton.commits <= MAX_COMMITS, "{:.2} commits per hop, over the ceiling of {MAX_COMMITS}", baton.commits);
     assert!(
@@ -109,16 +122,13 @@ const E2E_MAX_WAL_BYTES: f64 = 11_500.0;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_end_to_end_hop_costs_no_more_publishes_row_writes_statements_and_wal_than_the_ceiling() {
     let env = TestEnv::new().await;
-    let mut settings = env.settings.clone();
-    settings.database_url = format!("{}_e2e_hops", env.settings.database_url);
-    settings.queue_prefix = format!("{}e2ehops.", env.settings.queue_prefix);
+    let settings = cell_settings(&env, "e2e_hops");
     let chain = baton_bench::profiles::Chain::EndToEnd;
     let costs =
         baton_bench::counters::measure_chain(&settings, baton_binary(), None, chain, 100, 4, "http://127.0.0.1:9/v1")
             .await
             .expect("the counters cell runs");
-    let baton = costs.iter().find(|c| c.side == baton_bench::driver::Side::Baton).expect("a Baton figure");
-    println!("{}", baton.line());
+    let baton = baton_of(&costs);
     assert!(baton.hops >= 100, "only {} hops ran", baton.hops);
     let wal = baton.wal_bytes - baton.fpi_bytes;
     let over = [
