@@ -75,9 +75,10 @@ async fn handle(
 }
 
 /// Writes the final status and reply of a run's request to the outbox, in
-/// a transaction of its own ([`baton_store::runs::answer::collect`]; a run
-/// that ends is answered in the transaction that ends it, so this serves
-/// what is sent here again: an operator's `runs answer`, the relay's sweep).
+/// a transaction of its own ([`baton_store::runs::answer::collect`]). A run
+/// a role ends is answered in the transaction that ends it; this serves
+/// what `baton.runs.finished` carries: a run an operator's command ended,
+/// an operator's `runs answer`, the relay's sweep of unanswered runs.
 #[tracing::instrument(name = "run", skip_all, fields(run = %message.run_id, run_id = %message.run_id))]
 pub async fn collect(pool: &Pool, message: RunFinished) -> anyhow::Result<()> {
     let mut client = db(pool).await?;

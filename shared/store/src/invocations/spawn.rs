@@ -22,8 +22,9 @@ use crate::{outbox, Result};
 
 /// Inserts the invocation and queues the message that runs it, in one
 /// statement (a run's root that this process takes itself, eager dispatch:
-/// the row reserved for it, and no message), then its task (which refers to it), and returns the journal
-/// events for the caller to append with its own.
+/// the row reserved for it, and no message), then its task (which refers
+/// to it), and returns the journal events for the caller to append with its
+/// own.
 pub async fn invocation(
     c: &impl GenericClient,
     new: &NewInvocation<'_>,

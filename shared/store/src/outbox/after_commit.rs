@@ -25,6 +25,10 @@
 //! its slot, which claims it as a delivery would. Should the process die
 //! first, the reservation lapses (it lasts what an outbox row is left to its
 //! writer) and the relay's sweep of stalled invocations publishes the successor.
+//!
+//! **Answers.** A transaction that answers a bridge request
+//! (`runs::answer::collect`) notes it here; the process's metrics hear of
+//! it ([`observe_answers`]) once that transaction commits.
 
 use std::cell::RefCell;
 use std::future::Future;

@@ -57,9 +57,12 @@ pub async fn to_answer(c: &impl GenericClient, run_id: Uuid) -> Result<Option<To
     };
     let changes: Option<Value> = row.get(11);
     let request = if row.get(12) { Some(requests::from_row_at(&row, 13)?) } else { None };
-    let owners: Option<Vec<String>> = row.get(13 + requests::COLUMNS.split(", ").count());
+    // The foreground owners' agents; one that handed off to itself is named once.
+    let mut agents: Vec<String> =
+        row.get::<_, Option<Vec<String>>>(13 + requests::COLUMNS.split(", ").count()).unwrap_or_default();
+    agents.dedup();
     Ok(Some(ToAnswer {
-        agents: agents(owners.unwrap_or_default()),
+        agents,
         run: super::run_at(&row, 0)?,
         waited_secs: row.get(9),
         attempt: row.get(10),
@@ -72,10 +75,11 @@ pub async fn to_answer(c: &impl GenericClient, run_id: Uuid) -> Result<Option<To
 /// status and the reply (with its events and the request row) in one
 /// statement ([`bridge::update`]). Idempotent: the request row is locked,
 /// and a reply already sent is never sent again. Nothing happens for a run
-/// still running, or one that no bridge request started. The run ends and
-/// is answered in one transaction ([`super::ending`]); a
-/// `baton.runs.finished` message (an operator's `runs answer`, the relay's
-/// sweep of unanswered runs) answers through the collector role, here too.
+/// still running, or one that no bridge request started. A run a role ends
+/// is answered in the transaction that ends it ([`super::ending`]); the
+/// collector role answers, here too, what `baton.runs.finished` carries (a
+/// run an operator's command ended, `runs answer`, the relay's sweep of
+/// unanswered runs).
 #[tracing::instrument(name = "answer", skip_all, fields(run_id = %run_id, handoff_id = tracing::field::Empty))]
 pub async fn collect(c: &impl GenericClient, run_id: Uuid) -> Result<()> {
     let Some(ToAnswer { run, waited_secs, attempt, request, changes, agents }) = to_answer(c, run_id).await? else {
@@ -155,11 +159,4 @@ fn reply_code(stored: &str) -> ErrorCode {
         tracing::warn!(code = stored, "a run failed with a code outside the contract; the bridge is told `failed`");
         ErrorCode::Failed
     })
-}
-
-/// The agents that held the foreground, in order, from its owners' agents
-/// (an agent that handed off to itself is named once).
-fn agents(mut owners: Vec<String>) -> Vec<String> {
-    owners.dedup();
-    owners
 }

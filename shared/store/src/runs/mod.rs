@@ -85,20 +85,6 @@ pub async fn get(c: &impl GenericClient, id: Uuid) -> Result<Option<Run>> {
     sql::query_opt(c, &sql, &[&id]).await?.map(|r| run_at(&r, 0)).transpose()
 }
 
-/// A run, and the seconds it spent waiting for the user's answers (its
-/// questions' open time, within the run), for its duration as worked.
-pub async fn get_with_wait(c: &impl GenericClient, id: Uuid) -> Result<Option<(Run, f64)>> {
-    let sql = format!(
-        "SELECT {RUN_COLUMNS},
-                coalesce((SELECT sum(extract(epoch FROM least(coalesce(q.closed_at, now()), coalesce(r.finished_at, now()))
-                                                      - q.created_at))
-                            FROM questions q WHERE q.run_id = r.id), 0)::float8
-           FROM runs r WHERE r.id = $1"
-    );
-    let row = sql::query_opt(c, &sql, &[&id]).await?;
-    row.map(|r| Ok((run_at(&r, 0)?, r.get::<_, f64>(9)))).transpose()
-}
-
 /// A run read from [`RUN_COLUMNS`], starting at column `from`.
 pub(crate) fn run_at(r: &tokio_postgres::Row, from: usize) -> Result<Run> {
     let id: Uuid = r.get(from);
