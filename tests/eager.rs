@@ -151,6 +151,23 @@ async fn a_run_is_answered_by_the_transaction_that_ends_it_with_no_collector_run
     let ended_then = "SELECT count(*) FROM runs r JOIN handoff_requests h ON h.run_id = r.id
                        WHERE r.id = $1 AND h.reply_sent_at >= r.finished_at AND h.status = 'completed'";
     assert_eq!(env.scalar_i64(ended_then, &[&run]).await, 1, "the reply is recorded with the run's end");
+    // The root started where it was taken: intake's commit says `accepted`
+    // and `running`; the claim writes nothing to the request.
+    assert_eq!(statuses(&env, "answered-1").await, ["1 accepted", "2 running", "3 completed"]);
+    assert_eq!(log_rows(&env, "answered-1").await, 2, "intake's and the answer's: none from the root's claim");
+}
+
+/// The status messages a handoff's bridge was sent, as "seq status".
+async fn statuses(env: &TestEnv, handoff_id: &str) -> Vec<String> {
+    let c = env.db().await;
+    let sent = "SELECT (body->>'seq') || ' ' || (body->>'status') FROM bridge_messages
+                 WHERE handoff_id = $1 AND body->>'type' = 'status' ORDER BY id";
+    c.query(sent, &[&handoff_id]).await.unwrap().iter().map(|r| r.get(0)).collect()
+}
+
+/// How many statements wrote the handoff's events (one `handoff_log` row each).
+async fn log_rows(env: &TestEnv, handoff_id: &str) -> i64 {
+    env.scalar_i64("SELECT count(*) FROM handoff_log WHERE handoff_id = $1", &[&handoff_id]).await
 }
 
 /// A process that takes requests but runs no invocations queues each root
@@ -171,6 +188,9 @@ async fn a_request_taken_where_no_invocation_role_runs_queues_its_root() {
     intake.stop().await;
     assert_eq!(messages.last().unwrap()["status"], "completed", "{messages:?}");
     assert_eq!(handoff_messages(&env).await, 1, "each successor ran where it was handed to");
+    // A queued root is `running` when a worker claims it.
+    assert_eq!(statuses(&env, "queued-root-1").await, ["1 accepted", "2 running", "3 completed"]);
+    assert_eq!(log_rows(&env, "queued-root-1").await, 3, "intake's, the root's claim's and the answer's");
 }
 
 #[tokio::test]

@@ -144,3 +144,61 @@ async fn a_tool_the_model_made_up_is_a_recoverable_error() {
     let call = r#"{ tool = "agent_teleport", args = { to = "mars" } }"#;
     assert_refused(call, 4, HELPER, "agent.tool_policy_denied", "There is no tool `agent_teleport`").await;
 }
+
+/// An agent's own write is its read of the version it wrote: it may write
+/// the file again without reading it, and no read mark is stored for that.
+/// Once another agent replaces the file, the first one's next write is
+/// refused as stale (it knew an older version), not as unread; after a read
+/// it goes through.
+#[tokio::test]
+async fn an_agent_s_own_write_counts_as_its_read_until_another_agent_replaces_the_file() {
+    let write = |content: &str| {
+        format!(r#"{{ tool = "workspace_write", args = {{ path = "scratch/notes.md", content = "{content}" }} }}"#)
+    };
+    let read = r#"{ tool = "workspace_read", args = { path = "scratch/notes.md" } }"#;
+    let delegate =
+        r#"{ tool = "agent_delegate", args = { agentId = "helper", task = { objective = "Edit the notes." } } }"#;
+    let (first, second, third, fourth) = (write("v1"), write("v2"), write("v3"), write("v4"));
+    let lead = baton_tests::profile(
+        "lead",
+        &["agent_delegate", "agent_await", "workspace_read", "workspace_write", "workspace_commit", "workspace_finish"],
+        "can_delegate = true",
+        &[
+            &first,
+            &second,
+            delegate,
+            r#"{ tool = "agent_await", args = { mode = "allCompleted" } }"#,
+            &third,
+            read,
+            &fourth,
+            r#"{ tool = "workspace_write", args = { path = "output/main.md", content = "Done." } }"#,
+            r#"{ tool = "workspace_commit" }"#,
+            r#"{ tool = "workspace_finish" }"#,
+        ],
+    );
+    let child_write = write("child");
+    let helper = baton_tests::profile(
+        "helper",
+        &["workspace_read", "workspace_write"],
+        "allow_as_subagent = true",
+        &[read, &child_write, r#"{ tool = "task_return", args = { summary = "Edited." } }"#],
+    );
+    let env = TestEnv::new().await;
+    env.apply_profiles(&format!("[routes]\ndocs_agent = \"lead\"\n\n{lead}\n{helper}")).await;
+    let messages = env.run_request("own-write").await;
+    assert_eq!(messages.last().unwrap()["status"], "completed", "{messages:?}");
+    let run = env.run_of("own-write").await;
+    let lead = &env.invocations_of(run, "lead").await[0];
+    let results = env.tool_results(lead.id).await;
+    let error = |r: &Value| r["structured"]["error"]["code"].as_str().map(str::to_string);
+    assert_eq!(error(&results[0]), None, "{}", results[0]);
+    assert_eq!(error(&results[1]), None, "its own write is its read: {}", results[1]);
+    assert_eq!(error(&results[4]).as_deref(), Some("workspace.write_stale_file"), "{}", results[4]);
+    assert_eq!(error(&results[6]), None, "after a read: {}", results[6]);
+    let c = env.db().await;
+    let file = baton_store::runs::workspace::read(&c, run, "scratch/notes.md").await.unwrap().unwrap();
+    assert_eq!((file.content.as_str(), file.written_by), ("v4", Some(lead.id)));
+    // A file only its writer wrote has no read mark: the write is the mark.
+    let marks = env.scalar_i64("SELECT count(*) FROM workspace_reads WHERE path = 'output/main.md'", &[]).await;
+    assert_eq!(marks, 0, "a write stores no read mark of its own");
+}

@@ -185,6 +185,6 @@ pub async fn task_return(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value
 
 async fn write_file(c: &impl GenericClient, run: Uuid, path: &str, content: &str) -> Result<(), crate::Error> {
     let sha = baton_domain::tools::workspace::sha256_hex(content);
-    workspace::write(c, run, path, content, &sha).await?;
+    workspace::write(c, run, path, (content, &sha), None).await?;
     Ok(())
 }

@@ -55,6 +55,10 @@ async fn check_read(
     file: &store::File,
     (missing, stale): (&'static str, &'static str),
 ) -> ToolResult<()> {
+    // Its own write is a read of the version it wrote.
+    if file.written_by == Some(ctx.invocation.id) {
+        return Ok(());
+    }
     match store::read_mark(c, ctx.invocation.id, path).await? {
         None => Err(ToolError::new(missing, format!("Read `{path}` before changing it.")).into()),
         Some((sha, _)) if sha != file.sha256 => {
@@ -77,8 +81,7 @@ pub async fn write(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
         _ => content,
     };
     let sha = ws::sha256_hex(&new_content);
-    store::write(c, run, &path, &new_content, &sha).await?;
-    store::mark_read(c, ctx.invocation.id, &path, &sha, true).await?;
+    store::write(c, run, &path, (&new_content, &sha), Some(ctx.invocation.id)).await?;
     let bytes = new_content.len();
     let event = tool_event(ctx, JournalEvent::WorkspaceFileWritten, json!({"path": path, "bytes": bytes}));
     let outcome = ToolOutcome::ok(ctx, format!("Wrote {path} ({bytes} bytes)."), json!({"path": path, "sha256": sha}));
@@ -93,8 +96,7 @@ pub async fn patch(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
     let patched =
         ws::apply_patch(&file.content, &args.old_string, &args.new_string, args.replace_all.unwrap_or(false))?;
     let sha = ws::sha256_hex(&patched);
-    store::write(c, ctx.invocation.run_id, &path, &patched, &sha).await?;
-    store::mark_read(c, ctx.invocation.id, &path, &sha, true).await?;
+    store::write(c, ctx.invocation.run_id, &path, (&patched, &sha), Some(ctx.invocation.id)).await?;
     let event = tool_event(ctx, JournalEvent::WorkspacePatchApplied, json!({"path": path}));
     Ok(ToolOutcome::ok(ctx, format!("Patched {path}."), json!({"path": path, "sha256": sha})).with_event(event))
 }

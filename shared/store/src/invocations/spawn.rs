@@ -30,10 +30,25 @@ pub async fn invocation(
     new: &NewInvocation<'_>,
     task: Option<&NewTask<'_>>,
 ) -> Result<Vec<Event>> {
+    Ok(spawned(c, new, task).await?.0)
+}
+
+/// [`invocation`] for a run's root, and whether this process takes it
+/// itself (eager dispatch): it is then claimed right after the commit.
+pub async fn root(c: &impl GenericClient, new: &NewInvocation<'_>) -> Result<(Vec<Event>, bool)> {
+    spawned(c, new, None).await
+}
+
+async fn spawned(
+    c: &impl GenericClient,
+    new: &NewInvocation<'_>,
+    task: Option<&NewTask<'_>>,
+) -> Result<(Vec<Event>, bool)> {
     let reserved = match new.kind {
         InvocationKind::Root => after_commit::reserve(),
         _ => None,
     };
+    let taken_here = reserved.is_some();
     match reserved {
         Some(reserved) => {
             invocations::insert_reserved(c, new, (&reserved.owner, reserved.lease)).await?;
@@ -54,7 +69,7 @@ pub async fn invocation(
         }
         events.push(Event::new(JournalEvent::TaskRegistered, Some(new.id), registered));
     }
-    Ok(events)
+    Ok((events, taken_here))
 }
 
 /// A handoff's two writes: `inv` ends transferred with what its step

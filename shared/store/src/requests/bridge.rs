@@ -39,6 +39,10 @@ pub struct Update<'a> {
     pub said: &'a [requests::Said<'a>],
     /// A new status, with the note of its `status_changed` event.
     pub status: Option<(HandoffStatus, Option<&'a str>)>,
+    /// A second status change, right after `status` (its own message and
+    /// event, the next sequence number): a root this process starts itself
+    /// is `running` as its run is `accepted`.
+    pub then: Option<(HandoffStatus, Option<&'a str>)>,
     /// The run the request now has.
     pub run_id: Option<uuid::Uuid>,
     /// The final reply, for the run's attempt ([`attempt`]).
@@ -89,12 +93,17 @@ pub async fn reply_at(
 /// own, taken by the same statement under the row's lock; the status's body
 /// and message id get it there.
 pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) -> crate::Result<()> {
+    let u = match u.status {
+        None => Update { status: u.then, then: None, ..u },
+        Some(_) => u,
+    };
     let mut said: Vec<requests::Said<'_>> = u.said.to_vec();
-    let mut status_body = None;
-    if let Some((status, note)) = u.status {
-        said.push((HandoffEvent::StatusChanged, Some(status), note));
-        status_body = Some(bridge::status(request.wire_id(), status, 0, request.reply_chat_id.as_deref(), now()));
-    }
+    let [status_body, then_body] = [u.status, u.then].map(|change| {
+        change.map(|(status, note)| {
+            said.push((HandoffEvent::StatusChanged, Some(status), note));
+            bridge::status(request.wire_id(), status, 0, request.reply_chat_id.as_deref(), now())
+        })
+    });
     let (mut reply_body, mut reply_id) = (None, None);
     if let Some((input, attempt)) = u.reply {
         said.push((HandoffEvent::ReplySent, Some(input.outcome.status()), None));
@@ -113,7 +122,8 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
     let trace = outbox::current_trace();
     let (traceparent, tracestate) = trace.clone().map_or((None, None), |(p, s)| (Some(p), s));
     let grace = outbox::after_commit::grace().map(|g| g.as_secs_f64()).unwrap_or(0.0);
-    let status = u.status.map(|(s, _)| s.as_str());
+    let status = u.then.or(u.status).map(|(s, _)| s.as_str());
+    let changes = i32::from(u.status.is_some()) + i32::from(u.then.is_some());
     let reply_sent = u.reply.is_some();
     let journal = u.journal.filter(|(_, events)| !events.is_empty());
     if let Some((run, events)) = journal.filter(|(_, events)| events.len() > crate::journal::ROW_EVENTS) {
@@ -125,7 +135,7 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
     }
     let journal_run = journal.map(|(run, _)| run);
     let logged = crate::journal::columns(journal.map_or(&[], |(_, events)| events));
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 22] = [
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 24] = [
         &request.id,
         &status,
         &u.run_id,
@@ -148,23 +158,28 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         &logged.kinds,
         &logged.payloads,
         &logged.invocation,
+        &changes,
+        &then_body,
     ];
     let rows = crate::sql::query(
         c,
         "WITH s AS (
              UPDATE handoff_requests
                 SET status = coalesce($2::text, status),
-                    status_seq = status_seq + CASE WHEN $2::text IS NULL THEN 0 ELSE 1 END,
+                    status_seq = status_seq + $23::int4,
                     run_id = coalesce($3::uuid, run_id),
                     reply_sent_at = CASE WHEN $4::bool THEN now() ELSE reply_sent_at END,
                     updated_at = now()
               WHERE id = $1 RETURNING status_seq),
          m AS (
-             SELECT 1 AS n, $5::text || s.status_seq::text AS message_id,
-                    jsonb_set($6::jsonb, ARRAY[$17::text], to_jsonb(s.status_seq)) AS body
+             SELECT 1 AS n, $5::text || (s.status_seq - $23 + 1)::text AS message_id,
+                    jsonb_set($6::jsonb, ARRAY[$17::text], to_jsonb(s.status_seq - $23 + 1)) AS body
                FROM s WHERE $6::jsonb IS NOT NULL
              UNION ALL
-             SELECT 2, $7::text, $8::jsonb FROM s WHERE $8::jsonb IS NOT NULL),
+             SELECT 2, $5::text || s.status_seq::text, jsonb_set($24::jsonb, ARRAY[$17::text], to_jsonb(s.status_seq))
+               FROM s WHERE $24::jsonb IS NOT NULL
+             UNION ALL
+             SELECT 3, $7::text, $8::jsonb FROM s WHERE $8::jsonb IS NOT NULL),
          l AS (
              INSERT INTO handoff_log (handoff_id, types, statuses, messages)
              SELECT $1, $9::text[], $10::text[], $11::text[] WHERE cardinality($9::text[]) > 0),

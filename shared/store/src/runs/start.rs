@@ -83,7 +83,7 @@ pub async fn request_saying(
         handoffs: 0,
         run_spent: Default::default(),
     };
-    let created = spawn::invocation(c, &new, None);
+    let created = spawn::root(c, &new);
     let mut events = vec![
         Event::new(
             JournalEvent::RunCreated,
@@ -106,10 +106,15 @@ pub async fn request_saying(
     // After the root invocation (with its message): the request's row (its
     // run, and its status when announced), its events, the bridge's status
     // and the run's journal, in one statement.
-    events.extend(created.await?);
+    let (created, taken_here) = created.await?;
+    events.extend(created);
     let status = announce.then_some((HandoffStatus::Accepted, None));
+    // A root this process claims right after the commit is running from
+    // here: its claim then writes no status (a claim that finds the request
+    // already running leaves it so).
+    let then = taken_here.then_some((HandoffStatus::Running, None));
     let journal = Some((run_id, events.as_slice()));
-    let update = bridge::Update { said: &said, status, run_id: Some(run_id), reply: None, journal };
+    let update = bridge::Update { said: &said, status, then, run_id: Some(run_id), reply: None, journal };
     bridge::update(c, stored, update).await?;
     Ok(Some(run_id))
 }

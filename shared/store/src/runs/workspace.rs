@@ -10,24 +10,49 @@ use crate::{sql, Result};
 pub struct File {
     pub content: String,
     pub sha256: String,
+    /// The invocation that wrote this version (none for the host's own writes).
+    pub written_by: Option<Uuid>,
 }
 
 pub async fn read(c: &impl GenericClient, run_id: Uuid, path: &str) -> Result<Option<File>> {
     let row = sql::query_opt(
         c,
-        "SELECT content, sha256 FROM workspace_files WHERE run_id = $1 AND path = $2",
+        "SELECT content, sha256, written_by FROM workspace_files WHERE run_id = $1 AND path = $2",
         &[&run_id, &path],
     )
     .await?;
-    Ok(row.map(|r| File { content: r.get(0), sha256: r.get(1) }))
+    Ok(row.map(|r| File { content: r.get(0), sha256: r.get(1), written_by: r.get(2) }))
 }
 
-pub async fn write(c: &impl GenericClient, run_id: Uuid, path: &str, content: &str, sha256: &str) -> Result<()> {
+/// Writes a file's new version, by `writer` (an invocation, which has then
+/// seen the version it wrote: [`File::written_by`] says so, and no read mark
+/// is written) or by the host (`None`). When the version it replaces was
+/// another invocation's, that writer's knowledge of it is kept as its read
+/// mark, in the same statement: its next change is then refused as stale,
+/// not as unread, as if its own write had been marked as a read. (The
+/// replaced version is read from the statement's snapshot, not locked: the
+/// upsert below updates that row first, and a row the statement itself
+/// updated is not locked again.)
+pub async fn write(
+    c: &impl GenericClient,
+    run_id: Uuid,
+    path: &str,
+    (content, sha256): (&str, &str),
+    writer: Option<Uuid>,
+) -> Result<()> {
     sql::execute(
         c,
-        "INSERT INTO workspace_files (run_id, path, content, sha256) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (run_id, path) DO UPDATE SET content = EXCLUDED.content, sha256 = EXCLUDED.sha256, updated_at = now()",
-        &[&run_id, &path, &content, &sha256],
+        "WITH replaced AS (
+             SELECT written_by, sha256 FROM workspace_files
+              WHERE run_id = $1 AND path = $2 AND written_by IS NOT NULL AND written_by IS DISTINCT FROM $5),
+         kept AS (
+             INSERT INTO workspace_reads (invocation_id, path, sha256, whole)
+             SELECT written_by, $2, sha256, true FROM replaced
+             ON CONFLICT (invocation_id, path) DO UPDATE SET sha256 = EXCLUDED.sha256, whole = true)
+         INSERT INTO workspace_files (run_id, path, content, sha256, written_by) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (run_id, path) DO UPDATE
+            SET content = EXCLUDED.content, sha256 = EXCLUDED.sha256, written_by = EXCLUDED.written_by, updated_at = now()",
+        &[&run_id, &path, &content, &sha256, &writer],
     )
     .await?;
     Ok(())

@@ -51,7 +51,8 @@ pub(super) async fn started_events(
     evs.extend(prompt.iter().flat_map(|p| p.events.iter().cloned()));
     if inv.kind == InvocationKind::Root {
         if let Some(handoff) = run.and_then(|r| r.handoff_id.as_ref()) {
-            if let Some(request) = requests::get(c, handoff).await? {
+            // Already running when intake started the root in this process.
+            if let Some(request) = requests::get(c, handoff).await?.filter(|r| r.status != HandoffStatus::Running) {
                 bridge::status(c, &request, HandoffStatus::Running, None).await?;
             }
         }
