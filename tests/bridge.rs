@@ -41,9 +41,10 @@ async fn a_finished_run_is_replied_to_once_even_if_collected_twice() {
     until_reply(&mut replies, WAIT).await;
     fleet.stop().await;
     let run_id = env.run_of("once-1").await;
-    let outbox_before = env.scalar_i64("SELECT count(*) FROM outbox", &[]).await;
+    let queued = "SELECT count(*) FROM bridge_messages WHERE handoff_id = 'once-1'";
+    let queued_before = env.scalar_i64(queued, &[]).await;
     collector::collect(&env.pool, RunFinished { run_id }).await.unwrap();
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM outbox", &[]).await, outbox_before, "no second reply queued");
+    assert_eq!(env.scalar_i64(queued, &[]).await, queued_before, "no second reply queued");
     let sql = "SELECT count(*) FROM handoff_events WHERE handoff_id = 'once-1' AND type = $1";
     let sent = env.scalar_i64(sql, &[&HandoffEvent::ReplySent.as_str()]).await;
     assert_eq!(sent, 1);

@@ -32,7 +32,8 @@ async fn enqueue_bridge_message(env: &TestEnv, queue: &str, handoff: &str, messa
     env.db()
         .await
         .execute(
-            "INSERT INTO outbox (queue, external, message_id, correlation_id, body, mandatory) VALUES ($1, true, $2, $3, $4, true)",
+            "INSERT INTO bridge_messages (queue, external, message_id, handoff_id, body, mandatory, pending)
+             VALUES ($1, true, $2, $3, $4, true, true)",
             &[&queue, &message_id, &handoff, body],
         )
         .await
@@ -60,7 +61,7 @@ async fn a_nacked_message_is_not_overtaken_by_a_later_message_of_its_handoff() {
     enqueue_bridge_message(&env, &open, "ord-1", "reply:ord-1", &reply).await;
     let fleet = env.start(&[Role::Relay]);
     eventually(WAIT, "the status was nacked three times", || async {
-        (env.scalar_i64("SELECT coalesce(max(attempts), 0)::bigint FROM outbox", &[]).await >= 3).then_some(())
+        (env.scalar_i64("SELECT coalesce(max(attempts), 0)::bigint FROM unsent_messages", &[]).await >= 3).then_some(())
     })
     .await;
     let overtaken = env.publisher.ready_count(&open).await.unwrap();
@@ -73,7 +74,7 @@ async fn a_nacked_message_is_not_overtaken_by_a_later_message_of_its_handoff() {
     fleet.stop().await;
     assert_eq!(overtaken, 0, "the reply went out while the status before it waited for a retry");
     assert_eq!(arrived["type"], "reply");
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM outbox", &[]).await, 0);
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM unsent_messages", &[]).await, 0);
 }
 
 /// Sends `poison` to intake, then an ordinary request: the poison is

@@ -111,7 +111,7 @@ async fn the_collector_dead_letters_a_run_whose_request_language_is_corrupt_inst
     let error = dead_letter["_error"].as_str().unwrap_or_default();
     assert!(error.contains("handoff_requests lang-2: language 'xx' is not one Baton knows"), "{dead_letter}");
     assert!(quiet.is_err(), "no reply reaches the bridge");
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM outbox", &[]).await, 0);
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM unsent_messages", &[]).await, 0);
     let sent = env
         .scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'lang-2' AND reply_sent_at IS NOT NULL", &[])
         .await;

@@ -118,7 +118,7 @@ async fn manual_handoffs_wait_for_a_person_and_the_fleet_is_counted() {
 
     let counts = overview::fleet(&c).await.unwrap();
     assert_eq!((counts.invocations_running, counts.invocations_parked, counts.takeovers_last_hour), (0, 0, 0));
-    assert_eq!(counts.outbox_backlog, env.scalar_i64("SELECT count(*) FROM outbox", &[]).await);
+    assert_eq!(counts.outbox_backlog, env.scalar_i64("SELECT count(*) FROM unsent_messages", &[]).await);
 }
 
 /// Publishes `body` to a fleet queue, as a peer would.

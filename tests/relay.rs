@@ -34,7 +34,7 @@ async fn ready(env: &TestEnv, queue: &str) -> u32 {
 
 async fn until_the_outbox_is_empty(env: &TestEnv) {
     eventually(WAIT, "the outbox is empty", || async {
-        (env.scalar_i64("SELECT count(*) FROM outbox", &[]).await == 0).then_some(())
+        (env.scalar_i64("SELECT count(*) FROM unsent_messages", &[]).await == 0).then_some(())
     })
     .await;
 }
@@ -80,7 +80,7 @@ async fn a_twenty_mib_row_is_moved_aside_with_its_reason_and_the_next_run_comple
     let cut = pad.len() < MIB && pad.ends_with(truncation_note(Language::En));
     assert!(cut, "the dead letter's body is cut: {} bytes", pad.len());
     assert!(env.journal(run).await.contains(&JournalEvent::MessageDeadLettered), "the run is told");
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM outbox", &[]).await, 0, "nothing stays behind");
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM unsent_messages", &[]).await, 0, "nothing stays behind");
 }
 
 #[tokio::test]
@@ -171,8 +171,8 @@ async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_roo
     let request = serde_json::to_vec(&sample_request_json("full-1", "docs_agent", "en")).unwrap();
     env.send_raw(&request, Some(&full)).await;
     eventually(WAIT, "the run finished and its reply waits in the outbox", || async {
-        let waiting =
-            env.scalar_i64("SELECT count(*) FROM outbox WHERE attempts > 0 AND correlation_id = 'full-1'", &[]).await;
+        let waiting = "SELECT count(*) FROM bridge_messages WHERE pending AND attempts > 0 AND handoff_id = 'full-1'";
+        let waiting = env.scalar_i64(waiting, &[]).await;
         let replied = env
             .scalar_i64("SELECT count(*) FROM handoff_requests WHERE id = 'full-1' AND reply_sent_at IS NOT NULL", &[])
             .await;

@@ -123,7 +123,7 @@ async fn delete_trails(c: &impl GenericClient, ids: &[String]) -> Result<()> {
     for statement in [
         "DELETE FROM questions WHERE handoff_id = ANY($1)",
         "DELETE FROM handoff_log WHERE handoff_id = ANY($1)",
-        "DELETE FROM bridge_messages WHERE handoff_id = ANY($1)",
+        "DELETE FROM bridge_messages WHERE handoff_id = ANY($1) AND NOT pending",
         "DELETE FROM callbacks WHERE handoff_id = ANY($1)",
         "DELETE FROM bridge_answers WHERE handoff_id = ANY($1)",
         "DELETE FROM bridge_cancels WHERE handoff_id = ANY($1)",

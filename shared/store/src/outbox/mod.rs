@@ -1,8 +1,15 @@
 //! The transactional outbox: a message is a row committed with the change
-//! that caused it; the relay publishes it and deletes it after the confirm.
+//! that caused it; a publisher sends it and settles it after the confirm.
+//!
+//! A fleet message is an `outbox` row, deleted once confirmed. A message to
+//! a bridge is a `bridge_messages` row, written once: pending until
+//! confirmed, then marked sent and kept for operators. Both tables take
+//! their ids from one sequence, so an id names one row in either, and the
+//! functions here that settle ids ([`delete`], [`give_back`],
+//! [`retry_later`]) look in both.
 //!
 //! - [`after_commit`]: rows a role publishes itself right after the commit that wrote them.
-//! - [`sent`]: a copy of every bridge message queued, kept for operators after the row is gone.
+//! - [`sent`]: what each bridge was sent, as operators read it.
 
 pub mod after_commit;
 pub mod sent;
@@ -152,21 +159,19 @@ pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {
         &tracestate,
         &grace,
     ];
-    let queued = sql::query_one(
-        c,
-        "INSERT INTO outbox (queue, external, message_id, correlation_id, body, mandatory, traceparent, tracestate, next_attempt_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + make_interval(secs => $9)) RETURNING id",
-        &params,
-    );
-    // A bridge's message (it carries its handoff id) is also kept for
-    // operators, pipelined beside the outbox row.
-    let kept = async {
-        match &m.correlation_id {
-            Some(handoff) => sent::record(c, handoff, m.message_id.as_deref(), &m.queue, &m.body).await,
-            None => Ok(()),
+    // A bridge's message (it carries its handoff id) is written once, where
+    // operators read it, pending until it is sent.
+    let statement = match m.correlation_id {
+        Some(_) => {
+            "INSERT INTO bridge_messages (queue, external, message_id, handoff_id, body, mandatory, traceparent, tracestate, next_attempt_at, pending)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + make_interval(secs => $9), true) RETURNING id"
+        }
+        None => {
+            "INSERT INTO outbox (queue, external, message_id, correlation_id, body, mandatory, traceparent, tracestate, next_attempt_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + make_interval(secs => $9)) RETURNING id"
         }
     };
-    let (queued, ()) = tokio::try_join!(queued, kept)?;
+    let queued = sql::query_one(c, statement, &params).await?;
     if grace > 0.0 {
         after_commit::wrote(Row { id: queued.get(0), attempts: 0, message: m.clone(), trace });
     }
@@ -193,7 +198,7 @@ pub struct Row {
 /// beside an earlier one could be taken while the earlier one is nacked, and
 /// a bridge would hear a reply before the status that came first.
 pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> {
-    let rows = sql::query(
+    let fleet = sql::query(
         c,
         "SELECT id, queue, external, message_id, correlation_id, body, mandatory, attempts, traceparent, tracestate FROM outbox o
           WHERE next_attempt_at <= now()
@@ -202,8 +207,19 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
         &[&limit],
     )
     .await?;
-    Ok(rows
+    let bridge = sql::query(
+        c,
+        "SELECT id, queue, external, message_id, handoff_id, body, mandatory, attempts, traceparent, tracestate
+           FROM bridge_messages b
+          WHERE pending AND next_attempt_at <= now()
+            AND NOT EXISTS (SELECT 1 FROM bridge_messages w WHERE w.pending AND w.handoff_id = b.handoff_id AND w.id < b.id)
+          ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+        &[&limit],
+    )
+    .await?;
+    let mut rows: Vec<Row> = fleet
         .iter()
+        .chain(&bridge)
         .map(|r| Row {
             id: r.get(0),
             message: Message {
@@ -217,26 +233,36 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
             attempts: r.get(7),
             trace: r.get::<_, Option<String>>(8).map(|p| (p, r.get(9))),
         })
-        .collect())
+        .collect();
+    rows.sort_by_key(|r| r.id);
+    Ok(rows)
 }
 
-/// Deletes rows the broker took (or that were moved aside).
+/// Settles rows the broker took (or that were moved aside): a fleet
+/// message's row is deleted, a bridge message is marked sent.
 pub async fn delete(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
     if !ids.is_empty() {
-        sql::execute(c, "DELETE FROM outbox WHERE id = ANY($1)", &[&ids]).await?;
+        sql::execute(
+            c,
+            "WITH fleet AS (DELETE FROM outbox WHERE id = ANY($1))
+             UPDATE bridge_messages SET pending = false WHERE id = ANY($1) AND pending",
+            &[&ids],
+        )
+        .await?;
     }
     Ok(())
 }
 
-/// Of rows this process wrote and wants to publish itself, those it may
-/// publish now, locked for this transaction: the oldest left of their
-/// handoff (as [`take_batch`] decides), and not being published by the relay.
+/// Of the bridge messages this process wrote and wants to publish itself,
+/// those it may publish now, locked for this transaction: the oldest left
+/// of their handoff (as [`take_batch`] decides), and not being published by
+/// the relay.
 pub async fn take_own(c: &impl GenericClient, ids: &[i64]) -> Result<Vec<i64>> {
     let rows = sql::query(
         c,
-        "SELECT id FROM outbox o
-          WHERE id = ANY($1)
-            AND NOT EXISTS (SELECT 1 FROM outbox w WHERE w.correlation_id = o.correlation_id AND w.id < o.id)
+        "SELECT id FROM bridge_messages b
+          WHERE id = ANY($1) AND pending
+            AND NOT EXISTS (SELECT 1 FROM bridge_messages w WHERE w.pending AND w.handoff_id = b.handoff_id AND w.id < b.id)
           ORDER BY id FOR UPDATE SKIP LOCKED",
         &[&ids],
     )
@@ -248,7 +274,13 @@ pub async fn take_own(c: &impl GenericClient, ids: &[i64]) -> Result<Vec<i64>> {
 /// body to cut, a broken channel), and wakes it.
 pub async fn give_back(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
     if !ids.is_empty() {
-        sql::execute(c, "UPDATE outbox SET next_attempt_at = now() WHERE id = ANY($1)", &[&ids]).await?;
+        sql::execute(
+            c,
+            "WITH fleet AS (UPDATE outbox SET next_attempt_at = now() WHERE id = ANY($1))
+             UPDATE bridge_messages SET next_attempt_at = now() WHERE id = ANY($1) AND pending",
+            &[&ids],
+        )
+        .await?;
         sql::execute(c, "SELECT pg_notify('baton_outbox', '')", &[]).await?;
     }
     Ok(())
@@ -258,8 +290,11 @@ pub async fn give_back(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
 pub async fn retry_later(c: &impl GenericClient, id: i64, delay: std::time::Duration, error: &str) -> Result<()> {
     sql::execute(
         c,
-        "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2), last_error = $3
-          WHERE id = $1",
+        "WITH fleet AS (
+             UPDATE outbox SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2), last_error = $3
+              WHERE id = $1)
+         UPDATE bridge_messages SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2), last_error = $3
+          WHERE id = $1 AND pending",
         &[&id, &delay.as_secs_f64(), &error],
     )
     .await?;
@@ -302,7 +337,7 @@ pub async fn note_for_run(
 }
 
 pub async fn pending(c: &impl GenericClient) -> Result<i64> {
-    Ok(sql::query_one(c, "SELECT count(*) FROM outbox", &[]).await?.get(0))
+    Ok(sql::query_one(c, "SELECT count(*) FROM unsent_messages", &[]).await?.get(0))
 }
 
 #[cfg(test)]

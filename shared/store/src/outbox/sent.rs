@@ -1,6 +1,6 @@
-//! What each bridge was sent: a copy of every bridge message the outbox
-//! queues, kept after the relay has published and deleted the row, so an
-//! operator can read statuses and replies exactly as they left.
+//! What each bridge was sent: every bridge message, kept after it was
+//! published (its row is marked sent, not deleted), so an operator can read
+//! statuses and replies exactly as they left.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -14,23 +14,6 @@ pub struct Sent {
     pub queue: String,
     pub body: Value,
     pub at: DateTime<Utc>,
-}
-
-/// Keeps a copy of a message queued for `handoff_id`'s bridge.
-pub async fn record(
-    c: &impl GenericClient,
-    handoff_id: &str,
-    message_id: Option<&str>,
-    queue: &str,
-    body: &Value,
-) -> Result<()> {
-    sql::execute(
-        c,
-        "INSERT INTO bridge_messages (handoff_id, message_id, queue, body) VALUES ($1, $2, $3, $4)",
-        &[&handoff_id, &message_id, &queue, body],
-    )
-    .await?;
-    Ok(())
 }
 
 /// A handoff's messages in the order they were queued.

@@ -51,11 +51,11 @@ pub async fn live(c: &impl GenericClient) -> Result<Live> {
     })
 }
 
-/// Rows waiting in the outbox, and the oldest one's age in seconds (0 when empty).
+/// Messages not yet sent (fleet and bridge), and the oldest one's age in seconds (0 when empty).
 pub async fn outbox(c: &impl GenericClient) -> Result<(i64, f64)> {
     let row = sql::query_one(
         c,
-        "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at))::float8, 0) FROM outbox",
+        "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at))::float8, 0) FROM unsent_messages",
         &[],
     )
     .await?;

@@ -296,8 +296,8 @@ pub async fn fleet(c: &impl GenericClient) -> Result<FleetCounts> {
                 (SELECT count(*) FROM invocations WHERE status = $3),
                 (SELECT count(*) FROM handoff_requests WHERE status = $4 AND reply_sent_at IS NULL),
                 (SELECT count(*) FROM invocations WHERE taken_over_at > now() - interval '1 hour'),
-                (SELECT count(*) FROM outbox),
-                (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM outbox)",
+                (SELECT count(*) FROM unsent_messages),
+                (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM unsent_messages)",
         &[
             &InvocationStatus::Created.as_str(),
             &InvocationStatus::Running.as_str(),

@@ -87,9 +87,9 @@ pub async fn reply_at(
 
 /// Writes `u` for the request in one statement: the request row once (its
 /// status and the status's sequence number, its run, `reply_sent_at`), the
-/// events as one `handoff_log` row, and each message to the bridge as an
-/// outbox row and its copy for operators (`bridge_messages`), in order (the
-/// status before the reply). The status's sequence number is the row's
+/// events as one `handoff_log` row, and each message to the bridge as a
+/// pending `bridge_messages` row (the outbox of bridge messages, kept for
+/// operators once sent), in order (the status before the reply). The status's sequence number is the row's
 /// own, taken by the same statement under the row's lock; the status's body
 /// and message id get it there.
 pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) -> crate::Result<()> {
@@ -183,14 +183,12 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
          l AS (
              INSERT INTO handoff_log (handoff_id, types, statuses, messages)
              SELECT $1, $9::text[], $10::text[], $11::text[] WHERE cardinality($9::text[]) > 0),
-         b AS (
-             INSERT INTO bridge_messages (handoff_id, message_id, queue, body)
-             SELECT $1, message_id, $12, body FROM m ORDER BY n),
          j AS (
              INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
              SELECT $18, $22::uuid, $19::uuid[], $20::text[]::journal_event[], $21::json WHERE $18::uuid IS NOT NULL)
-         INSERT INTO outbox (queue, external, message_id, correlation_id, body, mandatory, traceparent, tracestate, next_attempt_at)
-         SELECT $12, $13, message_id, $1, body, true, $14, $15, now() + make_interval(secs => $16::float8)
+         INSERT INTO bridge_messages (handoff_id, message_id, queue, body, external, mandatory, traceparent, tracestate,
+                                      next_attempt_at, pending)
+         SELECT $1, message_id, $12, body, $13, true, $14, $15, now() + make_interval(secs => $16::float8), true
            FROM m ORDER BY n
          RETURNING id, message_id, body",
         &params,
