@@ -208,6 +208,26 @@ async fn the_next_agent_receives_a_rendered_markdown_brief() {
     }
 }
 
+/// A run's root stores no brief (V39): its row reads it back rendered from
+/// the run's stored request, and that is what its model read.
+#[tokio::test]
+async fn a_root_stores_no_brief_and_reads_back_the_one_rendered_from_its_request() {
+    let (env, run) = example_run("root-brief-1").await;
+    let c = env.db().await;
+    let stored =
+        "SELECT count(*) FROM invocations WHERE run_id = $1 AND kind = 'root' AND brief IS NULL AND handoff IS NULL";
+    assert_eq!(env.scalar_i64(stored, &[&run]).await, 1, "the root's row holds no brief");
+    let body: serde_json::Value =
+        c.query_one("SELECT body FROM handoff_requests WHERE id = 'root-brief-1'", &[]).await.unwrap().get(0);
+    let request: baton_domain::protocol::request::HandoffRequest = serde_json::from_value(body).unwrap();
+    let expected = baton_domain::profiles::brief::render_request_brief(&request);
+    let root = &baton_store::invocations::for_run(&c, run).await.unwrap()[0];
+    assert_eq!(root.brief, expected);
+    assert!(root.brief.starts_with("# Request") && root.brief.contains(request.user_intent.trim()), "{}", root.brief);
+    let steps = baton_store::invocations::steps::load(&c, root.id).await.unwrap();
+    assert_eq!(steps[0].payload["messages"][1]["content"], expected.as_str(), "the model read that brief");
+}
+
 /// A later stage may finish on an earlier stage's commit (docs/concepts.md#handoff).
 #[tokio::test]
 async fn agent_handoff_continues_after_prior_commit() {

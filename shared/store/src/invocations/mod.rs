@@ -11,7 +11,8 @@ pub mod tasks;
 
 use std::time::Duration;
 
-use baton_domain::profiles::brief::render_handoff_brief;
+use baton_domain::profiles::brief::{render_handoff_brief, render_request_brief};
+use baton_domain::protocol::request::HandoffRequest;
 use baton_domain::protocol::request::Priority;
 use baton_domain::run::state::{InvocationKind, InvocationStatus, RunStatus};
 use baton_domain::tools::delegation::{AwaitSpec, Budget};
@@ -94,22 +95,34 @@ pub enum NewBrief<'a> {
     /// A handoff stage's task, the brief its predecessor gave
     /// `agent_handoff`: stored as given, rendered when read (V30).
     Handoff(&'a serde_json::Map<String, Value>),
+    /// A run's root: nothing stored, rendered from the run's request (as the
+    /// disclosure policy left it) when read (V39).
+    Request,
 }
 
 /// The invocation's columns [`from_row`] reads, [`COLUMN_COUNT`] of them.
 pub(crate) const COLUMNS: &str =
     "i.id, i.run_id, i.parent_invocation_id, i.incoming_task_id, i.profile_id, i.kind, i.status, i.brief, \
      i.claim_epoch, i.budget, i.deadline_at, i.tokens_used, i.await_spec, i.takeovers, \
-     (SELECT r.priority FROM runs r WHERE r.id = i.run_id), i.handoff, i.handoffs";
-pub(crate) const COLUMN_COUNT: usize = 17;
+     (SELECT r.priority FROM runs r WHERE r.id = i.run_id), i.handoff, i.handoffs, \
+     CASE WHEN i.brief IS NULL AND i.handoff IS NULL THEN \
+          (SELECT h.body FROM runs r JOIN handoff_requests h ON h.id = r.handoff_id WHERE r.id = i.run_id) END";
+pub(crate) const COLUMN_COUNT: usize = 18;
 
 pub(crate) fn from_row(row: &Row) -> Result<Invocation> {
     let id: Uuid = row.get(0);
     let at = RowOf { table: "invocations", id: &id };
-    let brief = match (row.get::<_, Option<String>>(7), row.get::<_, Option<Value>>(15)) {
-        (Some(brief), _) => brief,
-        (None, Some(Value::Object(given))) => render_handoff_brief(&given),
-        (None, _) => return Err(Error::Corrupt(format!("invocations {id}: neither a brief nor a handoff's task"))),
+    let brief = match (row.get::<_, Option<String>>(7), row.get::<_, Option<Value>>(15), row.get(17)) {
+        (Some(brief), _, _) => brief,
+        (None, Some(Value::Object(given)), _) => render_handoff_brief(&given),
+        (None, None, Some(request)) => {
+            render_request_brief(&serde_json::from_value::<HandoffRequest>(request).map_err(|e| {
+                Error::Corrupt(format!("invocations {id}: its run's request cannot be read for its brief: {e}"))
+            })?)
+        }
+        (None, _, _) => {
+            return Err(Error::Corrupt(format!("invocations {id}: neither a brief, a handoff's task nor a request")))
+        }
     };
     Ok(Invocation {
         id,
@@ -154,6 +167,7 @@ impl<'a> Inserted<'a> {
         let (brief, handoff) = match new.brief {
             NewBrief::Text(text) => (Some(text), None),
             NewBrief::Handoff(given) => (None, Some(Value::Object(given.clone()))),
+            NewBrief::Request => (None, None),
         };
         let budget = new.budget.map(serde_json::to_value).transpose()?;
         Ok(Self { new, brief, handoff, budget, kind: new.kind.as_str(), exit_policy: new.kind.exit_policy().as_str() })

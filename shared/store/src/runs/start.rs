@@ -3,7 +3,6 @@
 //! request on arrival; the run lifecycle starts a conversation's next one
 //! when its live run ends, in the same transaction.
 
-use baton_domain::profiles::brief::render_request_brief;
 use baton_domain::profiles::Profile;
 use baton_domain::protocol::bridge::ReplyInput;
 use baton_domain::protocol::contract::ErrorCode;
@@ -69,7 +68,6 @@ pub async fn request_saying(
     };
     // The run first: its invocation's message reads the run's priority.
     runs::insert_with_budget(c, run_id, Some(&request.id), &profile.id, Some(&budget)).await?;
-    let brief = render_request_brief(request);
     let new = NewInvocation {
         id: root,
         run_id,
@@ -77,7 +75,8 @@ pub async fn request_saying(
         incoming_task_id: None,
         profile_id: &profile.id,
         kind: InvocationKind::Root,
-        brief: NewBrief::Text(&brief),
+        // Rendered from the stored request when the row is read.
+        brief: NewBrief::Request,
         budget: None,
         deadline_at: None,
         handoffs: 0,
