@@ -20,7 +20,9 @@ pub struct Sent {
 pub async fn for_handoff(c: &impl GenericClient, handoff_id: &str) -> Result<Vec<Sent>> {
     let rows = sql::query(
         c,
-        "SELECT message_id, queue, body, created_at FROM bridge_messages WHERE handoff_id = $1 ORDER BY id",
+        // Sent and pending messages are indexed apart (V40).
+        "SELECT message_id, queue, body, created_at FROM bridge_messages
+          WHERE handoff_id = $1 AND (NOT pending OR pending) ORDER BY id",
         &[&handoff_id],
     )
     .await?;
