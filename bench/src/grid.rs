@@ -106,13 +106,21 @@ async fn start_workers(bench: &mut Bench, count: usize) -> anyhow::Result<u32> {
     Ok(first.unwrap_or_default())
 }
 
-/// A few chains on each side first: connections opened, statements prepared.
+/// Hops of the warm-up, on each side.
+const WARM_UP_HOPS: usize = 1000;
+
+/// Chains on each side first: connections opened, statements prepared, and
+/// tables that are not empty, analyzed.
 async fn warm_up(bench: &Bench, workers: usize) -> anyhow::Result<()> {
     say(&format!("{workers} worker process(es) per side: warming up"));
     for side in [Side::Raw, Side::Baton] {
         let spec = Spec { side, chain: Chain::EndToEnd, workers, in_flight: 16 };
-        cell::run(bench, spec, &vec![], 64, Duration::from_secs(5)).await?;
+        cell::run(bench, spec, &vec![], WARM_UP_HOPS, Duration::from_secs(30)).await?;
     }
+    // What autovacuum does within a running fleet's first minute: the
+    // planner sees the tables' sizes, and plans cached while they were
+    // empty are made again.
+    baton_store::client(&bench.pool).await?.batch_execute("ANALYZE").await?;
     Ok(())
 }
 

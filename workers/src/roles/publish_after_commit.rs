@@ -165,6 +165,11 @@ impl Worker {
                 rows.iter().filter(|(_, r)| r.message.correlation_id.is_some()).map(|(_, r)| r.id).collect();
             let mut client = db(&self.pool).await?;
             let tx = begin(&mut client).await?;
+            // These statements name a few ids in an array; Postgres would
+            // plan them afresh at every call (a custom plan for each array
+            // looks cheaper than one plan for any), and their generic plans
+            // are the primary key's lookups anyway.
+            tx.batch_execute("SET LOCAL plan_cache_mode = force_generic_plan").await?;
             let free = outbox::take_own(&tx, &bridge).await?;
             let (ready, later): (Vec<_>, Vec<_>) =
                 rows.into_iter().partition(|(_, r)| r.message.correlation_id.is_none() || free.contains(&r.id));

@@ -6,7 +6,10 @@
 //! confirmed, then marked sent and kept for operators. Both tables take
 //! their ids from one sequence, so an id names one row in either, and the
 //! functions here that settle ids ([`delete`], [`give_back`],
-//! [`retry_later`]) look in both.
+//! [`retry_later`]) look in both. They find a pending bridge message by
+//! its id through the primary key: `pending IS NOT FALSE` (the column is
+//! never null) keeps the planner off `bridge_messages_pending`, whose
+//! entries for messages sent since the last vacuum a scan would walk.
 //!
 //! - [`after_commit`]: rows a role publishes itself right after the commit that wrote them.
 //! - [`sent`]: what each bridge was sent, as operators read it.
@@ -245,7 +248,7 @@ pub async fn delete(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
         sql::execute(
             c,
             "WITH fleet AS (DELETE FROM outbox WHERE id = ANY($1))
-             UPDATE bridge_messages SET pending = false WHERE id = ANY($1) AND pending",
+             UPDATE bridge_messages SET pending = false WHERE id = ANY($1) AND pending IS NOT FALSE",
             &[&ids],
         )
         .await?;
@@ -261,7 +264,7 @@ pub async fn take_own(c: &impl GenericClient, ids: &[i64]) -> Result<Vec<i64>> {
     let rows = sql::query(
         c,
         "SELECT id FROM bridge_messages b
-          WHERE id = ANY($1) AND pending
+          WHERE id = ANY($1) AND pending IS NOT FALSE
             AND NOT EXISTS (SELECT 1 FROM bridge_messages w WHERE w.pending AND w.handoff_id = b.handoff_id AND w.id < b.id)
           ORDER BY id FOR UPDATE SKIP LOCKED",
         &[&ids],
@@ -277,7 +280,7 @@ pub async fn give_back(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
         sql::execute(
             c,
             "WITH fleet AS (UPDATE outbox SET next_attempt_at = now() WHERE id = ANY($1))
-             UPDATE bridge_messages SET next_attempt_at = now() WHERE id = ANY($1) AND pending",
+             UPDATE bridge_messages SET next_attempt_at = now() WHERE id = ANY($1) AND pending IS NOT FALSE",
             &[&ids],
         )
         .await?;
@@ -294,7 +297,7 @@ pub async fn retry_later(c: &impl GenericClient, id: i64, delay: std::time::Dura
              UPDATE outbox SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2), last_error = $3
               WHERE id = $1)
          UPDATE bridge_messages SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2), last_error = $3
-          WHERE id = $1 AND pending",
+          WHERE id = $1 AND pending IS NOT FALSE",
         &[&id, &delay.as_secs_f64(), &error],
     )
     .await?;
