@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use baton_domain::protocol::request::HandoffStatus;
 use baton_domain::run::state::{InvocationKind, RunStatus, TaskStatus};
 use deadpool_postgres::GenericClient;
 use uuid::Uuid;
@@ -26,6 +27,10 @@ pub struct ClaimStart {
     pub task_started: Option<Uuid>,
     /// The claim is not written yet (see [`claim_start`]).
     pub deferred: bool,
+    /// A root's first claim whose request is `running` already (intake
+    /// started the root in its own process and said so): the claim says
+    /// nothing more to the bridge, and need not read the request.
+    pub request_running: bool,
 }
 
 /// [`invocations::claim`], with its [`ClaimFacts`] and every read a claim's start needs, in one
@@ -67,7 +72,9 @@ pub async fn claim_start(
          SELECT c.*,
                 CASE WHEN c.kind = $10 THEN (SELECT id FROM started)
                      WHEN c.claim_epoch = 1 THEN c.incoming_task_id END,
-                {RUN_COLUMNS}, {FIGURES}, (SELECT version FROM profiles_version)
+                {RUN_COLUMNS}, {FIGURES}, (SELECT version FROM profiles_version),
+                CASE WHEN c.kind = 'root' AND c.claim_epoch = 1
+                     THEN (SELECT h.status = $12 FROM handoff_requests h WHERE h.id = r.handoff_id) END
            FROM c JOIN runs r ON r.id = c.run_id, {owner_spend}",
         owner_spend = budgets::owner_spend("CASE WHEN c.kind = $10 THEN c.parent_invocation_id ELSE c.id END"),
     );
@@ -76,6 +83,7 @@ pub async fn claim_start(
     // A delegated task's row starts with its child's first claim; a handoff
     // stage's task has no row (V30): its first claim starts it.
     let child = InvocationKind::Child.as_str();
+    let request_running = HandoffStatus::Running.as_str();
     let params: sql::Params = &[
         &id,
         &owner,
@@ -88,12 +96,14 @@ pub async fn claim_start(
         &running,
         &child,
         &deferrable,
+        &request_running,
     ];
     let Some(row) = sql::query_opt(c, &sql, params).await? else {
         return Ok(None);
     };
     // The invocation's columns and the claim's three facts, then the task,
-    // the run (9 columns), its spend (5) and the version.
+    // the run (9 columns), its spend (5), the version and, for a root's
+    // first claim, whether its request is running.
     let n = invocations::COLUMN_COUNT;
     Ok(Some(ClaimStart {
         inv: invocations::from_row(&row)?,
@@ -103,5 +113,6 @@ pub async fn claim_start(
         run: runs::run_at(&row, n + 4)?,
         spend: budgets::spend_at(&row, n + 13)?,
         profiles_version: row.get(n + 18),
+        request_running: row.get::<_, Option<bool>>(n + 19).unwrap_or(false),
     }))
 }

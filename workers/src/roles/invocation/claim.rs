@@ -29,13 +29,15 @@ pub(super) async fn first_start(
     Ok(Some((task_started, Opening::read(c, inv, profiles).await?)))
 }
 
-/// The journal (and, for a root's first start, the bridge status) of a claim.
+/// The journal (and, for a root's first start, the bridge status, unless
+/// the request is `running` already: `request_running`) of a claim.
 pub(super) async fn started_events(
     c: &impl GenericClient,
     inv: &Invocation,
     worker: &str,
     first: &Option<(Option<uuid::Uuid>, Option<Opening>)>,
     run: Option<&runs::Run>,
+    request_running: bool,
 ) -> anyhow::Result<Vec<Event>> {
     let id = Some(inv.id);
     let Some((task, prompt)) = first else {
@@ -49,9 +51,9 @@ pub(super) async fn started_events(
     // The invocation's kind and agent are its row's (every reader joins it).
     evs.push(Event::new(JournalEvent::InvocationStarted, id, json!({"worker": worker})));
     evs.extend(prompt.iter().flat_map(|p| p.events.iter().cloned()));
-    if inv.kind == InvocationKind::Root {
+    if inv.kind == InvocationKind::Root && !request_running {
         if let Some(handoff) = run.and_then(|r| r.handoff_id.as_ref()) {
-            // Already running when intake started the root in this process.
+            // A request the claim's read found running gets no second `running`.
             if let Some(request) = requests::get(c, handoff).await?.filter(|r| r.status != HandoffStatus::Running) {
                 bridge::status(c, &request, HandoffStatus::Running, None).await?;
             }

@@ -449,8 +449,16 @@ impl Worker {
             tracing::info!(invocation = %message.invocation_id, "nothing to claim");
             return Ok(None);
         };
-        let baton_store::claims::ClaimStart { inv, facts, run, spend, profiles_version, task_started, deferred } =
-            start;
+        let baton_store::claims::ClaimStart {
+            inv,
+            facts,
+            run,
+            spend,
+            profiles_version,
+            task_started,
+            deferred,
+            request_running,
+        } = start;
         let deferred = deferred.then_some(DeferredClaim { owner, lease });
         if inv.takeovers > self.settings.max_takeovers {
             // A stage whose workers keep dying stops here instead of looping.
@@ -461,7 +469,7 @@ impl Worker {
         }
         let profiles = self.profiles.at(tx, profiles_version).await?;
         let first = first_start(tx, &inv, task_started, &profiles).await?;
-        let evs = started_events(tx, &inv, &self.settings.worker_id, &first, Some(&run)).await?;
+        let evs = started_events(tx, &inv, &self.settings.worker_id, &first, Some(&run), request_running).await?;
         // A first claim's prompt and start events are written by the runner,
         // which may take the first turn in this transaction too.
         let preloaded = match first {
