@@ -217,7 +217,7 @@ async fn a_root_stores_no_brief_and_reads_back_the_one_rendered_from_its_request
     let stored =
         "SELECT count(*) FROM invocations WHERE run_id = $1 AND kind = 'root' AND brief IS NULL AND handoff IS NULL";
     assert_eq!(env.scalar_i64(stored, &[&run]).await, 1, "the root's row holds no brief");
-    let body: serde_json::Value =
+    let body: Value =
         c.query_one("SELECT body FROM handoff_requests WHERE id = 'root-brief-1'", &[]).await.unwrap().get(0);
     let request: baton_domain::protocol::request::HandoffRequest = serde_json::from_value(body).unwrap();
     let expected = baton_domain::profiles::brief::render_request_brief(&request);
