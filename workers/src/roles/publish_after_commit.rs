@@ -8,16 +8,19 @@
 //! Only the plain case is handled here. A row that needs more (a body to
 //! cut or refuse, a nack, a return, a broken channel) is handed to the relay
 //! at once, which settles it with its full rules. A bridge message is
-//! published only when no earlier message of its handoff is left in the
-//! outbox, under the same row lock the relay takes; one that has to wait
-//! for an earlier one is tried again for a while, then left to the relay.
+//! published only when no earlier message of its handoff is left pending
+//! (this process counts those it has seen confirmed as sent before it marks
+//! them); one that has to wait for an earlier one is tried again for a
+//! while, then left to the relay. Nothing is locked: the relay takes a
+//! message only after its grace, by when its writer has published it or is
+//! gone.
 
 use std::time::Duration;
 
 use baton_bus::{Connection, Publisher, Settled};
 use baton_store::after_commit::Publishing;
 use baton_store::outbox::{self, Row};
-use baton_store::{begin, client as db, commit, Pool};
+use baton_store::{client as db, Pool};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -32,10 +35,11 @@ const BATCH: usize = 512;
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a bridge message waiting for an earlier one of its handoff is tried again.
 const RECHECK: Duration = Duration::from_millis(10);
-/// Confirmed rows that need no ordering wait this long at most, so that one
-/// statement (and one commit) deletes many: until then the relay leaves them
-/// alone anyway (their grace is seconds), and a crash meanwhile only means
-/// the relay publishes them again, which a hint's reader takes in its stride.
+/// Confirmed rows wait this long at most, so that one statement (and one
+/// commit) settles many (deletes a fleet row, marks a bridge message sent):
+/// until then the relay leaves them alone anyway (their grace is seconds),
+/// and a crash meanwhile only means the relay publishes them again, which a
+/// hint's reader takes in its stride and a bridge knows by its message id.
 const DELETE_EVERY: Duration = Duration::from_millis(25);
 
 /// A running in-process publisher; [`PublishAfterCommit::stop`] ends it.
@@ -91,7 +95,8 @@ struct Worker {
     /// Bridge messages waiting for an earlier message of their handoff, with
     /// when they were first tried.
     waiting: Vec<(Instant, Row)>,
-    /// Rows published and confirmed, to be deleted together by `delete_at`.
+    /// Rows published and confirmed, to be settled together by `delete_at`
+    /// (a later message of a bridge message's handoff may go meanwhile).
     confirmed: Vec<i64>,
     delete_at: Option<Instant>,
 }
@@ -132,7 +137,7 @@ impl Worker {
     }
 
     /// Publishes the rows (and the bridge messages whose turn has come),
-    /// deletes those confirmed, and hands the others to the relay.
+    /// keeps those confirmed to be settled, and hands the others to the relay.
     async fn flush(&mut self, fresh: Vec<Row>) -> anyhow::Result<()> {
         let now = Instant::now();
         // A message waiting longer than this is the relay's, which takes it
@@ -143,45 +148,35 @@ impl Worker {
             .filter(|(since, _)| now.duration_since(*since) < patience)
             .collect();
         rows.extend(fresh.into_iter().map(|row| (now, row)));
-        if rows.iter().all(|(_, r)| r.message.correlation_id.is_none()) {
-            let rows: Vec<Row> = rows.into_iter().map(|(_, row)| row).collect();
-            let (done, refused) = self.publish(&rows).await?;
-            self.confirmed.extend(done);
-            if self.confirmed.len() >= BATCH {
-                self.delete_confirmed().await?;
-            } else if !self.confirmed.is_empty() {
-                self.delete_at.get_or_insert_with(|| Instant::now() + DELETE_EVERY);
-            }
-            if !refused.is_empty() {
-                outbox::give_back(&db(&self.pool).await?, &refused).await?;
-            }
-            return Ok(());
-        }
         // Bridge messages leave in their handoff's order, each only when no
-        // earlier one is left (under the row lock the relay takes too): a
-        // round that sends one may free the next.
+        // earlier one is left pending (or confirmed here and not yet marked
+        // sent): a round that sends one may free the next.
         loop {
             let bridge: Vec<i64> =
                 rows.iter().filter(|(_, r)| r.message.correlation_id.is_some()).map(|(_, r)| r.id).collect();
-            let mut client = db(&self.pool).await?;
-            let tx = begin(&mut client).await?;
-            // These statements name a few ids in an array; Postgres would
-            // plan them afresh at every call (a custom plan for each array
-            // looks cheaper than one plan for any), and their generic plans
-            // are the primary key's lookups anyway.
-            tx.batch_execute("SET LOCAL plan_cache_mode = force_generic_plan").await?;
-            let free = outbox::take_own(&tx, &bridge).await?;
+            let free = match bridge.is_empty() {
+                true => vec![],
+                false => outbox::ready_to_send(&db(&self.pool).await?, &bridge, &self.confirmed).await?,
+            };
             let (ready, later): (Vec<_>, Vec<_>) =
                 rows.into_iter().partition(|(_, r)| r.message.correlation_id.is_none() || free.contains(&r.id));
             let ready: Vec<Row> = ready.into_iter().map(|(_, row)| row).collect();
             let (done, refused) = self.publish(&ready).await?;
-            outbox::delete(&tx, &done).await?;
-            outbox::give_back(&tx, &refused).await?;
-            commit(tx).await?;
+            // Marked sent (a bridge message) or deleted (a fleet row) with
+            // the next batch, in one statement.
+            self.confirmed.extend(done);
+            if !refused.is_empty() {
+                outbox::give_back(&db(&self.pool).await?, &refused).await?;
+            }
             rows = later;
             if rows.is_empty() || free.is_empty() {
                 break;
             }
+        }
+        if self.confirmed.len() >= BATCH {
+            self.delete_confirmed().await?;
+        } else if !self.confirmed.is_empty() {
+            self.delete_at.get_or_insert_with(|| Instant::now() + DELETE_EVERY);
         }
         self.waiting = rows;
         Ok(())

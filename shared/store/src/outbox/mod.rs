@@ -9,7 +9,11 @@
 //! [`retry_later`]) look in both. They find a pending bridge message by
 //! its id through the primary key: `pending IS NOT FALSE` (the column is
 //! never null) keeps the planner off `bridge_messages_pending`, whose
-//! entries for messages sent since the last vacuum a scan would walk.
+//! entries for messages sent since the last vacuum a scan would walk. A
+//! list of ids is read as `ARRAY(SELECT unnest($1))`: Postgres then costs
+//! the statement alike for any list, so it keeps one plan for it, where it
+//! would plan `= ANY($1)` afresh at every call (each list's own plan looks
+//! cheaper than one plan for any).
 //!
 //! - [`after_commit`]: rows a role publishes itself right after the commit that wrote them.
 //! - [`sent`]: what each bridge was sent, as operators read it.
@@ -247,8 +251,9 @@ pub async fn delete(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
     if !ids.is_empty() {
         sql::execute(
             c,
-            "WITH fleet AS (DELETE FROM outbox WHERE id = ANY($1))
-             UPDATE bridge_messages SET pending = false WHERE id = ANY($1) AND pending IS NOT FALSE",
+            "WITH fleet AS (DELETE FROM outbox WHERE id = ANY(ARRAY(SELECT unnest($1::int8[]))))
+             UPDATE bridge_messages SET pending = false
+              WHERE id = ANY(ARRAY(SELECT unnest($1::int8[]))) AND pending IS NOT FALSE",
             &[&ids],
         )
         .await?;
@@ -257,17 +262,22 @@ pub async fn delete(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
 }
 
 /// Of the bridge messages this process wrote and wants to publish itself,
-/// those it may publish now, locked for this transaction: the oldest left
-/// of their handoff (as [`take_batch`] decides), and not being published by
-/// the relay.
-pub async fn take_own(c: &impl GenericClient, ids: &[i64]) -> Result<Vec<i64>> {
+/// those it may publish now: the oldest left pending of their handoff (as
+/// [`take_batch`] decides), counting as sent those of `sent` (confirmed by
+/// the broker, not yet marked). Nothing is locked: the relay takes a
+/// message only once its grace has passed, by when its writer has published
+/// it or is gone, and a message published by both is a duplicate a bridge
+/// already expects (its `message_id` is the same).
+pub async fn ready_to_send(c: &impl GenericClient, ids: &[i64], sent: &[i64]) -> Result<Vec<i64>> {
     let rows = sql::query(
         c,
         "SELECT id FROM bridge_messages b
-          WHERE id = ANY($1) AND pending IS NOT FALSE
-            AND NOT EXISTS (SELECT 1 FROM bridge_messages w WHERE w.pending AND w.handoff_id = b.handoff_id AND w.id < b.id)
-          ORDER BY id FOR UPDATE SKIP LOCKED",
-        &[&ids],
+          WHERE id = ANY(ARRAY(SELECT unnest($1::int8[]))) AND pending IS NOT FALSE
+            AND NOT EXISTS (SELECT 1 FROM bridge_messages w
+                             WHERE w.pending AND w.handoff_id = b.handoff_id AND w.id < b.id
+                               AND w.id <> ALL(ARRAY(SELECT unnest($2::int8[]))))
+          ORDER BY id",
+        &[&ids, &sent],
     )
     .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
@@ -279,8 +289,9 @@ pub async fn give_back(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
     if !ids.is_empty() {
         sql::execute(
             c,
-            "WITH fleet AS (UPDATE outbox SET next_attempt_at = now() WHERE id = ANY($1))
-             UPDATE bridge_messages SET next_attempt_at = now() WHERE id = ANY($1) AND pending IS NOT FALSE",
+            "WITH fleet AS (UPDATE outbox SET next_attempt_at = now() WHERE id = ANY(ARRAY(SELECT unnest($1::int8[]))))
+             UPDATE bridge_messages SET next_attempt_at = now()
+              WHERE id = ANY(ARRAY(SELECT unnest($1::int8[]))) AND pending IS NOT FALSE",
             &[&ids],
         )
         .await?;
