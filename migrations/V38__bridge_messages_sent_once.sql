@@ -29,25 +29,36 @@ DROP SEQUENCE bridge_messages_id_seq;
 
 -- A bridge message still queued in the outbox moves to its copy (the copy
 -- takes a new id, still after every earlier message of its handoff), in
--- the order they were queued.
+-- the order they were queued. The queued rows of one handoff and message
+-- id are the newest copies of that id, in order (each queued row was
+-- written with its copy); a queued row with no copy left (written before
+-- V18, or pruned) becomes a new row.
 DO $$
 DECLARE
     m record;
 BEGIN
     FOR m IN
-        SELECT b.id AS copy, o.*
-          FROM outbox o
-          JOIN LATERAL (SELECT id FROM bridge_messages b
-                         WHERE b.handoff_id = o.correlation_id AND b.message_id IS NOT DISTINCT FROM o.message_id
-                         ORDER BY id DESC LIMIT 1) b ON true
-         WHERE o.correlation_id IS NOT NULL
-         ORDER BY o.id
+        WITH q AS (SELECT o.*, row_number() OVER (PARTITION BY o.correlation_id, o.message_id ORDER BY o.id DESC) AS k
+                     FROM outbox o WHERE o.correlation_id IS NOT NULL),
+             c AS (SELECT b.id AS copy, b.handoff_id, b.message_id,
+                          row_number() OVER (PARTITION BY b.handoff_id, b.message_id ORDER BY b.id DESC) AS k
+                     FROM bridge_messages b)
+        SELECT q.*, c.copy FROM q
+          LEFT JOIN c ON c.handoff_id = q.correlation_id AND c.message_id IS NOT DISTINCT FROM q.message_id AND c.k = q.k
+         ORDER BY q.id
     LOOP
-        UPDATE bridge_messages
-           SET id = nextval('outbox_id_seq'), pending = true, external = m.external, mandatory = m.mandatory,
-               attempts = m.attempts, next_attempt_at = m.next_attempt_at, last_error = m.last_error,
-               traceparent = m.traceparent, tracestate = m.tracestate
-         WHERE id = m.copy;
+        IF m.copy IS NOT NULL THEN
+            UPDATE bridge_messages
+               SET id = nextval('outbox_id_seq'), pending = true, external = m.external, mandatory = m.mandatory,
+                   attempts = m.attempts, next_attempt_at = m.next_attempt_at, last_error = m.last_error,
+                   traceparent = m.traceparent, tracestate = m.tracestate
+             WHERE id = m.copy;
+        ELSE
+            INSERT INTO bridge_messages (handoff_id, message_id, queue, body, created_at, pending, external, mandatory,
+                                         attempts, next_attempt_at, last_error, traceparent, tracestate)
+            VALUES (m.correlation_id, m.message_id, m.queue, m.body, m.created_at, true, m.external, m.mandatory,
+                    m.attempts, m.next_attempt_at, m.last_error, m.traceparent, m.tracestate);
+        END IF;
         DELETE FROM outbox WHERE id = m.id;
     END LOOP;
 END $$;

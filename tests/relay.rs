@@ -290,3 +290,42 @@ async fn queued_invocations_without_workers_are_not_multiplied() {
     // N queued, then re-sends after about 0, 2 and 6 s (backoff from the grace).
     assert!((2 * N..=5 * N).contains(&taken), "{taken} messages in 12 leases for {N} lost invocations");
 }
+
+/// Bridge messages still queued as outbox rows when V38 runs (a fleet
+/// stopped with messages unsent) move to their copies in `bridge_messages`,
+/// in order, and the relay sends them from there: two messages of one
+/// handoff, the second with the same id as a copy already sent, and one
+/// whose copy was pruned.
+#[tokio::test]
+async fn bridge_messages_queued_in_the_outbox_before_v38_are_sent_from_bridge_messages_in_order() {
+    let env = TestEnv::migrated_to(37).await;
+    let c = env.db().await;
+    let queue = &env.reply_queue;
+    let copies = "INSERT INTO bridge_messages (handoff_id, message_id, queue, body) VALUES
+                      ('old-1', 'status:old-1:1', $1, '{\"seq\": 1, \"n\": \"sent before\"}'),
+                      ('old-1', 'status:old-1:1', $1, '{\"seq\": 1, \"n\": \"queued first\"}'),
+                      ('old-1', 'status:old-1:2', $1, '{\"seq\": 2, \"n\": \"queued second\"}')";
+    c.execute(copies, &[queue]).await.unwrap();
+    let queued = "INSERT INTO outbox (queue, external, message_id, correlation_id, body, mandatory) VALUES
+                      ($1, true, 'status:old-1:1', 'old-1', '{\"seq\": 1, \"n\": \"queued first\"}', true),
+                      ($1, true, 'status:old-1:2', 'old-1', '{\"seq\": 2, \"n\": \"queued second\"}', true),
+                      ($1, true, 'status:old-2:1', 'old-2', '{\"seq\": 1, \"n\": \"no copy\"}', true)";
+    c.execute(queued, &[queue]).await.unwrap();
+    baton_store::migrate(&env.pool).await.unwrap();
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM outbox", &[]).await, 0, "every bridge row moved");
+    let pending = "SELECT count(*) FROM bridge_messages WHERE pending";
+    assert_eq!(env.scalar_i64(pending, &[]).await, 3, "the two queued copies and a new row for the one without");
+    let fleet = env.start(&[Role::Relay]);
+    let mut replies = env.consume(queue).await;
+    let mut seen = vec![];
+    for _ in 0..3 {
+        seen.push(next_json(&mut replies, WAIT).await["n"].as_str().unwrap().to_string());
+    }
+    until_the_outbox_is_empty(&env).await;
+    fleet.stop().await;
+    let old_1: Vec<&str> = seen.iter().map(String::as_str).filter(|n| *n != "no copy").collect();
+    assert_eq!(old_1, ["queued first", "queued second"], "one handoff's messages in the order they were queued");
+    assert!(seen.iter().any(|n| n == "no copy"), "{seen:?}");
+    let kept = "SELECT count(*) FROM bridge_messages WHERE NOT pending";
+    assert_eq!(env.scalar_i64(kept, &[]).await, 4, "each message kept, marked sent");
+}

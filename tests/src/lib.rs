@@ -50,6 +50,16 @@ const DEFAULT_DB: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 impl TestEnv {
     pub async fn new() -> Self {
+        Self::migrated(None).await
+    }
+
+    /// A test environment whose database has the migrations up to
+    /// `version` only (a test of a migration's data move runs the rest).
+    pub async fn migrated_to(version: i32) -> Self {
+        Self::migrated(Some(version)).await
+    }
+
+    async fn migrated(version: Option<i32>) -> Self {
         let id = Uuid::new_v4().simple().to_string();
         let db_name = format!("baton_test_{}", &id[..16]);
         let admin_url = std::env::var("TEST_ADMIN_DATABASE_URL").unwrap_or_else(|_| DEFAULT_DB.to_string());
@@ -62,7 +72,10 @@ impl TestEnv {
         settings.worker_id = format!("test-{}", &id[..6]);
         baton_store::ensure_database(&settings.database_url).await.expect("create test database");
         let pool = baton_store::pool(&settings.database_url, 4).unwrap();
-        baton_store::migrate(&pool).await.expect("migrate");
+        match version {
+            Some(version) => baton_store::migrate_to(&pool, version).await.expect("migrate"),
+            None => baton_store::migrate(&pool).await.expect("migrate"),
+        };
         let conn = baton_bus::connect(&settings.amqp_url, "baton-test").await.expect("connect to RabbitMQ");
         settings.queues().declare(&conn).await.unwrap();
         let channel = conn.create_channel().await.unwrap();

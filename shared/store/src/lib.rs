@@ -59,7 +59,7 @@ pub use connect::{begin, client, commit, discard, pool, pool_with, SessionConfig
 pub use deadpool_postgres::{Client, GenericClient, Pool, PoolError, Transaction};
 pub use error::{transient_pool, transient_postgres, transient_sqlstate, Error};
 pub use outbox::after_commit;
-pub use schema::{ensure_database, migrate};
+pub use schema::{ensure_database, migrate, migrate_to};
 pub use tokio_postgres;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -35,6 +35,15 @@ pub async fn migrate(pool: &Pool) -> Result<usize> {
     Ok(report?.applied_migrations().len())
 }
 
+/// Applies the embedded migrations up to `version` only, as [`migrate`]
+/// does all of them: a test of a migration's data move fills the schema as
+/// it was before the migration, then runs [`migrate`].
+pub async fn migrate_to(pool: &Pool, version: i32) -> Result<usize> {
+    let mut client = pool.get().await?;
+    let runner = embedded::migrations::runner().set_target(refinery::Target::Version(version.into()));
+    Ok(runner.run_async(&mut **client).await?.applied_migrations().len())
+}
+
 /// Creates the database named in `database_url` if it does not exist, by
 /// connecting to the server's `postgres` database.
 pub async fn ensure_database(database_url: &str) -> Result<()> {
