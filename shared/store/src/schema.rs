@@ -40,7 +40,7 @@ pub async fn migrate(pool: &Pool) -> Result<usize> {
 /// it was before the migration, then runs [`migrate`].
 pub async fn migrate_to(pool: &Pool, version: i32) -> Result<usize> {
     let mut client = pool.get().await?;
-    let runner = embedded::migrations::runner().set_target(refinery::Target::Version(version.into()));
+    let runner = embedded::migrations::runner().set_target(refinery::Target::Version(version));
     Ok(runner.run_async(&mut **client).await?.applied_migrations().len())
 }
 
