@@ -180,6 +180,10 @@ async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_roo
     })
     .await;
     assert!(env.handoff_events("full-1").await.contains(&HandoffEvent::DeliveryDelayed));
+    // What an operator reads of it meanwhile (the console's run page).
+    let sent = baton_store::outbox::sent::for_handoff(&env.db().await, "full-1").await.unwrap();
+    let waiting = sent.iter().find(|m| m.pending).expect("a message not sent yet");
+    assert!(waiting.last_error.is_some(), "with the broker's refusal: {:?}", waiting.message_id);
     // Room again: the bridge drains its queue.
     let mut consumer = env.consume(&full).await;
     let mut seen = vec![];

@@ -159,6 +159,9 @@ pub struct BridgeMessage {
     pub seq: Option<i64>,
     pub parts: Vec<String>,
     pub body: String,
+    /// Not yet confirmed by the broker, and why if it refused it.
+    pub pending: bool,
+    pub last_error: Option<String>,
 }
 
 /// Everything the run page shows, read in one go.
@@ -462,6 +465,8 @@ fn bridge_message(m: &baton_store::outbox::sent::Sent) -> BridgeMessage {
             .map(|ps| ps.iter().map(|p| clip(&text_of(p), 20_000)).collect())
             .unwrap_or_default(),
         body: pretty(b),
+        pending: m.pending,
+        last_error: m.last_error.clone(),
     }
 }
 
