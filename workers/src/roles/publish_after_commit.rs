@@ -188,7 +188,7 @@ impl Worker {
     async fn delete_confirmed(&mut self) -> anyhow::Result<()> {
         self.delete_at = None;
         if !self.confirmed.is_empty() {
-            outbox::delete(&db(&self.pool).await?, &self.confirmed).await?;
+            outbox::settle(&db(&self.pool).await?, &self.confirmed).await?;
             self.confirmed.clear();
         }
         Ok(())

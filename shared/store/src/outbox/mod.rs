@@ -5,7 +5,7 @@
 //! a bridge is a `bridge_messages` row, written once: pending until
 //! confirmed, then marked sent and kept for operators. Both tables take
 //! their ids from one sequence, so an id names one row in either, and the
-//! functions here that settle ids ([`delete`], [`give_back`],
+//! functions here that settle ids ([`settle`], [`give_back`],
 //! [`retry_later`]) look in both. They find a pending bridge message by
 //! its id through the primary key: `pending IS NOT FALSE` (the column is
 //! never null) keeps the planner off `bridge_messages_pending`, whose
@@ -247,7 +247,7 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
 
 /// Settles rows the broker took (or that were moved aside): a fleet
 /// message's row is deleted, a bridge message is marked sent.
-pub async fn delete(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
+pub async fn settle(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
     if !ids.is_empty() {
         sql::execute(
             c,

@@ -89,9 +89,9 @@ pub async fn reply_at(
 /// status and the status's sequence number, its run, `reply_sent_at`), the
 /// events as one `handoff_log` row, and each message to the bridge as a
 /// pending `bridge_messages` row (the outbox of bridge messages, kept for
-/// operators once sent), in order (the status before the reply). The status's sequence number is the row's
-/// own, taken by the same statement under the row's lock; the status's body
-/// and message id get it there.
+/// operators once sent), in order (the statuses before the reply). A
+/// status's sequence number is the row's own, taken by the same statement
+/// under the row's lock; the status's body and message id get it there.
 pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) -> crate::Result<()> {
     let u = match u.status {
         None => Update { status: u.then, then: None, ..u },

@@ -53,8 +53,7 @@ pub(super) async fn started_events(
     evs.extend(prompt.iter().flat_map(|p| p.events.iter().cloned()));
     if inv.kind == InvocationKind::Root && !request_running {
         if let Some(handoff) = run.and_then(|r| r.handoff_id.as_ref()) {
-            // A request the claim's read found running gets no second `running`.
-            if let Some(request) = requests::get(c, handoff).await?.filter(|r| r.status != HandoffStatus::Running) {
+            if let Some(request) = requests::get(c, handoff).await? {
                 bridge::status(c, &request, HandoffStatus::Running, None).await?;
             }
         }

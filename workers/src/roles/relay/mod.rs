@@ -176,7 +176,7 @@ impl Relay {
                 done.push(row.id);
             }
         }
-        outbox::delete(&tx, &done).await?;
+        outbox::settle(&tx, &done).await?;
         commit(tx).await?;
         Ok(rows.len())
     }
