@@ -97,7 +97,7 @@ struct Worker {
     waiting: Vec<(Instant, Row)>,
     /// Rows published and confirmed, to be settled together by `delete_at`
     /// (a later message of a bridge message's handoff may go meanwhile).
-    confirmed: Vec<i64>,
+    confirmed: Vec<outbox::Key>,
     delete_at: Option<Instant>,
 }
 
@@ -152,8 +152,8 @@ impl Worker {
         // earlier one is left pending (or confirmed here and not yet marked
         // sent): a round that sends one may free the next.
         loop {
-            let bridge: Vec<i64> =
-                rows.iter().filter(|(_, r)| r.message.correlation_id.is_some()).map(|(_, r)| r.id).collect();
+            let bridge: Vec<outbox::Key> =
+                rows.iter().filter(|(_, r)| r.message.correlation_id.is_some()).map(|(_, r)| r.key()).collect();
             let free = match bridge.is_empty() {
                 true => vec![],
                 false => outbox::ready_to_send(&db(&self.pool).await?, &bridge, &self.confirmed).await?,
@@ -194,7 +194,7 @@ impl Worker {
         Ok(())
     }
 
-    async fn publish(&mut self, rows: &[Row]) -> anyhow::Result<(Vec<i64>, Vec<i64>)> {
+    async fn publish(&mut self, rows: &[Row]) -> anyhow::Result<(Vec<outbox::Key>, Vec<outbox::Key>)> {
         let (mut done, mut refused) = (vec![], vec![]);
         let prepared = rows
             .iter()
@@ -204,7 +204,7 @@ impl Worker {
         let mut sent = vec![];
         for (row, p) in rows.iter().zip(&prepared) {
             if !p.is_plain() {
-                refused.push(row.id);
+                refused.push(row.key());
                 continue;
             }
             match self.publisher.send(&outgoing(&row.message, p)).await {
@@ -218,9 +218,9 @@ impl Worker {
             match tokio::time::timeout_at(deadline, pending.settled()).await {
                 Ok(Ok(Settled::Confirmed)) => {
                     crate::metrics::bridge_message_sent(&row.message.body);
-                    done.push(row.id);
+                    done.push(row.key());
                 }
-                _ => refused.push(row.id),
+                _ => refused.push(row.key()),
             }
         }
         crate::metrics::relay_published(started.elapsed());

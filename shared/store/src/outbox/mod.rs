@@ -4,16 +4,16 @@
 //! A fleet message is an `outbox` row, deleted once confirmed. A message to
 //! a bridge is a `bridge_messages` row, written once: pending until
 //! confirmed, then marked sent and kept for operators. Both tables take
-//! their ids from one sequence, so an id names one row in either, and the
-//! functions here that settle ids ([`settle`], [`give_back`],
-//! [`retry_later`]) look in both. They find a pending bridge message by
-//! its id through the primary key: `pending IS NOT FALSE` (the column is
-//! never null) keeps the planner off `bridge_messages_pending`, whose
-//! entries for messages sent since the last vacuum a scan would walk. A
-//! list of ids is read as `ARRAY(SELECT unnest($1))`: Postgres then costs
-//! the statement alike for any list, so it keeps one plan for it, where it
-//! would plan `= ANY($1)` afresh at every call (each list's own plan looks
-//! cheaper than one plan for any).
+//! their ids from one sequence, so an id names one row in either. The
+//! functions here that settle messages ([`settle`], [`give_back`],
+//! [`retry_later`]) take each message's [`Key`]: a fleet row is found by its
+//! id, a bridge message by its handoff and id in `bridge_messages_pending`
+//! (the table has no primary key: every index without a predicate would
+//! take a second entry at the row's one update, V41). A list of ids is read
+//! as `ARRAY(SELECT unnest($1))`: Postgres then costs the statement alike
+//! for any list, so it keeps one plan for it, where it would plan
+//! `= ANY($1)` afresh at every call (each list's own plan looks cheaper than
+//! one plan for any).
 //!
 //! - [`after_commit`]: rows a role publishes itself right after the commit that wrote them.
 //! - [`sent`]: what each bridge was sent, as operators read it.
@@ -195,6 +195,36 @@ pub struct Row {
     pub trace: Option<Trace>,
 }
 
+/// Which message to settle: its id, and for a message to a bridge its
+/// handoff (the key it is found by, V41).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    pub id: i64,
+    pub handoff: Option<String>,
+}
+
+impl Row {
+    pub fn key(&self) -> Key {
+        Key { id: self.id, handoff: self.message.correlation_id.clone() }
+    }
+}
+
+/// The keys as statement parameters: fleet ids, then each bridge message's
+/// handoff and id.
+fn split(keys: &[Key]) -> (Vec<i64>, Vec<&str>, Vec<i64>) {
+    let (mut fleet, mut handoffs, mut ids) = (vec![], vec![], vec![]);
+    for key in keys {
+        match &key.handoff {
+            Some(handoff) => {
+                handoffs.push(handoff.as_str());
+                ids.push(key.id);
+            }
+            None => fleet.push(key.id),
+        }
+    }
+    (fleet, handoffs, ids)
+}
+
 /// Takes the oldest rows that are due, locked for this transaction (the
 /// caller deletes or reschedules each, then commits; rolling back puts them
 /// back). Concurrent relays skip each other's rows.
@@ -247,37 +277,42 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
 
 /// Settles rows the broker took (or that were moved aside): a fleet
 /// message's row is deleted, a bridge message is marked sent.
-pub async fn settle(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
-    if !ids.is_empty() {
-        sql::execute(
-            c,
-            "WITH fleet AS (DELETE FROM outbox WHERE id = ANY(ARRAY(SELECT unnest($1::int8[]))))
-             UPDATE bridge_messages SET pending = false
-              WHERE id = ANY(ARRAY(SELECT unnest($1::int8[]))) AND pending IS NOT FALSE",
-            &[&ids],
-        )
-        .await?;
+pub async fn settle(c: &impl GenericClient, keys: &[Key]) -> Result<()> {
+    if keys.is_empty() {
+        return Ok(());
     }
+    let (fleet, handoffs, ids) = split(keys);
+    sql::execute(
+        c,
+        "WITH fleet AS (DELETE FROM outbox WHERE id = ANY(ARRAY(SELECT unnest($1::int8[]))))
+         UPDATE bridge_messages b SET pending = false
+           FROM unnest($2::text[], $3::int8[]) AS k(handoff_id, id)
+          WHERE b.pending AND b.handoff_id = k.handoff_id AND b.id = k.id",
+        &[&fleet, &handoffs, &ids],
+    )
+    .await?;
     Ok(())
 }
 
 /// Of the bridge messages this process wrote and wants to publish itself,
-/// those it may publish now: the oldest left pending of their handoff (as
-/// [`take_batch`] decides), counting as sent those of `sent` (confirmed by
-/// the broker, not yet marked). Nothing is locked: the relay takes a
-/// message only once its grace has passed, by when its writer has published
-/// it or is gone, and a message published by both is a duplicate a bridge
-/// already expects (its `message_id` is the same).
-pub async fn ready_to_send(c: &impl GenericClient, ids: &[i64], sent: &[i64]) -> Result<Vec<i64>> {
+/// those it may publish now (their ids): the oldest left pending of their
+/// handoff (as [`take_batch`] decides), counting as sent those of `sent`
+/// (confirmed by the broker, not yet marked). Nothing is locked: the relay
+/// takes a message only once its grace has passed, by when its writer has
+/// published it or is gone, and a message published by both is a duplicate
+/// a bridge already expects (its `message_id` is the same).
+pub async fn ready_to_send(c: &impl GenericClient, keys: &[Key], sent: &[Key]) -> Result<Vec<i64>> {
+    let (_, handoffs, ids) = split(keys);
+    let sent: Vec<i64> = sent.iter().map(|k| k.id).collect();
     let rows = sql::query(
         c,
-        "SELECT id FROM bridge_messages b
-          WHERE id = ANY(ARRAY(SELECT unnest($1::int8[]))) AND pending IS NOT FALSE
-            AND NOT EXISTS (SELECT 1 FROM bridge_messages w
+        "SELECT b.id FROM unnest($1::text[], $2::int8[]) AS k(handoff_id, id)
+           JOIN bridge_messages b ON b.pending AND b.handoff_id = k.handoff_id AND b.id = k.id
+          WHERE NOT EXISTS (SELECT 1 FROM bridge_messages w
                              WHERE w.pending AND w.handoff_id = b.handoff_id AND w.id < b.id
-                               AND w.id <> ALL(ARRAY(SELECT unnest($2::int8[]))))
-          ORDER BY id",
-        &[&ids, &sent],
+                               AND w.id <> ALL(ARRAY(SELECT unnest($3::int8[]))))
+          ORDER BY b.id",
+        &[&handoffs, &ids, &sent],
     )
     .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
@@ -285,33 +320,37 @@ pub async fn ready_to_send(c: &impl GenericClient, ids: &[i64], sent: &[i64]) ->
 
 /// Hands rows this process could not publish to the relay now (a nack, a
 /// body to cut, a broken channel), and wakes it.
-pub async fn give_back(c: &impl GenericClient, ids: &[i64]) -> Result<()> {
-    if !ids.is_empty() {
-        sql::execute(
-            c,
-            "WITH fleet AS (UPDATE outbox SET next_attempt_at = now() WHERE id = ANY(ARRAY(SELECT unnest($1::int8[]))))
-             UPDATE bridge_messages SET next_attempt_at = now()
-              WHERE id = ANY(ARRAY(SELECT unnest($1::int8[]))) AND pending IS NOT FALSE",
-            &[&ids],
-        )
-        .await?;
-        sql::execute(c, "SELECT pg_notify('baton_outbox', '')", &[]).await?;
+pub async fn give_back(c: &impl GenericClient, keys: &[Key]) -> Result<()> {
+    if keys.is_empty() {
+        return Ok(());
     }
+    let (fleet, handoffs, ids) = split(keys);
+    sql::execute(
+        c,
+        "WITH fleet AS (UPDATE outbox SET next_attempt_at = now() WHERE id = ANY(ARRAY(SELECT unnest($1::int8[]))))
+         UPDATE bridge_messages b SET next_attempt_at = now()
+           FROM unnest($2::text[], $3::int8[]) AS k(handoff_id, id)
+          WHERE b.pending AND b.handoff_id = k.handoff_id AND b.id = k.id",
+        &[&fleet, &handoffs, &ids],
+    )
+    .await?;
+    sql::execute(c, "SELECT pg_notify('baton_outbox', '')", &[]).await?;
     Ok(())
 }
 
 /// Keeps a row the broker refused for now, to try again after `delay`.
-pub async fn retry_later(c: &impl GenericClient, id: i64, delay: std::time::Duration, error: &str) -> Result<()> {
-    sql::execute(
-        c,
-        "WITH fleet AS (
-             UPDATE outbox SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2), last_error = $3
-              WHERE id = $1)
-         UPDATE bridge_messages SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2), last_error = $3
-          WHERE id = $1 AND pending IS NOT FALSE",
-        &[&id, &delay.as_secs_f64(), &error],
-    )
-    .await?;
+pub async fn retry_later(c: &impl GenericClient, key: &Key, delay: std::time::Duration, error: &str) -> Result<()> {
+    let statement = match key.handoff {
+        None => {
+            "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2), last_error = $3
+              WHERE id = $1 AND $4::text IS NULL"
+        }
+        Some(_) => {
+            "UPDATE bridge_messages SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2), last_error = $3
+              WHERE pending AND handoff_id = $4 AND id = $1"
+        }
+    };
+    sql::execute(c, statement, &[&key.id, &delay.as_secs_f64(), &error, &key.handoff]).await?;
     Ok(())
 }
 

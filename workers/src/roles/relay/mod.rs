@@ -173,7 +173,7 @@ impl Relay {
         let mut done = vec![];
         for ((row, prepared), fate) in rows.iter().zip(&prepared).zip(fates) {
             if self.record(&tx, row, prepared, fate).await? {
-                done.push(row.id);
+                done.push(row.key());
             }
         }
         outbox::settle(&tx, &done).await?;
@@ -260,7 +260,7 @@ impl Relay {
                 let attempt = u32::try_from(row.attempts).unwrap_or(0).saturating_add(1);
                 let delay = bound::backoff(attempt, self.settings.relay_poll, self.settings.outbox_retry_max());
                 tracing::warn!(queue = %p.queue, attempt, ?delay, reason, "the broker refused a message for now; retrying later");
-                outbox::retry_later(tx, row.id, delay, &reason).await?;
+                outbox::retry_later(tx, &row.key(), delay, &reason).await?;
                 if let (1, Some(handoff)) = (attempt, &m.correlation_id) {
                     let note = format!("delivery delayed, retrying: {reason}");
                     outbox::note_for_request(tx, handoff, HandoffEvent::DeliveryDelayed, &note).await?;

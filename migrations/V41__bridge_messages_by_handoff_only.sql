@@ -1,0 +1,11 @@
+-- Issue 23, the lean hop: `bridge_messages` loses its primary key.
+--
+-- A bridge message's one update (marked sent) cannot be a HOT update: it
+-- moves the row from `bridge_messages_pending` to `bridge_messages_by_handoff`
+-- (V40). Every index without a predicate therefore takes a second entry for
+-- the row, so the primary key cost two index entries per message (128 bytes
+-- of WAL, of about 900), and nothing needs it: every reader and writer of a
+-- message knows its handoff, and finds it by `(handoff_id, id)` in one of the
+-- two partial indexes (pending, or sent). The id stays unique, as the
+-- outbox's sequence gives it (shared with `outbox`, V38).
+ALTER TABLE bridge_messages DROP CONSTRAINT bridge_messages_pkey;
