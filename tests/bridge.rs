@@ -125,7 +125,7 @@ async fn old_finished_runs_are_pruned_and_their_request_still_counts_as_seen() {
     env.run_request("old-1").await;
     let run = env.run_of("old-1").await;
     let c = env.db().await;
-    c.execute("UPDATE runs SET finished_at = now() - interval '40 days' WHERE id = $1", &[&run]).await.unwrap();
+    c.execute("UPDATE runs SET created_at = now() - interval '40 days', finished_at = now() - interval '40 days' WHERE id = $1", &[&run]).await.unwrap();
     assert_eq!(baton::operator::prune_runs(&env.pool, Duration::from_secs(30 * 86_400), 1).await.unwrap().runs, 1);
     for table in [
         "runs WHERE id",

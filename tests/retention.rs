@@ -125,7 +125,7 @@ async fn a_pruned_database_holds_nothing_of_the_pruned_runs_in_any_table_and_kee
     }
     // Forty days pass for the old ones.
     c.batch_execute(
-        "UPDATE runs SET finished_at = now() - interval '40 days' WHERE handoff_id = 'ret-old';
+        "UPDATE runs SET created_at = now() - interval '40 days', finished_at = now() - interval '40 days' WHERE handoff_id = 'ret-old';
          UPDATE handoff_requests SET reply_sent_at = now() - interval '40 days' WHERE id IN ('ret-old', 'ret-refused');
          UPDATE bridge_answers SET received_at = now() - interval '40 days' WHERE id IN ('ret-ans-old', 'ret-ans-ghost');
          UPDATE conversations SET updated_at = now() - interval '40 days' WHERE key IN ('ret-chat-old', 'ret-chat-refused');

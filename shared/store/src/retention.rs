@@ -65,10 +65,14 @@ pub async fn prune(c: &impl GenericClient, older_than: Duration, limit: i64) -> 
 async fn old_runs(c: &impl GenericClient, secs: f64, limit: i64) -> Result<Vec<Uuid>> {
     let rows = sql::query(
         c,
-        "SELECT id FROM runs WHERE status <> $3 AND finished_at < now() - make_interval(secs => $1)
+        // By age of creation (`runs_by_created`): a run finished before the
+        // cutoff was created before it (V42).
+        "SELECT id FROM runs
+          WHERE created_at < now() - make_interval(secs => $1)
+            AND status <> $3 AND finished_at < now() - make_interval(secs => $1)
             -- never a run whose bridge has not been told yet
             AND NOT EXISTS (SELECT 1 FROM handoff_requests h WHERE h.run_id = runs.id AND h.reply_sent_at IS NULL)
-          ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+          ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED",
         &[&secs, &limit, &RUNNING],
     )
     .await?;
