@@ -157,12 +157,19 @@ async fn a_run_is_answered_by_the_transaction_that_ends_it_with_no_collector_run
     assert_eq!(log_rows(&env, "answered-1").await, 2, "intake's and the answer's: none from the root's claim");
 }
 
-/// The status messages a handoff's bridge was sent, as "seq status".
+/// The status messages a handoff's bridge was sent, as "seq status", read
+/// as operators read them (a status row keeps its status and number, and
+/// its body is rendered from them, V43).
 async fn statuses(env: &TestEnv, handoff_id: &str) -> Vec<String> {
-    let c = env.db().await;
-    let sent = "SELECT (body->>'seq') || ' ' || (body->>'status') FROM bridge_messages
-                 WHERE handoff_id = $1 AND body->>'type' = 'status' ORDER BY id";
-    c.query(sent, &[&handoff_id]).await.unwrap().iter().map(|r| r.get(0)).collect()
+    let sent = baton_store::outbox::sent::for_handoff(&env.db().await, handoff_id).await.unwrap();
+    sent.iter()
+        .filter(|m| m.body["type"] == "status")
+        .map(|m| {
+            let id = format!("status:{handoff_id}:{}", m.body["seq"]);
+            assert_eq!(m.message_id.as_deref(), Some(id.as_str()), "a status's message id names its number");
+            format!("{} {}", m.body["seq"], m.body["status"].as_str().unwrap())
+        })
+        .collect()
 }
 
 /// How many statements wrote the handoff's events (one `handoff_log` row each).

@@ -244,19 +244,20 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
         &[&limit],
     )
     .await?;
+    // A status is rendered from its row and its request's (V43).
     let bridge = sql::query(
         c,
-        "SELECT id, queue, external, message_id, handoff_id, body, mandatory, attempts, traceparent, tracestate
-           FROM bridge_messages b
-          WHERE pending AND next_attempt_at <= now()
+        "SELECT b.id, b.queue, b.external, b.mandatory, b.attempts, b.traceparent, b.tracestate, b.message_id,
+                b.handoff_id, b.body, b.status, b.seq, b.created_at, h.bridge_id, h.reply_chat_id
+           FROM bridge_messages b LEFT JOIN handoff_requests h ON b.body IS NULL AND h.id = b.handoff_id
+          WHERE b.pending AND b.next_attempt_at <= now()
             AND NOT EXISTS (SELECT 1 FROM bridge_messages w WHERE w.pending AND w.handoff_id = b.handoff_id AND w.id < b.id)
-          ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+          ORDER BY b.id LIMIT $1 FOR UPDATE OF b SKIP LOCKED",
         &[&limit],
     )
     .await?;
     let mut rows: Vec<Row> = fleet
         .iter()
-        .chain(&bridge)
         .map(|r| Row {
             id: r.get(0),
             message: Message {
@@ -271,6 +272,22 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
             trace: r.get::<_, Option<String>>(8).map(|p| (p, r.get(9))),
         })
         .collect();
+    for r in &bridge {
+        let (message_id, body) = sent::rendered(r, 7)?;
+        rows.push(Row {
+            id: r.get(0),
+            message: Message {
+                queue: r.get(1),
+                external: r.get(2),
+                message_id,
+                correlation_id: r.get(8),
+                body,
+                mandatory: r.get(3),
+            },
+            attempts: r.get(4),
+            trace: r.get::<_, Option<String>>(5).map(|p| (p, r.get(6))),
+        });
+    }
     rows.sort_by_key(|r| r.id);
     Ok(rows)
 }

@@ -6,6 +6,10 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
+use baton_domain::protocol::request::HandoffStatus;
+
+use crate::decode::RowOf;
+use crate::requests::bridge::status_message;
 use crate::{sql, Result};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -25,20 +29,34 @@ pub async fn for_handoff(c: &impl GenericClient, handoff_id: &str) -> Result<Vec
     let rows = sql::query(
         c,
         // Sent and pending messages are indexed apart (V40).
-        "SELECT message_id, queue, body, created_at, pending, last_error FROM bridge_messages
-          WHERE handoff_id = $1 AND (NOT pending OR pending) ORDER BY id",
+        "SELECT b.queue, b.created_at, b.pending, b.last_error, b.message_id, b.handoff_id, b.body, b.status, b.seq,
+                b.created_at, h.bridge_id, h.reply_chat_id
+           FROM bridge_messages b LEFT JOIN handoff_requests h ON b.body IS NULL AND h.id = b.handoff_id
+          WHERE b.handoff_id = $1 AND (NOT b.pending OR b.pending) ORDER BY b.id",
         &[&handoff_id],
     )
     .await?;
-    Ok(rows
-        .iter()
-        .map(|r| Sent {
-            message_id: r.get(0),
-            queue: r.get(1),
-            body: r.get(2),
-            at: r.get(3),
-            pending: r.get(4),
-            last_error: r.get(5),
+    rows.iter()
+        .map(|r| {
+            let (message_id, body) = rendered(r, 4)?;
+            Ok(Sent { message_id, queue: r.get(0), body, at: r.get(1), pending: r.get(2), last_error: r.get(3) })
         })
-        .collect())
+        .collect()
+}
+
+/// A bridge message's id and body as sent, from a row whose columns from
+/// `from` on are its `message_id, handoff_id, body, status, seq,
+/// created_at` and its request's `bridge_id, reply_chat_id`: a status keeps
+/// only what its body is rendered from (V43), every other message its body.
+pub(crate) fn rendered(r: &tokio_postgres::Row, from: usize) -> Result<(Option<String>, Value)> {
+    let handoff: String = r.get(from + 1);
+    let at = RowOf { table: "bridge_messages of", id: &handoff };
+    let Some(status) = at.wire_opt::<HandoffStatus>(r, from + 3)? else {
+        return Ok((r.get(from), r.get(from + 2)));
+    };
+    let bridge: Option<String> = r.get(from + 6);
+    let wire = baton_domain::protocol::bridges::unqualified(bridge.as_deref(), &handoff);
+    let chat: Option<String> = r.get(from + 7);
+    let (id, body) = status_message(wire, chat.as_deref(), status, r.get(from + 4), r.get(from + 5));
+    Ok((Some(id), body))
 }

@@ -5,14 +5,16 @@ use baton_domain::fleet::Queue;
 use baton_domain::protocol::bridge;
 use baton_domain::protocol::conversation::question::{self, QuestionInput};
 use baton_domain::protocol::request::{HandoffEvent, HandoffStatus};
+use chrono::{DateTime, SecondsFormat, Utc};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
+use crate::decode::RowOf;
 use crate::outbox::{self, Message};
 use crate::requests::{self, Request};
 
 fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 /// The bridge's own queue when it set `reply_to`, else the shared replies
@@ -98,12 +100,9 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         Some(_) => u,
     };
     let mut said: Vec<requests::Said<'_>> = u.said.to_vec();
-    let [status_body, then_body] = [u.status, u.then].map(|change| {
-        change.map(|(status, note)| {
-            said.push((HandoffEvent::StatusChanged, Some(status), note));
-            bridge::status(request.wire_id(), status, 0, request.reply_chat_id.as_deref(), now())
-        })
-    });
+    for (status, note) in [u.status, u.then].into_iter().flatten() {
+        said.push((HandoffEvent::StatusChanged, Some(status), note));
+    }
     let (mut reply_body, mut reply_id) = (None, None);
     if let Some((input, attempt)) = u.reply {
         said.push((HandoffEvent::ReplySent, Some(input.outcome.status()), None));
@@ -115,14 +114,13 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         requests::add_events(c, &request.id, first).await?;
         said.drain(..first.len());
     }
-    let status_prefix = bridge::status_message_id(request.wire_id(), 0);
-    let status_prefix = status_prefix.strip_suffix('0').unwrap_or(&status_prefix);
     let (kinds, statuses, messages) = requests::log_columns(&said);
     let queued = route(request, String::new(), Value::Null, true);
     let trace = outbox::current_trace();
     let (traceparent, tracestate) = trace.clone().map_or((None, None), |(p, s)| (Some(p), s));
     let grace = outbox::after_commit::grace().map(|g| g.as_secs_f64()).unwrap_or(0.0);
     let status = u.then.or(u.status).map(|(s, _)| s.as_str());
+    let [first, then] = [u.status, u.then].map(|change| change.map(|(s, _)| s.as_str()));
     let changes = i32::from(u.status.is_some()) + i32::from(u.then.is_some());
     let reply_sent = u.reply.is_some();
     let journal = u.journal.filter(|(_, events)| !events.is_empty());
@@ -135,13 +133,13 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
     }
     let journal_run = journal.map(|(run, _)| run);
     let logged = crate::journal::columns(journal.map_or(&[], |(_, events)| events));
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 24] = [
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 22] = [
         &request.id,
         &status,
         &u.run_id,
         &reply_sent,
-        &status_prefix,
-        &status_body,
+        &first,
+        &then,
         &reply_id,
         &reply_body,
         &kinds,
@@ -152,64 +150,88 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         &traceparent,
         &tracestate,
         &grace,
-        &SEQ,
         &journal_run,
         &logged.invocations,
         &logged.kinds,
         &logged.payloads,
         &logged.invocation,
         &changes,
-        &then_body,
     ];
+    // A status keeps its status and number; its body and message id are
+    // rendered from them (`status_message`, V43).
     let rows = crate::sql::query(
         c,
         "WITH s AS (
              UPDATE handoff_requests
                 SET status = coalesce($2::text, status),
-                    status_seq = status_seq + $23::int4,
+                    status_seq = status_seq + $22::int4,
                     run_id = coalesce($3::uuid, run_id),
                     reply_sent_at = CASE WHEN $4::bool THEN now() ELSE reply_sent_at END,
                     updated_at = now()
               WHERE id = $1 RETURNING status_seq),
          m AS (
-             SELECT 1 AS n, $5::text || (s.status_seq - $23 + 1)::text AS message_id,
-                    jsonb_set($6::jsonb, ARRAY[$17::text], to_jsonb(s.status_seq - $23 + 1)) AS body
-               FROM s WHERE $6::jsonb IS NOT NULL
+             SELECT 1 AS n, $5::text AS status, s.status_seq - $22 + 1 AS seq, NULL::text AS message_id, NULL::jsonb AS body
+               FROM s WHERE $5::text IS NOT NULL
              UNION ALL
-             SELECT 2, $5::text || s.status_seq::text, jsonb_set($24::jsonb, ARRAY[$17::text], to_jsonb(s.status_seq))
-               FROM s WHERE $24::jsonb IS NOT NULL
+             SELECT 2, $6::text, s.status_seq, NULL, NULL FROM s WHERE $6::text IS NOT NULL
              UNION ALL
-             SELECT 3, $7::text, $8::jsonb FROM s WHERE $8::jsonb IS NOT NULL),
+             SELECT 3, NULL, NULL, $7::text, $8::jsonb FROM s WHERE $8::jsonb IS NOT NULL),
          l AS (
              INSERT INTO handoff_log (handoff_id, types, statuses, messages)
              SELECT $1, $9::text[], $10::text[], $11::text[] WHERE cardinality($9::text[]) > 0),
          j AS (
              INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
-             SELECT $18, $22::uuid, $19::uuid[], $20::text[]::journal_event[], $21::json WHERE $18::uuid IS NOT NULL)
-         INSERT INTO bridge_messages (handoff_id, message_id, queue, body, external, mandatory, traceparent, tracestate,
-                                      next_attempt_at, pending)
-         SELECT $1, message_id, $12, body, $13, true, $14, $15, now() + make_interval(secs => $16::float8), true
+             SELECT $17, $21::uuid, $18::uuid[], $19::text[]::journal_event[], $20::json WHERE $17::uuid IS NOT NULL)
+         INSERT INTO bridge_messages (handoff_id, status, seq, message_id, queue, body, external, mandatory, traceparent,
+                                      tracestate, next_attempt_at, pending)
+         SELECT $1, status, seq, message_id, $12, body, $13, true, $14, $15, now() + make_interval(secs => $16::float8), true
            FROM m ORDER BY n
-         RETURNING id, message_id, body",
+         RETURNING id, status, seq, message_id, body, created_at",
         &params,
     )
     .await?;
-    for row in &rows {
-        let message = Message { message_id: row.get(1), body: row.get(2), ..queued.clone() };
-        if message.message_id.as_deref().is_some_and(|id| id.starts_with(status_prefix)) {
+    let messages = {
+        let at = RowOf { table: "bridge_messages of", id: &request.id };
+        let message = |row: &tokio_postgres::Row| -> crate::Result<(bool, Option<String>, Value)> {
+            Ok(match at.wire_opt::<HandoffStatus>(row, 1)? {
+                Some(status) => {
+                    let chat = request.reply_chat_id.as_deref();
+                    let (id, body) = status_message(request.wire_id(), chat, status, row.get(2), row.get(5));
+                    (true, Some(id), body)
+                }
+                None => (false, row.get(3), row.get(4)),
+            })
+        };
+        rows.iter().map(message).collect::<crate::Result<Vec<_>>>()?
+    };
+    for (row, (is_status, message_id, body)) in rows.iter().zip(messages) {
+        if is_status {
             if let Some(url) = &request.status_url {
-                requests::callbacks::enqueue(c, &request.id, url, &message.body).await?;
+                requests::callbacks::enqueue(c, &request.id, url, &body).await?;
             }
         }
         if grace > 0.0 {
+            let message = Message { message_id, body, ..queued.clone() };
             outbox::after_commit::wrote(outbox::Row { id: row.get(0), attempts: 0, message, trace: trace.clone() });
         }
     }
     Ok(())
 }
 
-/// The field of a status message that holds its sequence number.
-const SEQ: &str = "seq";
+/// A status message as its bridge receives it, its message id and body,
+/// rendered from what its row keeps (V43): the status, its sequence number
+/// and when it was written, with its request's id as the bridge knows it
+/// ([`Request::wire_id`]) and chat.
+pub fn status_message(
+    wire_id: &str,
+    chat_id: Option<&str>,
+    status: HandoffStatus,
+    seq: i32,
+    at: DateTime<Utc>,
+) -> (String, Value) {
+    let body = bridge::status(wire_id, status, seq, chat_id, at.to_rfc3339_opts(SecondsFormat::Millis, true));
+    (bridge::status_message_id(wire_id, seq), body)
+}
 
 pub fn timestamp() -> String {
     now()
@@ -244,11 +266,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_status_body_and_message_id_take_their_sequence_number_where_update_puts_it() {
-        let body = bridge::status("h-1", HandoffStatus::Running, 0, None, now());
-        assert_eq!(body[SEQ], 0, "the status message holds its number under `{SEQ}`");
-        let id = bridge::status_message_id("h-1", 7);
-        let prefix = bridge::status_message_id("h-1", 0);
-        assert_eq!(format!("{}7", prefix.strip_suffix('0').unwrap()), id);
+    fn a_status_message_is_rendered_from_its_status_number_and_time() {
+        let at = DateTime::parse_from_rfc3339("2026-12-05T12:07:47.443912Z").unwrap().with_timezone(&Utc);
+        let (id, body) = status_message("h-1", Some("chat-9"), HandoffStatus::Running, 7, at);
+        assert_eq!(id, "status:h-1:7");
+        assert_eq!(
+            body,
+            serde_json::json!({"type": "status", "handoffId": "h-1", "status": "running", "seq": 7,
+                               "replyToChatId": "chat-9", "at": "2026-12-05T12:07:47.443Z"})
+        );
     }
 }
