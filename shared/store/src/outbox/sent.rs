@@ -2,14 +2,14 @@
 //! published (its row is marked sent, not deleted), so an operator can read
 //! statuses and replies exactly as they left.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
+use baton_domain::protocol::bridge;
 use baton_domain::protocol::request::HandoffStatus;
 
 use crate::decode::RowOf;
-use crate::requests::bridge::status_message;
 use crate::{sql, Result};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -59,4 +59,36 @@ pub(crate) fn rendered(r: &tokio_postgres::Row, from: usize) -> Result<(Option<S
     let chat: Option<String> = r.get(from + 7);
     let (id, body) = status_message(wire, chat.as_deref(), status, r.get(from + 4), r.get(from + 5));
     Ok((Some(id), body))
+}
+
+/// A status message as its bridge receives it, its message id and body,
+/// rendered from what its row keeps (V43): the status, its sequence number
+/// and when it was written, with its request's id as the bridge knows it
+/// (`Request::wire_id`) and chat.
+pub fn status_message(
+    wire_id: &str,
+    chat_id: Option<&str>,
+    status: HandoffStatus,
+    seq: i32,
+    at: DateTime<Utc>,
+) -> (String, Value) {
+    let body = bridge::status(wire_id, status, seq, chat_id, at.to_rfc3339_opts(SecondsFormat::Millis, true));
+    (bridge::status_message_id(wire_id, seq), body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_message_is_rendered_from_its_status_number_and_time() {
+        let at = DateTime::parse_from_rfc3339("2026-12-05T12:07:47.443912Z").unwrap().with_timezone(&Utc);
+        let (id, body) = status_message("h-1", Some("chat-9"), HandoffStatus::Running, 7, at);
+        assert_eq!(id, "status:h-1:7");
+        assert_eq!(
+            body,
+            serde_json::json!({"type": "status", "handoffId": "h-1", "status": "running", "seq": 7,
+                               "replyToChatId": "chat-9", "at": "2026-12-05T12:07:47.443Z"})
+        );
+    }
 }

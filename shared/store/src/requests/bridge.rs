@@ -5,11 +5,12 @@ use baton_domain::fleet::Queue;
 use baton_domain::protocol::bridge;
 use baton_domain::protocol::conversation::question::{self, QuestionInput};
 use baton_domain::protocol::request::{HandoffEvent, HandoffStatus};
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{SecondsFormat, Utc};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
 use crate::decode::RowOf;
+use crate::outbox::sent::status_message;
 use crate::outbox::{self, Message};
 use crate::requests::{self, Request};
 
@@ -190,20 +191,7 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         &params,
     )
     .await?;
-    let messages = {
-        let at = RowOf { table: "bridge_messages of", id: &request.id };
-        let message = |row: &tokio_postgres::Row| -> crate::Result<(bool, Option<String>, Value)> {
-            Ok(match at.wire_opt::<HandoffStatus>(row, 1)? {
-                Some(status) => {
-                    let chat = request.reply_chat_id.as_deref();
-                    let (id, body) = status_message(request.wire_id(), chat, status, row.get(2), row.get(5));
-                    (true, Some(id), body)
-                }
-                None => (false, row.get(3), row.get(4)),
-            })
-        };
-        rows.iter().map(message).collect::<crate::Result<Vec<_>>>()?
-    };
+    let messages = written(request, &rows)?;
     for (row, (is_status, message_id, body)) in rows.iter().zip(messages) {
         if is_status {
             if let Some(url) = &request.status_url {
@@ -218,19 +206,22 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
     Ok(())
 }
 
-/// A status message as its bridge receives it, its message id and body,
-/// rendered from what its row keeps (V43): the status, its sequence number
-/// and when it was written, with its request's id as the bridge knows it
-/// ([`Request::wire_id`]) and chat.
-pub fn status_message(
-    wire_id: &str,
-    chat_id: Option<&str>,
-    status: HandoffStatus,
-    seq: i32,
-    at: DateTime<Utc>,
-) -> (String, Value) {
-    let body = bridge::status(wire_id, status, seq, chat_id, at.to_rfc3339_opts(SecondsFormat::Millis, true));
-    (bridge::status_message_id(wire_id, seq), body)
+/// The messages [`update`] wrote, as sent (whether each is a status, its
+/// message id and body), from the rows it returned: a status is rendered
+/// from its status, number and time (V43).
+fn written(request: &Request, rows: &[tokio_postgres::Row]) -> crate::Result<Vec<(bool, Option<String>, Value)>> {
+    let at = RowOf { table: "bridge_messages of", id: &request.id };
+    let message = |row: &tokio_postgres::Row| -> crate::Result<(bool, Option<String>, Value)> {
+        Ok(match at.wire_opt::<HandoffStatus>(row, 1)? {
+            Some(status) => {
+                let chat = request.reply_chat_id.as_deref();
+                let (id, body) = status_message(request.wire_id(), chat, status, row.get(2), row.get(5));
+                (true, Some(id), body)
+            }
+            None => (false, row.get(3), row.get(4)),
+        })
+    };
+    rows.iter().map(message).collect()
 }
 
 pub fn timestamp() -> String {
@@ -259,21 +250,4 @@ pub async fn attempt(c: &impl GenericClient, run_id: uuid::Uuid) -> crate::Resul
     Ok(crate::sql::query_one(c, "SELECT coalesce((SELECT attempt FROM runs WHERE id = $1), 1)", &[&run_id])
         .await?
         .get(0))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_status_message_is_rendered_from_its_status_number_and_time() {
-        let at = DateTime::parse_from_rfc3339("2026-12-05T12:07:47.443912Z").unwrap().with_timezone(&Utc);
-        let (id, body) = status_message("h-1", Some("chat-9"), HandoffStatus::Running, 7, at);
-        assert_eq!(id, "status:h-1:7");
-        assert_eq!(
-            body,
-            serde_json::json!({"type": "status", "handoffId": "h-1", "status": "running", "seq": 7,
-                               "replyToChatId": "chat-9", "at": "2026-12-05T12:07:47.443Z"})
-        );
-    }
 }
