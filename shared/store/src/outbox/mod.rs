@@ -9,7 +9,11 @@
 //! [`retry_later`]) take each message's [`Key`]: a fleet row is found by its
 //! id, a bridge message by its handoff and id in `bridge_messages_pending`
 //! (the table has no primary key: every index without a predicate would
-//! take a second entry at the row's one update, V41). A list of ids is read
+//! take a second entry at the row's one update, V41). A list of messages
+//! is matched as "its handoff among these, its id among these", which finds
+//! exactly those messages (an id is unique) through the index, rather
+//! than as a join with the pairs, which Postgres may hash over a scan of
+//! the table. A list of ids is read
 //! as `ARRAY(SELECT unnest($1))`: Postgres then costs the statement alike
 //! for any list, so it keeps one plan for it, where it would plan
 //! `= ANY($1)` afresh at every call (each list's own plan looks cheaper than
@@ -302,9 +306,8 @@ pub async fn settle(c: &impl GenericClient, keys: &[Key]) -> Result<()> {
     sql::execute(
         c,
         "WITH fleet AS (DELETE FROM outbox WHERE id = ANY(ARRAY(SELECT unnest($1::int8[]))))
-         UPDATE bridge_messages b SET pending = false
-           FROM unnest($2::text[], $3::int8[]) AS k(handoff_id, id)
-          WHERE b.pending AND b.handoff_id = k.handoff_id AND b.id = k.id",
+         UPDATE bridge_messages SET pending = false
+          WHERE pending AND handoff_id = ANY(ARRAY(SELECT unnest($2::text[]))) AND id = ANY(ARRAY(SELECT unnest($3::int8[])))",
         &[&fleet, &handoffs, &ids],
     )
     .await?;
@@ -323,12 +326,12 @@ pub async fn ready_to_send(c: &impl GenericClient, keys: &[Key], sent: &[Key]) -
     let sent: Vec<i64> = sent.iter().map(|k| k.id).collect();
     let rows = sql::query(
         c,
-        "SELECT b.id FROM unnest($1::text[], $2::int8[]) AS k(handoff_id, id)
-           JOIN bridge_messages b ON b.pending AND b.handoff_id = k.handoff_id AND b.id = k.id
-          WHERE NOT EXISTS (SELECT 1 FROM bridge_messages w
+        "SELECT id FROM bridge_messages b
+          WHERE pending AND handoff_id = ANY(ARRAY(SELECT unnest($1::text[]))) AND id = ANY(ARRAY(SELECT unnest($2::int8[])))
+            AND NOT EXISTS (SELECT 1 FROM bridge_messages w
                              WHERE w.pending AND w.handoff_id = b.handoff_id AND w.id < b.id
                                AND w.id <> ALL(ARRAY(SELECT unnest($3::int8[]))))
-          ORDER BY b.id",
+          ORDER BY id",
         &[&handoffs, &ids, &sent],
     )
     .await?;
@@ -345,9 +348,8 @@ pub async fn give_back(c: &impl GenericClient, keys: &[Key]) -> Result<()> {
     sql::execute(
         c,
         "WITH fleet AS (UPDATE outbox SET next_attempt_at = now() WHERE id = ANY(ARRAY(SELECT unnest($1::int8[]))))
-         UPDATE bridge_messages b SET next_attempt_at = now()
-           FROM unnest($2::text[], $3::int8[]) AS k(handoff_id, id)
-          WHERE b.pending AND b.handoff_id = k.handoff_id AND b.id = k.id",
+         UPDATE bridge_messages SET next_attempt_at = now()
+          WHERE pending AND handoff_id = ANY(ARRAY(SELECT unnest($2::text[]))) AND id = ANY(ARRAY(SELECT unnest($3::int8[])))",
         &[&fleet, &handoffs, &ids],
     )
     .await?;
