@@ -336,3 +336,33 @@ async fn interrupt_cancels_the_live_run_and_starts_the_new_one() {
     let by = "SELECT (error->>'by' = 'new_request')::int::bigint FROM runs WHERE id = $1";
     assert_eq!(env.scalar_i64(by, &[&run]).await, 1, "cancelled by the new request in its chat");
 }
+
+/// A chat held by a run when V44 runs (the fleet stopped mid-run) is given
+/// back by that run's end: the migration copies the conversation's key onto
+/// the run, which its end finds the conversation by; another run's end
+/// leaves the chat alone, and the held chat's turn is an HOT update.
+#[tokio::test]
+async fn a_chat_held_across_v44_is_given_back_by_its_run_s_end() {
+    let env = TestEnv::migrated_to(43).await;
+    let c = env.db().await;
+    let (held, other) = (Uuid::now_v7(), Uuid::now_v7());
+    // As V43's fleet wrote a run.
+    for run in [held, other] {
+        let insert = "INSERT INTO runs (id, status, root_profile_id) VALUES ($1, 'running', 'writer')";
+        c.execute(insert, &[&run]).await.unwrap();
+    }
+    c.execute("INSERT INTO conversations (key, live_run) VALUES ('chat-v44', $1)", &[&held]).await.unwrap();
+    baton_store::migrate(&env.pool).await.unwrap();
+    let key: Option<String> =
+        env.db().await.query_one("SELECT conversation_key FROM runs WHERE id = $1", &[&held]).await.unwrap().get(0);
+    assert_eq!(key.as_deref(), Some("chat-v44"), "the run holding the chat keeps its key");
+    let c = env.db().await;
+    let released = baton_store::requests::conversations::release(&c, other).await.unwrap();
+    assert_eq!(released, None, "a run that holds no chat gives none back");
+    let released = baton_store::requests::conversations::release(&c, held).await.unwrap();
+    assert_eq!(released.as_deref(), Some("chat-v44"));
+    let live = "SELECT count(*) FROM conversations WHERE key = 'chat-v44' AND live_run IS NULL";
+    assert_eq!(env.scalar_i64(live, &[]).await, 1, "the chat is free again");
+    let indexes = "SELECT count(*) FROM pg_indexes WHERE tablename = 'conversations'";
+    assert_eq!(env.scalar_i64(indexes, &[]).await, 1, "only the key is indexed: a turn's update can be HOT");
+}

@@ -128,7 +128,7 @@ pub async fn lock_noting_waiting(c: &impl GenericClient, key: &str) -> Result<(O
 /// Makes the conversation's row with `run` as its live run, when the chat
 /// has none: true when it did (a new chat is free and nobody waits in it;
 /// its new row is this transaction's until the commit, and the run is
-/// inserted later in it: the key is checked at the commit, V32). False
+/// inserted later in it; the run keeps the key, V44). False
 /// when the row exists: then [`lock_noting_waiting`] decides.
 pub async fn start_new(c: &impl GenericClient, key: &str, run: Uuid) -> Result<bool> {
     let row = sql::query_opt(
@@ -158,10 +158,15 @@ pub async fn clear_live(c: &impl GenericClient, key: &str) -> Result<()> {
 }
 
 /// A run ended: the conversation it held (locked now) is free; its key.
+/// Found through the run's conversation key (V44): a conversation whose
+/// turn another run took since is left as it is.
 pub async fn release(c: &impl GenericClient, run: Uuid) -> Result<Option<String>> {
     let row = sql::query_opt(
         c,
-        "UPDATE conversations SET live_run = NULL, updated_at = now() WHERE live_run = $1 RETURNING key",
+        "UPDATE conversations c SET live_run = NULL, updated_at = now()
+           FROM runs r
+          WHERE r.id = $1 AND c.key = r.conversation_key AND c.live_run = $1
+         RETURNING c.key",
         &[&run],
     )
     .await?;

@@ -43,24 +43,26 @@ pub struct Run {
 
 /// Inserts a run; its priority is its request's (`normal` without one).
 pub async fn insert(c: &impl GenericClient, id: Uuid, handoff_id: Option<&str>, root_profile_id: &str) -> Result<()> {
-    insert_with_budget(c, id, handoff_id, root_profile_id, None).await
+    insert_with_budget(c, id, handoff_id, root_profile_id, None, None).await
 }
 
 /// [`insert`], with the budget copied onto the run in the same row (intake:
-/// no update follows).
+/// no update follows), and the conversation whose turn the run may take
+/// (its end gives the turn back through it, V44).
 pub async fn insert_with_budget(
     c: &impl GenericClient,
     id: Uuid,
     handoff_id: Option<&str>,
     root_profile_id: &str,
     budget: Option<&baton_domain::policy::budget::RunBudget>,
+    conversation: Option<&str>,
 ) -> Result<()> {
     let budget = budget.map(serde_json::to_value).transpose()?;
     sql::execute(
         c,
-        "INSERT INTO runs (id, handoff_id, status, root_profile_id, priority, budget)
-         VALUES ($1, $2, $4, $3, coalesce((SELECT body->>'priority' FROM handoff_requests WHERE id = $2), 'normal'), $5)",
-        &[&id, &handoff_id, &root_profile_id, &RUNNING, &budget],
+        "INSERT INTO runs (id, handoff_id, status, root_profile_id, priority, budget, conversation_key)
+         VALUES ($1, $2, $4, $3, coalesce((SELECT body->>'priority' FROM handoff_requests WHERE id = $2), 'normal'), $5, $6)",
+        &[&id, &handoff_id, &root_profile_id, &RUNNING, &budget, &conversation],
     )
     .await?;
     Ok(())

@@ -67,7 +67,8 @@ pub async fn request_saying(
         None => profiles::settings::budgets(c).await?.for_target(target),
     };
     // The run first: its invocation's message reads the run's priority.
-    runs::insert_with_budget(c, run_id, Some(&request.id), &profile.id, Some(&budget)).await?;
+    let conversation = request.conversation_key();
+    runs::insert_with_budget(c, run_id, Some(&request.id), &profile.id, Some(&budget), conversation).await?;
     let new = NewInvocation {
         id: root,
         run_id,
