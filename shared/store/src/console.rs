@@ -143,10 +143,10 @@ pub async fn shared_token(c: &impl GenericClient, purpose: &str, candidate: &str
 }
 
 /// Whether a stored request named `queue` as its `reply_to` (a bridge's
-/// own reply queue, where a dead letter may be replayed).
+/// own reply queue, where a dead letter may be replayed): intake keeps each
+/// such queue once (`reply_queues`, V45).
 pub async fn is_reply_queue(c: &impl GenericClient, queue: &str) -> Result<bool> {
-    let row =
-        sql::query_one(c, "SELECT EXISTS (SELECT 1 FROM handoff_requests WHERE reply_to = $1)", &[&queue]).await?;
+    let row = sql::query_one(c, "SELECT EXISTS (SELECT 1 FROM reply_queues WHERE queue = $1)", &[&queue]).await?;
     Ok(row.get(0))
 }
 

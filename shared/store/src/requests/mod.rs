@@ -93,7 +93,10 @@ pub async fn insert_or_count_reading(
     let (traceparent, tracestate) = crate::outbox::current_trace().map_or((None, None), |(p, s)| (Some(p), s));
     let row = sql::query_one(
         c,
-        "WITH i AS (
+        // A bridge's reply queue is kept the first time a request names it
+        // (`reply_queues`, V45: replaying a dead letter there checks it).
+        "WITH q AS (INSERT INTO reply_queues (queue) SELECT $7 WHERE $7::text IS NOT NULL ON CONFLICT DO NOTHING),
+         i AS (
              INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id,
                                            status_url, traceparent, tracestate, bridge_id)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
