@@ -340,7 +340,8 @@ async fn interrupt_cancels_the_live_run_and_starts_the_new_one() {
 /// A chat held by a run when V44 runs (the fleet stopped mid-run) is given
 /// back by that run's end: the migration copies the conversation's key onto
 /// the run, which its end finds the conversation by; another run's end
-/// leaves the chat alone, and the held chat's turn is an HOT update.
+/// leaves the chat alone; a run of before that takes a chat later keeps
+/// its key then; and only the key is indexed (a turn's update can be HOT).
 #[tokio::test]
 async fn a_chat_held_across_v44_is_given_back_by_its_run_s_end() {
     let env = TestEnv::migrated_to(43).await;
@@ -363,6 +364,12 @@ async fn a_chat_held_across_v44_is_given_back_by_its_run_s_end() {
     assert_eq!(released.as_deref(), Some("chat-v44"));
     let live = "SELECT count(*) FROM conversations WHERE key = 'chat-v44' AND live_run IS NULL";
     assert_eq!(env.scalar_i64(live, &[]).await, 1, "the chat is free again");
+    // A run of before V44 that held no chat then (a failed run, retried
+    // since) takes one: it keeps the key, and its end gives the turn back.
+    c.execute("INSERT INTO conversations (key) VALUES ('chat-v44-retried')", &[]).await.unwrap();
+    baton_store::requests::conversations::set_live(&c, "chat-v44-retried", other).await.unwrap();
+    let released = baton_store::requests::conversations::release(&c, other).await.unwrap();
+    assert_eq!(released.as_deref(), Some("chat-v44-retried"), "a retried run gives back the chat it took");
     let indexes = "SELECT count(*) FROM pg_indexes WHERE tablename = 'conversations'";
     assert_eq!(env.scalar_i64(indexes, &[]).await, 1, "only the key is indexed: a turn's update can be HOT");
 }

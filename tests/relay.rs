@@ -333,3 +333,31 @@ async fn bridge_messages_queued_in_the_outbox_before_v38_are_sent_from_bridge_me
     let kept = "SELECT count(*) FROM bridge_messages WHERE NOT pending";
     assert_eq!(env.scalar_i64(kept, &[]).await, 4, "each message kept, marked sent");
 }
+
+/// A bridge message this version cannot read (a status a newer version
+/// wrote) waits with the reason, and every other message still goes: one
+/// unreadable row holds up only its own handoff.
+#[tokio::test]
+async fn a_status_this_version_cannot_read_waits_with_its_reason_and_holds_up_nothing_else() {
+    let env = TestEnv::new().await;
+    let c = env.db().await;
+    let queue = &env.reply_queue;
+    let rows = "INSERT INTO bridge_messages (handoff_id, status, seq, queue, external, pending) VALUES ('odd-1', 'pondering', 1, $1, true, true);
+                INSERT INTO bridge_messages (handoff_id, message_id, queue, body, external, pending)
+                VALUES ('fine-1', 'reply:fine-1', $1, '{\"n\": \"fine\"}', true, true)";
+    for statement in rows.split(';') {
+        c.execute(statement, &[queue]).await.unwrap();
+    }
+    let fleet = env.start(&[Role::Relay]);
+    let mut replies = env.consume(queue).await;
+    assert_eq!(next_json(&mut replies, WAIT).await["n"], "fine", "the readable message goes");
+    let waiting = "SELECT count(*) FROM bridge_messages
+                    WHERE handoff_id = 'odd-1' AND pending AND attempts = 1 AND last_error LIKE '%cannot read%pondering%'";
+    eventually(WAIT, "the unreadable status waits with its reason", || async {
+        (env.scalar_i64(waiting, &[]).await == 1).then_some(())
+    })
+    .await;
+    fleet.stop().await;
+    let shown = baton_store::outbox::sent::for_handoff(&env.db().await, "odd-1").await.unwrap();
+    assert!(shown[0].body["unreadable"].as_str().is_some_and(|why| why.contains("pondering")), "{:?}", shown[0]);
+}

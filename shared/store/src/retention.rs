@@ -71,7 +71,7 @@ async fn old_runs(c: &impl GenericClient, secs: f64, limit: i64) -> Result<Vec<U
           WHERE created_at < now() - make_interval(secs => $1)
             AND status <> $3 AND finished_at < now() - make_interval(secs => $1)
             -- never a run whose bridge has not been told yet
-            AND NOT EXISTS (SELECT 1 FROM handoff_requests h WHERE h.run_id = runs.id AND h.reply_sent_at IS NULL)
+            AND NOT EXISTS (SELECT 1 FROM handoff_requests h WHERE h.id = runs.handoff_id AND h.reply_sent_at IS NULL)
           ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED",
         &[&secs, &limit, &RUNNING],
     )
@@ -112,7 +112,9 @@ async fn delete_runs(c: &impl GenericClient, ids: &[Uuid]) -> Result<()> {
         "DELETE FROM coding_changes WHERE run_id = ANY($1)",
         "DELETE FROM tasks WHERE run_id = ANY($1)",
         "DELETE FROM invocations WHERE run_id = ANY($1)",
-        "UPDATE handoff_requests SET run_id = NULL WHERE run_id = ANY($1)",
+        // A run's request, through its key (a run serves one request).
+        "UPDATE handoff_requests SET run_id = NULL
+          WHERE id IN (SELECT handoff_id FROM runs WHERE id = ANY($1)) AND run_id = ANY($1)",
         "DELETE FROM runs WHERE id = ANY($1)",
     ] {
         sql::execute(c, statement, &[&ids]).await?;

@@ -277,7 +277,13 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
         })
         .collect();
     for r in &bridge {
-        let (message_id, body) = sent::rendered(r, 7)?;
+        let (message_id, body) = match sent::rendered(r, 7) {
+            Ok(rendered) => rendered,
+            Err(e) => {
+                put_aside(c, r, &e).await?;
+                continue;
+            }
+        };
         rows.push(Row {
             id: r.get(0),
             message: Message {
@@ -294,6 +300,19 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
     }
     rows.sort_by_key(|r| r.id);
     Ok(rows)
+}
+
+/// A bridge message the relay cannot read (a status a newer version wrote,
+/// say) waits, with the reason as its last error, rather than failing the
+/// batch and holding up every other message: it stays in the backlog and
+/// on its run's page, and is read again after an hour, or sooner the
+/// first times.
+async fn put_aside(c: &impl GenericClient, r: &tokio_postgres::Row, e: &crate::Error) -> Result<()> {
+    let key = Key { id: r.get(0), handoff: Some(r.get(8)) };
+    let attempts: i32 = r.get(4);
+    let delay = std::time::Duration::from_secs(60 << attempts.clamp(0, 6));
+    tracing::error!(handoff = key.handoff.as_deref(), id = key.id, error = %e, "a bridge message cannot be read; it waits");
+    retry_later(c, &key, delay, &format!("this version cannot read it: {e}")).await
 }
 
 /// Settles rows the broker took (or that were moved aside): a fleet

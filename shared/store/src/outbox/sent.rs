@@ -38,7 +38,9 @@ pub async fn for_handoff(c: &impl GenericClient, handoff_id: &str) -> Result<Vec
     .await?;
     rows.iter()
         .map(|r| {
-            let (message_id, body) = rendered(r, 4)?;
+            // A row this version cannot read is shown with the reason.
+            let (message_id, body) =
+                rendered(r, 4).unwrap_or_else(|e| (r.get(4), serde_json::json!({"unreadable": e.to_string()})));
             Ok(Sent { message_id, queue: r.get(0), body, at: r.get(1), pending: r.get(2), last_error: r.get(3) })
         })
         .collect()

@@ -159,7 +159,9 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         &changes,
     ];
     // A status keeps its status and number; its body and message id are
-    // rendered from them (`status_message`, V43).
+    // rendered from them and its row's time (`status_message`, V43): the
+    // statement's clock, read after it took the request's row lock, so a
+    // later number never has an earlier time.
     let rows = crate::sql::query(
         c,
         "WITH s AS (
@@ -184,8 +186,9 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
              INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
              SELECT $17, $21::uuid, $18::uuid[], $19::text[]::journal_event[], $20::json WHERE $17::uuid IS NOT NULL)
          INSERT INTO bridge_messages (handoff_id, status, seq, message_id, queue, body, external, mandatory, traceparent,
-                                      tracestate, next_attempt_at, pending)
-         SELECT $1, status, seq, message_id, $12, body, $13, true, $14, $15, now() + make_interval(secs => $16::float8), true
+                                      tracestate, next_attempt_at, pending, created_at)
+         SELECT $1, status, seq, message_id, $12, body, $13, true, $14, $15, now() + make_interval(secs => $16::float8), true,
+                clock_timestamp()
            FROM m ORDER BY n
          RETURNING id, status, seq, message_id, body, created_at",
         &params,

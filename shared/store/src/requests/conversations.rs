@@ -144,9 +144,17 @@ fn vanished(key: &str) -> crate::Error {
     crate::Error::Corrupt(format!("conversations {key}: the row was deleted each time it was made"))
 }
 
-/// Gives the conversation's turn to `run`.
+/// Gives the conversation's turn to `run`, which keeps the key its end
+/// gives the turn back by ([`release`]): a run started from a request has
+/// it already; a run written before V44 and retried since gets it here.
 pub async fn set_live(c: &impl GenericClient, key: &str, run: Uuid) -> Result<()> {
-    sql::execute(c, "UPDATE conversations SET live_run = $2, updated_at = now() WHERE key = $1", &[&key, &run]).await?;
+    sql::execute(
+        c,
+        "WITH r AS (UPDATE runs SET conversation_key = $1 WHERE id = $2 AND conversation_key IS DISTINCT FROM $1)
+         UPDATE conversations SET live_run = $2, updated_at = now() WHERE key = $1",
+        &[&key, &run],
+    )
+    .await?;
     Ok(())
 }
 

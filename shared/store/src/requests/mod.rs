@@ -93,16 +93,17 @@ pub async fn insert_or_count_reading(
     let (traceparent, tracestate) = crate::outbox::current_trace().map_or((None, None), |(p, s)| (Some(p), s));
     let row = sql::query_one(
         c,
-        // A bridge's reply queue is kept the first time a request names it
-        // (`reply_queues`, V45: replaying a dead letter there checks it).
-        "WITH q AS (INSERT INTO reply_queues (queue) SELECT $7 WHERE $7::text IS NOT NULL ON CONFLICT DO NOTHING),
-         i AS (
+        // A bridge's reply queue is kept the first time a stored request
+        // names it (`reply_queues`, V45: replaying a dead letter there checks
+        // it); a repeated delivery's own `reply_to` is not stored.
+        "WITH i AS (
              INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id,
                                            status_url, traceparent, tracestate, bridge_id)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
              ON CONFLICT (id) DO UPDATE SET deliveries = handoff_requests.deliveries + 1, updated_at = now()
              RETURNING id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries,
-                       reply_sent_at, status_url, bridge_id)
+                       reply_sent_at, status_url, bridge_id),
+         q AS (INSERT INTO reply_queues (queue) SELECT reply_to FROM i WHERE reply_to IS NOT NULL ON CONFLICT DO NOTHING)
          SELECT i.*, k.id, k.reason
            FROM i LEFT JOIN LATERAL (
                 SELECT id, reason FROM bridge_cancels WHERE handoff_id = i.id AND applied_at IS NULL
