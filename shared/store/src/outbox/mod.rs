@@ -340,21 +340,25 @@ pub async fn settle(c: &impl GenericClient, keys: &[Key]) -> Result<()> {
 /// takes a message only once its grace has passed, by when its writer has
 /// published it or is gone, and a message published by both is a duplicate
 /// a bridge already expects (its `message_id` is the same).
+///
+/// The statement returns each message's earlier pending ones (a subquery
+/// per message, which Postgres runs as an index lookup of its handoff) and
+/// this function leaves out those of `sent`: as a condition in the
+/// statement, Postgres could plan it as an anti-join over every pending
+/// message, comparing each with every id of `sent`.
 pub async fn ready_to_send(c: &impl GenericClient, keys: &[Key], sent: &[Key]) -> Result<Vec<i64>> {
     let (_, handoffs, ids) = split(keys);
-    let sent: Vec<i64> = sent.iter().map(|k| k.id).collect();
     let rows = sql::query(
         c,
-        "SELECT id FROM bridge_messages b
+        "SELECT id, ARRAY(SELECT w.id FROM bridge_messages w WHERE w.pending AND w.handoff_id = b.handoff_id AND w.id < b.id)
+           FROM bridge_messages b
           WHERE pending AND handoff_id = ANY(ARRAY(SELECT unnest($1::text[]))) AND id = ANY(ARRAY(SELECT unnest($2::int8[])))
-            AND NOT EXISTS (SELECT 1 FROM bridge_messages w
-                             WHERE w.pending AND w.handoff_id = b.handoff_id AND w.id < b.id
-                               AND w.id <> ALL(ARRAY(SELECT unnest($3::int8[]))))
           ORDER BY id",
-        &[&handoffs, &ids, &sent],
+        &[&handoffs, &ids],
     )
     .await?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    let sent = |id: &i64| sent.iter().any(|k| k.id == *id);
+    Ok(rows.iter().filter(|r| r.get::<_, Vec<i64>>(1).iter().all(sent)).map(|r| r.get(0)).collect())
 }
 
 /// Hands rows this process could not publish to the relay now (a nack, a
