@@ -13,11 +13,10 @@
 //! is matched as "its handoff among these, its id among these", which finds
 //! exactly those messages (an id is unique) through the index, rather
 //! than as a join with the pairs, which Postgres may hash over a scan of
-//! the table. A list of ids is read
-//! as `ARRAY(SELECT unnest($1))`: Postgres then costs the statement alike
-//! for any list, so it keeps one plan for it, where it would plan
-//! `= ANY($1)` afresh at every call (each list's own plan looks cheaper than
-//! one plan for any).
+//! the table. A list of ids is read as `ARRAY(SELECT unnest($1))`:
+//! Postgres then costs the statement alike for any list, so it keeps one
+//! plan for it, where it would plan `= ANY($1)` afresh at every call (each
+//! list's own plan looks cheaper than one plan for any).
 //!
 //! - [`after_commit`]: rows a role publishes itself right after the commit that wrote them.
 //! - [`sent`]: what each bridge was sent, as operators read it.
