@@ -381,17 +381,22 @@ pub async fn give_back(c: &impl GenericClient, keys: &[Key]) -> Result<()> {
 
 /// Keeps a row the broker refused for now, to try again after `delay`.
 pub async fn retry_later(c: &impl GenericClient, key: &Key, delay: std::time::Duration, error: &str) -> Result<()> {
-    let statement = match key.handoff {
+    let secs = delay.as_secs_f64();
+    match &key.handoff {
         None => {
-            "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2), last_error = $3
-              WHERE id = $1 AND $4::text IS NULL"
+            let update =
+                "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2),
+                                 last_error = $3
+                           WHERE id = $1";
+            sql::execute(c, update, &[&key.id, &secs, &error]).await?;
         }
-        Some(_) => {
-            "UPDATE bridge_messages SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2), last_error = $3
-              WHERE pending AND handoff_id = $4 AND id = $1"
+        Some(handoff) => {
+            let update = "UPDATE bridge_messages SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2),
+                                 last_error = $3
+                           WHERE pending AND handoff_id = $4 AND id = $1";
+            sql::execute(c, update, &[&key.id, &secs, &error, handoff]).await?;
         }
-    };
-    sql::execute(c, statement, &[&key.id, &delay.as_secs_f64(), &error, &key.handoff]).await?;
+    }
     Ok(())
 }
 

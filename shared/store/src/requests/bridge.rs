@@ -9,8 +9,6 @@ use chrono::{SecondsFormat, Utc};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
-use crate::decode::RowOf;
-use crate::outbox::sent::status_message;
 use crate::outbox::{self, Message};
 use crate::requests::{self, Request};
 
@@ -134,7 +132,7 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
     }
     let journal_run = journal.map(|(run, _)| run);
     let logged = crate::journal::columns(journal.map_or(&[], |(_, events)| events));
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 22] = [
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 24] = [
         &request.id,
         &status,
         &u.run_id,
@@ -157,6 +155,8 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         &logged.payloads,
         &logged.invocation,
         &changes,
+        &request.bridge,
+        &request.reply_chat_id,
     ];
     // A status keeps its status and number; its body and message id are
     // rendered from them and its row's time (`status_message`, V43): the
@@ -190,13 +190,14 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
          SELECT $1, status, seq, message_id, $12, body, $13, true, $14, $15, now() + make_interval(secs => $16::float8), true,
                 clock_timestamp()
            FROM m ORDER BY n
-         RETURNING id, status, seq, message_id, body, created_at",
+         RETURNING id, message_id, handoff_id, body, status, seq, created_at, $23::text, $24::text",
         &params,
     )
     .await?;
-    let messages = written(request, &rows)?;
-    for (row, (is_status, message_id, body)) in rows.iter().zip(messages) {
-        if is_status {
+    for row in &rows {
+        // As every reader renders a message (`sent::rendered`, V43).
+        let (message_id, body) = outbox::sent::rendered(row, 1)?;
+        if row.get::<_, Option<&str>>(4).is_some() {
             if let Some(url) = &request.status_url {
                 requests::callbacks::enqueue(c, &request.id, url, &body).await?;
             }
@@ -207,24 +208,6 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         }
     }
     Ok(())
-}
-
-/// The messages [`update`] wrote, as sent (whether each is a status, its
-/// message id and body), from the rows it returned: a status is rendered
-/// from its status, number and time (V43).
-fn written(request: &Request, rows: &[tokio_postgres::Row]) -> crate::Result<Vec<(bool, Option<String>, Value)>> {
-    let at = RowOf { table: "bridge_messages of", id: &request.id };
-    let message = |row: &tokio_postgres::Row| -> crate::Result<(bool, Option<String>, Value)> {
-        Ok(match at.wire_opt::<HandoffStatus>(row, 1)? {
-            Some(status) => {
-                let chat = request.reply_chat_id.as_deref();
-                let (id, body) = status_message(request.wire_id(), chat, status, row.get(2), row.get(5));
-                (true, Some(id), body)
-            }
-            None => (false, row.get(3), row.get(4)),
-        })
-    };
-    rows.iter().map(message).collect()
 }
 
 pub fn timestamp() -> String {
