@@ -139,6 +139,13 @@ async fn a_huge_agent_result_reaches_the_bridge_cut_and_stays_whole_in_postgres(
     fleet.stop().await;
     let reply = messages.last().unwrap();
     assert_eq!(reply["status"], "completed", "{}", reply["error"]);
+    // The final status and the reply are one row (V46): its writer hands the
+    // row to the relay whole, which sends the status once, then the cut reply.
+    let statuses: Vec<(&str, i64)> = messages[..messages.len() - 1]
+        .iter()
+        .map(|m| (m["status"].as_str().unwrap(), m["seq"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(statuses, [("accepted", 1), ("running", 2), ("completed", 3)], "each status once, in order");
     let size = serde_json::to_vec(reply).unwrap().len();
     assert!(size <= MIB, "the reply is within the bound: {size} bytes");
     for field in [&reply["text"], &reply["parts"][0], &reply["result"]["finalText"]] {
@@ -209,17 +216,55 @@ async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_roo
 async fn a_status_that_no_queue_takes_is_dead_lettered_with_its_reason() {
     let env = TestEnv::new().await;
     env.apply_profiles(&solo("Done.")).await;
-    let fleet = env.start(&[Role::Intake, Role::Relay]);
+    // With an invocation role beside it, intake takes the root itself and
+    // sends `accepted` and `running` as one row, and the run's end sends
+    // `completed` and the reply as another (V46).
+    let fleet = env.start(&[Role::Intake, Role::Invocation, Role::Relay]);
     let mut dead = env.consume(&env.queue(Queue::Dead)).await;
     let gone = format!("{}bridge.gone", env.settings.queue_prefix);
     let request = serde_json::to_vec(&sample_request_json("gone-1", "docs_agent", "en")).unwrap();
     env.send_raw(&request, Some(&gone)).await;
-    let letter = next_json(&mut dead, WAIT).await;
+    let mut letters = vec![];
+    for _ in 0..4 {
+        letters.push(next_json(&mut dead, WAIT).await);
+    }
+    // A row's second message goes once its first has left, dead-lettered
+    // too; then the row is settled.
+    let settled = "SELECT count(*) FROM bridge_messages WHERE handoff_id = 'gone-1' AND NOT pending";
+    eventually(WAIT, "both rows are settled", || async { (env.scalar_i64(settled, &[]).await == 2).then_some(()) })
+        .await;
     fleet.stop().await;
-    assert_eq!(letter["_body"]["type"], "status");
-    assert_eq!(letter["_body"]["status"], "accepted");
-    assert!(letter["_error"].as_str().unwrap().contains("no queue took"), "{letter}");
-    assert!(env.handoff_events("gone-1").await.contains(&HandoffEvent::DeliveryFailed));
+    assert!(letters[0]["_error"].as_str().unwrap().contains("no queue took"), "{}", letters[0]);
+    let heard: Vec<(&str, &str)> = letters
+        .iter()
+        .map(|l| (l["_body"]["type"].as_str().unwrap(), l["_body"]["status"].as_str().unwrap()))
+        .collect();
+    let expected = [("status", "accepted"), ("status", "running"), ("status", "completed"), ("reply", "completed")];
+    assert_eq!(heard, expected, "each message dead-lettered once, in order");
+    let failed = env.handoff_events("gone-1").await;
+    assert_eq!(failed.iter().filter(|e| **e == HandoffEvent::DeliveryFailed).count(), 4, "{failed:?}");
+}
+
+/// With no process publishing its own rows (a grace of zero), every bridge
+/// message goes through the relay: a row's messages (V46: `accepted` and
+/// `running` from intake, `completed` and the reply from the end) one after
+/// another, in order, and the row marked sent once its last is confirmed.
+#[tokio::test]
+async fn a_row_s_messages_go_through_the_relay_in_order_and_the_row_is_settled_after_its_last() {
+    let mut env = TestEnv::new().await;
+    env.settings.outbox_grace = Duration::ZERO;
+    env.apply_profiles(&solo("Done.")).await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("relayed-1", "docs_agent", "en")).await;
+    let messages = until_reply(&mut replies, WAIT).await;
+    until_the_outbox_is_empty(&env).await;
+    fleet.stop().await;
+    let heard: Vec<&str> =
+        messages.iter().map(|m| if m["type"] == "reply" { "reply" } else { m["status"].as_str().unwrap() }).collect();
+    assert_eq!(heard, ["accepted", "running", "completed", "reply"], "{messages:?}");
+    let rows = "SELECT count(*) FROM bridge_messages WHERE handoff_id = 'relayed-1' AND NOT pending";
+    assert_eq!(env.scalar_i64(rows, &[]).await, 2, "two rows, both marked sent");
 }
 
 #[tokio::test]

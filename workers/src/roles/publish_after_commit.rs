@@ -10,8 +10,9 @@
 //! at once, which settles it with its full rules. A bridge message is
 //! published only when no earlier message of its handoff is left pending
 //! (this process counts those it has seen confirmed as sent before it marks
-//! them); one that has to wait for an earlier one is tried again for a
-//! while, then left to the relay. Nothing is locked: the relay takes a
+//! them; the messages of one row go one after another, V46); one that has
+//! to wait for an earlier one is tried again for a while, then left to the
+//! relay. Nothing is locked: the relay takes a
 //! message only after its grace, by when its writer has published it or is
 //! gone.
 
@@ -66,6 +67,7 @@ impl PublishAfterCommit {
             rows,
             waiting: vec![],
             confirmed: vec![],
+            parts_sent: vec![],
             delete_at: None,
         };
         let stopped = stop.clone();
@@ -98,6 +100,9 @@ struct Worker {
     /// Rows published and confirmed, to be settled together by `delete_at`
     /// (a later message of a bridge message's handoff may go meanwhile).
     confirmed: Vec<outbox::Key>,
+    /// Messages confirmed of rows not sent whole yet, by row id and place:
+    /// the next message of such a row may go.
+    parts_sent: Vec<(i64, u8)>,
     delete_at: Option<Instant>,
 }
 
@@ -147,32 +152,63 @@ impl Worker {
             .into_iter()
             .filter(|(since, _)| now.duration_since(*since) < patience)
             .collect();
+        let fresh = self.whole_rows_only(fresh).await?;
         rows.extend(fresh.into_iter().map(|row| (now, row)));
-        // Bridge messages leave in their handoff's order, each only when no
-        // earlier one is left pending (or confirmed here and not yet marked
-        // sent): a round that sends one may free the next.
+        // Bridge messages leave in their handoff's order. A row's first
+        // message goes only when no earlier row of its handoff is left
+        // pending (or confirmed here and not yet marked sent), which the
+        // database says; a later one only once the message before it in its
+        // row was confirmed here (V46). A round that sends one may free the
+        // next; only a row sent whole can free another row's first message.
+        let mut row_sent = true;
         loop {
-            let bridge: Vec<outbox::Key> =
-                rows.iter().filter(|(_, r)| r.message.correlation_id.is_some()).map(|(_, r)| r.key()).collect();
-            let free = match bridge.is_empty() {
+            let firsts: Vec<outbox::Key> = rows
+                .iter()
+                .filter(|(_, r)| r.message.correlation_id.is_some() && r.part.index == 0)
+                .map(|(_, r)| r.key())
+                .collect();
+            let free = match firsts.is_empty() || !row_sent {
                 true => vec![],
-                false => outbox::ready_to_send(&db(&self.pool).await?, &bridge, &self.confirmed).await?,
+                false => outbox::ready_to_send(&db(&self.pool).await?, &firsts, &self.confirmed).await?,
             };
-            let (ready, later): (Vec<_>, Vec<_>) =
-                rows.into_iter().partition(|(_, r)| r.message.correlation_id.is_none() || free.contains(&r.id));
+            let (ready, later): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, r)| {
+                match (r.message.correlation_id.is_some(), r.part.index.checked_sub(1)) {
+                    (false, _) => true,
+                    (true, None) => free.contains(&r.id),
+                    (true, Some(before)) => self.parts_sent.contains(&(r.id, before)),
+                }
+            });
+            rows = later;
+            if ready.is_empty() {
+                break;
+            }
             let ready: Vec<Row> = ready.into_iter().map(|(_, row)| row).collect();
-            let (done, refused) = self.publish(&ready).await?;
-            // Marked sent (a bridge message) or deleted (a fleet row) with
-            // the next batch, in one statement.
-            self.confirmed.extend(done);
+            let confirmed = self.publish(&ready).await?;
+            row_sent = false;
+            let mut refused = vec![];
+            for (row, confirmed) in ready.iter().zip(confirmed) {
+                match (confirmed, row.part.is_last()) {
+                    // Marked sent (a bridge message) or deleted (a fleet
+                    // row) with the next batch, in one statement.
+                    (true, true) => {
+                        row_sent = true;
+                        self.confirmed.push(row.key());
+                    }
+                    (true, false) => self.parts_sent.push((row.id, row.part.index)),
+                    // The relay publishes the whole row again.
+                    (false, _) => refused.push(row.key()),
+                }
+            }
             if !refused.is_empty() {
+                rows.retain(|(_, r)| !refused.contains(&r.key()));
                 outbox::give_back(&db(&self.pool).await?, &refused).await?;
             }
-            rows = later;
-            if rows.is_empty() || free.is_empty() {
+            if rows.is_empty() {
                 break;
             }
         }
+        // What is known of a row's messages matters while the rest of it waits here.
+        self.parts_sent.retain(|(id, _)| rows.iter().any(|(_, r)| r.id == *id));
         if self.confirmed.len() >= BATCH {
             self.delete_confirmed().await?;
         } else if !self.confirmed.is_empty() {
@@ -182,8 +218,24 @@ impl Worker {
         Ok(())
     }
 
-    /// Sends the rows, then waits for their confirms: the ids confirmed, and
-    /// those for the relay to settle. A broken channel ends the publisher.
+    /// Hands a row of several messages (V46) to the relay before any of them
+    /// goes when one of them needs more than a plain publish (a body to
+    /// cut): the relay then publishes the row once, in order, rather than
+    /// again from its first message after this process sent that one.
+    async fn whole_rows_only(&mut self, rows: Vec<Row>) -> anyhow::Result<Vec<Row>> {
+        let mut refused: Vec<outbox::Key> = vec![];
+        for row in rows.iter().filter(|r| r.part.of > 1) {
+            if !prepare(&self.settings, &row.message)?.is_plain() && !refused.contains(&row.key()) {
+                refused.push(row.key());
+            }
+        }
+        if refused.is_empty() {
+            return Ok(rows);
+        }
+        outbox::give_back(&db(&self.pool).await?, &refused).await?;
+        Ok(rows.into_iter().filter(|r| !refused.contains(&r.key())).collect())
+    }
+
     /// Deletes the confirmed rows waiting for it, in one statement.
     async fn delete_confirmed(&mut self) -> anyhow::Result<()> {
         self.delete_at = None;
@@ -194,37 +246,36 @@ impl Worker {
         Ok(())
     }
 
-    async fn publish(&mut self, rows: &[Row]) -> anyhow::Result<(Vec<outbox::Key>, Vec<outbox::Key>)> {
-        let (mut done, mut refused) = (vec![], vec![]);
+    /// Sends the rows, then waits for their confirms: for each row, whether
+    /// the broker confirmed it (the others are for the relay to settle). A
+    /// broken channel ends the publisher.
+    async fn publish(&mut self, rows: &[Row]) -> anyhow::Result<Vec<bool>> {
+        let mut confirmed = vec![false; rows.len()];
         let prepared = rows
             .iter()
             .map(|r| prepare(&self.settings, &r.message).map(|p| p.traced(r)))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let started = std::time::Instant::now();
         let mut sent = vec![];
-        for (row, p) in rows.iter().zip(&prepared) {
+        for (n, (row, p)) in rows.iter().zip(&prepared).enumerate() {
             if !p.is_plain() {
-                refused.push(row.key());
                 continue;
             }
             match self.publisher.send(&outgoing(&row.message, p)).await {
-                Ok(pending) => sent.push((row, pending)),
+                Ok(pending) => sent.push((n, pending)),
                 // The rows of this round stay for the relay's sweep.
                 Err(e) => return Err(e.into()),
             }
         }
         let deadline = Instant::now() + CONFIRM_TIMEOUT;
-        for (row, pending) in sent {
-            match tokio::time::timeout_at(deadline, pending.settled()).await {
-                Ok(Ok(Settled::Confirmed)) => {
-                    crate::metrics::bridge_message_sent(&row.message.body);
-                    done.push(row.key());
-                }
-                _ => refused.push(row.key()),
+        for (n, pending) in sent {
+            if let Ok(Ok(Settled::Confirmed)) = tokio::time::timeout_at(deadline, pending.settled()).await {
+                crate::metrics::bridge_message_sent(&rows[n].message.body);
+                confirmed[n] = true;
             }
         }
         crate::metrics::relay_published(started.elapsed());
-        Ok((done, refused))
+        Ok(confirmed)
     }
 }
 

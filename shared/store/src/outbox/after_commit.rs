@@ -240,7 +240,7 @@ pub(crate) fn committed() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outbox::Message;
+    use crate::outbox::{Message, Part};
 
     fn row(id: i64) -> Row {
         let message = Message {
@@ -251,7 +251,7 @@ mod tests {
             body: serde_json::json!({}),
             mandatory: false,
         };
-        Row { id, attempts: 0, message, trace: None }
+        Row { id, attempts: 0, message, trace: None, part: Part::ALONE }
     }
 
     #[tokio::test]

@@ -99,7 +99,7 @@ pub async fn enqueue_fleet_after(c: &impl GenericClient, m: &FleetMessage, befor
     let queued = sql::query_one(c, &statement, &params).await?;
     if grace > 0.0 {
         let message = Message { queue: queued.get(1), ..Message::fleet(m) };
-        after_commit::wrote(Row { id: queued.get(0), attempts: 0, message, trace });
+        after_commit::wrote(Row { id: queued.get(0), attempts: 0, message, trace, part: Part::ALONE });
     }
     Ok(())
 }
@@ -183,12 +183,13 @@ pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {
     };
     let queued = sql::query_one(c, statement, &params).await?;
     if grace > 0.0 {
-        after_commit::wrote(Row { id: queued.get(0), attempts: 0, message: m.clone(), trace });
+        after_commit::wrote(Row { id: queued.get(0), attempts: 0, message: m.clone(), trace, part: Part::ALONE });
     }
     Ok(())
 }
 
-/// A row taken for publishing, with how often the broker refused it so far.
+/// A message taken for publishing, with how often the broker refused its
+/// row so far.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
     pub id: i64,
@@ -196,6 +197,37 @@ pub struct Row {
     pub message: Message,
     /// The trace context of the span that wrote the row.
     pub trace: Option<Trace>,
+    /// Its place among its row's messages (a `bridge_messages` row holds
+    /// every message one statement wrote for a request, V46): published in
+    /// order, each once the one before it was confirmed; the row is settled
+    /// once its last one is.
+    pub part: Part,
+}
+
+/// A message's place in its row: `index` of `of` (0 of 1 for a row of one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Part {
+    pub index: u8,
+    pub of: u8,
+}
+
+impl Part {
+    pub const ALONE: Part = Part { index: 0, of: 1 };
+
+    /// The last message of its row: confirmed, the row is sent.
+    pub fn is_last(self) -> bool {
+        self.index + 1 >= self.of
+    }
+}
+
+/// A row's messages as [`Row`]s, in the order they are published.
+pub fn parts(id: i64, attempts: i32, trace: Option<Trace>, messages: Vec<Message>) -> Vec<Row> {
+    let of = u8::try_from(messages.len()).unwrap_or(u8::MAX);
+    messages
+        .into_iter()
+        .zip(0..)
+        .map(|(message, index)| Row { id, attempts, message, trace: trace.clone(), part: Part { index, of } })
+        .collect()
 }
 
 /// Which message to settle: its id, and for a message to a bridge its
@@ -230,13 +262,16 @@ fn split(keys: &[Key]) -> (Vec<i64>, Vec<&str>, Vec<i64>) {
 
 /// Takes the oldest rows that are due, locked for this transaction (the
 /// caller deletes or reschedules each, then commits; rolling back puts them
-/// back). Concurrent relays skip each other's rows.
+/// back), each of its messages a [`Row`] in order. Concurrent relays skip
+/// each other's rows.
 ///
-/// Of one handoff's messages only the oldest is taken, and only once no
+/// Of one handoff's rows only the oldest is taken, and only once no
 /// earlier one is left (waiting for a retry, or in another relay's batch):
 /// the broker settles each message on its own, so a later message sent
 /// beside an earlier one could be taken while the earlier one is nacked, and
-/// a bridge would hear a reply before the status that came first.
+/// a bridge would hear a reply before the status that came first. For the
+/// same reason the caller publishes a row's messages one after another,
+/// each once the one before it was confirmed.
 pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> {
     let fleet = sql::query(
         c,
@@ -251,8 +286,8 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
     let bridge = sql::query(
         c,
         "SELECT b.id, b.queue, b.external, b.mandatory, b.attempts, b.traceparent, b.tracestate, b.message_id,
-                b.handoff_id, b.body, b.status, b.seq, b.created_at, h.bridge_id, h.reply_chat_id
-           FROM bridge_messages b LEFT JOIN handoff_requests h ON b.body IS NULL AND h.id = b.handoff_id
+                b.handoff_id, b.body, b.status, b.seq, b.created_at, h.bridge_id, h.reply_chat_id, b.then_status
+           FROM bridge_messages b LEFT JOIN handoff_requests h ON b.status IS NOT NULL AND h.id = b.handoff_id
           WHERE b.pending AND b.next_attempt_at <= now()
             AND NOT EXISTS (SELECT 1 FROM bridge_messages w WHERE w.pending AND w.handoff_id = b.handoff_id AND w.id < b.id)
           ORDER BY b.id LIMIT $1 FOR UPDATE OF b SKIP LOCKED",
@@ -273,31 +308,29 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
             },
             attempts: r.get(7),
             trace: r.get::<_, Option<String>>(8).map(|p| (p, r.get(9))),
+            part: Part::ALONE,
         })
         .collect();
     for r in &bridge {
-        let (message_id, body) = match sent::rendered(r, 7) {
+        let rendered = match sent::rendered(r, 7) {
             Ok(rendered) => rendered,
             Err(e) => {
                 put_aside(c, r, &e).await?;
                 continue;
             }
         };
-        rows.push(Row {
-            id: r.get(0),
-            message: Message {
-                queue: r.get(1),
-                external: r.get(2),
-                message_id,
-                correlation_id: r.get(8),
-                body,
-                mandatory: r.get(3),
-            },
-            attempts: r.get(4),
-            trace: r.get::<_, Option<String>>(5).map(|p| (p, r.get(6))),
+        let messages = rendered.into_iter().map(|(message_id, body)| Message {
+            queue: r.get(1),
+            external: r.get(2),
+            message_id,
+            correlation_id: r.get(8),
+            body,
+            mandatory: r.get(3),
         });
+        let trace = r.get::<_, Option<String>>(5).map(|p| (p, r.get(6)));
+        rows.extend(parts(r.get(0), r.get(4), trace, messages.collect()));
     }
-    rows.sort_by_key(|r| r.id);
+    rows.sort_by_key(|r| (r.id, r.part.index));
     Ok(rows)
 }
 
@@ -315,7 +348,9 @@ async fn put_aside(c: &impl GenericClient, r: &tokio_postgres::Row, e: &crate::E
 }
 
 /// Settles rows the broker took (or that were moved aside): a fleet
-/// message's row is deleted, a bridge message is marked sent.
+/// message's row is deleted, a bridge message's row is marked sent. A row
+/// of several messages is the caller's to settle only once its last one is
+/// confirmed ([`Part::is_last`]).
 pub async fn settle(c: &impl GenericClient, keys: &[Key]) -> Result<()> {
     if keys.is_empty() {
         return Ok(());
@@ -441,6 +476,24 @@ pub async fn pending(c: &impl GenericClient) -> Result<i64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_row_s_messages_are_numbered_in_order_and_only_its_last_settles_it() {
+        let message = |n: i32| super::Message {
+            queue: "q".into(),
+            external: true,
+            message_id: Some(format!("m{n}")),
+            correlation_id: Some("h".into()),
+            body: serde_json::json!({ "n": n }),
+            mandatory: true,
+        };
+        let rows = super::parts(7, 2, None, vec![message(1), message(2)]);
+        let places: Vec<(i64, i32, u8, u8, bool)> =
+            rows.iter().map(|r| (r.id, r.attempts, r.part.index, r.part.of, r.part.is_last())).collect();
+        assert_eq!(places, [(7, 2, 0, 2, false), (7, 2, 1, 2, true)]);
+        assert_eq!(rows[1].message.body["n"], 2);
+        assert!(super::Part::ALONE.is_last());
+    }
+
     #[test]
     fn a_write_before_is_renumbered_from_one_for_a_statement_of_its_own() {
         assert_eq!(super::renumbered("INSERT INTO t VALUES ($11, $12, $20)"), "INSERT INTO t VALUES ($1, $2, $10)");

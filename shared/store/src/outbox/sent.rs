@@ -30,37 +30,54 @@ pub async fn for_handoff(c: &impl GenericClient, handoff_id: &str) -> Result<Vec
         c,
         // Sent and pending messages are indexed apart (V40).
         "SELECT b.queue, b.created_at, b.pending, b.last_error, b.message_id, b.handoff_id, b.body, b.status, b.seq,
-                b.created_at, h.bridge_id, h.reply_chat_id
-           FROM bridge_messages b LEFT JOIN handoff_requests h ON b.body IS NULL AND h.id = b.handoff_id
+                b.created_at, h.bridge_id, h.reply_chat_id, b.then_status
+           FROM bridge_messages b LEFT JOIN handoff_requests h ON b.status IS NOT NULL AND h.id = b.handoff_id
           WHERE b.handoff_id = $1 AND (NOT b.pending OR b.pending) ORDER BY b.id",
         &[&handoff_id],
     )
     .await?;
-    rows.iter()
-        .map(|r| {
-            // A row this version cannot read is shown with the reason.
-            let (message_id, body) =
-                rendered(r, 4).unwrap_or_else(|e| (r.get(4), serde_json::json!({"unreadable": e.to_string()})));
-            Ok(Sent { message_id, queue: r.get(0), body, at: r.get(1), pending: r.get(2), last_error: r.get(3) })
-        })
-        .collect()
+    let mut sent = vec![];
+    for r in &rows {
+        // A row this version cannot read is shown with the reason.
+        let messages =
+            rendered(r, 4).unwrap_or_else(|e| vec![(r.get(4), serde_json::json!({"unreadable": e.to_string()}))]);
+        sent.extend(messages.into_iter().map(|(message_id, body)| Sent {
+            message_id,
+            queue: r.get(0),
+            body,
+            at: r.get(1),
+            pending: r.get(2),
+            last_error: r.get(3),
+        }));
+    }
+    Ok(sent)
 }
 
-/// A bridge message's id and body as sent, from a row whose columns from
-/// `from` on are its `message_id, handoff_id, body, status, seq,
-/// created_at` and its request's `bridge_id, reply_chat_id`: a status keeps
-/// only what its body is rendered from (V43), every other message its body.
-pub(crate) fn rendered(r: &tokio_postgres::Row, from: usize) -> Result<(Option<String>, Value)> {
+/// A row's bridge messages, each its id and body as sent, in the order they
+/// are published: its status, its second status, its message with a body
+/// (V46). The row's columns from `from` on are its `message_id, handoff_id,
+/// body, status, seq, created_at`, its request's `bridge_id,
+/// reply_chat_id`, and its `then_status`. A status keeps only what its body
+/// is rendered from (V43), every other message its body.
+pub(crate) fn rendered(r: &tokio_postgres::Row, from: usize) -> Result<Vec<(Option<String>, Value)>> {
     let handoff: String = r.get(from + 1);
     let at = RowOf { table: "bridge_messages of", id: &handoff };
-    let Some(status) = at.wire_opt::<HandoffStatus>(r, from + 3)? else {
-        return Ok((r.get(from), r.get(from + 2)));
-    };
-    let bridge: Option<String> = r.get(from + 6);
-    let wire = baton_domain::protocol::bridges::unqualified(bridge.as_deref(), &handoff);
-    let chat: Option<String> = r.get(from + 7);
-    let (id, body) = status_message(wire, chat.as_deref(), status, r.get(from + 4), r.get(from + 5));
-    Ok((Some(id), body))
+    let statuses = [at.wire_opt::<HandoffStatus>(r, from + 3)?, at.wire_opt::<HandoffStatus>(r, from + 8)?];
+    let mut messages = Vec::with_capacity(2);
+    if statuses.iter().any(Option::is_some) {
+        let bridge: Option<String> = r.get(from + 6);
+        let wire = baton_domain::protocol::bridges::unqualified(bridge.as_deref(), &handoff);
+        let chat: Option<String> = r.get(from + 7);
+        let (seq, written): (i32, DateTime<Utc>) = (r.get(from + 4), r.get(from + 5));
+        for (status, seq) in statuses.into_iter().zip(seq..).filter_map(|(s, n)| s.map(|s| (s, n))) {
+            let (id, body) = status_message(wire, chat.as_deref(), status, seq, written);
+            messages.push((Some(id), body));
+        }
+    }
+    if let Some(body) = r.get::<_, Option<Value>>(from + 2) {
+        messages.push((r.get(from), body));
+    }
+    Ok(messages)
 }
 
 /// A status message as its bridge receives it, its message id and body,

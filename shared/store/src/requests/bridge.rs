@@ -88,9 +88,10 @@ pub async fn reply_at(
 
 /// Writes `u` for the request in one statement: the request row once (its
 /// status and the status's sequence number, its run, `reply_sent_at`), the
-/// events as one `handoff_log` row, and each message to the bridge as a
+/// events as one `handoff_log` row, and its messages to the bridge as one
 /// pending `bridge_messages` row (the outbox of bridge messages, kept for
-/// operators once sent), in order (the statuses before the reply). A
+/// operators once sent), which holds them in order (the statuses before
+/// the reply, V46). A
 /// status's sequence number is the row's own, taken by the same statement
 /// under the row's lock; the status's body and message id get it there.
 pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) -> crate::Result<()> {
@@ -162,7 +163,7 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
     // rendered from them and its row's time (`status_message`, V43): the
     // statement's clock, read after it took the request's row lock, so a
     // later number never has an earlier time.
-    let rows = crate::sql::query(
+    let row = crate::sql::query_opt(
         c,
         "WITH s AS (
              UPDATE handoff_requests
@@ -172,39 +173,35 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
                     reply_sent_at = CASE WHEN $4::bool THEN now() ELSE reply_sent_at END,
                     updated_at = now()
               WHERE id = $1 RETURNING status_seq),
-         m AS (
-             SELECT 1 AS n, $5::text AS status, s.status_seq - $22 + 1 AS seq, NULL::text AS message_id, NULL::jsonb AS body
-               FROM s WHERE $5::text IS NOT NULL
-             UNION ALL
-             SELECT 2, $6::text, s.status_seq, NULL, NULL FROM s WHERE $6::text IS NOT NULL
-             UNION ALL
-             SELECT 3, NULL, NULL, $7::text, $8::jsonb FROM s WHERE $8::jsonb IS NOT NULL),
          l AS (
              INSERT INTO handoff_log (handoff_id, types, statuses, messages)
              SELECT $1, $9::text[], $10::text[], $11::text[] WHERE cardinality($9::text[]) > 0),
          j AS (
              INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
              SELECT $17, $21::uuid, $18::uuid[], $19::text[]::journal_event[], $20::json WHERE $17::uuid IS NOT NULL)
-         INSERT INTO bridge_messages (handoff_id, status, seq, message_id, queue, body, external, mandatory, traceparent,
-                                      tracestate, next_attempt_at, pending, created_at)
-         SELECT $1, status, seq, message_id, $12, body, $13, true, $14, $15, now() + make_interval(secs => $16::float8), true,
-                clock_timestamp()
-           FROM m ORDER BY n
-         RETURNING id, message_id, handoff_id, body, status, seq, created_at, $23::text, $24::text",
+         INSERT INTO bridge_messages (handoff_id, status, seq, then_status, message_id, queue, body, external, mandatory,
+                                      traceparent, tracestate, next_attempt_at, pending, created_at)
+         SELECT $1, $5::text, CASE WHEN $5::text IS NOT NULL THEN s.status_seq - $22 + 1 END, $6::text, $7::text, $12,
+                $8::jsonb, $13, true, $14, $15, now() + make_interval(secs => $16::float8), true, clock_timestamp()
+           FROM s WHERE $5::text IS NOT NULL OR $8::jsonb IS NOT NULL
+         RETURNING id, message_id, handoff_id, body, status, seq, created_at, $23::text, $24::text, then_status",
         &params,
     )
     .await?;
-    for row in &rows {
-        // As every reader renders a message (`sent::rendered`, V43).
-        let (message_id, body) = outbox::sent::rendered(row, 1)?;
-        if row.get::<_, Option<&str>>(4).is_some() {
-            if let Some(url) = &request.status_url {
-                requests::callbacks::enqueue(c, &request.id, url, &body).await?;
-            }
+    let Some(row) = row else { return Ok(()) };
+    // As every reader renders a row's messages (`sent::rendered`, V43, V46):
+    // its statuses first.
+    let statuses = usize::from(first.is_some()) + usize::from(then.is_some());
+    let mut messages = vec![];
+    for (n, (message_id, body)) in outbox::sent::rendered(&row, 1)?.into_iter().enumerate() {
+        if let (true, Some(url)) = (n < statuses, &request.status_url) {
+            requests::callbacks::enqueue(c, &request.id, url, &body).await?;
         }
-        if grace > 0.0 {
-            let message = Message { message_id, body, ..queued.clone() };
-            outbox::after_commit::wrote(outbox::Row { id: row.get(0), attempts: 0, message, trace: trace.clone() });
+        messages.push(Message { message_id, body, ..queued.clone() });
+    }
+    if grace > 0.0 {
+        for part in outbox::parts(row.get(0), 0, trace, messages) {
+            outbox::after_commit::wrote(part);
         }
     }
     Ok(())

@@ -146,7 +146,9 @@ impl Relay {
 
     /// Publishes up to one batch of due rows. The rows stay locked until
     /// every row's fate is recorded (deleted, rescheduled, dead-lettered)
-    /// and committed: a crash re-publishes, never drops.
+    /// and committed: a crash re-publishes, never drops. A row leaves the
+    /// outbox once each of its messages did (sent or dead-lettered); the
+    /// first that did not keeps it, and the messages after it wait.
     pub async fn publish_batch(&mut self) -> anyhow::Result<usize> {
         let mut client = db(&self.pool).await?;
         let tx = begin(&mut client).await?;
@@ -159,20 +161,15 @@ impl Relay {
             .map(|r| prepare(&self.settings, &r.message).map(|p| p.traced(r)))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let started = std::time::Instant::now();
-        let mut fates = self.publish_together(&rows, &prepared).await?;
+        let fates = self.publish_in_order(&rows, &prepared).await?;
         crate::metrics::relay_published(started.elapsed());
-        if fates.iter().any(|f| matches!(f, Fate::Unsure(_))) {
-            tracing::warn!("the channel broke during a batch; trying its unconfirmed rows one by one");
-            self.reopen().await?;
-            for (i, fate) in fates.iter_mut().enumerate() {
-                if matches!(fate, Fate::Unsure(_)) {
-                    *fate = self.publish_alone(&rows[i].message, &prepared[i]).await?;
-                }
-            }
-        }
-        let mut done = vec![];
+        let (mut done, mut kept) = (vec![], vec![]);
         for ((row, prepared), fate) in rows.iter().zip(&prepared).zip(fates) {
-            if self.record(&tx, row, prepared, fate).await? {
+            // Not published: an earlier message of its row was kept.
+            let Some(fate) = fate else { continue };
+            if !self.record(&tx, row, prepared, fate).await? {
+                kept.push(row.id);
+            } else if row.part.is_last() && !kept.contains(&row.id) {
                 done.push(row.key());
             }
         }
@@ -181,17 +178,55 @@ impl Relay {
         Ok(rows.len())
     }
 
-    /// Sends every publishable row, then waits for their confirms.
-    async fn publish_together(&self, rows: &[Row], prepared: &[Prepared]) -> anyhow::Result<Vec<Fate>> {
-        let mut sent = Vec::with_capacity(rows.len());
-        for (row, p) in rows.iter().zip(prepared) {
+    /// Publishes the rows' messages in waves: every row's first message
+    /// together, then every row's second once its first left (sent or
+    /// dead-lettered), and so on, so a bridge never hears a message before
+    /// the one its row holds before it. The fate of each message, `None`
+    /// for one not published. Messages caught in a channel that another
+    /// broke are tried again one by one on a fresh channel.
+    async fn publish_in_order(&mut self, rows: &[Row], prepared: &[Prepared]) -> anyhow::Result<Vec<Option<Fate>>> {
+        let mut fates: Vec<Option<Fate>> = vec![None; rows.len()];
+        let waves = rows.iter().map(|r| r.part.index).max().unwrap_or(0);
+        for wave in 0..=waves {
+            // `take_batch` keeps a row's messages together, in order.
+            let due: Vec<usize> = (0..rows.len())
+                .filter(|&n| match rows[n].part.index {
+                    0 => wave == 0,
+                    index => index == wave && matches!(fates[n - 1], Some(Fate::Sent | Fate::Dead(_))),
+                })
+                .collect();
+            if due.is_empty() {
+                break;
+            }
+            let mut wave_fates = self.publish_together(rows, prepared, &due).await?;
+            if wave_fates.iter().any(|f| matches!(f, Fate::Unsure(_))) {
+                tracing::warn!("the channel broke during a batch; trying its unconfirmed rows one by one");
+                self.reopen().await?;
+                for (n, fate) in due.iter().zip(wave_fates.iter_mut()) {
+                    if matches!(fate, Fate::Unsure(_)) {
+                        *fate = self.publish_alone(&rows[*n].message, &prepared[*n]).await?;
+                    }
+                }
+            }
+            for (n, fate) in due.into_iter().zip(wave_fates) {
+                fates[n] = Some(fate);
+            }
+        }
+        Ok(fates)
+    }
+
+    /// Sends the `due` rows, then waits for their confirms.
+    async fn publish_together(&self, rows: &[Row], prepared: &[Prepared], due: &[usize]) -> anyhow::Result<Vec<Fate>> {
+        let mut sent = Vec::with_capacity(due.len());
+        for &n in due {
+            let (row, p) = (&rows[n], &prepared[n]);
             sent.push(match &p.refused {
                 Some(reason) => Err(Fate::Dead(reason.clone())),
                 None => self.publisher.send(&outgoing(&row.message, p)).await.map_err(|e| Fate::Unsure(e.to_string())),
             });
         }
         let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
-        let mut fates = Vec::with_capacity(rows.len());
+        let mut fates = Vec::with_capacity(due.len());
         for attempt in sent {
             fates.push(match attempt {
                 Err(fate) => fate,
