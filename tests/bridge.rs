@@ -141,3 +141,42 @@ async fn old_finished_runs_are_pruned_and_their_request_still_counts_as_seen() {
     env.run_request("young-1").await;
     assert_eq!(baton::operator::prune_runs(&env.pool, Duration::from_secs(30 * 86_400), 10).await.unwrap().runs, 0);
 }
+
+/// A statement that writes bridge messages keeps its handoff events in their
+/// row (V47), and a handoff's events still read back in the order they were
+/// written, across that row and `handoff_log` rows, including those written
+/// before V47 (whose ids came from the log's own sequence, here past the
+/// outbox's).
+#[tokio::test]
+async fn handoff_events_read_in_order_across_their_message_rows_and_the_log_before_and_after_v47() {
+    use baton_domain::protocol::request::HandoffStatus;
+    use baton_store::requests;
+    let env = TestEnv::migrated_to(46).await;
+    let c = env.db().await;
+    let request = "INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to)
+                   VALUES ('h-47', '{}', 'weixin', 'docs_agent', 'accepted', 'en', 'bridge.q')";
+    c.execute(request, &[]).await.unwrap();
+    // As V46's fleet wrote events, its log's ids well ahead of the outbox's.
+    let old = "INSERT INTO handoff_log (id, handoff_id, types, statuses, messages) OVERRIDING SYSTEM VALUE
+               VALUES (900000, 'h-47', '{created,accepted}', '{requested,accepted}', '{NULL,NULL}')";
+    c.execute(old, &[]).await.unwrap();
+    baton_store::migrate(&env.pool).await.unwrap();
+    let c = env.db().await;
+    let stored = requests::get(&c, "h-47").await.unwrap().unwrap();
+    requests::bridge::status(&c, &stored, HandoffStatus::Running, Some("started")).await.unwrap();
+    requests::add_event(&c, "h-47", HandoffEvent::DeliveryDelayed, None, Some("later")).await.unwrap();
+    let events: Vec<(String, Option<String>)> =
+        requests::events(&c, "h-47").await.unwrap().into_iter().map(|e| (e.kind, e.message)).collect();
+    let expected = [
+        ("created", None),
+        ("accepted", None),
+        ("status_changed", Some("started")),
+        ("delivery_delayed", Some("later")),
+    ]
+    .map(|(kind, note)| (kind.to_string(), note.map(str::to_string)));
+    assert_eq!(events, expected);
+    let beside = "SELECT count(*) FROM bridge_messages WHERE handoff_id = 'h-47' AND log_types = '{status_changed}'";
+    assert_eq!(env.scalar_i64(beside, &[]).await, 1, "the status's event is kept in its message's row");
+    let logged = "SELECT count(*) FROM handoff_log WHERE handoff_id = 'h-47'";
+    assert_eq!(env.scalar_i64(logged, &[]).await, 2, "the old row and the event written alone");
+}

@@ -172,9 +172,13 @@ async fn statuses(env: &TestEnv, handoff_id: &str) -> Vec<String> {
         .collect()
 }
 
-/// How many statements wrote the handoff's events (one `handoff_log` row each).
+/// How many statements wrote the handoff's events: each one row, a
+/// `handoff_log` row or, when the statement also wrote bridge messages, their
+/// row (V47).
 async fn log_rows(env: &TestEnv, handoff_id: &str) -> i64 {
-    env.scalar_i64("SELECT count(*) FROM handoff_log WHERE handoff_id = $1", &[&handoff_id]).await
+    let rows = "SELECT (SELECT count(*) FROM handoff_log WHERE handoff_id = $1)
+                     + (SELECT count(*) FROM bridge_messages WHERE handoff_id = $1 AND log_types IS NOT NULL)";
+    env.scalar_i64(rows, &[&handoff_id]).await
 }
 
 /// A process that takes requests but runs no invocations queues each root

@@ -53,14 +53,15 @@ async fn a_chain_runs_end_to_end_without_a_relay_each_role_publishing_what_it_co
     fleet.stop().await;
     let all = env.scalar_i64("SELECT count(*) FROM seen", &[]).await;
     let deferred = env.scalar_i64("SELECT count(*) FROM seen WHERE deferred", &[]).await;
-    // The three statuses and the reply, in two rows: each statement's
-    // messages in one (`accepted` and `running` at intake, `completed` and
-    // the reply at the end, V46); and the root's message, if intake took the
-    // request before its process's invocation role was up to take the root
-    // itself.
+    // The three statuses and the reply, each statement's messages in one
+    // row (V46): `accepted` and `running` at intake, `completed` and the
+    // reply at the end; `running` in a row of its own, with the root's
+    // message, if intake took the request before its process's invocation
+    // role was up to take the root itself.
     assert!(all >= 2, "the chain wrote its messages: {all}");
     let rows = "SELECT count(*) FROM bridge_messages WHERE handoff_id = 'direct-1' AND NOT pending";
-    assert_eq!(env.scalar_i64(rows, &[]).await, 2, "each statement's bridge messages are one row, marked sent");
+    let rows = env.scalar_i64(rows, &[]).await;
+    assert!((2..=3).contains(&rows), "each statement's bridge messages are one row, marked sent: {rows}");
     let kept = baton_store::outbox::sent::for_handoff(&env.db().await, "direct-1").await.unwrap();
     let kept: Vec<(Option<&str>, bool)> = kept.iter().map(|m| (m.message_id.as_deref(), m.pending)).collect();
     let ids = ["status:direct-1:1", "status:direct-1:2", "status:direct-1:3", "reply:direct-1"];

@@ -212,6 +212,50 @@ async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_roo
     assert_eq!(ready(&env, &env.queue(Queue::Dead)).await, 0, "nothing was dead-lettered");
 }
 
+/// A bridge queue that holds one message takes the first of intake's two
+/// (`accepted`, `running`: one row, V46) and refuses the second: the row is
+/// published again from the second only, so once the bridge drains its
+/// queue it hears each message once, in order.
+#[tokio::test]
+async fn a_row_refused_half_way_is_sent_again_from_the_message_that_was_refused() {
+    let mut env = TestEnv::new().await;
+    env.settings.unclaimed_grace = Duration::from_secs(2);
+    env.apply_profiles(&solo("Done.")).await;
+    let small = format!("{}bridge.small", env.settings.queue_prefix);
+    let channel = env.conn.create_channel().await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert("x-max-length".into(), AMQPValue::LongLongInt(1));
+    args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+    let options = QueueDeclareOptions { exclusive: true, ..Default::default() };
+    channel.queue_declare(small.as_str().into(), options, args).await.unwrap();
+    let fleet = env.start_all();
+    let request = serde_json::to_vec(&sample_request_json("small-1", "docs_agent", "en")).unwrap();
+    env.send_raw(&request, Some(&small)).await;
+    let half = "SELECT count(*) FROM bridge_messages WHERE handoff_id = 'small-1' AND pending AND sent_parts = 1";
+    eventually(WAIT, "intake's row waits, its first message sent", || async {
+        (env.scalar_i64(half, &[]).await == 1).then_some(())
+    })
+    .await;
+    // What an operator reads meanwhile: the first sent, the second waiting.
+    let shown = baton_store::outbox::sent::for_handoff(&env.db().await, "small-1").await.unwrap();
+    let waiting: Vec<bool> = shown.iter().map(|m| m.pending).collect();
+    assert_eq!(waiting[..2], [false, true], "{shown:?}");
+    let mut consumer = env.consume(&small).await;
+    let mut seen = vec![];
+    while seen.last().is_none_or(|m: &Value| m["type"] != "reply") {
+        seen.push(next_json(&mut consumer, WAIT).await);
+    }
+    until_the_outbox_is_empty(&env).await;
+    while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_secs(2), consumer.next()).await {
+        d.acker.ack(BasicAckOptions::default()).await.unwrap();
+        seen.push(serde_json::from_slice(&d.data).unwrap());
+    }
+    fleet.stop().await;
+    let heard: Vec<&str> =
+        seen.iter().map(|m| if m["type"] == "reply" { "reply" } else { m["status"].as_str().unwrap() }).collect();
+    assert_eq!(heard, ["accepted", "running", "completed", "reply"], "each once, in order: {seen:?}");
+}
+
 #[tokio::test]
 async fn a_status_that_no_queue_takes_is_dead_lettered_with_its_reason() {
     let env = TestEnv::new().await;

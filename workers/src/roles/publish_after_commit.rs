@@ -185,23 +185,28 @@ impl Worker {
             let ready: Vec<Row> = ready.into_iter().map(|(_, row)| row).collect();
             let confirmed = self.publish(&ready).await?;
             row_sent = false;
-            let mut refused = vec![];
+            let (mut refused, mut half_sent) = (vec![], vec![]);
             for (row, confirmed) in ready.iter().zip(confirmed) {
-                match (confirmed, row.part.is_last()) {
+                match (confirmed, row.part.is_last(), row.part.index) {
                     // Marked sent (a bridge message) or deleted (a fleet
                     // row) with the next batch, in one statement.
-                    (true, true) => {
+                    (true, true, _) => {
                         row_sent = true;
                         self.confirmed.push(row.key());
                     }
-                    (true, false) => self.parts_sent.push((row.id, row.part.index)),
-                    // The relay publishes the whole row again.
-                    (false, _) => refused.push(row.key()),
+                    (true, false, _) => self.parts_sent.push((row.id, row.part.index)),
+                    // The relay publishes the row, from this message on.
+                    (false, _, 0) => refused.push(row.key()),
+                    (false, _, from) => half_sent.push((row.key(), from)),
                 }
             }
-            if !refused.is_empty() {
-                rows.retain(|(_, r)| !refused.contains(&r.key()));
-                outbox::give_back(&db(&self.pool).await?, &refused).await?;
+            if !refused.is_empty() || !half_sent.is_empty() {
+                rows.retain(|(_, r)| !refused.contains(&r.key()) && !half_sent.iter().any(|(k, _)| *k == r.key()));
+                let c = db(&self.pool).await?;
+                outbox::give_back(&c, &refused).await?;
+                for (key, from) in &half_sent {
+                    outbox::give_back_from(&c, key, *from).await?;
+                }
             }
             if rows.is_empty() {
                 break;

@@ -220,12 +220,14 @@ impl Part {
     }
 }
 
-/// A row's messages as [`Row`]s, in the order they are published.
-pub fn parts(id: i64, attempts: i32, trace: Option<Trace>, messages: Vec<Message>) -> Vec<Row> {
+/// A row's messages as [`Row`]s, in the order they are published, but for
+/// the first `sent` (those that left before the row was refused half-way).
+pub fn parts(id: i64, attempts: i32, trace: Option<Trace>, messages: Vec<Message>, sent: u8) -> Vec<Row> {
     let of = u8::try_from(messages.len()).unwrap_or(u8::MAX);
     messages
         .into_iter()
         .zip(0..)
+        .filter(|(_, index)| *index >= sent)
         .map(|(message, index)| Row { id, attempts, message, trace: trace.clone(), part: Part { index, of } })
         .collect()
 }
@@ -286,7 +288,8 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
     let bridge = sql::query(
         c,
         "SELECT b.id, b.queue, b.external, b.mandatory, b.attempts, b.traceparent, b.tracestate, b.message_id,
-                b.handoff_id, b.body, b.status, b.seq, b.created_at, h.bridge_id, h.reply_chat_id, b.then_status
+                b.handoff_id, b.body, b.status, b.seq, b.created_at, h.bridge_id, h.reply_chat_id, b.then_status,
+                b.sent_parts
            FROM bridge_messages b LEFT JOIN handoff_requests h ON b.status IS NOT NULL AND h.id = b.handoff_id
           WHERE b.pending AND b.next_attempt_at <= now()
             AND NOT EXISTS (SELECT 1 FROM bridge_messages w WHERE w.pending AND w.handoff_id = b.handoff_id AND w.id < b.id)
@@ -328,7 +331,8 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
             mandatory: r.get(3),
         });
         let trace = r.get::<_, Option<String>>(5).map(|p| (p, r.get(6)));
-        rows.extend(parts(r.get(0), r.get(4), trace, messages.collect()));
+        let sent = r.get::<_, Option<i16>>(16).map_or(0, |n| u8::try_from(n).unwrap_or(0));
+        rows.extend(parts(r.get(0), r.get(4), trace, messages.collect(), sent));
     }
     rows.sort_by_key(|r| (r.id, r.part.index));
     Ok(rows)
@@ -344,7 +348,7 @@ async fn put_aside(c: &impl GenericClient, r: &tokio_postgres::Row, e: &crate::E
     let attempts: i32 = r.get(4);
     let delay = std::time::Duration::from_secs(60 << attempts.clamp(0, 6));
     tracing::error!(handoff = key.handoff.as_deref(), id = key.id, error = %e, "a bridge message cannot be read; it waits");
-    retry_later(c, &key, delay, &format!("this version cannot read it: {e}")).await
+    retry_later(c, &key, 0, delay, &format!("this version cannot read it: {e}")).await
 }
 
 /// Settles rows the broker took (or that were moved aside): a fleet
@@ -414,8 +418,32 @@ pub async fn give_back(c: &impl GenericClient, keys: &[Key]) -> Result<()> {
     Ok(())
 }
 
-/// Keeps a row the broker refused for now, to try again after `delay`.
-pub async fn retry_later(c: &impl GenericClient, key: &Key, delay: std::time::Duration, error: &str) -> Result<()> {
+/// [`give_back`] for a bridge message row refused at its message `from`
+/// (those before it left): the relay publishes it from there.
+pub async fn give_back_from(c: &impl GenericClient, key: &Key, from: u8) -> Result<()> {
+    let Some(handoff) = &key.handoff else {
+        return give_back(c, std::slice::from_ref(key)).await;
+    };
+    sql::execute(
+        c,
+        "UPDATE bridge_messages SET next_attempt_at = now(), sent_parts = $3::int2
+          WHERE pending AND handoff_id = $1 AND id = $2",
+        &[handoff, &key.id, &i16::from(from)],
+    )
+    .await?;
+    sql::execute(c, "SELECT pg_notify('baton_outbox', '')", &[]).await?;
+    Ok(())
+}
+
+/// Keeps a row the broker refused for now, to try again after `delay`; of
+/// a bridge message row, from its message `from` on (those before it left).
+pub async fn retry_later(
+    c: &impl GenericClient,
+    key: &Key,
+    from: u8,
+    delay: std::time::Duration,
+    error: &str,
+) -> Result<()> {
     let secs = delay.as_secs_f64();
     match &key.handoff {
         None => {
@@ -427,9 +455,9 @@ pub async fn retry_later(c: &impl GenericClient, key: &Key, delay: std::time::Du
         }
         Some(handoff) => {
             let update = "UPDATE bridge_messages SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2),
-                                 last_error = $3
+                                 last_error = $3, sent_parts = CASE WHEN $5::int2 > 0 THEN $5::int2 ELSE sent_parts END
                            WHERE pending AND handoff_id = $4 AND id = $1";
-            sql::execute(c, update, &[&key.id, &secs, &error, handoff]).await?;
+            sql::execute(c, update, &[&key.id, &secs, &error, handoff, &i16::from(from)]).await?;
         }
     }
     Ok(())
@@ -486,12 +514,17 @@ mod tests {
             body: serde_json::json!({ "n": n }),
             mandatory: true,
         };
-        let rows = super::parts(7, 2, None, vec![message(1), message(2)]);
+        let rows = super::parts(7, 2, None, vec![message(1), message(2)], 0);
         let places: Vec<(i64, i32, u8, u8, bool)> =
             rows.iter().map(|r| (r.id, r.attempts, r.part.index, r.part.of, r.part.is_last())).collect();
         assert_eq!(places, [(7, 2, 0, 2, false), (7, 2, 1, 2, true)]);
         assert_eq!(rows[1].message.body["n"], 2);
         assert!(super::Part::ALONE.is_last());
+        let rest = super::parts(7, 2, None, vec![message(1), message(2)], 1);
+        assert_eq!(
+            rest.iter().map(|r| (r.part.index, r.message.body["n"].as_i64())).collect::<Vec<_>>(),
+            [(1, Some(2))]
+        );
     }
 
     #[test]

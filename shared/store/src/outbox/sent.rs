@@ -30,7 +30,7 @@ pub async fn for_handoff(c: &impl GenericClient, handoff_id: &str) -> Result<Vec
         c,
         // Sent and pending messages are indexed apart (V40).
         "SELECT b.queue, b.created_at, b.pending, b.last_error, b.message_id, b.handoff_id, b.body, b.status, b.seq,
-                b.created_at, h.bridge_id, h.reply_chat_id, b.then_status
+                b.created_at, h.bridge_id, h.reply_chat_id, b.then_status, b.sent_parts
            FROM bridge_messages b LEFT JOIN handoff_requests h ON b.status IS NOT NULL AND h.id = b.handoff_id
           WHERE b.handoff_id = $1 AND (NOT b.pending OR b.pending) ORDER BY b.id",
         &[&handoff_id],
@@ -41,12 +41,14 @@ pub async fn for_handoff(c: &impl GenericClient, handoff_id: &str) -> Result<Vec
         // A row this version cannot read is shown with the reason.
         let messages =
             rendered(r, 4).unwrap_or_else(|e| vec![(r.get(4), serde_json::json!({"unreadable": e.to_string()}))]);
-        sent.extend(messages.into_iter().map(|(message_id, body)| Sent {
+        // Of a row refused half-way, the messages before `sent_parts` left.
+        let left = usize::try_from(r.get::<_, Option<i16>>(13).unwrap_or(0)).unwrap_or(0);
+        sent.extend(messages.into_iter().enumerate().map(|(n, (message_id, body))| Sent {
             message_id,
             queue: r.get(0),
             body,
             at: r.get(1),
-            pending: r.get(2),
+            pending: r.get::<_, bool>(2) && n >= left,
             last_error: r.get(3),
         }));
     }

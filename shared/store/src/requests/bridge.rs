@@ -87,11 +87,11 @@ pub async fn reply_at(
 }
 
 /// Writes `u` for the request in one statement: the request row once (its
-/// status and the status's sequence number, its run, `reply_sent_at`), the
-/// events as one `handoff_log` row, and its messages to the bridge as one
-/// pending `bridge_messages` row (the outbox of bridge messages, kept for
-/// operators once sent), which holds them in order (the statuses before
-/// the reply, V46). A
+/// status and the status's sequence number, its run, `reply_sent_at`), and
+/// its messages to the bridge as one pending `bridge_messages` row (the
+/// outbox of bridge messages, kept for operators once sent), which holds
+/// them in order (the statuses before the reply, V46) and the events (V47;
+/// without a message, the events are a `handoff_log` row). A
 /// status's sequence number is the row's own, taken by the same statement
 /// under the row's lock; the status's body and message id get it there.
 pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) -> crate::Result<()> {
@@ -175,14 +175,20 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
               WHERE id = $1 RETURNING status_seq),
          l AS (
              INSERT INTO handoff_log (handoff_id, types, statuses, messages)
-             SELECT $1, $9::text[], $10::text[], $11::text[] WHERE cardinality($9::text[]) > 0),
+             SELECT $1, $9::text[], $10::text[], $11::text[]
+              WHERE cardinality($9::text[]) > 0
+                AND ($5::text IS NULL AND $8::jsonb IS NULL OR NOT EXISTS (SELECT FROM s))),
          j AS (
              INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
              SELECT $17, $21::uuid, $18::uuid[], $19::text[]::journal_event[], $20::json WHERE $17::uuid IS NOT NULL)
          INSERT INTO bridge_messages (handoff_id, status, seq, then_status, message_id, queue, body, external, mandatory,
-                                      traceparent, tracestate, next_attempt_at, pending, created_at)
+                                      traceparent, tracestate, next_attempt_at, pending, created_at,
+                                      log_types, log_statuses, log_messages)
          SELECT $1, $5::text, CASE WHEN $5::text IS NOT NULL THEN s.status_seq - $22 + 1 END, $6::text, $7::text, $12,
-                $8::jsonb, $13, true, $14, $15, now() + make_interval(secs => $16::float8), true, clock_timestamp()
+                $8::jsonb, $13, true, $14, $15, now() + make_interval(secs => $16::float8), true, clock_timestamp(),
+                CASE WHEN cardinality($9::text[]) > 0 THEN $9::text[] END,
+                CASE WHEN cardinality($9::text[]) > 0 THEN $10::text[] END,
+                CASE WHEN cardinality($9::text[]) > 0 THEN $11::text[] END
            FROM s WHERE $5::text IS NOT NULL OR $8::jsonb IS NOT NULL
          RETURNING id, message_id, handoff_id, body, status, seq, created_at, $23::text, $24::text, then_status",
         &params,
@@ -200,7 +206,7 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         messages.push(Message { message_id, body, ..queued.clone() });
     }
     if grace > 0.0 {
-        for part in outbox::parts(row.get(0), 0, trace, messages) {
+        for part in outbox::parts(row.get(0), 0, trace, messages, 0) {
             outbox::after_commit::wrote(part);
         }
     }

@@ -42,11 +42,12 @@ const DEAD_LETTER_MAX_BYTES: usize = 1024 * 1024;
 const CONFIRM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The relay's sessions: its outbox transaction stays open while the broker
-/// confirms (up to [`CONFIRM_TIMEOUT`]), so it may sit idle in that
+/// confirms (up to [`CONFIRM_TIMEOUT`] for each of a batch's waves, one per
+/// message a row holds, three at most), so it may sit idle in that
 /// transaction longer than other roles' do.
 pub(crate) fn session(settings: &Settings) -> baton_store::SessionConfig {
     let mut session = settings.db_session_of(Role::Relay.name());
-    let floor = CONFIRM_TIMEOUT + std::time::Duration::from_secs(10);
+    let floor = CONFIRM_TIMEOUT * 3 + std::time::Duration::from_secs(10);
     session.idle_in_transaction_timeout =
         session.idle_in_transaction_timeout.map(|t| if t.is_zero() { t } else { t.max(floor) });
     session
@@ -186,13 +187,13 @@ impl Relay {
     /// broke are tried again one by one on a fresh channel.
     async fn publish_in_order(&mut self, rows: &[Row], prepared: &[Prepared]) -> anyhow::Result<Vec<Option<Fate>>> {
         let mut fates: Vec<Option<Fate>> = vec![None; rows.len()];
-        let waves = rows.iter().map(|r| r.part.index).max().unwrap_or(0);
-        for wave in 0..=waves {
-            // `take_batch` keeps a row's messages together, in order.
+        loop {
+            // `take_batch` keeps a row's messages together, in order (from the
+            // first not sent yet): a message is due once the one before it left.
             let due: Vec<usize> = (0..rows.len())
-                .filter(|&n| match rows[n].part.index {
-                    0 => wave == 0,
-                    index => index == wave && matches!(fates[n - 1], Some(Fate::Sent | Fate::Dead(_))),
+                .filter(|&n| {
+                    let first = n == 0 || rows[n - 1].id != rows[n].id;
+                    fates[n].is_none() && (first || matches!(fates[n - 1], Some(Fate::Sent | Fate::Dead(_))))
                 })
                 .collect();
             if due.is_empty() {
@@ -295,7 +296,7 @@ impl Relay {
                 let attempt = u32::try_from(row.attempts).unwrap_or(0).saturating_add(1);
                 let delay = bound::backoff(attempt, self.settings.relay_poll, self.settings.outbox_retry_max());
                 tracing::warn!(queue = %p.queue, attempt, ?delay, reason, "the broker refused a message for now; retrying later");
-                outbox::retry_later(tx, &row.key(), delay, &reason).await?;
+                outbox::retry_later(tx, &row.key(), row.part.index, delay, &reason).await?;
                 if let (1, Some(handoff)) = (attempt, &m.correlation_id) {
                     let note = format!("delivery delayed, retrying: {reason}");
                     outbox::note_for_request(tx, handoff, HandoffEvent::DeliveryDelayed, &note).await?;
