@@ -165,6 +165,22 @@ async fn a_handoff_s_events_read_back_whole_though_the_row_keeps_no_copy_of_the_
         .map(|r| r.get(0))
         .collect();
     assert!(stored.iter().all(|p| !p.contains(&editor_id) && !p.contains(&task_id)), "{stored:#?}");
+    // A run's first events read back what its row and its request's keep
+    // (V48), and the journal keeps none of it.
+    let first = |kind: JournalEvent| -> Value {
+        timeline.iter().find(|e| e.is(kind)).unwrap_or_else(|| panic!("no `{kind}`")).payload.clone()
+    };
+    let created = first(JournalEvent::RunCreated);
+    assert_eq!((created["handoffId"].as_str(), created["source"].as_str()), (Some("payloads-1"), Some("weixin")));
+    let budget: Value = c.query_one("SELECT budget FROM runs WHERE id = $1", &[&run]).await.unwrap().get(0);
+    assert!(budget["max_model_calls"].is_number(), "{budget}");
+    assert_eq!(created["budget"], budget, "the budget copied onto the run");
+    let resolved = first(JournalEvent::ProfileResolved);
+    assert_eq!(
+        (resolved["targetAgent"].as_str(), resolved["profileId"].as_str()),
+        (Some("docs_agent"), Some("writer"))
+    );
+    assert!(stored.iter().all(|p| !p.contains("\"handoffId\"") && !p.contains("\"targetAgent\"")), "{stored:#?}");
 }
 
 /// The successor reads a markdown brief and a prompt from its own view.

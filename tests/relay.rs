@@ -212,7 +212,7 @@ async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_roo
     assert_eq!(ready(&env, &env.queue(Queue::Dead)).await, 0, "nothing was dead-lettered");
 }
 
-/// A bridge queue that holds one message takes the first of intake's two
+/// A bridge queue that holds one message takes the first of a row's two
 /// (`accepted`, `running`: one row, V46) and refuses the second: the row is
 /// published again from the second only, so once the bridge drains its
 /// queue it hears each message once, in order.
@@ -220,7 +220,6 @@ async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_roo
 async fn a_row_refused_half_way_is_sent_again_from_the_message_that_was_refused() {
     let mut env = TestEnv::new().await;
     env.settings.unclaimed_grace = Duration::from_secs(2);
-    env.apply_profiles(&solo("Done.")).await;
     let small = format!("{}bridge.small", env.settings.queue_prefix);
     let channel = env.conn.create_channel().await.unwrap();
     let mut args = FieldTable::default();
@@ -228,18 +227,58 @@ async fn a_row_refused_half_way_is_sent_again_from_the_message_that_was_refused(
     args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
     let options = QueueDeclareOptions { exclusive: true, ..Default::default() };
     channel.queue_declare(small.as_str().into(), options, args).await.unwrap();
-    let fleet = env.start_all();
-    let request = serde_json::to_vec(&sample_request_json("small-1", "docs_agent", "en")).unwrap();
-    env.send_raw(&request, Some(&small)).await;
+    // Intake's row for a root taken where it was taken in.
+    let row = "INSERT INTO bridge_messages (handoff_id, status, seq, then_status, queue, external, pending)
+               VALUES ('small-1', 'accepted', 1, 'running', $1, true, true)";
+    env.db().await.execute(row, &[&small]).await.unwrap();
+    let fleet = env.start(&[Role::Relay]);
     let half = "SELECT count(*) FROM bridge_messages WHERE handoff_id = 'small-1' AND pending AND sent_parts = 1";
-    eventually(WAIT, "intake's row waits, its first message sent", || async {
+    eventually(WAIT, "the row waits, its first message sent", || async {
         (env.scalar_i64(half, &[]).await == 1).then_some(())
     })
     .await;
     // What an operator reads meanwhile: the first sent, the second waiting.
     let shown = baton_store::outbox::sent::for_handoff(&env.db().await, "small-1").await.unwrap();
     let waiting: Vec<bool> = shown.iter().map(|m| m.pending).collect();
-    assert_eq!(waiting[..2], [false, true], "{shown:?}");
+    assert_eq!(waiting, [false, true], "{shown:?}");
+    let mut consumer = env.consume(&small).await;
+    let mut seen = vec![next_json(&mut consumer, WAIT).await, next_json(&mut consumer, WAIT).await];
+    until_the_outbox_is_empty(&env).await;
+    while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_secs(2), consumer.next()).await {
+        d.acker.ack(BasicAckOptions::default()).await.unwrap();
+        seen.push(serde_json::from_slice(&d.data).unwrap());
+    }
+    fleet.stop().await;
+    let heard: Vec<(&str, i64)> =
+        seen.iter().map(|m| (m["status"].as_str().unwrap(), m["seq"].as_i64().unwrap())).collect();
+    assert_eq!(heard, [("accepted", 1), ("running", 2)], "each once, in order: {seen:?}");
+}
+
+/// The same through the process that wrote the row: a bridge queue that
+/// holds three messages takes `accepted`, `running` and the final status,
+/// and refuses the reply that shares the final status's row; its writer
+/// hands the row to the relay from the reply on.
+#[tokio::test]
+async fn a_row_its_writer_sent_half_of_goes_on_from_the_refused_message() {
+    let mut env = TestEnv::new().await;
+    env.settings.unclaimed_grace = Duration::from_secs(2);
+    env.apply_profiles(&solo("Done.")).await;
+    let small = format!("{}bridge.three", env.settings.queue_prefix);
+    let channel = env.conn.create_channel().await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert("x-max-length".into(), AMQPValue::LongLongInt(3));
+    args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+    let options = QueueDeclareOptions { exclusive: true, ..Default::default() };
+    channel.queue_declare(small.as_str().into(), options, args).await.unwrap();
+    let fleet = env.start_all();
+    let request = serde_json::to_vec(&sample_request_json("three-1", "docs_agent", "en")).unwrap();
+    env.send_raw(&request, Some(&small)).await;
+    let half = "SELECT count(*) FROM bridge_messages WHERE handoff_id = 'three-1' AND pending AND sent_parts = 1
+                   AND status = 'completed' AND body IS NOT NULL";
+    eventually(WAIT, "the final row waits, its status sent", || async {
+        (env.scalar_i64(half, &[]).await == 1).then_some(())
+    })
+    .await;
     let mut consumer = env.consume(&small).await;
     let mut seen = vec![];
     while seen.last().is_none_or(|m: &Value| m["type"] != "reply") {

@@ -84,17 +84,12 @@ pub async fn request_saying(
         run_spent: Default::default(),
     };
     let created = spawn::root(c, &new);
+    // The request's id, source and target agent, the budget and the root's
+    // profile are the run's and the request's rows' to keep: the `events`
+    // view puts them back in these payloads (`run_payload`, V48).
     let mut events = vec![
-        Event::new(
-            JournalEvent::RunCreated,
-            None,
-            json!({"handoffId": request.id, "source": request.source.as_str(), "budget": budget}),
-        ),
-        Event::new(
-            JournalEvent::ProfileResolved,
-            Some(root),
-            json!({"targetAgent": request.target_agent.as_str(), "profileId": profile.id}),
-        ),
+        Event::new(JournalEvent::RunCreated, None, json!({})),
+        Event::new(JournalEvent::ProfileResolved, Some(root), json!({})),
         Event::new(JournalEvent::WorkspaceInitialized, None, json!({})),
     ];
     let announce = stored.status != HandoffStatus::Accepted;
