@@ -6,6 +6,7 @@ use std::time::Duration;
 use baton::roles::Role;
 use baton_bus::lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 use baton_bus::lapin::types::{AMQPValue, FieldTable};
+use baton_bus::lapin::Consumer;
 use baton_domain::fleet::Queue;
 use baton_domain::protocol::reply::truncation_note;
 use baton_domain::protocol::request::HandoffEvent;
@@ -37,6 +38,46 @@ async fn until_the_outbox_is_empty(env: &TestEnv) {
         (env.scalar_i64("SELECT count(*) FROM unsent_messages", &[]).await == 0).then_some(())
     })
     .await;
+}
+
+/// A bridge queue that holds `max` messages and nacks any more
+/// (`reject-publish`). Exclusive: gone with the test's connection; other
+/// connections may still publish to it.
+async fn bounded_queue(env: &TestEnv, name: &str, max: i64) -> String {
+    let queue = format!("{}{name}", env.settings.queue_prefix);
+    let channel = env.conn.create_channel().await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert("x-max-length".into(), AMQPValue::LongLongInt(max));
+    args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+    let options = QueueDeclareOptions { exclusive: true, ..Default::default() };
+    channel.queue_declare(queue.as_str().into(), options, args).await.unwrap();
+    queue
+}
+
+/// Once the outbox is empty, whatever is still on its way to `consumer`.
+async fn drain_after_the_outbox(env: &TestEnv, consumer: &mut Consumer, seen: &mut Vec<Value>) {
+    until_the_outbox_is_empty(env).await;
+    while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_secs(2), consumer.next()).await {
+        d.acker.ack(BasicAckOptions::default()).await.unwrap();
+        seen.push(serde_json::from_slice(&d.data).unwrap());
+    }
+}
+
+/// Every message a bridge's queue holds up to the reply, then whatever is
+/// still on its way once the outbox is empty.
+async fn heard_through_the_reply(env: &TestEnv, queue: &str) -> Vec<Value> {
+    let mut consumer = env.consume(queue).await;
+    let mut seen = vec![];
+    while seen.last().is_none_or(|m: &Value| m["type"] != "reply") {
+        seen.push(next_json(&mut consumer, WAIT).await);
+    }
+    drain_after_the_outbox(env, &mut consumer, &mut seen).await;
+    seen
+}
+
+/// What a bridge heard, in order: each status's name, and `reply`.
+fn heard(seen: &[Value]) -> Vec<&str> {
+    seen.iter().map(|m| if m["type"] == "reply" { "reply" } else { m["status"].as_str().unwrap_or("?") }).collect()
 }
 
 /// Plays a consumer that takes every message of a queue for `window` and
@@ -164,14 +205,7 @@ async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_roo
     // Retries back off up to the unclaimed grace: keep it short.
     env.settings.unclaimed_grace = Duration::from_secs(2);
     env.apply_profiles(&solo("Done.")).await;
-    let full = format!("{}bridge.full", env.settings.queue_prefix);
-    let channel = env.conn.create_channel().await.unwrap();
-    let mut args = FieldTable::default();
-    args.insert("x-max-length".into(), AMQPValue::LongLongInt(1));
-    args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
-    // Exclusive: gone with the test's connection; other connections may still publish to it.
-    let options = QueueDeclareOptions { exclusive: true, ..Default::default() };
-    channel.queue_declare(full.as_str().into(), options, args).await.unwrap();
+    let full = bounded_queue(&env, "bridge.full", 1).await;
     let filler = baton_bus::Outgoing { queue: &full, body: b"{\"type\":\"filler\"}", ..Default::default() };
     env.publisher.publish(&filler).await.unwrap();
     let fleet = env.start_all();
@@ -192,17 +226,7 @@ async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_roo
     let waiting = sent.iter().find(|m| m.pending).expect("a message not sent yet");
     assert!(waiting.last_error.is_some(), "with the broker's refusal: {:?}", waiting.message_id);
     // Room again: the bridge drains its queue.
-    let mut consumer = env.consume(&full).await;
-    let mut seen = vec![];
-    while seen.last().is_none_or(|m: &Value| m["type"] != "reply") {
-        seen.push(next_json(&mut consumer, WAIT).await);
-    }
-    until_the_outbox_is_empty(&env).await;
-    // Anything still on its way would arrive now.
-    while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_secs(2), consumer.next()).await {
-        d.acker.ack(BasicAckOptions::default()).await.unwrap();
-        seen.push(serde_json::from_slice(&d.data).unwrap());
-    }
+    let seen = heard_through_the_reply(&env, &full).await;
     fleet.stop().await;
     assert_eq!(seen.iter().filter(|m| m["type"] == "reply").count(), 1, "{seen:?}");
     let mut statuses: Vec<&str> =
@@ -220,13 +244,7 @@ async fn a_reply_nacked_by_a_full_queue_waits_and_arrives_once_when_there_is_roo
 async fn a_row_refused_half_way_is_sent_again_from_the_message_that_was_refused() {
     let mut env = TestEnv::new().await;
     env.settings.unclaimed_grace = Duration::from_secs(2);
-    let small = format!("{}bridge.small", env.settings.queue_prefix);
-    let channel = env.conn.create_channel().await.unwrap();
-    let mut args = FieldTable::default();
-    args.insert("x-max-length".into(), AMQPValue::LongLongInt(1));
-    args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
-    let options = QueueDeclareOptions { exclusive: true, ..Default::default() };
-    channel.queue_declare(small.as_str().into(), options, args).await.unwrap();
+    let small = bounded_queue(&env, "bridge.small", 1).await;
     // Intake's row for a root taken where it was taken in.
     let row = "INSERT INTO bridge_messages (handoff_id, status, seq, then_status, queue, external, pending)
                VALUES ('small-1', 'accepted', 1, 'running', $1, true, true)";
@@ -243,11 +261,7 @@ async fn a_row_refused_half_way_is_sent_again_from_the_message_that_was_refused(
     assert_eq!(waiting, [false, true], "{shown:?}");
     let mut consumer = env.consume(&small).await;
     let mut seen = vec![next_json(&mut consumer, WAIT).await, next_json(&mut consumer, WAIT).await];
-    until_the_outbox_is_empty(&env).await;
-    while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_secs(2), consumer.next()).await {
-        d.acker.ack(BasicAckOptions::default()).await.unwrap();
-        seen.push(serde_json::from_slice(&d.data).unwrap());
-    }
+    drain_after_the_outbox(&env, &mut consumer, &mut seen).await;
     fleet.stop().await;
     let heard: Vec<(&str, i64)> =
         seen.iter().map(|m| (m["status"].as_str().unwrap(), m["seq"].as_i64().unwrap())).collect();
@@ -263,13 +277,7 @@ async fn a_row_its_writer_sent_half_of_goes_on_from_the_refused_message() {
     let mut env = TestEnv::new().await;
     env.settings.unclaimed_grace = Duration::from_secs(2);
     env.apply_profiles(&solo("Done.")).await;
-    let small = format!("{}bridge.three", env.settings.queue_prefix);
-    let channel = env.conn.create_channel().await.unwrap();
-    let mut args = FieldTable::default();
-    args.insert("x-max-length".into(), AMQPValue::LongLongInt(3));
-    args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
-    let options = QueueDeclareOptions { exclusive: true, ..Default::default() };
-    channel.queue_declare(small.as_str().into(), options, args).await.unwrap();
+    let small = bounded_queue(&env, "bridge.three", 3).await;
     let fleet = env.start_all();
     let request = serde_json::to_vec(&sample_request_json("three-1", "docs_agent", "en")).unwrap();
     env.send_raw(&request, Some(&small)).await;
@@ -279,20 +287,9 @@ async fn a_row_its_writer_sent_half_of_goes_on_from_the_refused_message() {
         (env.scalar_i64(half, &[]).await == 1).then_some(())
     })
     .await;
-    let mut consumer = env.consume(&small).await;
-    let mut seen = vec![];
-    while seen.last().is_none_or(|m: &Value| m["type"] != "reply") {
-        seen.push(next_json(&mut consumer, WAIT).await);
-    }
-    until_the_outbox_is_empty(&env).await;
-    while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_secs(2), consumer.next()).await {
-        d.acker.ack(BasicAckOptions::default()).await.unwrap();
-        seen.push(serde_json::from_slice(&d.data).unwrap());
-    }
+    let seen = heard_through_the_reply(&env, &small).await;
     fleet.stop().await;
-    let heard: Vec<&str> =
-        seen.iter().map(|m| if m["type"] == "reply" { "reply" } else { m["status"].as_str().unwrap() }).collect();
-    assert_eq!(heard, ["accepted", "running", "completed", "reply"], "each once, in order: {seen:?}");
+    assert_eq!(heard(&seen), ["accepted", "running", "completed", "reply"], "each once, in order: {seen:?}");
 }
 
 #[tokio::test]
@@ -343,9 +340,7 @@ async fn a_row_s_messages_go_through_the_relay_in_order_and_the_row_is_settled_a
     let messages = until_reply(&mut replies, WAIT).await;
     until_the_outbox_is_empty(&env).await;
     fleet.stop().await;
-    let heard: Vec<&str> =
-        messages.iter().map(|m| if m["type"] == "reply" { "reply" } else { m["status"].as_str().unwrap() }).collect();
-    assert_eq!(heard, ["accepted", "running", "completed", "reply"], "{messages:?}");
+    assert_eq!(heard(&messages), ["accepted", "running", "completed", "reply"], "{messages:?}");
     let rows = "SELECT count(*) FROM bridge_messages WHERE handoff_id = 'relayed-1' AND NOT pending";
     assert_eq!(env.scalar_i64(rows, &[]).await, 2, "two rows, both marked sent");
 }
