@@ -152,7 +152,6 @@ impl Worker {
             .into_iter()
             .filter(|(since, _)| now.duration_since(*since) < patience)
             .collect();
-        let fresh = self.whole_rows_only(fresh).await?;
         rows.extend(fresh.into_iter().map(|row| (now, row)));
         // Bridge messages leave in their handoff's order. A row's first
         // message goes only when no earlier row of its handoff is left
@@ -221,24 +220,6 @@ impl Worker {
         }
         self.waiting = rows;
         Ok(())
-    }
-
-    /// Hands a row of several messages (V46) to the relay before any of them
-    /// goes when one of them needs more than a plain publish (a body to
-    /// cut): the relay then publishes the row once, in order, rather than
-    /// again from its first message after this process sent that one.
-    async fn whole_rows_only(&mut self, rows: Vec<Row>) -> anyhow::Result<Vec<Row>> {
-        let mut refused: Vec<outbox::Key> = vec![];
-        for row in rows.iter().filter(|r| r.part.of > 1) {
-            if !prepare(&self.settings, &row.message)?.is_plain() && !refused.contains(&row.key()) {
-                refused.push(row.key());
-            }
-        }
-        if refused.is_empty() {
-            return Ok(rows);
-        }
-        outbox::give_back(&db(&self.pool).await?, &refused).await?;
-        Ok(rows.into_iter().filter(|r| !refused.contains(&r.key())).collect())
     }
 
     /// Deletes the confirmed rows waiting for it, in one statement.
