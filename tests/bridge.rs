@@ -32,6 +32,36 @@ async fn the_same_request_delivered_twice_starts_one_run() {
 }
 
 #[tokio::test]
+async fn a_reply_s_row_keeps_what_its_request_does_not_say_and_the_bridge_hears_it_whole() {
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("slim-1", "docs_agent", "zh-CN")).await;
+    let messages = until_reply(&mut replies, WAIT).await;
+    fleet.stop().await;
+    let heard = messages.last().unwrap().clone();
+    assert_eq!(
+        (&heard["type"], &heard["handoffId"], &heard["language"], &heard["status"], &heard["replyToChatId"]),
+        (
+            &serde_json::json!("reply"),
+            &serde_json::json!("slim-1"),
+            &serde_json::json!("zh-CN"),
+            &serde_json::json!("completed"),
+            &serde_json::json!("wxid_demo_chat")
+        ),
+        "{heard}"
+    );
+    assert!(heard["at"].as_str().is_some_and(|at| at.ends_with('Z')), "{heard}");
+    let row = "SELECT count(*) FROM bridge_messages WHERE handoff_id = 'slim-1' AND body IS NOT NULL
+                  AND message_id IS NULL AND NOT body ?| ARRAY['type', 'handoffId', 'language', 'status', 'replyToChatId', 'at']";
+    assert_eq!(env.scalar_i64(row, &[]).await, 1, "the row keeps neither the reply's id nor what its request says");
+    let sent = baton_store::outbox::sent::for_handoff(&env.db().await, "slim-1").await.unwrap();
+    let reply = sent.iter().find(|m| m.body["type"] == "reply").unwrap();
+    assert_eq!((reply.message_id.as_deref(), &reply.body), (Some("reply:slim-1"), &heard), "read back as it was sent");
+}
+
+#[tokio::test]
 async fn a_finished_run_is_replied_to_once_even_if_collected_twice() {
     let env = TestEnv::new().await;
     env.apply_example_profiles().await;
@@ -179,4 +209,41 @@ async fn handoff_events_read_in_order_across_their_message_rows_and_the_log_befo
     assert_eq!(env.scalar_i64(beside, &[]).await, 1, "the status's event is kept in its message's row");
     let logged = "SELECT count(*) FROM handoff_log WHERE handoff_id = 'h-47'";
     assert_eq!(env.scalar_i64(logged, &[]).await, 2, "the old row and the event written alone");
+}
+
+#[tokio::test]
+async fn a_request_s_body_is_stored_compressed_and_one_stored_before_v49_still_reads() {
+    use baton_domain::protocol::request::{HandoffStatus, Source, TargetAgent};
+    use baton_domain::Language;
+    use baton_store::requests::{self, NewRequest};
+    let env = TestEnv::migrated_to(48).await;
+    let c = env.db().await;
+    let old = sample_request_json("h-48", "docs_agent", "zh-CN");
+    let request = "INSERT INTO handoff_requests (id, body, source, target_agent, status, language)
+                   VALUES ('h-48', $1, 'weixin', 'docs_agent', 'requested', 'zh-CN')";
+    c.execute(request, &[&old]).await.unwrap();
+    baton_store::migrate(&env.pool).await.unwrap();
+    let c = env.db().await;
+    assert_eq!(requests::get(&c, "h-48").await.unwrap().unwrap().body, old, "a jsonb body reads back whole");
+
+    let new = sample_request_json("h-49", "docs_agent", "zh-CN");
+    let stored = NewRequest {
+        id: "h-49",
+        body: &new,
+        source: Source::Weixin,
+        target_agent: TargetAgent::DocsAgent,
+        status: HandoffStatus::Requested,
+        language: Language::ZhCn,
+        reply_to: None,
+        reply_chat_id: None,
+        status_url: None,
+        bridge: None,
+    };
+    assert!(requests::insert_or_count(&c, &stored).await.unwrap());
+    assert_eq!(requests::get(&c, "h-49").await.unwrap().unwrap().body, new);
+    let sizes = "SELECT get_byte(body, 0)::bigint * 1000000 + octet_length(body) FROM handoff_requests WHERE id = $1";
+    let [was, is] = [env.scalar_i64(sizes, &[&"h-48"]).await, env.scalar_i64(sizes, &[&"h-49"]).await];
+    assert_eq!(was / 1_000_000, i64::from(b'{'), "the old body is its JSON text");
+    assert_eq!(is / 1_000_000, 1, "the new body is compressed (format 1)");
+    assert!((is % 1_000_000) * 2 < was % 1_000_000, "compressed: {} bytes against {}", is % 1_000_000, was % 1_000_000);
 }

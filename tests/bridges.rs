@@ -255,9 +255,8 @@ async fn a_redelivery_with_another_body_is_a_conflicting_duplicate_and_the_reque
     assert!(letter["_error"].as_str().unwrap().starts_with("conflicting_duplicate"), "{letter}");
     let events = env.handoff_events("alpha:d-1").await;
     assert!(events.contains(&HandoffEvent::ConflictingDuplicate), "{events:?}");
-    let intent: Value =
-        env.db().await.query_one("SELECT body FROM handoff_requests WHERE id = 'alpha:d-1'", &[]).await.unwrap().get(0);
-    assert_eq!(intent["userIntent"], "the first body");
+    let stored = baton_store::requests::get(&env.db().await, "alpha:d-1").await.unwrap().unwrap();
+    assert_eq!(stored.body["userIntent"], "the first body");
     fleet.stop().await;
 }
 

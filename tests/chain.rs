@@ -233,8 +233,7 @@ async fn a_root_stores_no_brief_and_reads_back_the_one_rendered_from_its_request
     let stored =
         "SELECT count(*) FROM invocations WHERE run_id = $1 AND kind = 'root' AND brief IS NULL AND handoff IS NULL";
     assert_eq!(env.scalar_i64(stored, &[&run]).await, 1, "the root's row holds no brief");
-    let body: Value =
-        c.query_one("SELECT body FROM handoff_requests WHERE id = 'root-brief-1'", &[]).await.unwrap().get(0);
+    let body = baton_store::requests::get(&c, "root-brief-1").await.unwrap().unwrap().body;
     let request: baton_domain::protocol::request::HandoffRequest = serde_json::from_value(body).unwrap();
     let expected = baton_domain::profiles::brief::render_request_brief(&request);
     let root = &baton_store::invocations::for_run(&c, run).await.unwrap()[0];
@@ -372,4 +371,26 @@ async fn a_nul_character_an_agent_printed_is_kept_readable_in_the_journal_and_th
     assert_eq!(timeline[0].payload["output"], "before\u{FFFD}after");
     let steps = c.query("SELECT payload FROM steps WHERE invocation_id = $1", &[&invocation]).await.unwrap();
     assert_eq!(steps[0].get::<_, Value>(0)["output"], "before\u{FFFD}after");
+}
+
+#[tokio::test]
+async fn a_commit_made_again_by_its_tool_call_returns_its_ordinal_and_adds_nothing() {
+    use baton_store::runs::workspace::{self, NewCommit};
+    let env = TestEnv::new().await;
+    let c = env.db().await;
+    let (run, owner) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    let commit = |call: &'static str, reply: &'static str| NewCommit {
+        run_id: run,
+        invocation_id: owner,
+        tool_call_id: call,
+        path: "output/main.md",
+        mode: "replace",
+        reason: None,
+        reply,
+    };
+    assert_eq!(workspace::commit(&c, &commit("call_1", "first")).await.unwrap(), 1);
+    assert_eq!(workspace::commit(&c, &commit("call_2", "second")).await.unwrap(), 2);
+    assert_eq!(workspace::commit(&c, &commit("call_1", "again")).await.unwrap(), 1, "the resumed call's own");
+    assert_eq!(workspace::latest_reply(&c, run).await.unwrap().as_deref(), Some("second"));
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM commits WHERE run_id = $1", &[&run]).await, 2);
 }

@@ -31,14 +31,26 @@ fn the_concepts_guide_lists_every_handoff_event_and_no_other() {
 }
 
 /// The journal stores an event's type as a value of the database's enum
-/// `journal_event` (V33): it holds every event the code can write, and no
-/// other, so a new event comes with the migration that adds it.
+/// `journal_event` (V33), and a bridge message's row its handoff events and
+/// statuses, and a transcript row its steps' kinds, as values of
+/// `handoff_event`, `handoff_status` and `step_kind` (V50): each holds every
+/// value the code can write, and no other, so a new one comes with the
+/// migration that adds it.
 #[tokio::test]
-async fn the_databases_journal_event_enum_holds_every_journal_event_and_no_other() {
+async fn the_databases_enums_hold_every_value_the_code_writes_and_no_other() {
+    use baton_domain::protocol::request::HandoffStatus;
     let env = baton_tests::TestEnv::new().await;
-    let stored: Vec<String> =
-        env.db().await.query_one("SELECT enum_range(NULL::journal_event)::text[]", &[]).await.unwrap().get(0);
-    let stored: BTreeSet<String> = stored.into_iter().collect();
-    let code: BTreeSet<String> = JournalEvent::ALL.iter().map(|e| e.as_str().to_string()).collect();
-    assert_eq!(stored, code, "journal_event (migrations) and JournalEvent (code) differ");
+    let c = env.db().await;
+    let names = |all: &[&str]| all.iter().map(|s| s.to_string()).collect::<BTreeSet<String>>();
+    let cases = [
+        ("journal_event", names(&JournalEvent::ALL.map(JournalEvent::as_str))),
+        ("handoff_event", names(&HandoffEvent::ALL.map(HandoffEvent::as_str))),
+        ("handoff_status", names(&HandoffStatus::ALL.map(HandoffStatus::as_str))),
+        ("step_kind", names(&baton_agent::transcript::KINDS)),
+    ];
+    for (name, code) in cases {
+        let stored: Vec<String> =
+            c.query_one(&format!("SELECT enum_range(NULL::{name})::text[]"), &[]).await.unwrap().get(0);
+        assert_eq!(stored.into_iter().collect::<BTreeSet<_>>(), code, "{name} (migrations) and the code differ");
+    }
 }

@@ -13,6 +13,8 @@ pub const TOOL_RESULT: &str = "tool_result";
 pub const NUDGE: &str = "nudge";
 /// An external agent was started; its result is the next model turn.
 pub const EXTERNAL_STARTED: &str = "external_started";
+/// Every kind of step a transcript holds (the database's `step_kind`, V50).
+pub const KINDS: [&str; 5] = [PROMPT, MODEL_TURN, TOOL_RESULT, NUDGE, EXTERNAL_STARTED];
 
 /// A tool result as stored (and as the model reads it back).
 ///

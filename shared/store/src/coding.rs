@@ -24,7 +24,10 @@ pub async fn projects(c: &impl GenericClient) -> Result<Vec<Project>> {
 /// The request a run serves: its stored body (as the bridge sent it, after disclosure).
 pub async fn request_body_of_run(c: &impl GenericClient, run_id: Uuid) -> Result<Option<(String, Value)>> {
     let sql = "SELECT r.id, r.body FROM handoff_requests r JOIN runs ON runs.handoff_id = r.id WHERE runs.id = $1";
-    Ok(sql::query_opt(c, sql, &[&run_id]).await?.map(|r| (r.get(0), r.get(1))))
+    let Some(row) = sql::query_opt(c, sql, &[&run_id]).await? else { return Ok(None) };
+    let id: String = row.get(0);
+    let body = crate::requests::packed::unpack(&id, row.get(1))?;
+    Ok(Some((id, body)))
 }
 
 /// One coding invocation's diff.

@@ -33,7 +33,7 @@ pub async fn invocation_times(c: &impl GenericClient, run_id: Uuid) -> Result<Ve
         c,
         "SELECT i.id, i.created_at, i.started_at, i.finished_at,
                 CASE WHEN i.lease_expires_at > now() THEN i.lease_owner END, i.woken,
-                t.kinds[cardinality(t.kinds)], t.created_at, now()
+                t.kinds[cardinality(t.kinds)]::text, t.created_at, now()
            FROM invocations i
            LEFT JOIN LATERAL (SELECT kinds, created_at FROM transcript
                                WHERE invocation_id = i.id ORDER BY seq DESC LIMIT 1) t ON true

@@ -116,9 +116,9 @@ pub(crate) fn from_row(row: &Row) -> Result<Invocation> {
         (Some(brief), _, _) => brief,
         (None, Some(Value::Object(given)), _) => render_handoff_brief(&given),
         (None, None, Some(request)) => {
-            render_request_brief(&serde_json::from_value::<HandoffRequest>(request).map_err(|e| {
-                Error::Corrupt(format!("invocations {id}: its run's request cannot be read for its brief: {e}"))
-            })?)
+            render_request_brief(&crate::requests::packed::unpack::<HandoffRequest>(&id.to_string(), request).map_err(
+                |e| Error::Corrupt(format!("invocations {id}: its run's request cannot be read for its brief: {e}")),
+            )?)
         }
         (None, _, _) => {
             return Err(Error::Corrupt(format!("invocations {id}: neither a brief, a handoff's task nor a request")))

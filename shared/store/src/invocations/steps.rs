@@ -80,7 +80,8 @@ pub async fn append_with_events(
     let logged = journal::columns(events);
     sql::execute(
         c,
-        "WITH stored AS (INSERT INTO transcript (invocation_id, seq, kinds, payloads) VALUES ($1, $2, $3, $4))
+        "WITH stored AS (INSERT INTO transcript (invocation_id, seq, kinds, payloads)
+                         VALUES ($1, $2, $3::text[]::step_kind[], $4))
          INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
          VALUES ($5, $6, $7, $8::text[]::journal_event[], $9)",
         &[
@@ -111,7 +112,7 @@ pub async fn append_all(c: &impl GenericClient, invocation_id: Uuid, steps: &[(i
     let payloads = journal::json_array(steps.iter().map(|s| s.2));
     sql::execute(
         c,
-        "INSERT INTO transcript (invocation_id, seq, kinds, payloads) VALUES ($1, $2, $3, $4)",
+        "INSERT INTO transcript (invocation_id, seq, kinds, payloads) VALUES ($1, $2, $3::text[]::step_kind[], $4)",
         &[&invocation_id, &seq, &kinds, &payloads],
     )
     .await?;

@@ -284,12 +284,13 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
         &[&limit],
     )
     .await?;
-    // A status is rendered from its row and its request's (V43).
+    // A status is rendered from its row and its request's (V43), and so is
+    // what a reply leaves out (`sent::Reply`).
     let bridge = sql::query(
         c,
         "SELECT b.id, b.queue, b.external, b.mandatory, b.attempts, b.traceparent, b.tracestate, b.message_id,
                 b.handoff_id, b.body, b.status, b.seq, b.created_at, h.bridge_id, h.reply_chat_id, b.then_status,
-                b.sent_parts
+                h.language, b.sent_parts
            FROM bridge_messages b LEFT JOIN handoff_requests h ON b.status IS NOT NULL AND h.id = b.handoff_id
           WHERE b.pending AND b.next_attempt_at <= now()
             AND NOT EXISTS (SELECT 1 FROM bridge_messages w WHERE w.pending AND w.handoff_id = b.handoff_id AND w.id < b.id)
@@ -331,7 +332,7 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
             mandatory: r.get(3),
         });
         let trace = r.get::<_, Option<String>>(5).map(|p| (p, r.get(6)));
-        let sent = r.get::<_, Option<i16>>(16).map_or(0, |n| u8::try_from(n).unwrap_or(0));
+        let sent = r.get::<_, Option<i16>>(17).map_or(0, |n| u8::try_from(n).unwrap_or(0));
         rows.extend(parts(r.get(0), r.get(4), trace, messages.collect(), sent));
     }
     rows.sort_by_key(|r| (r.id, r.part.index));

@@ -103,11 +103,28 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
     for (status, note) in [u.status, u.then].into_iter().flatten() {
         said.push((HandoffEvent::StatusChanged, Some(status), note));
     }
+    // A reply's row keeps what its request and its status do not say
+    // (`sent::Reply`), and no message id when it is the first
+    // attempt's; a row with no status (it is not joined to its request
+    // when read) keeps the whole reply.
+    let last = u.then.or(u.status).map(|(s, _)| s);
     let (mut reply_body, mut reply_id) = (None, None);
     if let Some((input, attempt)) = u.reply {
         said.push((HandoffEvent::ReplySent, Some(input.outcome.status()), None));
-        reply_body = Some(bridge::reply(input));
-        reply_id = Some(bridge::attempt_reply_message_id(request.wire_id(), attempt));
+        let (body, id) = (bridge::reply(input), bridge::attempt_reply_message_id(request.wire_id(), attempt));
+        match last {
+            Some(status) => {
+                let about = outbox::sent::Reply {
+                    wire: request.wire_id(),
+                    chat: request.reply_chat_id.as_deref(),
+                    language: Some(request.language.as_str()),
+                    status: Some(status),
+                };
+                reply_body = Some(about.kept(body));
+                reply_id = (attempt > 1).then_some(id);
+            }
+            None => (reply_body, reply_id) = (Some(body), Some(id)),
+        }
     }
     if said.len() > requests::LOG_EVENTS {
         let (first, _) = said.split_at(said.len() - requests::LOG_EVENTS);
@@ -133,7 +150,8 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
     }
     let journal_run = journal.map(|(run, _)| run);
     let logged = crate::journal::columns(journal.map_or(&[], |(_, events)| events));
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 24] = [
+    let language = request.language.as_str();
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 25] = [
         &request.id,
         &status,
         &u.run_id,
@@ -158,6 +176,7 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         &changes,
         &request.bridge,
         &request.reply_chat_id,
+        &language,
     ];
     // A status keeps its status and number; its body and message id are
     // rendered from them and its row's time (`status_message`, V43): the
@@ -186,11 +205,12 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
                                       log_types, log_statuses, log_messages)
          SELECT $1, $5::text, CASE WHEN $5::text IS NOT NULL THEN s.status_seq - $22 + 1 END, $6::text, $7::text, $12,
                 $8::jsonb, $13, true, $14, $15, now() + make_interval(secs => $16::float8), true, clock_timestamp(),
-                CASE WHEN cardinality($9::text[]) > 0 THEN $9::text[] END,
-                CASE WHEN cardinality($9::text[]) > 0 THEN $10::text[] END,
+                CASE WHEN cardinality($9::text[]) > 0 THEN $9::text[]::handoff_event[] END,
+                CASE WHEN cardinality($9::text[]) > 0 THEN $10::text[]::handoff_status[] END,
                 CASE WHEN cardinality($9::text[]) > 0 THEN $11::text[] END
            FROM s WHERE $5::text IS NOT NULL OR $8::jsonb IS NOT NULL
-         RETURNING id, message_id, handoff_id, body, status, seq, created_at, $23::text, $24::text, then_status",
+         RETURNING id, message_id, handoff_id, body, status, seq, created_at, $23::text, $24::text, then_status,
+                   $25::text",
         &params,
     )
     .await?;

@@ -4,10 +4,12 @@
 //! - [`conversations`]: a bridge's cancels, and one chat's requests taking turns under a row lock.
 //! - [`questions`]: questions agents ask their users (`ask_user`), and the answers received.
 //! - [`callbacks`]: HTTP status callbacks waiting for delivery.
+//! - [`packed`]: a request's body as stored, compressed.
 
 pub mod bridge;
 pub mod callbacks;
 pub mod conversations;
+pub mod packed;
 pub mod questions;
 
 use baton_domain::protocol::request::{HandoffEvent, HandoffStatus, Source, TargetAgent};
@@ -83,7 +85,8 @@ pub type PendingCancel = Option<(String, Option<String>)>;
 /// oldest cancel kept for it and not applied yet
 /// ([`conversations::pending_cancel`]), read by the same statement. The
 /// caller holds the handoff's lock ([`conversations::lock_handoff`]) since
-/// an earlier statement, so this one sees every cancel committed before.
+/// an earlier statement, so this one sees every cancel committed before,
+/// and no other stores the request meanwhile.
 pub async fn insert_or_count_reading(
     c: &impl GenericClient,
     r: &NewRequest<'_>,
@@ -91,18 +94,28 @@ pub async fn insert_or_count_reading(
     // The request keeps the trace context of the span storing it (intake's,
     // a child of the bridge's `traceparent`).
     let (traceparent, tracestate) = crate::outbox::current_trace().map_or((None, None), |(p, s)| (Some(p), s));
+    let body = packed::pack(r.body)?;
     let row = sql::query_one(
         c,
         // A bridge's reply queue is kept the first time a stored request
         // names it (`reply_queues`, V45: replaying a dead letter there checks
         // it); a repeated delivery's own `reply_to` is not stored.
-        "WITH i AS (
-             INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id,
-                                           status_url, traceparent, tracestate, bridge_id)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-             ON CONFLICT (id) DO UPDATE SET deliveries = handoff_requests.deliveries + 1, updated_at = now()
+        //
+        // The caller's lock keeps any other transaction from storing this
+        // request meanwhile, so a plain insert when the count finds no row
+        // does what `ON CONFLICT` did, without its speculative insert's
+        // confirmation record in the WAL.
+        "WITH counted AS (
+             UPDATE handoff_requests SET deliveries = deliveries + 1, updated_at = now() WHERE id = $1
              RETURNING id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries,
                        reply_sent_at, status_url, bridge_id),
+         stored AS (
+             INSERT INTO handoff_requests (id, body, source, target_agent, status, language, reply_to, reply_chat_id,
+                                           status_url, traceparent, tracestate, bridge_id)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 WHERE NOT EXISTS (SELECT FROM counted)
+             RETURNING id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries,
+                       reply_sent_at, status_url, bridge_id),
+         i AS (SELECT * FROM counted UNION ALL SELECT * FROM stored),
          q AS (INSERT INTO reply_queues (queue) SELECT reply_to FROM i WHERE reply_to IS NOT NULL ON CONFLICT DO NOTHING)
          SELECT i.*, k.id, k.reason
            FROM i LEFT JOIN LATERAL (
@@ -110,7 +123,7 @@ pub async fn insert_or_count_reading(
                  ORDER BY received_at LIMIT 1) k ON true",
         &[
             &r.id,
-            r.body,
+            &body,
             &r.source.as_str(),
             &r.target_agent.as_str(),
             &r.status.as_str(),
@@ -141,7 +154,7 @@ pub(crate) fn from_row_at(r: &tokio_postgres::Row, from: usize) -> Result<Reques
     let id: String = r.get(from);
     let at = RowOf { table: "handoff_requests", id: &id };
     Ok(Request {
-        body: r.get(from + 1),
+        body: packed::unpack(&id, r.get(from + 1))?,
         source: at.wire(r, from + 2)?,
         target_agent: at.wire(r, from + 3)?,
         status: at.wire(r, from + 4)?,
@@ -252,11 +265,12 @@ pub async fn events(c: &impl GenericClient, handoff_id: &str) -> Result<Vec<Even
 
 /// A stored draft becomes the request the bridge now sends as `requested`.
 pub async fn promote_draft(c: &impl GenericClient, id: &str, body: &Value, status_url: Option<&str>) -> Result<()> {
+    let body = packed::pack(body)?;
     sql::execute(
         c,
         "UPDATE handoff_requests SET body = $2, status = $4, status_url = $3, updated_at = now()
           WHERE id = $1 AND status = $5",
-        &[&id, body, &status_url, &HandoffStatus::Requested.as_str(), &HandoffStatus::Draft.as_str()],
+        &[&id, &body, &status_url, &HandoffStatus::Requested.as_str(), &HandoffStatus::Draft.as_str()],
     )
     .await?;
     Ok(())

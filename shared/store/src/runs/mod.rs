@@ -14,6 +14,7 @@ pub mod retry;
 pub mod start;
 pub mod workspace;
 
+use baton_domain::protocol::request::Priority;
 use baton_domain::run::state::{Failure, RunStatus};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -41,12 +42,13 @@ pub struct Run {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-/// Inserts a run; its priority is its request's (`normal` without one).
+/// Inserts a run that queues no work of its own (an operator's answer by
+/// hand): its priority is `normal`.
 pub async fn insert(c: &impl GenericClient, id: Uuid, handoff_id: Option<&str>, root_profile_id: &str) -> Result<()> {
-    insert_with_budget(c, id, handoff_id, root_profile_id, None, None).await
+    insert_with_budget(c, id, handoff_id, root_profile_id, Priority::Normal, None, None).await
 }
 
-/// [`insert`], with the budget copied onto the run in the same row (intake:
+/// [`insert`], with its request's priority, the budget copied onto the run in the same row (intake:
 /// no update follows), and the conversation whose turn the run may take
 /// (its end gives the turn back through it, V44).
 pub async fn insert_with_budget(
@@ -54,6 +56,7 @@ pub async fn insert_with_budget(
     id: Uuid,
     handoff_id: Option<&str>,
     root_profile_id: &str,
+    priority: Priority,
     budget: Option<&baton_domain::policy::budget::RunBudget>,
     conversation: Option<&str>,
 ) -> Result<()> {
@@ -61,8 +64,8 @@ pub async fn insert_with_budget(
     sql::execute(
         c,
         "INSERT INTO runs (id, handoff_id, status, root_profile_id, priority, budget, conversation_key)
-         VALUES ($1, $2, $4, $3, coalesce((SELECT body->>'priority' FROM handoff_requests WHERE id = $2), 'normal'), $5, $6)",
-        &[&id, &handoff_id, &root_profile_id, &RUNNING, &budget, &conversation],
+         VALUES ($1, $2, $4, $3, $7, $5, $6)",
+        &[&id, &handoff_id, &root_profile_id, &RUNNING, &budget, &conversation, &priority.as_str()],
     )
     .await?;
     Ok(())

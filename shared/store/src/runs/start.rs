@@ -68,7 +68,8 @@ pub async fn request_saying(
     };
     // The run first: its invocation's message reads the run's priority.
     let conversation = request.conversation_key();
-    runs::insert_with_budget(c, run_id, Some(&request.id), &profile.id, Some(&budget), conversation).await?;
+    runs::insert_with_budget(c, run_id, Some(&request.id), &profile.id, request.priority, Some(&budget), conversation)
+        .await?;
     let new = NewInvocation {
         id: root,
         run_id,

@@ -121,14 +121,21 @@ pub struct NewCommit<'a> {
 }
 
 /// Appends to the run's ledger and returns the entry's ordinal (1, 2, …).
-/// Keyed by the tool call, so a resumed invocation cannot commit twice.
+/// Keyed by the tool call, so a resumed invocation cannot commit twice: a
+/// commit its call made already is returned as it is. Only the invocation's
+/// fenced step writes its commits, so a plain insert when none is found
+/// does what `ON CONFLICT` did, without its speculative insert's
+/// confirmation record in the WAL.
 pub async fn commit(c: &impl GenericClient, n: &NewCommit<'_>) -> Result<i32> {
     let row = sql::query_one(
         c,
-        "INSERT INTO commits (run_id, ordinal, invocation_id, tool_call_id, path, mode, reason, reply)
-         SELECT $1, coalesce(max(ordinal), 0) + 1, $2, $3, $4, $5, $6, $7 FROM commits WHERE run_id = $1
-         ON CONFLICT (invocation_id, tool_call_id) DO UPDATE SET reply = commits.reply
-         RETURNING ordinal",
+        "WITH made AS (SELECT ordinal FROM commits WHERE invocation_id = $2 AND tool_call_id = $3),
+              added AS (
+                  INSERT INTO commits (run_id, ordinal, invocation_id, tool_call_id, path, mode, reason, reply)
+                  SELECT $1, coalesce(max(ordinal), 0) + 1, $2, $3, $4, $5, $6, $7 FROM commits
+                   WHERE run_id = $1 HAVING NOT EXISTS (SELECT FROM made)
+                  RETURNING ordinal)
+         SELECT ordinal FROM made UNION ALL SELECT ordinal FROM added",
         &[&n.run_id, &n.invocation_id, &n.tool_call_id, &n.path, &n.mode, &n.reason, &n.reply],
     )
     .await?;
