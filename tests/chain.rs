@@ -158,7 +158,11 @@ async fn a_handoff_s_events_read_back_whole_though_the_row_keeps_no_copy_of_the_
     // What the writer's handoff stored names the editor once (its events'
     // invocation, as a uuid), never as text in a payload.
     let stored: Vec<String> = c
-        .query("SELECT payloads::text FROM journal WHERE run_id = $1", &[&run])
+        .query(
+            "SELECT payloads::text FROM journal WHERE run_id = $1
+             UNION ALL SELECT journal_payloads::text FROM bridge_messages WHERE journal_run = $1",
+            &[&run],
+        )
         .await
         .unwrap()
         .iter()
@@ -181,6 +185,19 @@ async fn a_handoff_s_events_read_back_whole_though_the_row_keeps_no_copy_of_the_
         (Some("docs_agent"), Some("writer"))
     );
     assert!(stored.iter().all(|p| !p.contains("\"handoffId\"") && !p.contains("\"targetAgent\"")), "{stored:#?}");
+    // They are kept in the row of intake's messages to the bridge (V51),
+    // and read first, in the order they happened.
+    let beside = "SELECT count(*) FROM bridge_messages WHERE journal_run = $1 AND journal_types[1] = 'run_created'";
+    assert_eq!(env.scalar_i64(beside, &[&run]).await, 1);
+    let apart = "SELECT count(*) FROM journal WHERE run_id = $1 AND 'run_created' = ANY(types)";
+    assert_eq!(env.scalar_i64(apart, &[&run]).await, 0);
+    let start = [
+        JournalEvent::RunCreated,
+        JournalEvent::ProfileResolved,
+        JournalEvent::WorkspaceInitialized,
+        JournalEvent::InvocationCreated,
+    ];
+    assert!(timeline.iter().zip(start).all(|(e, kind)| e.is(kind)), "{:?}", &timeline[..4]);
 }
 
 /// The successor reads a markdown brief and a prompt from its own view.

@@ -48,8 +48,9 @@ pub struct Update<'a> {
     pub run_id: Option<uuid::Uuid>,
     /// The final reply, for the run's attempt ([`attempt`]).
     pub reply: Option<(&'a bridge::ReplyInput<'a>, i32)>,
-    /// A run's journal events, written as one journal row by the same
-    /// statement (a run's start: at most `journal::ROW_EVENTS`).
+    /// A run's journal events, written by the same statement (a run's
+    /// start: at most `journal::ROW_EVENTS`): in its bridge message row
+    /// (V51), or as a journal row when it writes no message.
     pub journal: Option<(uuid::Uuid, &'a [crate::journal::Event])>,
 }
 
@@ -90,8 +91,9 @@ pub async fn reply_at(
 /// status and the status's sequence number, its run, `reply_sent_at`), and
 /// its messages to the bridge as one pending `bridge_messages` row (the
 /// outbox of bridge messages, kept for operators once sent), which holds
-/// them in order (the statuses before the reply, V46) and the events (V47;
-/// without a message, the events are a `handoff_log` row). A
+/// them in order (the statuses before the reply, V46), the handoff events
+/// (V47) and the run's journal events (V51); without a message, the events
+/// are a `handoff_log` row and a journal row. A
 /// status's sequence number is the row's own, taken by the same statement
 /// under the row's lock; the status's body and message id get it there.
 pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) -> crate::Result<()> {
@@ -199,15 +201,21 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
                 AND ($5::text IS NULL AND $8::jsonb IS NULL OR NOT EXISTS (SELECT FROM s))),
          j AS (
              INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
-             SELECT $17, $21::uuid, $18::uuid[], $19::text[]::journal_event[], $20::json WHERE $17::uuid IS NOT NULL)
+             SELECT $17, $21::uuid, $18::uuid[], $19::text[]::journal_event[], $20::json
+              WHERE $17::uuid IS NOT NULL
+                AND ($5::text IS NULL AND $8::jsonb IS NULL OR NOT EXISTS (SELECT FROM s)))
          INSERT INTO bridge_messages (handoff_id, status, seq, then_status, message_id, queue, body, external, mandatory,
                                       traceparent, tracestate, next_attempt_at, pending, created_at,
-                                      log_types, log_statuses, log_messages)
+                                      log_types, log_statuses, log_messages,
+                                      journal_run, journal_invocation, journal_invocations, journal_types, journal_payloads)
          SELECT $1, $5::text, CASE WHEN $5::text IS NOT NULL THEN s.status_seq - $22 + 1 END, $6::text, $7::text, $12,
                 $8::jsonb, $13, true, $14, $15, now() + make_interval(secs => $16::float8), true, clock_timestamp(),
                 CASE WHEN cardinality($9::text[]) > 0 THEN $9::text[]::handoff_event[] END,
                 CASE WHEN cardinality($9::text[]) > 0 THEN $10::text[]::handoff_status[] END,
-                CASE WHEN cardinality($9::text[]) > 0 THEN $11::text[] END
+                CASE WHEN cardinality($9::text[]) > 0 THEN $11::text[] END,
+                $17, $21, CASE WHEN $17::uuid IS NOT NULL THEN $18::uuid[] END,
+                CASE WHEN $17::uuid IS NOT NULL THEN $19::text[]::journal_event[] END,
+                CASE WHEN $17::uuid IS NOT NULL THEN $20::json END
            FROM s WHERE $5::text IS NOT NULL OR $8::jsonb IS NOT NULL
          RETURNING id, message_id, handoff_id, body, status, seq, created_at, $23::text, $24::text, then_status,
                    $25::text",
