@@ -114,7 +114,11 @@ pub async fn commit(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> 
         .into());
     }
     let run = ctx.invocation.run_id;
-    let previous = store::latest_reply(c, run).await?;
+    // Only an append reads the reply before it.
+    let previous = match mode {
+        CommitMode::Append => store::latest_reply(c, run).await?,
+        CommitMode::Replace => None,
+    };
     let reply = mode.apply(previous.as_deref(), &file.content);
     let new = NewCommit {
         run_id: run,

@@ -24,8 +24,9 @@ use crate::{invocations::tasks, outbox, runs, runs::start, Error, Result};
 /// incoming task, itself (with what its last step spent, `spending`:
 /// tokens, model calls, tool calls) and the run complete. `delegated`:
 /// whether the owner may have delegated tasks (its transcript asked to);
-/// when it did not, the run has no unfinished task to cancel (an earlier
-/// owner's children ended before it handed off), and none is looked for.
+/// when it did not, the run has no unfinished task or other live
+/// invocation to cancel (an earlier owner's children ended before it
+/// handed off), and none is looked for.
 pub async fn complete_run(
     c: &impl GenericClient,
     inv: &Invocation,
@@ -42,10 +43,13 @@ pub async fn complete_run(
     invocations::complete(c, inv, spending).await?;
     events.push(Event::new(JournalEvent::InvocationCompleted, Some(inv.id), json!({})));
     events.push(Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "finished"})));
+    // Live invocations besides the owner are children it delegated to: an
+    // earlier owner's ended before it handed off, and the owner is the
+    // run's one foreground invocation.
     if delegated {
         events.extend(cancel_tasks(c, inv.run_id, None).await?);
+        events.extend(cancel_live(c, inv.run_id).await?);
     }
-    events.extend(cancel_live(c, inv.run_id).await?);
     if runs::finish(c, inv.run_id, RunStatus::Completed, None).await? {
         events.push(Event::new(JournalEvent::RunCompleted, None, json!({})));
         answer(c, inv.run_id).await?;
