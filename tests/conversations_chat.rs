@@ -13,6 +13,8 @@ use baton_bus::lapin::Consumer;
 use baton_domain::fleet::Queue;
 use baton_domain::protocol::request::HandoffEvent;
 use baton_domain::run::journal::JournalEvent;
+use baton_domain::run::state::RunStatus;
+use baton_store::runs::finish_releasing;
 use baton_tests::{eventually, logs, next_json, profile, sample_request_json, until_reply, TestEnv};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -358,18 +360,25 @@ async fn a_chat_held_across_v44_is_given_back_by_its_run_s_end() {
         env.db().await.query_one("SELECT conversation_key FROM runs WHERE id = $1", &[&held]).await.unwrap().get(0);
     assert_eq!(key.as_deref(), Some("chat-v44"), "the run holding the chat keeps its key");
     let c = env.db().await;
-    let released = baton_store::requests::conversations::release(&c, other).await.unwrap();
-    assert_eq!(released, None, "a run that holds no chat gives none back");
-    let released = baton_store::requests::conversations::release(&c, held).await.unwrap();
-    assert_eq!(released.as_deref(), Some("chat-v44"));
+    assert_eq!(
+        finish_releasing(&c, other, RunStatus::Completed, None).await.unwrap(),
+        Some(None),
+        "a run that holds no chat gives none back"
+    );
+    assert_eq!(
+        finish_releasing(&c, held, RunStatus::Completed, None).await.unwrap(),
+        Some(Some("chat-v44".to_string()))
+    );
+    assert_eq!(finish_releasing(&c, held, RunStatus::Completed, None).await.unwrap(), None, "a run ends once");
     let live = "SELECT count(*) FROM conversations WHERE key = 'chat-v44' AND live_run IS NULL";
     assert_eq!(env.scalar_i64(live, &[]).await, 1, "the chat is free again");
     // A run of before V44 that held no chat then (a failed run, retried
     // since) takes one: it keeps the key, and its end gives the turn back.
     c.execute("INSERT INTO conversations (key) VALUES ('chat-v44-retried')", &[]).await.unwrap();
+    c.execute("UPDATE runs SET status = 'running' WHERE id = $1", &[&other]).await.unwrap();
     baton_store::requests::conversations::set_live(&c, "chat-v44-retried", other).await.unwrap();
-    let released = baton_store::requests::conversations::release(&c, other).await.unwrap();
-    assert_eq!(released.as_deref(), Some("chat-v44-retried"), "a retried run gives back the chat it took");
+    let released = finish_releasing(&c, other, RunStatus::Completed, None).await.unwrap();
+    assert_eq!(released, Some(Some("chat-v44-retried".into())), "a retried run gives back the chat it took");
     let indexes = "SELECT count(*) FROM pg_indexes WHERE tablename = 'conversations'";
     assert_eq!(env.scalar_i64(indexes, &[]).await, 1, "only the key is indexed: a turn's update can be HOT");
 }

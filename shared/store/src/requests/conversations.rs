@@ -145,7 +145,7 @@ fn vanished(key: &str) -> crate::Error {
 }
 
 /// Gives the conversation's turn to `run`, which keeps the key its end
-/// gives the turn back by ([`release`]): a run started from a request has
+/// gives the turn back by (`runs::finish_releasing`): a run started from a request has
 /// it already; a run written before V44 and retried since gets it here.
 pub async fn set_live(c: &impl GenericClient, key: &str, run: Uuid) -> Result<()> {
     sql::execute(
@@ -163,22 +163,6 @@ pub async fn set_live(c: &impl GenericClient, key: &str, run: Uuid) -> Result<()
 pub async fn clear_live(c: &impl GenericClient, key: &str) -> Result<()> {
     sql::execute(c, "UPDATE conversations SET live_run = NULL, updated_at = now() WHERE key = $1", &[&key]).await?;
     Ok(())
-}
-
-/// A run ended: the conversation it held (locked now) is free; its key.
-/// Found through the run's conversation key (V44): a conversation whose
-/// turn another run took since is left as it is.
-pub async fn release(c: &impl GenericClient, run: Uuid) -> Result<Option<String>> {
-    let row = sql::query_opt(
-        c,
-        "UPDATE conversations c SET live_run = NULL, updated_at = now()
-           FROM runs r
-          WHERE r.id = $1 AND c.key = r.conversation_key AND c.live_run = $1
-         RETURNING c.key",
-        &[&run],
-    )
-    .await?;
-    Ok(row.map(|r| r.get(0)))
 }
 
 /// Puts a request at the end of its conversation's queue; its place in the

@@ -5,7 +5,7 @@
 //! A run that ends is answered ([`runs::answer::collect`]: its bridge's
 //! final status and reply; by the collector when an operator's command
 //! ended it) and gives its conversation's turn to the next request there
-//! ([`start::after_run`]), in the same transaction.
+//! (`after_run`), in the same transaction.
 
 use baton_domain::fleet::FleetMessage;
 use baton_domain::run::journal::JournalEvent;
@@ -50,10 +50,10 @@ pub async fn complete_run(
         events.extend(cancel_tasks(c, inv.run_id, None).await?);
         events.extend(cancel_live(c, inv.run_id).await?);
     }
-    if runs::finish(c, inv.run_id, RunStatus::Completed, None).await? {
+    if let Some(released) = runs::finish_releasing(c, inv.run_id, RunStatus::Completed, None).await? {
         events.push(Event::new(JournalEvent::RunCompleted, None, json!({})));
         answer(c, inv.run_id).await?;
-        start::after_run(c, inv.run_id).await?;
+        after_run(c, released).await?;
     }
     Ok(events)
 }
@@ -125,16 +125,25 @@ pub async fn cancel_run(c: &impl GenericClient, run_id: Uuid, reason: &str, by: 
 }
 
 async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error: &Value) -> Result<Vec<Event>> {
-    if !runs::finish(c, run_id, status, Some(error)).await? {
+    let Some(released) = runs::finish_releasing(c, run_id, status, Some(error)).await? else {
         return Ok(vec![]);
-    }
+    };
     let mut events = cancel_tasks(c, run_id, None).await?;
     events.extend(cancel_live(c, run_id).await?);
     answer(c, run_id).await?;
-    start::after_run(c, run_id).await?;
+    after_run(c, released).await?;
     let kind = if status == RunStatus::Cancelled { JournalEvent::RunCancelled } else { JournalEvent::RunFailed };
     events.push(Event::new(kind, None, error.clone()));
     Ok(events)
+}
+
+/// A run ended and gave back the conversation it held (`released`): the
+/// conversation starts its next request.
+async fn after_run(c: &impl GenericClient, released: Option<String>) -> Result<()> {
+    match released {
+        Some(key) => start::next_in_conversation(c, &key).await,
+        None => Ok(()),
+    }
 }
 
 /// Answers an ended run's bridge in this transaction when a role ends it

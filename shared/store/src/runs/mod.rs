@@ -123,6 +123,38 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: RunStatus, error: 
     Ok(n == 1)
 }
 
+/// [`finish`], and the conversation whose turn the run held given back in
+/// the same statement: `None` when the run had already ended, else the key
+/// of the conversation it held, if it held one, for its next request
+/// ([`super::start::next_in_conversation`]). The conversation is found
+/// through the run's conversation key (V44); one whose turn another run
+/// took since is left as it is.
+pub async fn finish_releasing(
+    c: &impl GenericClient,
+    id: Uuid,
+    status: RunStatus,
+    error: Option<&Value>,
+) -> Result<Option<Option<String>>> {
+    let row = sql::query_opt(
+        c,
+        "WITH ended AS (
+             UPDATE runs SET status = $2, error = $3, finished_at = now(),
+                    handoff_count = (SELECT coalesce(max(handoffs), 0) FROM invocations WHERE run_id = $1),
+                    final_text = coalesce((SELECT reply FROM commits WHERE run_id = $1 ORDER BY ordinal DESC LIMIT 1),
+                                          final_text)
+              WHERE id = $1 AND status = $4
+             RETURNING conversation_key),
+         released AS (
+             UPDATE conversations c SET live_run = NULL, updated_at = now()
+               FROM ended WHERE c.key = ended.conversation_key AND c.live_run = $1
+             RETURNING c.key)
+         SELECT (SELECT key FROM released) FROM ended",
+        &[&id, &status.as_str(), &error, &RUNNING],
+    )
+    .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
 pub async fn set_final_text(c: &impl GenericClient, id: Uuid, text: &str) -> Result<()> {
     sql::execute(c, "UPDATE runs SET final_text = $2 WHERE id = $1", &[&id, &text]).await?;
     Ok(())

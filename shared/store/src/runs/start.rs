@@ -228,11 +228,3 @@ pub async fn next_in_conversation_as(c: &impl GenericClient, key: &str, known: O
     }
     Ok(())
 }
-
-/// A run ended: the conversation it held starts its next request.
-pub async fn after_run(c: &impl GenericClient, run_id: Uuid) -> Result<()> {
-    match conversations::release(c, run_id).await? {
-        Some(key) => next_in_conversation(c, &key).await,
-        None => Ok(()),
-    }
-}
