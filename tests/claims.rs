@@ -194,6 +194,7 @@ async fn agent_handoff_denies_pending_delegated_tasks() {
         may_have_children: true,
         as_claimed: None,
         spending: Default::default(),
+        workspace: &Default::default(),
     };
     let mut client = env.db().await;
     let tx = client.transaction().await.unwrap();

@@ -61,8 +61,8 @@ async fn busy(env: &TestEnv, gc: &Units) -> tokio::sync::oneshot::Sender<()> {
     });
     let gc = gc.clone();
     tokio::spawn(async move { gc.run(blocker).await });
-    let sql =
-        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%group-commit-blocker%' AND pid <> pg_backend_pid()";
+    let sql = "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = current_database() AND query LIKE '%group-commit-blocker%' AND pid <> pg_backend_pid()";
     baton_tests::eventually(WAIT, "the blocking batch is in flight", || async {
         (env.scalar_i64(sql, &[]).await == 1).then_some(())
     })

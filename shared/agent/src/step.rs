@@ -45,6 +45,8 @@ pub(crate) struct Written {
     pub(crate) exit: Option<Exit>,
     /// The run's budget and spend after this step's spending was added.
     pub(crate) budget: Option<crate::budget::Tracker>,
+    /// What its tool calls wrote to the workspace, for the calls after them.
+    pub(crate) workspace: crate::tools::StepWorkspace,
 }
 
 impl Written {
@@ -57,6 +59,7 @@ impl Written {
             model_calls: 0,
             exit: None,
             budget: None,
+            workspace: Default::default(),
         }
     }
 

@@ -58,6 +58,7 @@ impl Runner {
             may_have_children,
             as_claimed: c.as_claimed.as_ref(),
             spending: w.spending(),
+            workspace: &w.workspace,
         };
         let made = transcript::tool_calls_made(&c.steps) + transcript::tool_calls_made(&w.steps);
         let outcome = if made >= c.limits.max_tool_calls {

@@ -9,6 +9,8 @@ mod ask;
 mod delegation;
 mod workspace;
 
+pub use workspace::StepWorkspace;
+
 use baton_domain::profiles::Profile;
 use baton_domain::run::journal::JournalEvent;
 use baton_domain::tools::error::codes;
@@ -38,6 +40,9 @@ pub struct ToolCtx<'a> {
     /// the calls before this one): a tool that ends the invocation counts it
     /// in the same write, and the step then records no spend of its own.
     pub spending: baton_store::runs::budgets::Spending,
+    /// What the step's transaction wrote to the workspace through the
+    /// workspace tools.
+    pub workspace: &'a StepWorkspace,
 }
 
 /// What a first claim's statement read that tools need too: the profiles

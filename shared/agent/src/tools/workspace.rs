@@ -23,10 +23,41 @@ pub async fn list(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> To
     Ok(ToolOutcome::ok(ctx, text, json!({"count": files.len()})))
 }
 
+/// What a step's transaction wrote to the run's workspace through these
+/// tools: the files (as stored: the transaction holds their rows, so no
+/// other writer's version can be read before it commits) and whether it
+/// committed a reply. A later call of the same turn reads them from here
+/// (a reply's usual `workspace_write`, `workspace_commit`,
+/// `workspace_finish`: two reads fewer). `task_return`'s own writes end the
+/// invocation, so no call of its step reads after them.
+#[derive(Default)]
+pub struct StepWorkspace {
+    files: std::sync::Mutex<std::collections::HashMap<String, store::File>>,
+    committed: std::sync::atomic::AtomicBool,
+}
+
+impl StepWorkspace {
+    fn wrote(&self, path: &str, file: store::File) {
+        self.files.lock().expect("not poisoned").insert(path.to_string(), file);
+    }
+
+    fn file(&self, path: &str) -> Option<store::File> {
+        self.files.lock().expect("not poisoned").get(path).cloned()
+    }
+}
+
+/// The file as stored: what this step wrote, else read.
+async fn current(c: &impl GenericClient, ctx: &ToolCtx<'_>, path: &str) -> ToolResult<Option<store::File>> {
+    match ctx.workspace.file(path) {
+        Some(file) => Ok(Some(file)),
+        None => Ok(store::read(c, ctx.invocation.run_id, path).await?),
+    }
+}
+
 /// Loads a visible file, or says why it cannot be read.
 async fn load(c: &impl GenericClient, ctx: &ToolCtx<'_>, path: &str) -> ToolResult<store::File> {
     let run = ctx.invocation.run_id;
-    if let Some(file) = store::read(c, run, path).await? {
+    if let Some(file) = current(c, ctx, path).await? {
         return Ok(file);
     }
     if store::is_folder(c, run, path).await? {
@@ -72,7 +103,7 @@ pub async fn write(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
     let args = args::parse::<WriteArgs>(args)?;
     let (path, content, append) = (ws::visible_path(&args.path)?, args.content, args.mode == Some(CommitMode::Append));
     let run = ctx.invocation.run_id;
-    let existing = store::read(c, run, &path).await?;
+    let existing = current(c, ctx, &path).await?;
     if let (Some(file), false) = (&existing, append) {
         check_read(c, ctx, &path, file, (codes::WRITE_REQUIRES_READ, codes::WRITE_STALE_FILE)).await?;
     }
@@ -83,6 +114,8 @@ pub async fn write(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
     let sha = ws::sha256_hex(&new_content);
     store::write(c, run, &path, (&new_content, &sha), Some(ctx.invocation.id)).await?;
     let bytes = new_content.len();
+    let written = store::File { content: new_content, sha256: sha.clone(), written_by: Some(ctx.invocation.id) };
+    ctx.workspace.wrote(&path, written);
     let event = tool_event(ctx, JournalEvent::WorkspaceFileWritten, json!({"path": path, "bytes": bytes}));
     let outcome = ToolOutcome::ok(ctx, format!("Wrote {path} ({bytes} bytes)."), json!({"path": path, "sha256": sha}));
     Ok(outcome.with_event(event))
@@ -97,6 +130,8 @@ pub async fn patch(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
         ws::apply_patch(&file.content, &args.old_string, &args.new_string, args.replace_all.unwrap_or(false))?;
     let sha = ws::sha256_hex(&patched);
     store::write(c, ctx.invocation.run_id, &path, (&patched, &sha), Some(ctx.invocation.id)).await?;
+    let written = store::File { content: patched, sha256: sha.clone(), written_by: Some(ctx.invocation.id) };
+    ctx.workspace.wrote(&path, written);
     let event = tool_event(ctx, JournalEvent::WorkspacePatchApplied, json!({"path": path}));
     Ok(ToolOutcome::ok(ctx, format!("Patched {path}."), json!({"path": path, "sha256": sha})).with_event(event))
 }
@@ -131,6 +166,7 @@ pub async fn commit(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> 
     };
     // The run's final text is its newest commit's reply, taken when it ends.
     let ordinal = store::commit(c, &new).await?;
+    ctx.workspace.committed.store(true, std::sync::atomic::Ordering::Relaxed);
     let event = tool_event(
         ctx,
         JournalEvent::ChatCommitCompleted,
@@ -143,7 +179,9 @@ pub async fn commit(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> 
 pub async fn finish(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult {
     // The reason is for the journal's readers only; it must still be well-formed.
     args::parse::<FinishArgs>(args)?;
-    if store::latest_reply(c, ctx.invocation.run_id).await?.is_none() {
+    let committed = ctx.workspace.committed.load(std::sync::atomic::Ordering::Relaxed)
+        || store::latest_reply(c, ctx.invocation.run_id).await?.is_some();
+    if !committed {
         let text = "Nothing has been committed yet: write the reply, call workspace_commit, then finish.";
         return Err(ToolError::new(codes::FOREGROUND_COMMIT_REQUIRED, text).into());
     }
