@@ -411,3 +411,28 @@ async fn a_commit_made_again_by_its_tool_call_returns_its_ordinal_and_adds_nothi
     assert_eq!(workspace::latest_reply(&c, run).await.unwrap().as_deref(), Some("second"));
     assert_eq!(env.scalar_i64("SELECT count(*) FROM commits WHERE run_id = $1", &[&run]).await, 2);
 }
+
+/// A tool result stored in its call's row keeps no tool name the call gave;
+/// the transcript reads back with it, as the model received it.
+#[tokio::test]
+async fn a_transcript_reads_back_each_tool_result_named_as_its_call() {
+    let (env, run) = example_run("names-1").await;
+    let c = env.db().await;
+    let beside_its_call = "SELECT count(*) FROM transcript t JOIN invocations i ON i.id = t.invocation_id,
+                                  json_array_elements(t.payloads) WITH ORDINALITY p(payload, n)
+                            WHERE i.run_id = $1 AND t.kinds[p.n] = 'tool_result' AND 'model_turn' = ANY(t.kinds)";
+    let named = format!("{beside_its_call} AND (p.payload::jsonb) ? 'name'");
+    assert!(env.scalar_i64(beside_its_call, &[&run]).await >= 1, "a turn stored with its results");
+    assert_eq!(env.scalar_i64(&named, &[&run]).await, 0, "no result in its call's row repeats the call's name");
+    let mut results = 0;
+    for inv in baton_store::invocations::for_run(&c, run).await.unwrap() {
+        let steps = baton_store::invocations::steps::load(&c, inv.id).await.unwrap();
+        let calls: Vec<&Value> = steps.iter().filter_map(|s| s.payload["toolCalls"].as_array()).flatten().collect();
+        for result in steps.iter().filter(|s| s.kind == "tool_result") {
+            let call = calls.iter().find(|c| c["id"] == result.payload["toolCallId"]).expect("its call");
+            assert_eq!(result.payload["name"], call["name"], "{}", result.payload);
+            results += 1;
+        }
+    }
+    assert!(results >= 3, "the chain's agents called tools: {results}");
+}

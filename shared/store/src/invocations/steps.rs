@@ -42,6 +42,7 @@ pub async fn load(c: &impl GenericClient, invocation_id: Uuid) -> Result<Vec<Ste
         sql::query(c, "SELECT seq, kind, payload FROM steps WHERE invocation_id = $1 ORDER BY seq", &[&invocation_id])
             .await?;
     let mut steps: Vec<Step> = rows.iter().map(|r| Step { seq: r.get(0), kind: r.get(1), payload: r.get(2) }).collect();
+    named_results(&mut steps);
     if let Some(version) = steps.first().and_then(stub_version) {
         steps[0].payload = rendered_opening(c, invocation_id, version).await?;
     }
@@ -56,6 +57,58 @@ async fn rendered_opening(c: &impl GenericClient, invocation_id: Uuid, version: 
         .await?
         .ok_or_else(|| corrupt(&format!("no profile `{}` at profiles version {version}", inv.profile_id)))?;
     Ok(opening::first_step(&profile, inv.kind, &skills, &inv.brief))
+}
+
+/// The kinds of step whose payloads name tools: a model turn's calls
+/// (`toolCalls`: `id`, `name`), a tool result's call (`toolCallId`,
+/// `name`).
+const MODEL_TURN: &str = "model_turn";
+const TOOL_RESULT: &str = "tool_result";
+
+/// What a row keeps of its tool results: a result leaves out its tool's
+/// `name` when a model turn before it in the same row named its call with
+/// it, as every result of a turn stored with its calls does ([`load`]
+/// puts it back: [`named_results`]). `None` for a step kept as it is.
+fn kept_results(steps: &[(i32, &str, &Value)]) -> Vec<Option<Value>> {
+    let mut named: Vec<(&str, &Value)> = vec![];
+    steps
+        .iter()
+        .map(|&(_, kind, payload)| {
+            if kind == MODEL_TURN {
+                for call in payload["toolCalls"].as_array().into_iter().flatten() {
+                    named.extend(call["id"].as_str().map(|id| (id, &call["name"])));
+                }
+                return None;
+            }
+            let call = payload.get("toolCallId").and_then(Value::as_str)?;
+            let name = payload.get("name").filter(|_| kind == TOOL_RESULT)?;
+            named.iter().any(|&(id, called)| id == call && called == name).then(|| {
+                let mut kept = payload.clone();
+                kept.as_object_mut().map(|fields| fields.remove("name"));
+                kept
+            })
+        })
+        .collect()
+}
+
+/// Puts back each tool result's `name` its row left out
+/// ([`kept_results`]): its call's, from the model turn before it.
+fn named_results(steps: &mut [Step]) {
+    for n in 0..steps.len() {
+        if steps[n].kind != TOOL_RESULT || steps[n].payload.get("name").is_some() {
+            continue;
+        }
+        let Some(call) = steps[n].payload.get("toolCallId").and_then(Value::as_str).map(str::to_string) else {
+            continue;
+        };
+        let name = steps[..n].iter().rev().filter(|s| s.kind == MODEL_TURN).find_map(|s| {
+            let calls = s.payload["toolCalls"].as_array()?;
+            calls.iter().find(|c| c["id"] == call.as_str()).map(|c| c["name"].clone())
+        });
+        if let (Some(name), Some(fields)) = (name, steps[n].payload.as_object_mut()) {
+            fields.insert("name".into(), name);
+        }
+    }
 }
 
 /// Appends steps (numbered in order from the first one's `seq`) as one
@@ -76,7 +129,8 @@ pub async fn append_with_events(
     }
     debug_assert!(steps.iter().enumerate().all(|(i, s)| s.0 == seq + i as i32), "steps are consecutive");
     let kinds: Vec<&str> = steps.iter().map(|s| s.1).collect();
-    let payloads = journal::json_array(steps.iter().map(|s| s.2));
+    let kept = kept_results(steps);
+    let payloads = journal::json_array(steps.iter().zip(&kept).map(|(s, k)| k.as_ref().unwrap_or(s.2)));
     let logged = journal::columns(events);
     sql::execute(
         c,
@@ -109,7 +163,8 @@ pub async fn append_all(c: &impl GenericClient, invocation_id: Uuid, steps: &[(i
     };
     debug_assert!(steps.iter().enumerate().all(|(i, s)| s.0 == seq + i as i32), "steps are consecutive");
     let kinds: Vec<&str> = steps.iter().map(|s| s.1).collect();
-    let payloads = journal::json_array(steps.iter().map(|s| s.2));
+    let kept = kept_results(steps);
+    let payloads = journal::json_array(steps.iter().zip(&kept).map(|(s, k)| k.as_ref().unwrap_or(s.2)));
     sql::execute(
         c,
         "INSERT INTO transcript (invocation_id, seq, kinds, payloads) VALUES ($1, $2, $3::text[]::step_kind[], $4)",
@@ -117,4 +172,47 @@ pub async fn append_all(c: &impl GenericClient, invocation_id: Uuid, steps: &[(i
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(seq: i32, kind: &str, payload: Value) -> Step {
+        Step { seq, kind: kind.into(), payload }
+    }
+
+    #[test]
+    fn a_tool_result_keeps_no_name_its_call_gave_and_reads_back_with_it() {
+        let turn = json!({"toolCalls": [{"id": "c1", "name": "workspace_write", "arguments": {}},
+                                        {"id": "c2", "name": "workspace_finish", "arguments": {}}]});
+        let first = json!({"toolCallId": "c1", "name": "workspace_write", "content": "Wrote it."});
+        let second = json!({"toolCallId": "c2", "name": "workspace_finish", "content": "Finished."});
+        let row = [(1, MODEL_TURN, &turn), (2, TOOL_RESULT, &first), (3, TOOL_RESULT, &second)];
+        let kept = kept_results(&row);
+        assert_eq!(kept[0], None, "a model turn is kept whole");
+        assert_eq!(kept[1], Some(json!({"toolCallId": "c1", "content": "Wrote it."})));
+        assert_eq!(kept[2], Some(json!({"toolCallId": "c2", "content": "Finished."})));
+        let mut read: Vec<Step> = row
+            .iter()
+            .zip(&kept)
+            .map(|(&(seq, kind, whole), k)| step(seq, kind, k.clone().unwrap_or_else(|| whole.clone())))
+            .collect();
+        named_results(&mut read);
+        let whole: Vec<Step> = row.iter().map(|&(seq, kind, p)| step(seq, kind, p.clone())).collect();
+        assert_eq!(read, whole);
+    }
+
+    #[test]
+    fn a_tool_result_whose_call_is_in_another_row_or_named_otherwise_keeps_its_name() {
+        let turn = json!({"toolCalls": [{"id": "c1", "name": "workspace_read", "arguments": {}}]});
+        let alone = json!({"toolCallId": "c9", "name": "agent_await", "content": "Woken."});
+        let other = json!({"toolCallId": "c1", "name": "not_the_call_s", "content": "?"});
+        let kept = kept_results(&[(4, TOOL_RESULT, &alone), (5, MODEL_TURN, &turn), (6, TOOL_RESULT, &other)]);
+        assert_eq!(kept, vec![None, None, None]);
+        // A result stored before its name was left out reads as it was.
+        let mut old = vec![step(1, MODEL_TURN, turn.clone()), step(2, TOOL_RESULT, other.clone())];
+        named_results(&mut old);
+        assert_eq!(old[1].payload, other);
+    }
 }
