@@ -87,6 +87,43 @@ pub async fn reply_at(
     update(c, request, Update { reply: Some((input, attempt)), ..Update::default() }).await
 }
 
+/// [`update`]'s statement: the request's row, then its `handoff_log` row
+/// and its journal row when it writes no message, then its bridge message
+/// row, which keeps them otherwise. Parameters as [`update`] lists them.
+const UPDATE: &str = "WITH s AS (
+             UPDATE handoff_requests
+                SET status = coalesce($2::text, status),
+                    status_seq = status_seq + $22::int4,
+                    run_id = coalesce($3::uuid, run_id),
+                    reply_sent_at = CASE WHEN $4::bool THEN now() ELSE reply_sent_at END,
+                    updated_at = now()
+              WHERE id = $1 RETURNING status_seq),
+         l AS (
+             INSERT INTO handoff_log (handoff_id, types, statuses, messages)
+             SELECT $1, $9::text[], $10::text[], $11::text[]
+              WHERE cardinality($9::text[]) > 0
+                AND ($5::text IS NULL AND $8::jsonb IS NULL OR NOT EXISTS (SELECT FROM s))),
+         j AS (
+             INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
+             SELECT $17, $21::uuid, $18::uuid[], $19::text[]::journal_event[], $20::json
+              WHERE $17::uuid IS NOT NULL
+                AND ($5::text IS NULL AND $8::jsonb IS NULL OR NOT EXISTS (SELECT FROM s)))
+         INSERT INTO bridge_messages (handoff_id, status, seq, then_status, message_id, queue, body, external, mandatory,
+                                      traceparent, tracestate, next_attempt_at, pending, created_at,
+                                      log_types, log_statuses, log_messages,
+                                      journal_run, journal_invocation, journal_invocations, journal_types, journal_payloads)
+         SELECT $1, $5::text, CASE WHEN $5::text IS NOT NULL THEN s.status_seq - $22 + 1 END, $6::text, $7::text, $12,
+                $8::jsonb, $13, true, $14, $15, now() + make_interval(secs => $16::float8), true, clock_timestamp(),
+                CASE WHEN cardinality($9::text[]) > 0 THEN $9::text[]::handoff_event[] END,
+                CASE WHEN cardinality($9::text[]) > 0 THEN $10::text[]::handoff_status[] END,
+                CASE WHEN cardinality($9::text[]) > 0 THEN $11::text[] END,
+                $17, $21, CASE WHEN $17::uuid IS NOT NULL THEN $18::uuid[] END,
+                CASE WHEN $17::uuid IS NOT NULL THEN $19::text[]::journal_event[] END,
+                CASE WHEN $17::uuid IS NOT NULL THEN $20::json END
+           FROM s WHERE $5::text IS NOT NULL OR $8::jsonb IS NOT NULL
+         RETURNING id, message_id, handoff_id, body, status, seq, created_at, $23::text, $24::text, then_status,
+                   $25::text";
+
 /// Writes `u` for the request in one statement: the request row once (its
 /// status and the status's sequence number, its run, `reply_sent_at`), and
 /// its messages to the bridge as one pending `bridge_messages` row (the
@@ -105,28 +142,10 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
     for (status, note) in [u.status, u.then].into_iter().flatten() {
         said.push((HandoffEvent::StatusChanged, Some(status), note));
     }
-    // A reply's row keeps what its request and its status do not say
-    // (`sent::Reply`), and no message id when it is the first
-    // attempt's; a row with no status (it is not joined to its request
-    // when read) keeps the whole reply.
-    let last = u.then.or(u.status).map(|(s, _)| s);
     let (mut reply_body, mut reply_id) = (None, None);
     if let Some((input, attempt)) = u.reply {
         said.push((HandoffEvent::ReplySent, Some(input.outcome.status()), None));
-        let (body, id) = (bridge::reply(input), bridge::attempt_reply_message_id(request.wire_id(), attempt));
-        match last {
-            Some(status) => {
-                let about = outbox::sent::Reply {
-                    wire: request.wire_id(),
-                    chat: request.reply_chat_id.as_deref(),
-                    language: Some(request.language.as_str()),
-                    status: Some(status),
-                };
-                reply_body = Some(about.kept(body));
-                reply_id = (attempt > 1).then_some(id);
-            }
-            None => (reply_body, reply_id) = (Some(body), Some(id)),
-        }
+        (reply_body, reply_id) = kept_reply(request, input, attempt, u.then.or(u.status).map(|(s, _)| s));
     }
     if said.len() > requests::LOG_EVENTS {
         let (first, _) = said.split_at(said.len() - requests::LOG_EVENTS);
@@ -184,44 +203,7 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
     // rendered from them and its row's time (`status_message`, V43): the
     // statement's clock, read after it took the request's row lock, so a
     // later number never has an earlier time.
-    let row = crate::sql::query_opt(
-        c,
-        "WITH s AS (
-             UPDATE handoff_requests
-                SET status = coalesce($2::text, status),
-                    status_seq = status_seq + $22::int4,
-                    run_id = coalesce($3::uuid, run_id),
-                    reply_sent_at = CASE WHEN $4::bool THEN now() ELSE reply_sent_at END,
-                    updated_at = now()
-              WHERE id = $1 RETURNING status_seq),
-         l AS (
-             INSERT INTO handoff_log (handoff_id, types, statuses, messages)
-             SELECT $1, $9::text[], $10::text[], $11::text[]
-              WHERE cardinality($9::text[]) > 0
-                AND ($5::text IS NULL AND $8::jsonb IS NULL OR NOT EXISTS (SELECT FROM s))),
-         j AS (
-             INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
-             SELECT $17, $21::uuid, $18::uuid[], $19::text[]::journal_event[], $20::json
-              WHERE $17::uuid IS NOT NULL
-                AND ($5::text IS NULL AND $8::jsonb IS NULL OR NOT EXISTS (SELECT FROM s)))
-         INSERT INTO bridge_messages (handoff_id, status, seq, then_status, message_id, queue, body, external, mandatory,
-                                      traceparent, tracestate, next_attempt_at, pending, created_at,
-                                      log_types, log_statuses, log_messages,
-                                      journal_run, journal_invocation, journal_invocations, journal_types, journal_payloads)
-         SELECT $1, $5::text, CASE WHEN $5::text IS NOT NULL THEN s.status_seq - $22 + 1 END, $6::text, $7::text, $12,
-                $8::jsonb, $13, true, $14, $15, now() + make_interval(secs => $16::float8), true, clock_timestamp(),
-                CASE WHEN cardinality($9::text[]) > 0 THEN $9::text[]::handoff_event[] END,
-                CASE WHEN cardinality($9::text[]) > 0 THEN $10::text[]::handoff_status[] END,
-                CASE WHEN cardinality($9::text[]) > 0 THEN $11::text[] END,
-                $17, $21, CASE WHEN $17::uuid IS NOT NULL THEN $18::uuid[] END,
-                CASE WHEN $17::uuid IS NOT NULL THEN $19::text[]::journal_event[] END,
-                CASE WHEN $17::uuid IS NOT NULL THEN $20::json END
-           FROM s WHERE $5::text IS NOT NULL OR $8::jsonb IS NOT NULL
-         RETURNING id, message_id, handoff_id, body, status, seq, created_at, $23::text, $24::text, then_status,
-                   $25::text",
-        &params,
-    )
-    .await?;
+    let row = crate::sql::query_opt(c, UPDATE, &params).await?;
     let Some(row) = row else { return Ok(()) };
     // As every reader renders a row's messages (`sent::rendered`, V43, V46):
     // its statuses first.
@@ -239,6 +221,31 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         }
     }
     Ok(())
+}
+
+/// What a reply's row keeps, its body and message id: what its request
+/// and its status (`last`, the row's last) do not say (`sent::Reply`), and
+/// no message id when it is the first attempt's. A row with no status (it
+/// is not joined to its request when read) keeps the whole reply.
+fn kept_reply(
+    request: &Request,
+    input: &bridge::ReplyInput<'_>,
+    attempt: i32,
+    last: Option<HandoffStatus>,
+) -> (Option<Value>, Option<String>) {
+    let (body, id) = (bridge::reply(input), bridge::attempt_reply_message_id(request.wire_id(), attempt));
+    match last {
+        Some(status) => {
+            let about = outbox::sent::Reply {
+                wire: request.wire_id(),
+                chat: request.reply_chat_id.as_deref(),
+                language: Some(request.language.as_str()),
+                status: Some(status),
+            };
+            (Some(about.kept(body)), (attempt > 1).then_some(id))
+        }
+        None => (Some(body), Some(id)),
+    }
 }
 
 pub fn timestamp() -> String {
