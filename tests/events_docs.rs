@@ -41,7 +41,7 @@ async fn the_databases_enums_hold_every_value_the_code_writes_and_no_other() {
     use baton_domain::protocol::request::HandoffStatus;
     let env = baton_tests::TestEnv::new().await;
     let c = env.db().await;
-    let names = |all: &[&str]| all.iter().map(|s| s.to_string()).collect::<BTreeSet<String>>();
+    let names = |all: &[&str]| all.iter().map(ToString::to_string).collect::<BTreeSet<String>>();
     let cases = [
         ("journal_event", names(&JournalEvent::ALL.map(JournalEvent::as_str))),
         ("handoff_event", names(&HandoffEvent::ALL.map(HandoffEvent::as_str))),

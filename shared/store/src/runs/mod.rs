@@ -126,7 +126,7 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: RunStatus, error: 
 /// [`finish`], and the conversation whose turn the run held given back in
 /// the same statement: `None` when the run had already ended, else the key
 /// of the conversation it held, if it held one, for its next request
-/// ([`super::start::next_in_conversation`]). The conversation is found
+/// ([`start::next_in_conversation`]). The conversation is found
 /// through the run's conversation key (V44); one whose turn another run
 /// took since is left as it is.
 pub async fn finish_releasing(
