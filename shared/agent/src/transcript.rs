@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use crate::providers::{ModelTurn, ToolCall};
 
 pub const PROMPT: &str = baton_store::invocations::steps::PROMPT;
-pub const MODEL_TURN: &str = "model_turn";
-pub const TOOL_RESULT: &str = "tool_result";
+pub const MODEL_TURN: &str = baton_store::invocations::steps::MODEL_TURN;
+pub const TOOL_RESULT: &str = baton_store::invocations::steps::TOOL_RESULT;
 pub const NUDGE: &str = "nudge";
 /// An external agent was started; its result is the next model turn.
 pub const EXTERNAL_STARTED: &str = "external_started";

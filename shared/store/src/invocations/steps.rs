@@ -59,11 +59,12 @@ async fn rendered_opening(c: &impl GenericClient, invocation_id: Uuid, version: 
     Ok(opening::first_step(&profile, inv.kind, &skills, &inv.brief))
 }
 
-/// The kinds of step whose payloads name tools: a model turn's calls
-/// (`toolCalls`: `id`, `name`), a tool result's call (`toolCallId`,
-/// `name`).
-const MODEL_TURN: &str = "model_turn";
-const TOOL_RESULT: &str = "tool_result";
+/// A model turn's step kind: its payload names its tool calls
+/// (`toolCalls`: `id`, `name`).
+pub const MODEL_TURN: &str = "model_turn";
+/// A tool result's step kind: its payload names its call (`toolCallId`)
+/// and the call's tool (`name`).
+pub const TOOL_RESULT: &str = "tool_result";
 
 /// What a row keeps of its tool results: a result leaves out its tool's
 /// `name` when a model turn before it in the same row named its call with

@@ -107,28 +107,21 @@ pub(crate) fn run_at(r: &tokio_postgres::Row, from: usize) -> Result<Run> {
     })
 }
 
-/// Ends a running run; `false` when it had already ended. Its handoff
-/// count is set now, from its last foreground owner (a hop does not write
-/// the run's row, V30).
+/// Ends a running run that holds no conversation's turn (an operator's
+/// answer by hand: its run is given no conversation key); `false` when it
+/// had already ended. A run that may hold one ends with
+/// [`finish_releasing`], whose caller starts the conversation's next request.
 pub async fn finish(c: &impl GenericClient, id: Uuid, status: RunStatus, error: Option<&Value>) -> Result<bool> {
-    let n = sql::execute(
-        c,
-        "UPDATE runs SET status = $2, error = $3, finished_at = now(),
-                handoff_count = (SELECT coalesce(max(handoffs), 0) FROM invocations WHERE run_id = $1),
-                final_text = coalesce((SELECT reply FROM commits WHERE run_id = $1 ORDER BY ordinal DESC LIMIT 1), final_text)
-          WHERE id = $1 AND status = $4",
-        &[&id, &status.as_str(), &error, &RUNNING],
-    )
-    .await?;
-    Ok(n == 1)
+    Ok(finish_releasing(c, id, status, error).await?.is_some())
 }
 
-/// [`finish`], and the conversation whose turn the run held given back in
-/// the same statement: `None` when the run had already ended, else the key
-/// of the conversation it held, if it held one, for its next request
-/// ([`start::next_in_conversation`]). The conversation is found
-/// through the run's conversation key (V44); one whose turn another run
-/// took since is left as it is.
+/// Ends a running run, its handoff count set now from its last foreground
+/// owner (a hop does not write the run's row, V30), and gives back the
+/// conversation whose turn it held in the same statement: `None` when the
+/// run had already ended, else the key of the conversation it held, if it
+/// held one, for its next request ([`start::next_in_conversation`]). The
+/// conversation is found through the run's conversation key (V44); one
+/// whose turn another run took since is left as it is.
 pub async fn finish_releasing(
     c: &impl GenericClient,
     id: Uuid,
