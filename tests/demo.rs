@@ -49,7 +49,10 @@ async fn the_demo_in_chinese_replies_in_chinese_on_the_requests_subject_ends_wit
     let out = demo(&env, &queues.prefix, &["--language", "zh-CN", "--timeout", "60"]).await;
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(!stdout.contains("ERROR") && !stderr.contains("ERROR"), "no ERROR line on a first run:\n{stderr}");
+    assert!(
+        !stdout.contains("ERROR") && !stderr.contains("ERROR"),
+        "no ERROR line on a first run:\n{stdout}\n{stderr}"
+    );
 
     let handoff =
         stdout.split("bridge sent request ").nth(1).and_then(|r| r.split(' ').next()).expect("the request id");

@@ -113,6 +113,10 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     drop(client);
     step(&format!("{verb} {} profiles: {}", profiles.profiles.len(), names(&profiles)));
 
+    // Declare the fleet's queues before its roles start: a request published
+    // to a missing queue would be lost, and a quorum queue still starting
+    // refuses a consumer (the role would log the refusal and retry).
+    broker.declare(&settings.queues()).await?;
     let fleet = Fleet::start(settings, &Role::ALL);
     step("started roles: intake, invocation, relay, collector");
     let project = coding.as_ref().map(|_| coding::PROJECT);
@@ -147,19 +151,32 @@ fn names(profiles: &ProfilesFile) -> String {
     profiles.profiles.iter().map(|p| p.id.as_str()).collect::<Vec<_>>().join(", ")
 }
 
-/// Plays the bridge: publishes the request with `reply_to` set to its own
-/// queue and prints each status until the reply arrives.
+/// Plays the bridge on a reply queue and a publishing channel of its own.
 async fn send_and_wait(
     settings: &Settings,
     broker: &Connection,
     args: &DemoArgs,
     project: Option<&str>,
 ) -> anyhow::Result<(String, Value)> {
-    // Declare the fleet's queues first: on a fresh broker the roles may not
-    // have yet, and a request published to a missing queue would be lost.
-    broker.declare(&settings.queues()).await?;
     let mut replies = broker.subscribe_private().await?;
+    let publisher = broker.publisher().await?;
+    let outcome = bridge(settings, &publisher, &mut replies, args, project).await;
+    // Closed, not only dropped: a channel dropped closes in the background,
+    // and its late answer on a connection already closing is logged as an error.
+    replies.close().await;
+    publisher.close().await;
+    outcome
+}
 
+/// Publishes the request with `reply_to` set to the bridge's queue and
+/// prints each status until the reply arrives.
+async fn bridge(
+    settings: &Settings,
+    publisher: &baton_bus::Publisher,
+    replies: &mut baton_bus::consume::Subscription,
+    args: &DemoArgs,
+    project: Option<&str>,
+) -> anyhow::Result<(String, Value)> {
     let id = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let mut request = request::build(&id, &args.target, &args.language)?;
     if let Some(project) = project {
@@ -169,7 +186,6 @@ async fn send_and_wait(
         request["conversationKey"] = format!("demo-chat-{id}").into();
     }
     let body = serde_json::to_vec(&request)?;
-    let publisher = broker.publisher().await?;
     let queue = settings.queues().name(Queue::BridgeRequests);
     let out = Outgoing {
         queue: &queue,
@@ -196,7 +212,7 @@ async fn send_and_wait(
         if message["type"] == "status" {
             step(&format!("bridge got status #{}: {}", message["seq"], message["status"].as_str().unwrap_or("?")));
         } else if message["type"] == "question" {
-            answer(&publisher, &queue, &message).await?;
+            answer(publisher, &queue, &message).await?;
         } else {
             step("bridge got the reply");
             return Ok((id, message));
