@@ -7,6 +7,10 @@ use baton::roles::Role;
 use baton_domain::profiles::ProfilesFile;
 use clap::{Parser, Subcommand};
 
+/// jemalloc, not the system allocator: see the workspace `Cargo.toml`.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "baton",
