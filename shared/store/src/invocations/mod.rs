@@ -31,7 +31,7 @@ pub(crate) const PARKED: &str = InvocationStatus::Parked.as_str();
 const CANCELLED: &str = InvocationStatus::Cancelled.as_str();
 
 /// Created, running or parked: an invocation that has not ended.
-fn live() -> Vec<&'static str> {
+pub(crate) fn live() -> Vec<&'static str> {
     texts(InvocationStatus::live(), InvocationStatus::as_str)
 }
 

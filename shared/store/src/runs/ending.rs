@@ -18,6 +18,7 @@ use uuid::Uuid;
 use crate::invocations::tasks::Task;
 use crate::invocations::{self, Invocation};
 use crate::journal::Event;
+use crate::requests::conversations;
 use crate::{invocations::tasks, outbox, runs, runs::start, Error, Result};
 
 /// The final owner finished: its unfinished children are cancelled, then its
@@ -40,20 +41,26 @@ pub async fn complete_run(
     if end_incoming(c, inv, TaskStatus::Completed, None).await?.is_some() {
         events.push(Event::own_task(JournalEvent::TaskCompleted, inv.id));
     }
-    invocations::complete(c, inv, spending).await?;
-    events.push(Event::new(JournalEvent::InvocationCompleted, Some(inv.id), json!({})));
-    events.push(Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "finished"})));
-    // Live invocations besides the owner are children it delegated to: an
-    // earlier owner's ended before it handed off, and the owner is the
-    // run's one foreground invocation.
-    if delegated {
+    let completed = [
+        Event::new(JournalEvent::InvocationCompleted, Some(inv.id), json!({})),
+        Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "finished"})),
+    ];
+    let ended = if delegated {
+        invocations::complete(c, inv, spending).await?;
+        events.extend(completed);
+        // Live invocations besides the owner are children it delegated to:
+        // an earlier owner's ended before it handed off, and the owner is
+        // the run's one foreground invocation.
         events.extend(cancel_tasks(c, inv.run_id, None).await?);
         events.extend(cancel_live(c, inv.run_id).await?);
-    }
-    if let Some(released) = runs::finish_releasing(c, inv.run_id, RunStatus::Completed, None).await? {
+        runs::finish_releasing(c, inv.run_id, RunStatus::Completed, None).await?
+    } else {
+        events.extend(completed);
+        runs::complete_finishing(c, inv, spending).await?
+    };
+    if let Some(released) = ended {
         events.push(Event::new(JournalEvent::RunCompleted, None, json!({})));
-        answer(c, inv.run_id).await?;
-        after_run(c, released).await?;
+        answer_then_next(c, inv.run_id, released).await?;
     }
     Ok(events)
 }
@@ -130,20 +137,21 @@ async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error:
     };
     let mut events = cancel_tasks(c, run_id, None).await?;
     events.extend(cancel_live(c, run_id).await?);
-    answer(c, run_id).await?;
-    after_run(c, released).await?;
+    answer_then_next(c, run_id, released).await?;
     let kind = if status == RunStatus::Cancelled { JournalEvent::RunCancelled } else { JournalEvent::RunFailed };
     events.push(Event::new(kind, None, error.clone()));
     Ok(events)
 }
 
-/// A run ended and gave back the conversation it held (`released`): the
-/// conversation starts its next request.
-async fn after_run(c: &impl GenericClient, released: Option<String>) -> Result<()> {
-    match released {
-        Some(key) => start::next_in_conversation(c, &key).await,
-        None => Ok(()),
-    }
+/// A run ended: its bridge is answered ([`answer`]) and, when it gave back
+/// the conversation it held (`released`), the conversation starts its next
+/// request. The answer's first read and the conversation's queue are read
+/// at once (two statements in flight, one round trip): neither touches
+/// what the other reads.
+async fn answer_then_next(c: &impl GenericClient, run_id: Uuid, released: Option<String>) -> Result<()> {
+    let Some(key) = released else { return answer(c, run_id).await };
+    let ((), next) = tokio::try_join!(answer(c, run_id), conversations::pop(c, &key))?;
+    start::next_in_conversation_from(c, &key, next, None).await
 }
 
 /// Answers an ended run's bridge in this transaction when a role ends it

@@ -128,9 +128,16 @@ pub async fn finish_releasing(
     status: RunStatus,
     error: Option<&Value>,
 ) -> Result<Option<Option<String>>> {
-    let row = sql::query_opt(
-        c,
-        "WITH ended AS (
+    const SQL: &str = concat!("WITH ", finish_releasing_ctes!());
+    let row = sql::query_opt(c, SQL, &[&id, &status.as_str(), &error, &RUNNING]).await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// The statement's end of [`finish_releasing`] (parameters `$1` to `$4`),
+/// also the end of [`complete_finishing`]'s.
+macro_rules! finish_releasing_ctes {
+    () => {
+        "ended AS (
              UPDATE runs SET status = $2, error = $3, finished_at = now(),
                     handoff_count = (SELECT coalesce(max(handoffs), 0) FROM invocations WHERE run_id = $1),
                     final_text = coalesce((SELECT reply FROM commits WHERE run_id = $1 ORDER BY ordinal DESC LIMIT 1),
@@ -141,8 +148,49 @@ pub async fn finish_releasing(
              UPDATE conversations c SET live_run = NULL, updated_at = now()
                FROM ended WHERE c.key = ended.conversation_key AND c.live_run = $1
              RETURNING c.key)
-         SELECT (SELECT key FROM released) FROM ended",
-        &[&id, &status.as_str(), &error, &RUNNING],
+         SELECT (SELECT key FROM released) FROM ended"
+    };
+}
+use finish_releasing_ctes;
+
+/// The run's last owner completes (`invocations::complete`, with what its
+/// last step spent: tokens, model calls, tool calls) and the run completes
+/// with it ([`finish_releasing`]), in one statement: for an owner that
+/// delegated nothing, so no child is left to cancel between the two. What
+/// the run's end reads of the invocation (its handoffs) the completion
+/// does not change.
+pub async fn complete_finishing(
+    c: &impl GenericClient,
+    owner: &crate::invocations::Invocation,
+    spending: (i64, i32, i32),
+) -> Result<Option<Option<String>>> {
+    const SQL: &str = concat!(
+        "WITH done AS (
+             UPDATE invocations SET status = $6, error = NULL, lease_owner = NULL, lease_expires_at = NULL,
+                    finished_at = now(), model_calls = model_calls + $8, tool_calls = tool_calls + $9,
+                    tokens_used = tokens_used + $10, claim_epoch = $11, started_at = coalesce(started_at, now())
+              WHERE id = $5 AND status = ANY($7)), ",
+        finish_releasing_ctes!()
+    );
+    let (tokens, model_calls, tool_calls) = spending;
+    let (completed, live) = (RunStatus::Completed.as_str(), crate::invocations::live());
+    let done = baton_domain::run::state::InvocationStatus::Completed.as_str();
+    let row = sql::query_opt(
+        c,
+        SQL,
+        &[
+            &owner.run_id,
+            &completed,
+            &None::<Value>,
+            &RUNNING,
+            &owner.id,
+            &done,
+            &live,
+            &model_calls,
+            &tool_calls,
+            &tokens,
+            &owner.claim_epoch,
+        ],
     )
     .await?;
     Ok(row.map(|r| r.get(0)))

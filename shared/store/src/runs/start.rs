@@ -214,17 +214,40 @@ pub async fn next_in_conversation(c: &impl GenericClient, key: &str) -> Result<(
 
 /// [`next_in_conversation`], with what [`request_as`] reads taken from `known`.
 pub async fn next_in_conversation_as(c: &impl GenericClient, key: &str, known: Option<&Snapshot>) -> Result<()> {
-    while let Some(handoff) = conversations::pop(c, key).await? {
-        let Some(stored) = requests::lock(c, &handoff).await? else { continue };
-        if stored.status.is_terminal() || stored.run_id.is_some() {
-            continue;
-        }
-        let parsed: HandoffRequest = serde_json::from_value(stored.body.clone())?;
-        let trace = requests::trace(c, &handoff).await?;
-        if let Some(run) = crate::outbox::with_trace(trace, request_as(c, &stored, &parsed, known)).await? {
-            conversations::set_live(c, key, run).await?;
+    let first = conversations::pop(c, key).await?;
+    next_in_conversation_from(c, key, first, known).await
+}
+
+/// [`next_in_conversation_as`], given what its first `pop` took (`first`).
+pub(crate) async fn next_in_conversation_from(
+    c: &impl GenericClient,
+    key: &str,
+    first: Option<String>,
+    known: Option<&Snapshot>,
+) -> Result<()> {
+    let mut next = first;
+    while let Some(handoff) = next {
+        if started(c, key, &handoff, known).await? {
             return Ok(());
         }
+        next = conversations::pop(c, key).await?;
     }
     Ok(())
+}
+
+/// Starts `handoff`, taken from the conversation's queue, and gives it the
+/// conversation's turn: false when it ended or started meanwhile, or could
+/// not start (it is answered).
+async fn started(c: &impl GenericClient, key: &str, handoff: &str, known: Option<&Snapshot>) -> Result<bool> {
+    let Some(stored) = requests::lock(c, handoff).await? else { return Ok(false) };
+    if stored.status.is_terminal() || stored.run_id.is_some() {
+        return Ok(false);
+    }
+    let parsed: HandoffRequest = serde_json::from_value(stored.body.clone())?;
+    let trace = requests::trace(c, handoff).await?;
+    let Some(run) = crate::outbox::with_trace(trace, request_as(c, &stored, &parsed, known)).await? else {
+        return Ok(false);
+    };
+    conversations::set_live(c, key, run).await?;
+    Ok(true)
 }
