@@ -30,25 +30,28 @@ pub async fn invocation(
     new: &NewInvocation<'_>,
     task: Option<&NewTask<'_>>,
 ) -> Result<Vec<Event>> {
-    Ok(spawned(c, new, task).await?.0)
+    spawned(c, new, task).await
 }
 
-/// [`invocation`] for a run's root, and whether this process takes it
-/// itself (eager dispatch): it is then claimed right after the commit.
-pub async fn root(c: &impl GenericClient, new: &NewInvocation<'_>) -> Result<(Vec<Event>, bool)> {
-    spawned(c, new, None).await
+/// [`invocation`] for a run's root, in two halves so that the caller can
+/// send its insert with other statements: whether this process takes it
+/// itself (eager dispatch, decided now: it is then claimed right after the
+/// commit), and the insert. Its journal event is [`created`]'s.
+pub fn root<'a>(
+    c: &'a impl GenericClient,
+    new: &'a NewInvocation<'a>,
+) -> (bool, impl std::future::Future<Output = Result<()>> + Send + 'a) {
+    let reserved = after_commit::reserve();
+    (reserved.is_some(), async move { insert(c, new, reserved).await })
 }
 
-async fn spawned(
+/// Inserts the invocation, reserved for this process or with the message
+/// that runs it (one statement either way).
+async fn insert(
     c: &impl GenericClient,
     new: &NewInvocation<'_>,
-    task: Option<&NewTask<'_>>,
-) -> Result<(Vec<Event>, bool)> {
-    let reserved = match new.kind {
-        InvocationKind::Root => after_commit::reserve(),
-        _ => None,
-    };
-    let taken_here = reserved.is_some();
+    reserved: Option<after_commit::Reserved>,
+) -> Result<()> {
     match reserved {
         Some(reserved) => {
             invocations::insert_reserved(c, new, (&reserved.owner, reserved.lease)).await?;
@@ -60,6 +63,15 @@ async fn spawned(
             outbox::enqueue_fleet_after(c, &run, Some((INSERT, &inserted.params()))).await?;
         }
     }
+    Ok(())
+}
+
+async fn spawned(c: &impl GenericClient, new: &NewInvocation<'_>, task: Option<&NewTask<'_>>) -> Result<Vec<Event>> {
+    let reserved = match new.kind {
+        InvocationKind::Root => after_commit::reserve(),
+        _ => None,
+    };
+    insert(c, new, reserved).await?;
     let mut events = vec![created(new)];
     if let Some(task) = task {
         tasks::insert(c, task).await?;
@@ -69,7 +81,7 @@ async fn spawned(
         }
         events.push(Event::new(JournalEvent::TaskRegistered, Some(new.id), registered));
     }
-    Ok((events, taken_here))
+    Ok(events)
 }
 
 /// A handoff's two writes: `inv` ends transferred with what its step
@@ -99,6 +111,6 @@ pub async fn handoff(
 
 /// `agent_invocation_created` for `new`: its kind (the seed's sequence
 /// names it); its agent and parent are its row's, which every reader joins.
-fn created(new: &NewInvocation<'_>) -> Event {
+pub fn created(new: &NewInvocation<'_>) -> Event {
     Event::new(JournalEvent::InvocationCreated, Some(new.id), json!({"kind": new.kind.as_str()}))
 }

@@ -66,10 +66,16 @@ pub async fn request_saying(
         Some(known) => known.budgets.for_target(target),
         None => profiles::settings::budgets(c).await?.for_target(target),
     };
-    // The run first: its invocation's message reads the run's priority.
     let conversation = request.conversation_key();
-    runs::insert_with_budget(c, run_id, Some(&request.id), &profile.id, request.priority, Some(&budget), conversation)
-        .await?;
+    let insert_run = runs::insert_with_budget(
+        c,
+        run_id,
+        Some(&request.id),
+        &profile.id,
+        request.priority,
+        Some(&budget),
+        conversation,
+    );
     let new = NewInvocation {
         id: root,
         run_id,
@@ -84,14 +90,15 @@ pub async fn request_saying(
         handoffs: 0,
         run_spent: Default::default(),
     };
-    let created = spawn::root(c, &new);
+    let (taken_here, insert_root) = spawn::root(c, &new);
     // The request's id, source and target agent, the budget and the root's
     // profile are the run's and the request's rows' to keep: the `events`
     // view puts them back in these payloads (`run_payload`, V48).
-    let mut events = vec![
+    let events = [
         Event::new(JournalEvent::RunCreated, None, json!({})),
         Event::new(JournalEvent::ProfileResolved, Some(root), json!({})),
         Event::new(JournalEvent::WorkspaceInitialized, None, json!({})),
+        spawn::created(&new),
     ];
     let announce = stored.status != HandoffStatus::Accepted;
     let mut said = said.to_vec();
@@ -99,11 +106,6 @@ pub async fn request_saying(
     if announce {
         said.push((HandoffEvent::Accepted, Some(HandoffStatus::Accepted), None));
     }
-    // After the root invocation (with its message): the request's row (its
-    // run, and its status when announced), its events, the bridge's status
-    // and the run's journal, in one statement.
-    let (created, taken_here) = created.await?;
-    events.extend(created);
     let status = announce.then_some((HandoffStatus::Accepted, None));
     // A root this process claims right after the commit is running from
     // here: its claim then writes no status (a claim that finds the request
@@ -111,7 +113,16 @@ pub async fn request_saying(
     let then = taken_here.then_some((HandoffStatus::Running, None));
     let journal = Some((run_id, events.as_slice()));
     let update = bridge::Update { said: &said, status, then, run_id: Some(run_id), reply: None, journal };
-    bridge::update(c, stored, update).await?;
+    // The run, then its root (whose message reads the run's priority); with
+    // them, sent at once, the request's row (its run, and its status when
+    // announced), its events, the bridge's status and the run's journal,
+    // which read nothing the other two write (no foreign key between these
+    // tables either).
+    let run_and_root = async {
+        insert_run.await?;
+        insert_root.await
+    };
+    tokio::try_join!(run_and_root, bridge::update(c, stored, update))?;
     Ok(Some(run_id))
 }
 
