@@ -155,3 +155,55 @@ async fn nothing_the_disclosure_policy_removes_reaches_the_model() {
     let events = env.handoff_events("disclosure-1").await;
     assert!(events.contains(&HandoffEvent::DisclosureFiltered), "{events:?}");
 }
+
+/// Intake stores a request as the profiles file it holds filters it, in
+/// the round trip that takes the handoff's lock and reads the version
+/// applied. A file applied since (here a stricter disclosure policy, while
+/// the fleet runs) has the transaction done again with it: the next
+/// request is stored and run as the new file filters it.
+#[tokio::test]
+async fn a_disclosure_policy_applied_while_intake_runs_filters_the_next_request() {
+    let server = ModelServer::start(
+        [0, 1]
+            .iter()
+            .flat_map(|_| {
+                [
+                    Reply::Tool("workspace_write", json!({"path": "output/main.md", "content": "Done."})),
+                    Reply::Tool("workspace_commit", json!({})),
+                    Reply::Tool("workspace_finish", json!({})),
+                ]
+            })
+            .collect(),
+    )
+    .await;
+    let profiles = |sensitivity: &str| {
+        format!(
+            "[routes]\ndocs_agent = \"writer\"\n\n[disclosure.default]\nmax_sensitivity = \"{sensitivity}\"\n\n[[profiles]]\nid = \"writer\"\nname = \"Writer\"\ndescription = \"Writes.\"\ntools = [\"workspace_write\", \"workspace_commit\", \"workspace_finish\"]\n[profiles.model]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"test-model\"\n",
+            server.base_url
+        )
+    };
+    let env = TestEnv::new().await;
+    env.apply_profiles(&profiles("high")).await;
+    let request = |id: &str| {
+        let mut request = sample_request_json(id, "docs_agent", "en");
+        request["context"]["userMemories"] = json!([{"id": "m-high", "scope": "user", "type": "fact", "content": "the vault code is 0451", "sensitivity": "high"}]);
+        request
+    };
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&request("policy-before")).await;
+    assert_eq!(until_reply(&mut replies, Duration::from_secs(30)).await.last().unwrap()["status"], "completed");
+    env.apply_profiles(&profiles("medium")).await;
+    env.send_request(&request("policy-after")).await;
+    assert_eq!(until_reply(&mut replies, Duration::from_secs(30)).await.last().unwrap()["status"], "completed");
+    fleet.stop().await;
+
+    let c = env.db().await;
+    let before = baton_store::requests::get(&c, "policy-before").await.unwrap().unwrap();
+    let after = baton_store::requests::get(&c, "policy-after").await.unwrap().unwrap();
+    assert!(before.body.to_string().contains("0451"), "the first file allows it: {}", before.body);
+    assert!(!after.body.to_string().contains("0451"), "the file applied since removes it: {}", after.body);
+    assert!(env.handoff_events("policy-after").await.contains(&HandoffEvent::DisclosureFiltered));
+    let second_run = server.bodies().iter().skip(3).map(ToString::to_string).collect::<String>();
+    assert!(!second_run.is_empty() && !second_run.contains("0451"), "the model never saw it");
+}

@@ -14,7 +14,7 @@ use crate::{sql, Result};
 
 /// The advisory lock class of a handoff id: a cancel and its request take it
 /// first, so whichever commits second sees the other.
-const HANDOFF_LOCK: i32 = 0x6261_7401;
+pub(crate) const HANDOFF_LOCK: i32 = 0x6261_7401;
 
 /// How long a cancel whose request never came is kept.
 pub const CANCEL_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -29,14 +29,13 @@ pub async fn lock_handoff(c: &impl GenericClient, handoff_id: &str) -> Result<()
 /// [`lock_handoff`], and the applied profiles file's version
 /// ([`crate::profiles::version`]) read by the same statement.
 pub async fn lock_handoff_reading_version(c: &impl GenericClient, handoff_id: &str) -> Result<i64> {
-    let row = sql::query_one(
-        c,
-        "SELECT pg_advisory_xact_lock($1, hashtext($2)), (SELECT version FROM profiles_version)",
-        &[&HANDOFF_LOCK, &handoff_id],
-    )
-    .await?;
+    let row = sql::query_one(c, LOCK_READING_VERSION, &[&HANDOFF_LOCK, &handoff_id]).await?;
     Ok(row.get(1))
 }
+
+/// [`lock_handoff_reading_version`]'s statement.
+pub(crate) const LOCK_READING_VERSION: &str =
+    "SELECT pg_advisory_xact_lock($1, hashtext($2)), (SELECT version FROM profiles_version)";
 
 /// Keeps a cancel; false when one with its id was kept before (a duplicate).
 pub async fn keep_cancel(c: &impl GenericClient, cancel: &BridgeCancel) -> Result<bool> {

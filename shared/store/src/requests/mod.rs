@@ -91,21 +91,42 @@ pub async fn insert_or_count_reading(
     c: &impl GenericClient,
     r: &NewRequest<'_>,
 ) -> Result<(bool, Request, PendingCancel)> {
-    // The request keeps the trace context of the span storing it (intake's,
-    // a child of the bridge's `traceparent`).
-    let (traceparent, tracestate) = crate::outbox::current_trace().map_or((None, None), |(p, s)| (Some(p), s));
-    let body = packed::pack(r.body)?;
-    let row = sql::query_one(
-        c,
-        // A bridge's reply queue is kept the first time a stored request
-        // names it (`reply_queues`, V45: replaying a dead letter there checks
-        // it); a repeated delivery's own `reply_to` is not stored.
-        //
-        // The caller's lock keeps any other transaction from storing this
-        // request meanwhile, so a plain insert when the count finds no row
-        // does what `ON CONFLICT` did, without its speculative insert's
-        // confirmation record in the WAL.
-        "WITH counted AS (
+    let args = InsertArgs::of(r)?;
+    let params = args.params(r);
+    let row = sql::query_one(c, INSERT_OR_COUNT, &params).await?;
+    inserted(&row)
+}
+
+/// [`conversations::lock_handoff_reading_version`] and then
+/// [`insert_or_count_reading`], two statements sent at once (one round
+/// trip): for a caller that knows the request's body before it knows the
+/// profiles' version, and does the transaction again should that version
+/// filter the body otherwise. The insert still runs after the lock is
+/// taken, so it reads every cancel committed before.
+pub async fn lock_then_insert_reading(
+    c: &impl GenericClient,
+    r: &NewRequest<'_>,
+) -> Result<(i64, (bool, Request, PendingCancel))> {
+    let args = InsertArgs::of(r)?;
+    // Both prepared first (from the cache after the first time), so the two
+    // statements below are sent on their first poll, in this order.
+    let (lock, insert) =
+        tokio::try_join!(c.prepare_cached(conversations::LOCK_READING_VERSION), c.prepare_cached(INSERT_OR_COUNT))?;
+    let lock_params: sql::Params = &[&conversations::HANDOFF_LOCK, &r.id];
+    let params = args.params(r);
+    let (locked, row) = tokio::try_join!(c.query_one(&lock, lock_params), c.query_one(&insert, &params))?;
+    Ok((locked.get(1), inserted(&row)?))
+}
+
+// A bridge's reply queue is kept the first time a stored request names it
+// (`reply_queues`, V45: replaying a dead letter there checks it); a
+// repeated delivery's own `reply_to` is not stored.
+//
+// The caller's lock keeps any other transaction from storing this request
+// meanwhile, so a plain insert when the count finds no row does what
+// `ON CONFLICT` did, without its speculative insert's confirmation record
+// in the WAL.
+const INSERT_OR_COUNT: &str = "WITH counted AS (
              UPDATE handoff_requests SET deliveries = deliveries + 1, updated_at = now() WHERE id = $1
              RETURNING id, body, source, target_agent, status, language, reply_to, reply_chat_id, run_id, deliveries,
                        reply_sent_at, status_url, bridge_id),
@@ -120,24 +141,48 @@ pub async fn insert_or_count_reading(
          SELECT i.*, k.id, k.reason
            FROM i LEFT JOIN LATERAL (
                 SELECT id, reason FROM bridge_cancels WHERE handoff_id = i.id AND applied_at IS NULL
-                 ORDER BY received_at LIMIT 1) k ON true",
-        &[
+                 ORDER BY received_at LIMIT 1) k ON true";
+
+/// What [`INSERT_OR_COUNT`] stores besides the request's own fields: its
+/// body packed, and the trace context of the span storing it (intake's, a
+/// child of the bridge's `traceparent`).
+struct InsertArgs {
+    body: Vec<u8>,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+    /// The source, target agent, status and language, as stored.
+    texts: [&'static str; 4],
+}
+
+impl InsertArgs {
+    fn of(r: &NewRequest<'_>) -> Result<Self> {
+        let (traceparent, tracestate) = crate::outbox::current_trace().map_or((None, None), |(p, s)| (Some(p), s));
+        let texts = [r.source.as_str(), r.target_agent.as_str(), r.status.as_str(), r.language.as_str()];
+        Ok(Self { body: packed::pack(r.body)?, traceparent, tracestate, texts })
+    }
+
+    fn params<'a>(&'a self, r: &'a NewRequest<'_>) -> [&'a (dyn tokio_postgres::types::ToSql + Sync); 12] {
+        [
             &r.id,
-            &body,
-            &r.source.as_str(),
-            &r.target_agent.as_str(),
-            &r.status.as_str(),
-            &r.language.as_str(),
+            &self.body,
+            &self.texts[0],
+            &self.texts[1],
+            &self.texts[2],
+            &self.texts[3],
             &r.reply_to,
             &r.reply_chat_id,
             &r.status_url,
-            &traceparent,
-            &tracestate,
+            &self.traceparent,
+            &self.tracestate,
             &r.bridge,
-        ],
-    )
-    .await?;
-    let stored = from_row(&row)?;
+        ]
+    }
+}
+
+/// The request [`INSERT_OR_COUNT`] read back, whether this delivery stored
+/// it (its first), and a cancel that came before it.
+fn inserted(row: &tokio_postgres::Row) -> Result<(bool, Request, PendingCancel)> {
+    let stored = from_row(row)?;
     let cancel = row.get::<_, Option<String>>(13).map(|id| (id, row.get(14)));
     Ok((stored.deliveries == 1, stored, cancel))
 }

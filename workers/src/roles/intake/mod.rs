@@ -273,32 +273,28 @@ async fn accept(
     let target = original.target_agent.as_str();
     let held = cache.held();
     let early = held.as_ref().map(|known| disclosure::apply(known.disclosure.for_target(target), original));
+    // With a file held, the request is stored as that file filters it, in
+    // the round trip that takes the handoff's lock (and reads the version
+    // applied); should a newer one have been applied since, the transaction
+    // is done again, filtering with it.
+    let held_body = early.as_ref().map(|early| serde_json::to_value(&early.request)).transpose()?;
     let tx = begin(&mut client).await?;
-    // A cancel for this handoff waits, or sees the request, never neither.
-    // The version of the profiles file rides along (the same statement).
-    let version = conversations::lock_handoff_reading_version(&tx, &original.id).await?;
-    let known = cache.at(&tx, version).await?;
-    let filtered = match early {
-        Some(filtered) if held.is_some_and(|held| Arc::ptr_eq(&held, &known)) => filtered,
-        _ => disclosure::apply(known.disclosure.for_target(target), original),
+    let mut read = None;
+    if let (Some(held), Some(early), Some(body)) = (&held, &early, &held_body) {
+        let new = new_request(&early.request, body, reply_to, bridge);
+        // A cancel for this handoff waits, or sees the request, never neither.
+        let (version, stored) = requests::lock_then_insert_reading(&tx, &new).await?;
+        read = (version == held.version).then_some(stored);
+    }
+    let (tx, known, filtered, (first, stored, cancel)) = match (read, held, early) {
+        (Some(read), Some(held), Some(early)) => (tx, held, early, read),
+        _ => {
+            drop(tx);
+            sequential(&mut client, cache, original, reply_to, bridge).await?
+        }
     };
     let request = &filtered.request;
     let body = serde_json::to_value(request)?;
-    let new = NewRequest {
-        id: &request.id,
-        body: &body,
-        source: request.source,
-        target_agent: request.target_agent,
-        status: request.status.into(),
-        language: request.language(),
-        reply_to,
-        reply_chat_id: request.reply_to_chat_id(),
-        status_url: status_url(request),
-        bridge: bridge.map(|b| b.id.as_str()),
-    };
-    // The request stored (or counted) and read back, with a cancel that
-    // came before it.
-    let (first, stored, cancel) = requests::insert_or_count_reading(&tx, &new).await?;
     let taken = if first {
         take_first(&tx, request, &filtered.removed, &known, dead_lettered, (stored, cancel)).await?;
         Taken::Stored
@@ -311,6 +307,50 @@ async fn accept(
         crate::metrics::request_accepted(request.source.as_str(), request.target_agent.as_str());
     }
     Ok(taken)
+}
+
+/// What intake stores of `request` (as filtered), with `body` its JSON.
+fn new_request<'a>(
+    request: &'a HandoffRequest,
+    body: &'a serde_json::Value,
+    reply_to: Option<&'a str>,
+    bridge: Option<&'a baton_domain::protocol::bridges::Bridge>,
+) -> NewRequest<'a> {
+    NewRequest {
+        id: &request.id,
+        body,
+        source: request.source,
+        target_agent: request.target_agent,
+        status: request.status.into(),
+        language: request.language(),
+        reply_to,
+        reply_chat_id: request.reply_to_chat_id(),
+        status_url: status_url(request),
+        bridge: bridge.map(|b| b.id.as_str()),
+    }
+}
+
+/// The request stored (or counted) and read back, with a cancel that came before it.
+type Read = (bool, Request, PendingCancel);
+
+/// Takes the handoff's lock reading the profiles file's version, filters
+/// the request with that file, and stores it.
+async fn sequential<'c>(
+    client: &'c mut baton_store::Client,
+    cache: &profiles::Cache,
+    original: &HandoffRequest,
+    reply_to: Option<&str>,
+    bridge: Option<&baton_domain::protocol::bridges::Bridge>,
+) -> anyhow::Result<(baton_store::Transaction<'c>, Arc<Snapshot>, disclosure::Filtered, Read)> {
+    let tx = begin(client).await?;
+    // A cancel for this handoff waits, or sees the request, never neither.
+    // The version of the profiles file rides along (the same statement).
+    let version = conversations::lock_handoff_reading_version(&tx, &original.id).await?;
+    let known = cache.at(&tx, version).await?;
+    let filtered = disclosure::apply(known.disclosure.for_target(original.target_agent.as_str()), original);
+    let body = serde_json::to_value(&filtered.request)?;
+    let read = requests::insert_or_count_reading(&tx, &new_request(&filtered.request, &body, reply_to, bridge)).await?;
+    Ok((tx, known, filtered, read))
 }
 
 /// A request just stored: its handoff events, then its run, unless it is a
