@@ -278,27 +278,27 @@ async fn accept(
     // applied); should a newer one have been applied since, the transaction
     // is done again, filtering with it.
     let held_body = early.as_ref().map(|early| serde_json::to_value(&early.request)).transpose()?;
-    let tx = begin(&mut client).await?;
-    let mut read = None;
-    if let (Some(held), Some(early), Some(body)) = (&held, &early, &held_body) {
-        let new = new_request(&early.request, body, reply_to, bridge);
-        // A cancel for this handoff waits, or sees the request, never neither.
-        let (version, stored) = requests::lock_then_insert_reading(&tx, &new).await?;
-        read = (version == held.version).then_some(stored);
-    }
-    let (tx, known, filtered, (first, stored, cancel)) = match (read, held, early) {
-        (Some(read), Some(held), Some(early)) => (tx, held, early, read),
-        _ => {
-            drop(tx);
-            sequential(&mut client, cache, original, reply_to, bridge).await?
+    let (tx, known, filtered, (first, stored, cancel)) = match (held, early, held_body) {
+        (Some(held), Some(early), Some(body)) => {
+            let tx = begin(&mut client).await?;
+            let new = new_request(&early.request, &body, reply_to, bridge);
+            // A cancel for this handoff waits, or sees the request, never neither.
+            let (version, read) = requests::lock_then_insert_reading(&tx, &new).await?;
+            if version == held.version {
+                (tx, held, early, read)
+            } else {
+                drop(tx); // rolled back
+                sequential(&mut client, cache, original, reply_to, bridge).await?
+            }
         }
+        _ => sequential(&mut client, cache, original, reply_to, bridge).await?,
     };
     let request = &filtered.request;
-    let body = serde_json::to_value(request)?;
     let taken = if first {
         take_first(&tx, request, &filtered.removed, &known, dead_lettered, (stored, cancel)).await?;
         Taken::Stored
     } else {
+        let body = serde_json::to_value(request)?;
         let known_bridges = bridge.is_some() && !known.bridges.is_empty();
         take_again(&tx, request, (stored, &body), &filtered.removed, &known, dead_lettered, known_bridges).await?
     };
