@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use baton::roles::Role;
 use baton_store::group_commit::{job, Batching, GroupCommit, Job};
+use baton_store::GenericClient;
 use baton_tests::{sample_request_json, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(60);

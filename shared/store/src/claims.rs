@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use crate::GenericClient;
 use baton_domain::protocol::request::HandoffStatus;
 use baton_domain::run::state::{InvocationKind, RunStatus, TaskStatus};
-use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::invocations::{self, ClaimFacts, Invocation, CREATED, PARKED, RUNNING};

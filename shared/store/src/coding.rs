@@ -2,8 +2,8 @@
 //! (written in the fenced transaction that stores its result), the sessions
 //! a conversation's next request resumes, and the `[[projects]]` section.
 
+use crate::GenericClient;
 use baton_domain::projects::{Changes, Project};
-use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use uuid::Uuid;
 

@@ -6,7 +6,9 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use deadpool_postgres::{Client, Pool, Transaction};
+use deadpool_postgres::{Client, Pool};
+
+use crate::Transaction;
 
 use crate::{Error, Result};
 
@@ -372,11 +374,13 @@ pub fn discard(client: Client) {
     drop(deadpool_postgres::Object::take(client));
 }
 
-/// Begins a transaction; outbox rows it writes are published by this
-/// process after [`commit`] when it runs in an [`after_commit::scope`](crate::outbox::after_commit::scope).
+/// Begins a transaction (its `BEGIN` is sent, and its answer read with the
+/// first statement's: see [`Transaction`]); outbox rows it writes are
+/// published by this process after [`commit`] when it runs in an
+/// [`after_commit::scope`](crate::outbox::after_commit::scope).
 pub async fn begin(client: &mut Client) -> Result<Transaction<'_>> {
     crate::outbox::after_commit::began();
-    Ok(client.transaction().await?)
+    Ok(Transaction::begin(client)?)
 }
 
 /// Commits, then hands the outbox rows the transaction wrote to this

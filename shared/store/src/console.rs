@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
+use crate::GenericClient;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 
 use crate::{sql, Result};
 

@@ -2,10 +2,10 @@
 
 use std::borrow::Cow;
 
+use crate::GenericClient;
 use baton_domain::run::journal::JournalEvent;
 use baton_domain::wire::{contains_nul, without_nul};
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use tokio_postgres::types::Json;
 use uuid::Uuid;

@@ -53,13 +53,15 @@ pub mod run_page;
 pub mod runs;
 pub mod schema;
 mod sql;
+mod transaction;
 pub mod workers;
 
 pub use connect::{begin, client, commit, discard, pool, pool_with, SessionConfig};
-pub use deadpool_postgres::{Client, GenericClient, Pool, PoolError, Transaction};
+pub use deadpool_postgres::{Client, Pool, PoolError};
 pub use error::{transient_pool, transient_postgres, transient_sqlstate, Error};
 pub use outbox::after_commit;
 pub use schema::{ensure_database, migrate, migrate_to};
 pub use tokio_postgres;
+pub use transaction::{GenericClient, Transaction};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -4,8 +4,8 @@
 //! what an invocation is doing from these (waiting for its model, for a
 //! worker to claim it, for the user), so the hot path writes nothing for it.
 
+use crate::GenericClient;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::{sql, Result};

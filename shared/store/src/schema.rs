@@ -5,7 +5,9 @@
 use std::str::FromStr;
 
 use baton_domain::schema::{self, Migration};
-use deadpool_postgres::{GenericClient, Pool};
+use deadpool_postgres::Pool;
+
+use crate::GenericClient;
 
 use crate::{Error, Result};
 

@@ -1,7 +1,7 @@
 //! Statement helpers: every query goes through the client's statement cache,
 //! so a hot query costs one round trip, not a prepare plus an execute.
 
-use deadpool_postgres::GenericClient;
+use crate::GenericClient;
 use tokio_postgres::{types::ToSql, Row};
 
 use crate::Result;

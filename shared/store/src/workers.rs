@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
+use crate::GenericClient;
 use baton_domain::run::state::InvocationStatus;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::{sql, Result};

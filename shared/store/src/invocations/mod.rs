@@ -11,12 +11,12 @@ pub mod tasks;
 
 use std::time::Duration;
 
+use crate::GenericClient;
 use baton_domain::profiles::brief::{render_handoff_brief, render_request_brief};
 use baton_domain::protocol::request::HandoffRequest;
 use baton_domain::protocol::request::Priority;
 use baton_domain::run::state::{InvocationKind, InvocationStatus, RunStatus};
 use baton_domain::tools::delegation::{AwaitSpec, Budget};
-use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use tokio_postgres::Row;
 use uuid::Uuid;

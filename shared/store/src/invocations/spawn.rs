@@ -8,10 +8,10 @@
 //! ends its predecessor, and no message is queued ([`handoff`]); a run's
 //! root, likewise, by the statement that inserts it ([`invocation`]).
 
+use crate::GenericClient;
 use baton_domain::fleet::FleetMessage;
 use baton_domain::run::journal::JournalEvent;
 use baton_domain::run::state::InvocationKind;
-use deadpool_postgres::GenericClient;
 use serde_json::json;
 
 use crate::invocations::tasks::{self, NewTask};

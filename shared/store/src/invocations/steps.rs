@@ -1,6 +1,6 @@
 //! The transcript of an invocation, persisted step by step as it happens.
 
-use deadpool_postgres::GenericClient;
+use crate::GenericClient;
 use serde_json::Value;
 use uuid::Uuid;
 

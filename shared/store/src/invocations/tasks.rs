@@ -1,9 +1,9 @@
 //! Task records: one per handoff stage (TransferControl) or delegated job
 //! (ReturnToParent), the seed's AgentTaskRecord.
 
+use crate::GenericClient;
 use baton_domain::run::state::{Continuation, Failure, TaskStatus};
 use baton_domain::tools::delegation::{Budget, Capsule};
-use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use uuid::Uuid;
 

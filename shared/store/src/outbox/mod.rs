@@ -24,10 +24,10 @@
 pub mod after_commit;
 pub mod sent;
 
+use crate::GenericClient;
 use baton_domain::fleet::FleetMessage;
 use baton_domain::protocol::request::{HandoffEvent, Priority};
 use baton_domain::run::journal::JournalEvent;
-use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
 use crate::{sql, Result};

@@ -2,8 +2,8 @@
 //! published (its row is marked sent, not deleted), so an operator can read
 //! statuses and replies exactly as they left.
 
+use crate::GenericClient;
 use chrono::{DateTime, SecondsFormat, Utc};
-use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
 use baton_domain::protocol::bridge;

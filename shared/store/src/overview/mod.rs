@@ -9,11 +9,11 @@
 pub mod counts;
 pub mod gauges;
 
+use crate::GenericClient;
 use baton_domain::protocol::conversation::question::QuestionState;
 use baton_domain::protocol::request::{HandoffStatus, Source, TargetAgent};
 use baton_domain::run::state::{Failure, InvocationKind, InvocationStatus, RunState, RunStatus};
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use serde::Serialize;
 use uuid::Uuid;
 

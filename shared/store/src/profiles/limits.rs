@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use crate::GenericClient;
 use baton_domain::policy::limits::{ModelLimit, WaitReason};
-use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::{sql, Error, Result};

@@ -9,11 +9,11 @@ pub mod settings;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::GenericClient;
 use baton_domain::policy::budget::BudgetsConfig;
 use baton_domain::policy::disclosure::DisclosureConfig;
 use baton_domain::profiles::{ModelBinding, Profile, ProfilesFile, Skill};
 use baton_domain::protocol::conversation::strategy::ConversationsConfig;
-use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
 use crate::{sql, Error, Result};

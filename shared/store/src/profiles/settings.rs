@@ -3,11 +3,11 @@
 //! one row each in `fleet_settings`. The folders that act on a section read
 //! it from here, so the profiles file's loader depends on none of them.
 
+use crate::GenericClient;
 use baton_domain::policy::budget::BudgetsConfig;
 use baton_domain::profiles::ProfilesFile;
 use baton_domain::protocol::callback::CallbacksConfig;
 use baton_domain::protocol::conversation::strategy::ConversationsConfig;
-use deadpool_postgres::GenericClient;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 

@@ -1,12 +1,12 @@
 //! What the bridge hears: status changes, questions and the final reply, always written
 //! to the outbox in the same transaction as the change they report.
 
+use crate::GenericClient;
 use baton_domain::fleet::Queue;
 use baton_domain::protocol::bridge;
 use baton_domain::protocol::conversation::question::{self, QuestionInput};
 use baton_domain::protocol::request::{HandoffEvent, HandoffStatus};
 use chrono::{SecondsFormat, Utc};
-use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
 use crate::outbox::{self, Message};

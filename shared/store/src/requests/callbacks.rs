@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use crate::GenericClient;
 use baton_domain::protocol::request::HandoffEvent;
-use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
 use crate::{requests, sql, Result};

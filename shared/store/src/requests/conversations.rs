@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
+use crate::GenericClient;
 use baton_domain::protocol::conversation::cancel::BridgeCancel;
 use baton_domain::run::state::RunStatus;
-use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::{sql, Result};

@@ -12,10 +12,10 @@ pub mod conversations;
 pub mod packed;
 pub mod questions;
 
+use crate::GenericClient;
 use baton_domain::protocol::request::{HandoffEvent, HandoffStatus, Source, TargetAgent};
 use baton_domain::Language;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use uuid::Uuid;
 

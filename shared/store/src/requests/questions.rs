@@ -1,9 +1,9 @@
 //! Questions agents ask their users (`ask_user`), and the bridge's answers,
 //! each answer stored once by its id.
 
+use crate::GenericClient;
 use baton_domain::protocol::conversation::question::QuestionState;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 use uuid::Uuid;
 

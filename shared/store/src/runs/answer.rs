@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::GenericClient;
 use baton_domain::policy::budget::Exhausted;
 use baton_domain::protocol::bridge::ReplyInput;
 use baton_domain::protocol::contract::ErrorCode;
@@ -10,7 +11,6 @@ use baton_domain::protocol::reply::Outcome;
 use baton_domain::protocol::request::{HandoffEvent, HandoffStatus};
 use baton_domain::run::state::RunStatus;
 use baton_domain::Language;
-use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use uuid::Uuid;
 

@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
+use crate::GenericClient;
 use baton_domain::policy::budget::{RunBudget, Spent};
-use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 use uuid::Uuid;
 

@@ -7,11 +7,11 @@
 //! ended it) and gives its conversation's turn to the next request there
 //! (`after_run`), in the same transaction.
 
+use crate::GenericClient;
 use baton_domain::fleet::FleetMessage;
 use baton_domain::run::journal::JournalEvent;
 use baton_domain::run::state::{CancelledBy, InvocationKind, InvocationStatus, RunStatus, TaskStatus};
 use baton_domain::tools::delegation::{self, AwaitSpec, Awaited};
-use deadpool_postgres::GenericClient;
 use serde_json::{json, Value};
 use uuid::Uuid;
 

@@ -19,7 +19,7 @@ use baton_domain::run::state::{Failure, RunStatus};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
-use deadpool_postgres::GenericClient;
+use crate::GenericClient;
 use serde_json::Value;
 use uuid::Uuid;
 

@@ -11,11 +11,11 @@
 //! cancelled stay cancelled: their parent reads them as cancelled and may
 //! delegate again.
 
+use crate::GenericClient;
 use baton_domain::fleet::FleetMessage;
 use baton_domain::protocol::request::HandoffRequest;
 use baton_domain::run::journal::JournalEvent;
 use baton_domain::run::state::{InvocationKind, InvocationStatus, RunStatus, TaskStatus};
-use deadpool_postgres::GenericClient;
 use serde_json::json;
 use uuid::Uuid;
 

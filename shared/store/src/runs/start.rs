@@ -3,6 +3,7 @@
 //! request on arrival; the run lifecycle starts a conversation's next one
 //! when its live run ends, in the same transaction.
 
+use crate::GenericClient;
 use baton_domain::profiles::Profile;
 use baton_domain::protocol::bridge::ReplyInput;
 use baton_domain::protocol::contract::ErrorCode;
@@ -10,7 +11,6 @@ use baton_domain::protocol::reply::Outcome;
 use baton_domain::protocol::request::{HandoffEvent, HandoffRequest, HandoffStatus, TargetAgent};
 use baton_domain::run::journal::JournalEvent;
 use baton_domain::run::state::InvocationKind;
-use deadpool_postgres::GenericClient;
 use serde_json::json;
 use uuid::Uuid;
 

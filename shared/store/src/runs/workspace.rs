@@ -1,7 +1,7 @@
 //! The run workspace in Postgres: files, what each invocation read, and the
 //! run-level commit ledger.
 
-use deadpool_postgres::GenericClient;
+use crate::GenericClient;
 use uuid::Uuid;
 
 use crate::{sql, Result};

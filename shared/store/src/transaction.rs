@@ -1,0 +1,256 @@
+//! The store's transactions, and the one trait its functions take a
+//! connection or a transaction by.
+//!
+//! A transaction's `BEGIN` costs no round trip of its own: [`crate::begin`]
+//! queues it on the connection and returns, and the transaction's first
+//! statement goes out behind it. `tokio-postgres` waits for `BEGIN`'s
+//! answer before it hands out a transaction, which is one round trip per
+//! transaction (four of a request's 25); hence a type of the store's own.
+//! A connection sends what it is given in order and the server runs it in
+//! order, so the first statement runs inside the transaction as before.
+//!
+//! A transaction that is dropped without a commit is rolled back (its
+//! `ROLLBACK` sent as it is dropped), as `tokio-postgres`'s are.
+
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
+
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Error, Row, Statement, ToStatement};
+
+/// A connection of the pool, or a transaction on one: what the store's
+/// functions read and write through. `deadpool_postgres`'s own trait is
+/// sealed (no other type may take it), and boxes every call's future.
+pub trait GenericClient: Sync + Send {
+    /// Like `deadpool_postgres::ClientWrapper::prepare_cached`: prepared once per connection.
+    fn prepare_cached(&self, query: &str) -> impl Future<Output = Result<Statement, Error>> + Send;
+
+    /// Like `deadpool_postgres::ClientWrapper::prepare_typed_cached`.
+    fn prepare_typed_cached(
+        &self,
+        query: &str,
+        types: &[Type],
+    ) -> impl Future<Output = Result<Statement, Error>> + Send;
+
+    /// Like `tokio_postgres::Client::query`.
+    fn query<T>(
+        &self,
+        statement: &T,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send
+    where
+        T: ?Sized + ToStatement + Sync + Send;
+
+    /// Like `tokio_postgres::Client::query_one`.
+    fn query_one<T>(
+        &self,
+        statement: &T,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Row, Error>> + Send
+    where
+        T: ?Sized + ToStatement + Sync + Send;
+
+    /// Like `tokio_postgres::Client::query_opt`.
+    fn query_opt<T>(
+        &self,
+        statement: &T,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Option<Row>, Error>> + Send
+    where
+        T: ?Sized + ToStatement + Sync + Send;
+
+    /// Like `tokio_postgres::Client::execute`.
+    fn execute<T>(
+        &self,
+        statement: &T,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<u64, Error>> + Send
+    where
+        T: ?Sized + ToStatement + Sync + Send;
+
+    /// Like `tokio_postgres::Client::batch_execute`.
+    fn batch_execute(&self, query: &str) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// The methods of [`GenericClient`] on a type that has a
+/// `deadpool_postgres`-cached `prepare_cached` and derefs to a
+/// `tokio-postgres` client or transaction (`$pg`); `$cache`, the type
+/// whose `prepare_cached` caches.
+macro_rules! generic_client {
+    ($for:ty, $cache:ty, $pg:ty) => {
+        impl GenericClient for $for {
+            fn prepare_cached(&self, query: &str) -> impl Future<Output = Result<Statement, Error>> + Send {
+                <$cache>::prepare_cached(self, query)
+            }
+
+            fn prepare_typed_cached(
+                &self,
+                query: &str,
+                types: &[Type],
+            ) -> impl Future<Output = Result<Statement, Error>> + Send {
+                <$cache>::prepare_typed_cached(self, query, types)
+            }
+
+            fn query<T>(
+                &self,
+                statement: &T,
+                params: &[&(dyn ToSql + Sync)],
+            ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send
+            where
+                T: ?Sized + ToStatement + Sync + Send,
+            {
+                <$pg>::query(self, statement, params)
+            }
+
+            fn query_one<T>(
+                &self,
+                statement: &T,
+                params: &[&(dyn ToSql + Sync)],
+            ) -> impl Future<Output = Result<Row, Error>> + Send
+            where
+                T: ?Sized + ToStatement + Sync + Send,
+            {
+                <$pg>::query_one(self, statement, params)
+            }
+
+            fn query_opt<T>(
+                &self,
+                statement: &T,
+                params: &[&(dyn ToSql + Sync)],
+            ) -> impl Future<Output = Result<Option<Row>, Error>> + Send
+            where
+                T: ?Sized + ToStatement + Sync + Send,
+            {
+                <$pg>::query_opt(self, statement, params)
+            }
+
+            fn execute<T>(
+                &self,
+                statement: &T,
+                params: &[&(dyn ToSql + Sync)],
+            ) -> impl Future<Output = Result<u64, Error>> + Send
+            where
+                T: ?Sized + ToStatement + Sync + Send,
+            {
+                <$pg>::execute(self, statement, params)
+            }
+
+            fn batch_execute(&self, query: &str) -> impl Future<Output = Result<(), Error>> + Send {
+                <$pg>::batch_execute(self, query)
+            }
+        }
+    };
+}
+
+generic_client!(deadpool_postgres::Client, deadpool_postgres::ClientWrapper, tokio_postgres::Client);
+generic_client!(
+    deadpool_postgres::Transaction<'_>,
+    deadpool_postgres::Transaction<'_>,
+    tokio_postgres::Transaction<'_>
+);
+
+/// A transaction on a pooled connection ([`crate::begin`]); committed with
+/// [`crate::commit`], rolled back when dropped before.
+pub struct Transaction<'a> {
+    client: &'a deadpool_postgres::Client,
+    done: bool,
+}
+
+/// Queues `query` (simple protocol) on the connection and returns: its
+/// answer is read and dropped by the connection, behind nobody.
+fn send(client: &tokio_postgres::Client, query: &str) -> Result<(), Error> {
+    let mut sent = std::pin::pin!(client.batch_execute(query));
+    // The first poll encodes the message and queues it; nothing is awaited.
+    match sent.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(result) => result,
+        Poll::Pending => Ok(()),
+    }
+}
+
+impl<'a> Transaction<'a> {
+    /// Sends `BEGIN` and returns: the first statement follows it. Its
+    /// answer is not read: `BEGIN` fails only on a connection that has
+    /// failed (every statement after it fails too) or that is in a failed
+    /// transaction (so is every statement after it, until a rollback).
+    pub(crate) fn begin(client: &'a mut deadpool_postgres::Client) -> Result<Self, Error> {
+        let client: &'a deadpool_postgres::Client = client;
+        send(client, "BEGIN")?;
+        Ok(Self { client, done: false })
+    }
+
+    pub(crate) async fn commit(mut self) -> Result<(), Error> {
+        self.done = true;
+        GenericClient::batch_execute(self.client, "COMMIT").await
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            // Rolled back, as tokio-postgres does: queued now, its answer dropped.
+            let _ = send(self.client, "ROLLBACK");
+        }
+    }
+}
+
+impl GenericClient for Transaction<'_> {
+    fn prepare_cached(&self, query: &str) -> impl Future<Output = Result<Statement, Error>> + Send {
+        GenericClient::prepare_cached(self.client, query)
+    }
+
+    fn prepare_typed_cached(
+        &self,
+        query: &str,
+        types: &[Type],
+    ) -> impl Future<Output = Result<Statement, Error>> + Send {
+        GenericClient::prepare_typed_cached(self.client, query, types)
+    }
+
+    fn query<T>(
+        &self,
+        statement: &T,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send
+    where
+        T: ?Sized + ToStatement + Sync + Send,
+    {
+        GenericClient::query(self.client, statement, params)
+    }
+
+    fn query_one<T>(
+        &self,
+        statement: &T,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Row, Error>> + Send
+    where
+        T: ?Sized + ToStatement + Sync + Send,
+    {
+        GenericClient::query_one(self.client, statement, params)
+    }
+
+    fn query_opt<T>(
+        &self,
+        statement: &T,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Option<Row>, Error>> + Send
+    where
+        T: ?Sized + ToStatement + Sync + Send,
+    {
+        GenericClient::query_opt(self.client, statement, params)
+    }
+
+    fn execute<T>(
+        &self,
+        statement: &T,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<u64, Error>> + Send
+    where
+        T: ?Sized + ToStatement + Sync + Send,
+    {
+        GenericClient::execute(self.client, statement, params)
+    }
+
+    fn batch_execute(&self, query: &str) -> impl Future<Output = Result<(), Error>> + Send {
+        GenericClient::batch_execute(self.client, query)
+    }
+}
