@@ -20,7 +20,7 @@ use tokio_postgres::{Error, Row, Statement, ToStatement};
 
 /// A connection of the pool, or a transaction on one: what the store's
 /// functions read and write through. `deadpool_postgres`'s own trait is
-/// sealed (no other type may take it), and boxes every call's future.
+/// sealed: no other type may take it.
 pub trait GenericClient: Sync + Send {
     /// Like `deadpool_postgres::ClientWrapper::prepare_cached`: prepared once per connection.
     fn prepare_cached(&self, query: &str) -> impl Future<Output = Result<Statement, Error>> + Send;
@@ -75,12 +75,16 @@ pub trait GenericClient: Sync + Send {
 /// The methods of [`GenericClient`] on a type that has a
 /// `deadpool_postgres`-cached `prepare_cached` and derefs to a
 /// `tokio-postgres` client or transaction (`$pg`); `$cache`, the type
-/// whose `prepare_cached` caches.
+/// whose `prepare_cached` caches. Each call's future is boxed, as
+/// `deadpool_postgres`'s trait boxes it: a function awaiting many
+/// statements then holds a pointer for each, not the statement's state (a
+/// few kilobytes in a debug build; unboxed, a test's future overflowed its
+/// thread's stack).
 macro_rules! generic_client {
     ($for:ty, $cache:ty, $pg:ty) => {
         impl GenericClient for $for {
             fn prepare_cached(&self, query: &str) -> impl Future<Output = Result<Statement, Error>> + Send {
-                <$cache>::prepare_cached(self, query)
+                Box::pin(<$cache>::prepare_cached(self, query))
             }
 
             fn prepare_typed_cached(
@@ -88,7 +92,7 @@ macro_rules! generic_client {
                 query: &str,
                 types: &[Type],
             ) -> impl Future<Output = Result<Statement, Error>> + Send {
-                <$cache>::prepare_typed_cached(self, query, types)
+                Box::pin(<$cache>::prepare_typed_cached(self, query, types))
             }
 
             fn query<T>(
@@ -99,7 +103,7 @@ macro_rules! generic_client {
             where
                 T: ?Sized + ToStatement + Sync + Send,
             {
-                <$pg>::query(self, statement, params)
+                Box::pin(<$pg>::query(self, statement, params))
             }
 
             fn query_one<T>(
@@ -110,7 +114,7 @@ macro_rules! generic_client {
             where
                 T: ?Sized + ToStatement + Sync + Send,
             {
-                <$pg>::query_one(self, statement, params)
+                Box::pin(<$pg>::query_one(self, statement, params))
             }
 
             fn query_opt<T>(
@@ -121,7 +125,7 @@ macro_rules! generic_client {
             where
                 T: ?Sized + ToStatement + Sync + Send,
             {
-                <$pg>::query_opt(self, statement, params)
+                Box::pin(<$pg>::query_opt(self, statement, params))
             }
 
             fn execute<T>(
@@ -132,11 +136,11 @@ macro_rules! generic_client {
             where
                 T: ?Sized + ToStatement + Sync + Send,
             {
-                <$pg>::execute(self, statement, params)
+                Box::pin(<$pg>::execute(self, statement, params))
             }
 
             fn batch_execute(&self, query: &str) -> impl Future<Output = Result<(), Error>> + Send {
-                <$pg>::batch_execute(self, query)
+                Box::pin(<$pg>::batch_execute(self, query))
             }
         }
     };
