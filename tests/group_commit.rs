@@ -228,3 +228,41 @@ async fn an_idle_group_commit_commits_a_lone_unit_at_once() {
     assert!(result.is_ok_and(|r| r.is_ok()), "the lone unit committed without waiting for the window");
     assert_eq!(env.scalar_i64("SELECT count(*) FROM probe", &[]).await, 1);
 }
+
+/// A store transaction's `BEGIN` goes out with its first statement, not on
+/// its own: its statements still run in one transaction (one transaction
+/// id; nothing it writes is seen elsewhere before the commit), one dropped
+/// without a commit is rolled back, and the pooled connection it ran on
+/// is idle again for its next user.
+#[tokio::test]
+async fn a_store_transaction_begins_with_its_first_statement_and_rolls_back_when_dropped() {
+    let env = TestEnv::new().await;
+    let table = format!("tx_probe_{}", uuid::Uuid::new_v4().simple());
+    env.db().await.batch_execute(&format!("CREATE TABLE {table} (id int)")).await.unwrap();
+    let other = env.db().await;
+    let count_sql = format!("SELECT count(*) FROM {table}");
+
+    let mut client = env.db().await;
+    let tx = baton_store::begin(&mut client).await.unwrap();
+    tx.execute(format!("INSERT INTO {table} VALUES (1)").as_str(), &[]).await.unwrap();
+    let xid = |row: tokio_postgres::Row| row.get::<_, String>(0);
+    let first = xid(tx.query_one("SELECT txid_current()::text", &[]).await.unwrap());
+    tx.execute(format!("INSERT INTO {table} VALUES (2)").as_str(), &[]).await.unwrap();
+    let second = xid(tx.query_one("SELECT txid_current()::text", &[]).await.unwrap());
+    assert_eq!(first, second, "every statement ran in one transaction");
+    assert_eq!(rows(&other, &count_sql).await, 0, "nothing is seen before the commit");
+    baton_store::commit(tx).await.unwrap();
+    assert_eq!(rows(&other, &count_sql).await, 2);
+
+    let tx = baton_store::begin(&mut client).await.unwrap();
+    tx.execute(format!("INSERT INTO {table} VALUES (3)").as_str(), &[]).await.unwrap();
+    drop(tx);
+    // The same connection: inside a transaction left open it would see its row.
+    let idle: bool = client.query_one("SELECT txid_current_if_assigned() IS NULL", &[]).await.unwrap().get(0);
+    assert!(idle, "no transaction is left open on the connection");
+    assert_eq!(rows(&client, &count_sql).await, 2, "the dropped transaction's row is gone");
+}
+
+async fn rows(c: &baton_store::Client, count_sql: &str) -> i64 {
+    c.query_one(count_sql, &[]).await.unwrap().get(0)
+}
