@@ -197,64 +197,14 @@ impl Drop for Transaction<'_> {
     }
 }
 
-impl GenericClient for Transaction<'_> {
-    fn prepare_cached(&self, query: &str) -> impl Future<Output = Result<Statement, Error>> + Send {
-        GenericClient::prepare_cached(self.client, query)
-    }
+/// The connection, for [`GenericClient`]'s methods: a statement on it
+/// goes out behind `BEGIN`.
+impl std::ops::Deref for Transaction<'_> {
+    type Target = deadpool_postgres::Client;
 
-    fn prepare_typed_cached(
-        &self,
-        query: &str,
-        types: &[Type],
-    ) -> impl Future<Output = Result<Statement, Error>> + Send {
-        GenericClient::prepare_typed_cached(self.client, query, types)
-    }
-
-    fn query<T>(
-        &self,
-        statement: &T,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send
-    where
-        T: ?Sized + ToStatement + Sync + Send,
-    {
-        GenericClient::query(self.client, statement, params)
-    }
-
-    fn query_one<T>(
-        &self,
-        statement: &T,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> impl Future<Output = Result<Row, Error>> + Send
-    where
-        T: ?Sized + ToStatement + Sync + Send,
-    {
-        GenericClient::query_one(self.client, statement, params)
-    }
-
-    fn query_opt<T>(
-        &self,
-        statement: &T,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> impl Future<Output = Result<Option<Row>, Error>> + Send
-    where
-        T: ?Sized + ToStatement + Sync + Send,
-    {
-        GenericClient::query_opt(self.client, statement, params)
-    }
-
-    fn execute<T>(
-        &self,
-        statement: &T,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> impl Future<Output = Result<u64, Error>> + Send
-    where
-        T: ?Sized + ToStatement + Sync + Send,
-    {
-        GenericClient::execute(self.client, statement, params)
-    }
-
-    fn batch_execute(&self, query: &str) -> impl Future<Output = Result<(), Error>> + Send {
-        GenericClient::batch_execute(self.client, query)
+    fn deref(&self) -> &Self::Target {
+        self.client
     }
 }
+
+generic_client!(Transaction<'_>, deadpool_postgres::ClientWrapper, tokio_postgres::Client);
