@@ -119,7 +119,7 @@ pub async fn finish(c: &impl GenericClient, id: Uuid, status: RunStatus, error: 
 /// owner (a hop does not write the run's row, V30), and gives back the
 /// conversation whose turn it held in the same statement: `None` when the
 /// run had already ended, else the key of the conversation it held, if it
-/// held one, for its next request ([`start::next_in_conversation`]). The
+/// held one, for its next request ([`start::next_in_conversation_as`]). The
 /// conversation is found through the run's conversation key (V44); one
 /// whose turn another run took since is left as it is.
 pub async fn finish_releasing(

@@ -219,11 +219,7 @@ fn no_run_reply(stored: &Request, outcome: Outcome) -> ReplyInput<'_> {
 
 /// Gives a free conversation (locked by the caller) to its oldest waiting
 /// request that can start; requests that cannot are answered on the way.
-pub async fn next_in_conversation(c: &impl GenericClient, key: &str) -> Result<()> {
-    next_in_conversation_as(c, key, None).await
-}
-
-/// [`next_in_conversation`], with what [`request_as`] reads taken from `known`.
+/// What [`request_as`] reads is taken from `known` when given.
 pub async fn next_in_conversation_as(c: &impl GenericClient, key: &str, known: Option<&Snapshot>) -> Result<()> {
     let first = conversations::pop(c, key).await?;
     next_in_conversation_from(c, key, first, known).await
