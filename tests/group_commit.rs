@@ -263,6 +263,47 @@ async fn a_store_transaction_begins_with_its_first_statement_and_rolls_back_when
     assert_eq!(rows(&client, &count_sql).await, 2, "the dropped transaction's row is gone");
 }
 
+#[tokio::test]
+async fn a_write_queued_for_the_commit_goes_out_with_it_and_its_failure_rolls_the_transaction_back() {
+    let env = TestEnv::new().await;
+    let table = format!("tx_at_commit_{}", uuid::Uuid::new_v4().simple());
+    env.db().await.batch_execute(&format!("CREATE TABLE {table} (id int PRIMARY KEY)")).await.unwrap();
+    let other = env.db().await;
+    let count_sql = format!("SELECT count(*) FROM {table}");
+    let insert = format!("INSERT INTO {table} VALUES ($1)");
+    let queued = |n: i32| -> baton_store::OwnedParams { vec![Box::new(n)] };
+
+    let mut client = env.db().await;
+    let tx = baton_store::begin(&mut client).await.unwrap();
+    tx.execute(insert.as_str(), &[&1i32]).await.unwrap();
+    tx.write_at_commit(tx.prepare_cached(&insert).await.unwrap(), queued(2));
+    // Queued, not sent: a statement after it runs before it.
+    let seen = format!("SELECT count(*) FROM {table} WHERE id = 2");
+    assert_eq!(rows_in(&tx, &seen).await, 0, "the queued write waits for the commit");
+    baton_store::commit(tx).await.unwrap();
+    assert_eq!(rows(&other, &count_sql).await, 2, "the queued write committed with the transaction");
+
+    // A queued write that fails: the commit says why and keeps nothing.
+    let tx = baton_store::begin(&mut client).await.unwrap();
+    tx.execute(insert.as_str(), &[&3i32]).await.unwrap();
+    tx.write_at_commit(tx.prepare_cached(&insert).await.unwrap(), queued(1));
+    let e = baton_store::commit(tx).await.expect_err("a duplicate key fails the commit");
+    assert!(format!("{e}").contains("duplicate key"), "{e}");
+    assert_eq!(rows(&other, &count_sql).await, 2, "row 3 was rolled back with the failed write");
+    let idle: bool = client.query_one("SELECT txid_current_if_assigned() IS NULL", &[]).await.unwrap().get(0);
+    assert!(idle, "no transaction is left open on the connection");
+
+    // Dropped uncommitted: the queued write is never sent.
+    let tx = baton_store::begin(&mut client).await.unwrap();
+    tx.write_at_commit(tx.prepare_cached(&insert).await.unwrap(), queued(4));
+    drop(tx);
+    assert_eq!(rows(&client, &count_sql).await, 2, "a dropped transaction's queued write is not written");
+}
+
+async fn rows_in(c: &baton_store::Transaction<'_>, count_sql: &str) -> i64 {
+    c.query_one(count_sql, &[]).await.unwrap().get(0)
+}
+
 async fn rows(c: &baton_store::Client, count_sql: &str) -> i64 {
     c.query_one(count_sql, &[]).await.unwrap().get(0)
 }

@@ -85,11 +85,13 @@ impl Written {
     /// Writes what was gathered: `lead` (a step the transcript in memory
     /// already holds, such as a claim's prompt, written by this transaction
     /// too) and the steps, as one transcript row; the events as one journal
-    /// row. Pipelined: both go out together.
+    /// row, in one statement. Nothing in the step's transaction reads them
+    /// after: the statement goes out with the commit, which it then costs
+    /// no round trip of its own.
     async fn store(&mut self, tx: &Transaction<'_>, inv: &Invocation, lead: Option<&Step>) -> Result<(), Error> {
         let rows: Vec<(i32, &str, &Value)> =
             lead.into_iter().chain(&self.steps).map(|s| (s.seq, s.kind.as_str(), &s.payload)).collect();
-        steps::append_with_events(tx, inv.id, &rows, inv.run_id, &self.events).await?;
+        steps::append_with_events_at_commit(tx, inv.id, &rows, inv.run_id, &self.events).await?;
         self.events.clear();
         Ok(())
     }

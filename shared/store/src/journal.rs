@@ -94,6 +94,37 @@ pub(crate) fn json_array<'a>(values: impl Iterator<Item = &'a Value>) -> Json<Ve
     Json(values.map(|v| if contains_nul(v) { Cow::Owned(without_nul(v.clone())) } else { Cow::Borrowed(v) }).collect())
 }
 
+/// A `json` parameter already serialized, owned (for a statement whose
+/// statement goes out later: [`crate::Transaction::write_at_commit`]).
+#[derive(Debug)]
+pub(crate) struct JsonText(pub Vec<u8>);
+
+impl JsonText {
+    /// `values` as [`json_array`] writes them.
+    pub(crate) fn array<'a>(values: impl Iterator<Item = &'a Value>) -> Result<Self> {
+        let array = json_array(values);
+        serde_json::to_vec(&array.0).map(Self).map_err(|e| crate::Error::Corrupt(e.to_string()))
+    }
+}
+
+impl tokio_postgres::types::ToSql for JsonText {
+    fn to_sql(
+        &self,
+        ty: &tokio_postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> std::result::Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        // `jsonb`'s binary form is a version byte, then the text.
+        if *ty == tokio_postgres::types::Type::JSONB {
+            out.extend_from_slice(&[1]);
+        }
+        out.extend_from_slice(&self.0);
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+
+    tokio_postgres::types::accepts!(JSON, JSONB);
+    tokio_postgres::types::to_sql_checked!();
+}
+
 pub(crate) fn columns(events: &[Event]) -> Columns<'_> {
     let invocation = most_named(events.iter().filter_map(|e| e.invocation_id));
     let invocations = events

@@ -158,16 +158,28 @@ generic_client!(
 pub struct Transaction<'a> {
     client: &'a deadpool_postgres::Client,
     done: bool,
+    /// Writes that go out with the commit ([`Transaction::write_at_commit`]).
+    at_commit: std::sync::Mutex<Vec<(Statement, OwnedParams)>>,
 }
+
+/// A statement's parameters, owned: it is sent after its caller has gone on.
+pub type OwnedParams = Vec<Box<dyn ToSql + Sync + Send>>;
 
 /// Queues `query` (simple protocol) on the connection and returns: its
 /// answer is read and dropped by the connection, behind nobody.
 fn send(client: &tokio_postgres::Client, query: &str) -> Result<(), Error> {
-    let mut sent = std::pin::pin!(client.batch_execute(query));
-    // The first poll encodes the message and queues it; nothing is awaited.
-    match sent.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(result) => result,
-        Poll::Pending => Ok(()),
+    match poll_once(std::pin::pin!(client.batch_execute(query))) {
+        Ok(result) => result,
+        Err(_) => Ok(()),
+    }
+}
+
+/// Polls `future` once (a statement's future encodes and queues its
+/// messages at its first poll): its answer, or the future still waiting.
+fn poll_once<F: Future + Unpin>(mut future: F) -> Result<F::Output, F> {
+    match std::pin::Pin::new(&mut future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(answer) => Ok(answer),
+        Poll::Pending => Err(future),
     }
 }
 
@@ -179,12 +191,50 @@ impl<'a> Transaction<'a> {
     pub(crate) fn begin(client: &'a mut deadpool_postgres::Client) -> Result<Self, Error> {
         let client: &'a deadpool_postgres::Client = client;
         send(client, "BEGIN")?;
-        Ok(Self { client, done: false })
+        Ok(Self { client, done: false, at_commit: Default::default() })
     }
 
+    /// Queues a write (`statement`, prepared on this connection) to go out
+    /// with the commit, which then reads its answer: the write costs no
+    /// round trip of its own. For a write that nothing in the transaction
+    /// reads afterwards: the statements sent after this call run before
+    /// it. Should it fail, the commit is a rollback and returns its error;
+    /// a transaction dropped uncommitted never sends it.
+    pub fn write_at_commit(&self, statement: Statement, params: OwnedParams) {
+        self.at_commit.lock().expect("not poisoned").push((statement, params));
+    }
+
+    /// Commits: the writes queued for it go out first, then `COMMIT`, all
+    /// at once, and their answers are read in order. If a write failed, the
+    /// server rolled the transaction back instead (a `COMMIT` in a failed
+    /// transaction does), and the write's error is returned.
     pub(crate) async fn commit(mut self) -> Result<(), Error> {
+        let writes = std::mem::take(self.at_commit.get_mut().expect("not poisoned"));
+        let pg: &tokio_postgres::Client = self.client;
+        let mut sent = Vec::with_capacity(writes.len());
+        for (statement, params) in &writes {
+            let params = params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync));
+            match poll_once(Box::pin(pg.execute_raw(statement, params))) {
+                Ok(Ok(_)) => {}
+                // Not sent (a parameter its type refused, or the connection
+                // gone): dropped, the transaction rolls back.
+                Ok(Err(e)) => return Err(e),
+                Err(waiting) => sent.push(waiting),
+            }
+        }
         self.done = true;
-        GenericClient::batch_execute(self.client, "COMMIT").await
+        let commit = match poll_once(Box::pin(pg.batch_execute("COMMIT"))) {
+            Ok(answer) => return answer,
+            Err(waiting) => waiting,
+        };
+        let mut failed = None;
+        for answer in sent {
+            if let (Err(e), None) = (answer.await, &failed) {
+                failed = Some(e);
+            }
+        }
+        let committed = commit.await;
+        failed.map_or(committed, Err)
     }
 }
 

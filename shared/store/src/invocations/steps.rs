@@ -7,8 +7,8 @@ use uuid::Uuid;
 use baton_domain::opening;
 use serde_json::json;
 
-use crate::journal::{self, Event};
-use crate::{invocations, profiles, sql, Error, Result};
+use crate::journal::{self, Event, JsonText};
+use crate::{invocations, profiles, sql, Error, OwnedParams, Result, Transaction};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
@@ -135,10 +135,7 @@ pub async fn append_with_events(
     let logged = journal::columns(events);
     sql::execute(
         c,
-        "WITH stored AS (INSERT INTO transcript (invocation_id, seq, kinds, payloads)
-                         VALUES ($1, $2, $3::text[]::step_kind[], $4))
-         INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
-         VALUES ($5, $6, $7, $8::text[]::journal_event[], $9)",
+        STEPS_WITH_EVENTS,
         &[
             &invocation_id,
             &seq,
@@ -152,6 +149,50 @@ pub async fn append_with_events(
         ],
     )
     .await?;
+    Ok(())
+}
+
+/// [`append_with_events`]'s statement: the transcript row, then the journal row.
+const STEPS_WITH_EVENTS: &str = "WITH stored AS (INSERT INTO transcript (invocation_id, seq, kinds, payloads)
+                         VALUES ($1, $2, $3::text[]::step_kind[], $4))
+         INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
+         VALUES ($5, $6, $7, $8::text[]::journal_event[], $9)";
+
+/// [`append_with_events`] as a write nothing in the transaction reads
+/// afterwards: its statement goes out with the commit
+/// ([`Transaction::write_at_commit`]), so it costs no round trip of its own. (Steps and events that take more than one statement
+/// are written as [`append_with_events`] writes them.)
+pub async fn append_with_events_at_commit(
+    tx: &Transaction<'_>,
+    invocation_id: Uuid,
+    steps: &[(i32, &str, &Value)],
+    run_id: Uuid,
+    events: &[Event],
+) -> Result<()> {
+    let Some(&(seq, _, _)) = steps.first() else {
+        return append_with_events(tx, invocation_id, steps, run_id, events).await;
+    };
+    if events.is_empty() || events.len() > journal::ROW_EVENTS {
+        return append_with_events(tx, invocation_id, steps, run_id, events).await;
+    }
+    debug_assert!(steps.iter().enumerate().all(|(i, s)| s.0 == seq + i as i32), "steps are consecutive");
+    let kept = kept_results(steps);
+    let payloads = JsonText::array(steps.iter().zip(&kept).map(|(s, k)| k.as_ref().unwrap_or(s.2)))?;
+    let logged = journal::columns(events);
+    let owned = |texts: &[&str]| texts.iter().map(|t| t.to_string()).collect::<Vec<String>>();
+    let params: OwnedParams = vec![
+        Box::new(invocation_id),
+        Box::new(seq),
+        Box::new(owned(&steps.iter().map(|s| s.1).collect::<Vec<_>>())),
+        Box::new(payloads),
+        Box::new(run_id),
+        Box::new(logged.invocation),
+        Box::new(logged.invocations),
+        Box::new(owned(&logged.kinds)),
+        Box::new(JsonText::array(events.iter().map(|e| &e.payload))?),
+    ];
+    let statement = tx.prepare_cached(STEPS_WITH_EVENTS).await?;
+    tx.write_at_commit(statement, params);
     Ok(())
 }
 
