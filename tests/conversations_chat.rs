@@ -159,7 +159,35 @@ async fn a_cancel_that_arrives_before_its_request_cancels_it_on_arrival() {
     let request = baton_store::requests::get(&env.db().await, "cancel-early").await.unwrap().unwrap();
     assert_eq!(request.run_id, None, "no run was started");
     assert_eq!(env.scalar_i64("SELECT count(*) FROM runs", &[]).await, 0);
+    // Intake made the chat with the request's insert, then found the cancel:
+    // the chat was rolled back with it.
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM conversations", &[]).await, 0, "no chat was left made");
     assert_eq!(env.scalar_i64(kept, &[]).await, 1, "the cancel for a request that never came is still kept");
+    fleet.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_delivered_again_after_its_chat_was_forgotten_starts_nothing_and_makes_no_chat() {
+    let env = TestEnv::new().await;
+    env.apply_profiles(&routed(&[slow_lead(10)], "")).await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    let request = sample_request_json("chat-again", "docs_agent", "en");
+    env.send_request(&request).await;
+    let first = until_reply(&mut replies, WAIT).await;
+    assert_eq!(first.last().unwrap()["status"], "completed", "{first:?}");
+    // Retention forgets an idle chat; the request itself is still kept.
+    env.db().await.execute("DELETE FROM conversations", &[]).await.unwrap();
+    env.send_request(&request).await;
+    let deliveries = "SELECT deliveries::int8 FROM handoff_requests WHERE id = 'chat-again'";
+    eventually(WAIT, "the second delivery counted", || async {
+        (env.scalar_i64(deliveries, &[]).await == 2).then_some(())
+    })
+    .await;
+    // Intake made the chat with the request's insert, found the request
+    // stored already and rolled the chat back with it: a duplicate starts nothing.
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM conversations", &[]).await, 0, "no chat was made");
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM runs", &[]).await, 1, "no second run");
     fleet.stop().await;
 }
 

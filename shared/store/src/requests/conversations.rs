@@ -130,14 +130,13 @@ pub async fn lock_noting_waiting(c: &impl GenericClient, key: &str) -> Result<(O
 /// inserted later in it; the run keeps the key, V44). False
 /// when the row exists: then [`lock_noting_waiting`] decides.
 pub async fn start_new(c: &impl GenericClient, key: &str, run: Uuid) -> Result<bool> {
-    let row = sql::query_opt(
-        c,
-        "INSERT INTO conversations (key, live_run) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING key",
-        &[&key, &run],
-    )
-    .await?;
+    let row = sql::query_opt(c, START_NEW, &[&key, &run]).await?;
     Ok(row.is_some())
 }
+
+/// [`start_new`]'s statement.
+pub(crate) const START_NEW: &str =
+    "INSERT INTO conversations (key, live_run) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING key";
 
 fn vanished(key: &str) -> crate::Error {
     crate::Error::Corrupt(format!("conversations {key}: the row was deleted each time it was made"))

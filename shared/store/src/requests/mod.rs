@@ -103,19 +103,36 @@ pub async fn insert_or_count_reading(
 /// profiles' version, and does the transaction again should that version
 /// filter the body otherwise. The insert still runs after the lock is
 /// taken, so it reads every cancel committed before.
+///
+/// With `chat` (a conversation's key and the run the request would start),
+/// a third statement goes out with them: [`conversations::start_new`],
+/// whose answer (`Some(true)`: a new chat, now live with that run) is the
+/// caller's to use only if the request was new and had no cancel waiting;
+/// otherwise, if it made the chat, the caller rolls the transaction back.
 pub async fn lock_then_insert_reading(
     c: &impl GenericClient,
     r: &NewRequest<'_>,
-) -> Result<(i64, (bool, Request, PendingCancel))> {
+    chat: Option<(&str, Uuid)>,
+) -> Result<(i64, (bool, Request, PendingCancel), Option<bool>)> {
     let args = InsertArgs::of(r)?;
-    // Both prepared first (from the cache after the first time), so the two
+    // All prepared first (from the cache after the first time), so the
     // statements below are sent on their first poll, in this order.
-    let (lock, insert) =
-        tokio::try_join!(c.prepare_cached(conversations::LOCK_READING_VERSION), c.prepare_cached(INSERT_OR_COUNT))?;
+    let (lock, insert, start) = tokio::try_join!(
+        c.prepare_cached(conversations::LOCK_READING_VERSION),
+        c.prepare_cached(INSERT_OR_COUNT),
+        c.prepare_cached(conversations::START_NEW)
+    )?;
     let lock_params: sql::Params = &[&conversations::HANDOFF_LOCK, &r.id];
     let params = args.params(r);
-    let (locked, row) = tokio::try_join!(c.query_one(&lock, lock_params), c.query_one(&insert, &params))?;
-    Ok((locked.get(1), inserted(&row)?))
+    let started = async {
+        match chat {
+            Some((key, run)) => Ok(Some(c.query_opt(&start, &[&key, &run]).await?.is_some())),
+            None => Ok::<_, tokio_postgres::Error>(None),
+        }
+    };
+    let (locked, row, started) =
+        tokio::try_join!(c.query_one(&lock, lock_params), c.query_one(&insert, &params), started)?;
+    Ok((locked.get(1), inserted(&row)?, started))
 }
 
 // A bridge's reply queue is kept the first time a stored request names it

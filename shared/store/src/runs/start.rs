@@ -117,7 +117,12 @@ pub async fn request_saying(
     // them, sent at once, the request's row (its run, and its status when
     // announced), its events, the bridge's status and the run's journal,
     // which read nothing the other two write (no foreign key between these
-    // tables either).
+    // tables either). A root this process takes itself has no message: it
+    // reads nothing of the run, and goes out with the other two.
+    if taken_here {
+        tokio::try_join!(insert_run, insert_root, bridge::update(c, stored, update))?;
+        return Ok(Some(run_id));
+    }
     let run_and_root = async {
         insert_run.await?;
         insert_root.await

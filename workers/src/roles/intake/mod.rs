@@ -278,24 +278,37 @@ async fn accept(
     // applied); should a newer one have been applied since, the transaction
     // is done again, filtering with it.
     let held_body = early.as_ref().map(|early| serde_json::to_value(&early.request)).transpose()?;
-    let (tx, known, filtered, (first, stored, cancel)) = match (held, early, held_body) {
+    let (tx, known, filtered, (first, stored, cancel), chat) = match (held, early, held_body) {
         (Some(held), Some(early), Some(body)) => {
             let tx = begin(&mut client).await?;
             let new = new_request(&early.request, &body, reply_to, bridge);
+            // A new request in a chat starts it in the same round trip, if
+            // the chat is new: should the request turn out a duplicate, or
+            // cancelled already, a chat made for it is rolled back.
+            let run_id = uuid::Uuid::now_v7();
+            let key = chat_key(&early.request).filter(|_| early.request.is_runnable());
             // A cancel for this handoff waits, or sees the request, never neither.
-            let (version, read) = requests::lock_then_insert_reading(&tx, &new).await?;
-            if version == held.version {
-                (tx, held, early, read)
+            let (version, read, started) =
+                requests::lock_then_insert_reading(&tx, &new, key.map(|key| (key, run_id))).await?;
+            let starts = read.0 && read.2.is_none();
+            if version == held.version && (starts || started != Some(true)) {
+                let chat = started.filter(|_| starts).map(|started| (run_id, started));
+                (tx, held, early, read, chat)
             } else {
                 drop(tx); // rolled back
-                sequential(&mut client, cache, original, reply_to, bridge).await?
+                let (tx, known, filtered, read) = sequential(&mut client, cache, original, reply_to, bridge).await?;
+                (tx, known, filtered, read, None)
             }
         }
-        _ => sequential(&mut client, cache, original, reply_to, bridge).await?,
+        _ => {
+            let (tx, known, filtered, read) = sequential(&mut client, cache, original, reply_to, bridge).await?;
+            (tx, known, filtered, read, None)
+        }
     };
     let request = &filtered.request;
     let taken = if first {
-        take_first(&tx, request, &filtered.removed, &known, dead_lettered, (stored, cancel)).await?;
+        let read = (stored, cancel);
+        take_first(&tx, request, &filtered.removed, &known, dead_lettered, read, chat).await?;
         Taken::Stored
     } else {
         let body = serde_json::to_value(request)?;
@@ -353,6 +366,12 @@ async fn sequential<'c>(
     Ok((tx, known, filtered, read))
 }
 
+/// The chat whose turns a request takes: its conversation's key, unless it
+/// waits for an operator.
+fn chat_key(request: &HandoffRequest) -> Option<&str> {
+    request.conversation_key().filter(|_| request.target_agent != TargetAgent::Manual)
+}
+
 /// A request just stored: its handoff events, then its run, unless it is a
 /// draft. The events are written with the ones starting the run adds (one
 /// row), or before whatever else happens to it.
@@ -363,6 +382,7 @@ async fn take_first(
     known: &Snapshot,
     dead_lettered: Option<&str>,
     read: (Request, PendingCancel),
+    chat: Option<(uuid::Uuid, bool)>,
 ) -> anyhow::Result<()> {
     let removed = disclosure_note(removed);
     let mut said = vec![];
@@ -377,7 +397,7 @@ async fn take_first(
     if !request.is_runnable() {
         return Ok(requests::add_events(c, &request.id, &said).await?);
     }
-    start(c, request, known, Some(read), &said).await
+    start(c, request, known, Some(read), &said, chat).await
 }
 
 /// The same id again: a duplicate (acknowledged, counted, nothing more), or
@@ -405,7 +425,7 @@ async fn take_again(
     if stored.status == HandoffStatus::Draft && request.is_runnable() {
         requests::promote_draft(c, &request.id, body, status_url(request)).await?;
         record_disclosure(c, &request.id, removed).await?;
-        start(c, request, known, None, &[]).await?;
+        start(c, request, known, None, &[], None).await?;
     } else {
         tracing::info!("duplicate request acknowledged; no new run");
     }
@@ -439,6 +459,7 @@ async fn start(
     known: &Snapshot,
     read: Option<(Request, PendingCancel)>,
     said: &[requests::Said<'_>],
+    chat: Option<(uuid::Uuid, bool)>,
 ) -> anyhow::Result<()> {
     let (stored, pending) = match read {
         Some(read) => read,
@@ -457,15 +478,21 @@ async fn start(
         requests::add_event(c, &request.id, HandoffEvent::CancelReceived, None, Some(&note)).await?;
         return Ok(baton_store::runs::start::cancel(c, &stored, reason.as_deref()).await?);
     }
-    let key = request.conversation_key().filter(|_| request.target_agent != TargetAgent::Manual);
-    let Some(key) = key else {
+    let Some(key) = chat_key(request) else {
         start_run(uuid::Uuid::now_v7()).await?;
         return Ok(());
     };
     // A new chat is free and nobody waits in it: its row is made with this
-    // request's run as its live run (one write), and the run starts.
-    let run_id = uuid::Uuid::now_v7();
-    if conversations::start_new(c, key, run_id).await? {
+    // request's run as its live run (one write), and the run starts. (Intake
+    // may have made it already, with the request's insert: `chat`.)
+    let (run_id, new_chat) = match chat {
+        Some(started) => started,
+        None => {
+            let run_id = uuid::Uuid::now_v7();
+            (run_id, conversations::start_new(c, key, run_id).await?)
+        }
+    };
+    if new_chat {
         tracing::info!("conversation turn: a new chat");
         if start_run(run_id).await?.is_none() {
             conversations::clear_live(c, key).await?;
