@@ -493,3 +493,53 @@ async fn a_status_this_version_cannot_read_waits_with_its_reason_and_holds_up_no
     let shown = baton_store::outbox::sent::for_handoff(&env.db().await, "odd-1").await.unwrap();
     assert!(shown[0].body["unreadable"].as_str().is_some_and(|why| why.contains("pondering")), "{:?}", shown[0]);
 }
+
+/// What a writer that holds its request's row tells the publisher: the
+/// earlier messages of the handoff still pending (so the publisher need not
+/// ask the database); a writer that does not hold it tells nothing.
+#[tokio::test]
+async fn a_writer_holding_its_request_says_which_earlier_messages_are_pending() {
+    use baton_domain::protocol::request::HandoffStatus;
+    use baton_store::outbox::after_commit::{scope, Publishing};
+    use baton_store::requests::bridge::{self, Update};
+
+    let env = TestEnv::new().await;
+    env.apply_profiles(&solo("Done.")).await;
+    let fleet = env.start_all();
+    let mut replies = env.replies().await;
+    env.send_request(&sample_request_json("held-1", "docs_agent", "en")).await;
+    until_reply(&mut replies, WAIT).await;
+    until_the_outbox_is_empty(&env).await;
+    fleet.stop().await;
+
+    // Nobody publishes now: what each update wrote stays pending.
+    let (publishing, mut written) = Publishing::new(Duration::from_secs(30));
+    let request = baton_store::requests::get(&env.db().await, "held-1").await.unwrap().unwrap();
+    let write = |held: bool| {
+        let (request, publishing) = (request.clone(), publishing.clone());
+        let env = &env;
+        async move {
+            scope(publishing, async {
+                let mut client = env.db().await;
+                let tx = baton_store::begin(&mut client).await.unwrap();
+                let status = Some((HandoffStatus::Running, None));
+                bridge::update(&tx, &request, Update { status, held, ..Update::default() }).await.unwrap();
+                baton_store::commit(tx).await.unwrap();
+            })
+            .await
+        }
+    };
+    let mut first_of_next_row = || {
+        let rows = written.try_recv().expect("the committed row reached the publisher");
+        (rows[0].id, rows[0].waits_for.clone())
+    };
+    write(true).await;
+    let (a, waits) = first_of_next_row();
+    assert_eq!(waits, Some(vec![]), "every earlier message was sent: this one may go at once");
+    write(false).await;
+    let (b, waits) = first_of_next_row();
+    assert_eq!(waits, None, "a writer that does not hold the request says nothing");
+    write(true).await;
+    let (_, waits) = first_of_next_row();
+    assert_eq!(waits, Some(vec![a, b]), "the two earlier messages, still pending");
+}

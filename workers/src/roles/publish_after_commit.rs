@@ -10,9 +10,11 @@
 //! at once, which settles it with its full rules. A bridge message is
 //! published only when no earlier message of its handoff is left pending
 //! (this process counts those it has seen confirmed as sent before it marks
-//! them; the messages of one row go one after another, V46); one that has
-//! to wait for an earlier one is tried again for a while, then left to the
-//! relay. Nothing is locked: the relay takes a
+//! them; the messages of one row go one after another, V46): its writer
+//! says which earlier ones were still pending when it holds the request
+//! (intake, a run's answer: `Row::waits_for`), else the database is asked.
+//! One that has to wait for an earlier one is tried again for a while, then
+//! left to the relay. Nothing is locked: the relay takes a
 //! message only after its grace, by when its writer has published it or is
 //! gone.
 
@@ -159,17 +161,23 @@ impl Worker {
         // database says; a later one only once the message before it in its
         // row was confirmed here (V46). A round that sends one may free the
         // next; only a row sent whole can free another row's first message.
+        // A row whose writer said what it waits for (`Row::waits_for`) is
+        // decided here, when those are confirmed; the others are asked.
         let mut row_sent = true;
         loop {
-            let firsts: Vec<outbox::Key> = rows
-                .iter()
-                .filter(|(_, r)| r.message.correlation_id.is_some() && r.part.index == 0)
-                .map(|(_, r)| r.key())
-                .collect();
-            let free = match firsts.is_empty() || !row_sent {
-                true => vec![],
-                false => outbox::ready_to_send(&db(&self.pool).await?, &firsts, &self.confirmed).await?,
-            };
+            let mut free = vec![];
+            let mut firsts: Vec<outbox::Key> = vec![];
+            for (_, r) in rows.iter().filter(|(_, r)| r.message.correlation_id.is_some() && r.part.index == 0) {
+                match &r.waits_for {
+                    Some(earlier) if earlier.iter().all(|id| self.confirmed.iter().any(|k| k.id == *id)) => {
+                        free.push(r.id)
+                    }
+                    _ => firsts.push(r.key()),
+                }
+            }
+            if !firsts.is_empty() && row_sent {
+                free.extend(outbox::ready_to_send(&db(&self.pool).await?, &firsts, &self.confirmed).await?);
+            }
             let (ready, later): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, r)| {
                 match (r.message.correlation_id.is_some(), r.part.index.checked_sub(1)) {
                     (false, _) => true,

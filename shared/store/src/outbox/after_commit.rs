@@ -251,7 +251,7 @@ mod tests {
             body: serde_json::json!({}),
             mandatory: false,
         };
-        Row { id, attempts: 0, message, trace: None, part: Part::ALONE }
+        Row { id, attempts: 0, message, trace: None, part: Part::ALONE, waits_for: None }
     }
 
     #[tokio::test]

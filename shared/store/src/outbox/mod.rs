@@ -99,7 +99,7 @@ pub async fn enqueue_fleet_after(c: &impl GenericClient, m: &FleetMessage, befor
     let queued = sql::query_one(c, &statement, &params).await?;
     if grace > 0.0 {
         let message = Message { queue: queued.get(1), ..Message::fleet(m) };
-        after_commit::wrote(Row { id: queued.get(0), attempts: 0, message, trace, part: Part::ALONE });
+        after_commit::wrote(Row { id: queued.get(0), attempts: 0, message, trace, part: Part::ALONE, waits_for: None });
     }
     Ok(())
 }
@@ -183,7 +183,14 @@ pub async fn enqueue(c: &impl GenericClient, m: &Message) -> Result<()> {
     };
     let queued = sql::query_one(c, statement, &params).await?;
     if grace > 0.0 {
-        after_commit::wrote(Row { id: queued.get(0), attempts: 0, message: m.clone(), trace, part: Part::ALONE });
+        after_commit::wrote(Row {
+            id: queued.get(0),
+            attempts: 0,
+            message: m.clone(),
+            trace,
+            part: Part::ALONE,
+            waits_for: None,
+        });
     }
     Ok(())
 }
@@ -202,6 +209,10 @@ pub struct Row {
     /// order, each once the one before it was confirmed; the row is settled
     /// once its last one is.
     pub part: Part,
+    /// Of a bridge message row's first message, when its writer could tell:
+    /// the earlier messages of its handoff still pending as it was written
+    /// (none: it may go at once), so the publisher need not ask.
+    pub waits_for: Option<Vec<i64>>,
 }
 
 /// A message's place in its row: `index` of `of` (0 of 1 for a row of one).
@@ -228,7 +239,14 @@ pub fn parts(id: i64, attempts: i32, trace: Option<Trace>, messages: Vec<Message
         .into_iter()
         .zip(0..)
         .filter(|(_, index)| *index >= sent)
-        .map(|(message, index)| Row { id, attempts, message, trace: trace.clone(), part: Part { index, of } })
+        .map(|(message, index)| Row {
+            id,
+            attempts,
+            message,
+            trace: trace.clone(),
+            part: Part { index, of },
+            waits_for: None,
+        })
         .collect()
 }
 
@@ -313,6 +331,7 @@ pub async fn take_batch(c: &impl GenericClient, limit: i64) -> Result<Vec<Row>> 
             attempts: r.get(7),
             trace: r.get::<_, Option<String>>(8).map(|p| (p, r.get(9))),
             part: Part::ALONE,
+            waits_for: None,
         })
         .collect();
     for r in &bridge {

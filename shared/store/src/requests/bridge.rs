@@ -52,6 +52,13 @@ pub struct Update<'a> {
     /// start: at most `journal::ROW_EVENTS`): in its bridge message row
     /// (V51), or as a journal row when it writes no message.
     pub journal: Option<(uuid::Uuid, &'a [crate::journal::Event])>,
+    /// The caller's transaction holds the request's row since an earlier
+    /// statement (or stored the request itself): no other transaction
+    /// writes a message of this handoff meanwhile, and every one written
+    /// before is in this statement's snapshot. The statement then also says
+    /// which earlier messages are still pending, which the publisher would
+    /// otherwise ask the database after the commit (`outbox::ready_to_send`).
+    pub held: bool,
 }
 
 /// Records a status change and queues the `BridgeStatus` message (mandatory,
@@ -122,7 +129,9 @@ const UPDATE: &str = "WITH s AS (
                 CASE WHEN $17::uuid IS NOT NULL THEN $20::json END
            FROM s WHERE $5::text IS NOT NULL OR $8::jsonb IS NOT NULL
          RETURNING id, message_id, handoff_id, body, status, seq, created_at, $23::text, $24::text, then_status,
-                   $25::text";
+                   $25::text,
+                   CASE WHEN $26::bool THEN ARRAY(SELECT w.id FROM bridge_messages w
+                                                   WHERE w.pending AND w.handoff_id = $1 AND w.id < bridge_messages.id) END";
 
 /// Writes `u` for the request in one statement: the request row once (its
 /// status and the status's sequence number, its run, `reply_sent_at`), and
@@ -172,7 +181,7 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
     let journal_run = journal.map(|(run, _)| run);
     let logged = crate::journal::columns(journal.map_or(&[], |(_, events)| events));
     let language = request.language.as_str();
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 25] = [
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 26] = [
         &request.id,
         &status,
         &u.run_id,
@@ -198,6 +207,7 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         &request.bridge,
         &request.reply_chat_id,
         &language,
+        &u.held,
     ];
     // A status keeps its status and number; its body and message id are
     // rendered from them and its row's time (`status_message`, V43): the
@@ -216,7 +226,9 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         messages.push(Message { message_id, body, ..queued.clone() });
     }
     if grace > 0.0 {
-        for part in outbox::parts(row.get(0), 0, trace, messages, 0) {
+        let waits_for: Option<Vec<i64>> = row.get(11);
+        for mut part in outbox::parts(row.get(0), 0, trace, messages, 0) {
+            part.waits_for = waits_for.clone().filter(|_| part.part.index == 0);
             outbox::after_commit::wrote(part);
         }
     }

@@ -118,10 +118,12 @@ pub async fn collect(c: &impl GenericClient, run_id: Uuid) -> Result<()> {
     };
     // One statement: the events, the final status and the reply, in this
     // order, and the request row once (its status and `reply_sent_at`).
+    // `to_answer` locked the request's row.
     let update = bridge::Update {
         said: &said,
         status: Some((status, None)),
         reply: Some((&input, attempt)),
+        held: true,
         ..Default::default()
     };
     bridge::update(c, &request, update).await?;

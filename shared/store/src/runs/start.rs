@@ -36,19 +36,22 @@ pub async fn request_as(
     request: &HandoffRequest,
     known: Option<&Snapshot>,
 ) -> Result<Option<Uuid>> {
-    request_saying(c, stored, request, known, &[], Uuid::now_v7()).await
+    request_saying(c, stored, request, known, (&[], false), Uuid::now_v7()).await
 }
 
 /// [`request_as`], with handoff events to record first (`said`: written
-/// with the request's own, in one row) and the id its run gets, if it gets
-/// one (`run_id`: the caller may have named it already, as a free chat's
-/// live run).
+/// with the request's own, in one row), whether the caller's transaction
+/// holds the handoff for itself (`held`: intake, which took the handoff's
+/// lock first and finds no run writing its messages; see
+/// [`bridge::Update::held`]), and the id its run gets, if it gets one
+/// (`run_id`: the caller may have named it already, as a free chat's live
+/// run).
 pub async fn request_saying(
     c: &impl GenericClient,
     stored: &Request,
     request: &HandoffRequest,
     known: Option<&Snapshot>,
-    said: &[requests::Said<'_>],
+    (said, held): (&[requests::Said<'_>], bool),
     run_id: Uuid,
 ) -> Result<Option<Uuid>> {
     if request.target_agent == TargetAgent::Manual {
@@ -112,7 +115,7 @@ pub async fn request_saying(
     // already running leaves it so).
     let then = taken_here.then_some((HandoffStatus::Running, None));
     let journal = Some((run_id, events.as_slice()));
-    let update = bridge::Update { said: &said, status, then, run_id: Some(run_id), reply: None, journal };
+    let update = bridge::Update { said: &said, status, then, run_id: Some(run_id), reply: None, journal, held };
     // The run, then its root (whose message reads the run's priority); with
     // them, sent at once, the request's row (its run, and its status when
     // announced), its events, the bridge's status and the run's journal,

@@ -469,7 +469,10 @@ async fn start(
             (stored.expect("inserted in this transaction"), cancel)
         }
     };
-    let start_run = |run_id| baton_store::runs::start::request_saying(c, &stored, request, Some(known), said, run_id);
+    // This transaction took the handoff's lock first, and the request has
+    // no run yet whose end could write its messages: they are intake's.
+    let start_run =
+        |run_id| baton_store::runs::start::request_saying(c, &stored, request, Some(known), (said, true), run_id);
     if let Some((cancel, reason)) = pending {
         tracing::info!("a cancel came before the request; it is cancelled instead of run");
         requests::add_events(c, &request.id, said).await?;
