@@ -34,10 +34,11 @@ pub struct ToAnswer {
     pub agents: Vec<String>,
 }
 
-pub async fn to_answer(c: &impl GenericClient, run_id: Uuid) -> Result<Option<ToAnswer>> {
+/// [`to_answer`]'s statement.
+pub(crate) static TO_ANSWER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let run_columns = super::RUN_COLUMNS;
     let request_columns: Vec<String> = requests::COLUMNS.split(", ").map(|c| format!("h.{c}")).collect();
-    let sql = format!(
+    format!(
         "WITH h AS (SELECT * FROM handoff_requests WHERE id = (SELECT handoff_id FROM runs WHERE id = $1) FOR UPDATE)
          SELECT {run_columns},
                 coalesce((SELECT sum(extract(epoch FROM least(coalesce(q.closed_at, now()), coalesce(r.finished_at, now()))
@@ -51,8 +52,11 @@ pub async fn to_answer(c: &impl GenericClient, run_id: Uuid) -> Result<Option<To
                   WHERE i.run_id = r.id AND i.kind <> 'child')
            FROM runs r LEFT JOIN h ON true WHERE r.id = $1",
         request_columns.join(", ")
-    );
-    let Some(row) = sql::query_opt(c, &sql, &[&run_id]).await? else {
+    )
+});
+
+pub async fn to_answer(c: &impl GenericClient, run_id: Uuid) -> Result<Option<ToAnswer>> {
+    let Some(row) = sql::query_opt(c, &TO_ANSWER, &[&run_id]).await? else {
         return Ok(None);
     };
     let changes: Option<Value> = row.get(11);
@@ -80,9 +84,15 @@ pub async fn to_answer(c: &impl GenericClient, run_id: Uuid) -> Result<Option<To
 /// collector role answers, here too, what `baton.runs.finished` carries (a
 /// run an operator's command ended, `runs answer`, the relay's sweep of
 /// unanswered runs).
-#[tracing::instrument(name = "answer", skip_all, fields(run_id = %run_id, handoff_id = tracing::field::Empty))]
 pub async fn collect(c: &impl GenericClient, run_id: Uuid) -> Result<()> {
-    let Some(ToAnswer { run, waited_secs, attempt, request, changes, agents }) = to_answer(c, run_id).await? else {
+    let read = to_answer(c, run_id).await?;
+    collect_read(c, run_id, read).await
+}
+
+/// [`collect`], with what [`to_answer`] read already, in this transaction.
+#[tracing::instrument(name = "answer", skip_all, fields(run_id = %run_id, handoff_id = tracing::field::Empty))]
+pub async fn collect_read(c: &impl GenericClient, run_id: Uuid, read: Option<ToAnswer>) -> Result<()> {
+    let Some(ToAnswer { run, waited_secs, attempt, request, changes, agents }) = read else {
         return Err(crate::Error::Corrupt(format!("run {run_id} does not exist")));
     };
     let Some(request) = request.filter(|_| run.handoff_id.is_some()) else {

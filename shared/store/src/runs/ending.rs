@@ -56,13 +56,37 @@ pub async fn complete_run(
         runs::finish_releasing(c, inv.run_id, RunStatus::Completed, None).await?
     } else {
         events.extend(completed);
-        runs::complete_finishing(c, inv, spending).await?
+        let (ended, read) = complete_then_read(c, inv, spending).await?;
+        if let Some(released) = ended {
+            events.push(Event::new(JournalEvent::RunCompleted, None, json!({})));
+            answer_then_next(c, inv.run_id, released, read).await?;
+        }
+        return Ok(events);
     };
     if let Some(released) = ended {
         events.push(Event::new(JournalEvent::RunCompleted, None, json!({})));
-        answer_then_next(c, inv.run_id, released).await?;
+        answer_then_next(c, inv.run_id, released, None).await?;
     }
     Ok(events)
+}
+
+/// The owner completes with its run ([`runs::complete_finishing`]) and,
+/// when a role ends it, what the answer reads goes out with it
+/// ([`runs::answer::to_answer`], run after the completion that it reads):
+/// one round trip. The read is `None` when it was not made.
+async fn complete_then_read(
+    c: &impl GenericClient,
+    inv: &Invocation,
+    spending: (i64, i32, i32),
+) -> Result<(Option<Option<String>>, Option<Result<Option<runs::answer::ToAnswer>>>)> {
+    if !outbox::after_commit::in_scope() {
+        return Ok((runs::complete_finishing(c, inv, spending).await?, None));
+    }
+    // Both prepared first, so that each goes out at its first poll, in this order.
+    tokio::try_join!(c.prepare_cached(runs::COMPLETE_FINISHING), c.prepare_cached(&runs::answer::TO_ANSWER))?;
+    let (ended, read) =
+        tokio::join!(runs::complete_finishing(c, inv, spending), runs::answer::to_answer(c, inv.run_id));
+    Ok((ended?, Some(read)))
 }
 
 /// A broken host contract (or a spent budget): the invocation fails, visibly.
@@ -137,7 +161,7 @@ async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error:
     };
     let mut events = cancel_tasks(c, run_id, None).await?;
     events.extend(cancel_live(c, run_id).await?);
-    answer_then_next(c, run_id, released).await?;
+    answer_then_next(c, run_id, released, None).await?;
     let kind = if status == RunStatus::Cancelled { JournalEvent::RunCancelled } else { JournalEvent::RunFailed };
     events.push(Event::new(kind, None, error.clone()));
     Ok(events)
@@ -148,9 +172,15 @@ async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error:
 /// request. The answer's first read and the conversation's queue are read
 /// at once (two statements in flight, one round trip): neither touches
 /// what the other reads.
-async fn answer_then_next(c: &impl GenericClient, run_id: Uuid, released: Option<String>) -> Result<()> {
-    let Some(key) = released else { return answer(c, run_id).await };
-    let ((), next) = tokio::try_join!(answer(c, run_id), conversations::pop(c, &key))?;
+/// (`read`: what the answer reads, if read already.)
+async fn answer_then_next(
+    c: &impl GenericClient,
+    run_id: Uuid,
+    released: Option<String>,
+    read: Option<Result<Option<runs::answer::ToAnswer>>>,
+) -> Result<()> {
+    let Some(key) = released else { return answer(c, run_id, read).await };
+    let ((), next) = tokio::try_join!(answer(c, run_id, read), conversations::pop(c, &key))?;
     start::next_in_conversation_from(c, &key, next, None).await
 }
 
@@ -164,11 +194,22 @@ async fn answer_then_next(c: &impl GenericClient, run_id: Uuid, released: Option
 /// does not keep the run from ending: the answer wrote nothing yet, so the
 /// run ends and the collector is told, which dead-letters what it cannot
 /// answer, with the reason.
-async fn answer(c: &impl GenericClient, run_id: Uuid) -> Result<()> {
+async fn answer(
+    c: &impl GenericClient,
+    run_id: Uuid,
+    read: Option<Result<Option<runs::answer::ToAnswer>>>,
+) -> Result<()> {
     if !outbox::after_commit::in_scope() {
         return outbox::enqueue_fleet(c, &FleetMessage::finished(run_id)).await;
     }
-    match runs::answer::collect(c, run_id).await {
+    let answered = match read {
+        Some(read) => match read {
+            Ok(read) => runs::answer::collect_read(c, run_id, read).await,
+            Err(e) => Err(e),
+        },
+        None => runs::answer::collect(c, run_id).await,
+    };
+    match answered {
         Err(e @ (Error::Corrupt(_) | Error::Unreadable { .. })) => {
             tracing::warn!(run = %run_id, error = %e, "the run's answer cannot be read; the collector is told");
             outbox::enqueue_fleet(c, &FleetMessage::finished(run_id)).await

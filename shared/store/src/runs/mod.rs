@@ -164,20 +164,12 @@ pub async fn complete_finishing(
     owner: &crate::invocations::Invocation,
     spending: (i64, i32, i32),
 ) -> Result<Option<Option<String>>> {
-    const SQL: &str = concat!(
-        "WITH done AS (
-             UPDATE invocations SET status = $6, error = NULL, lease_owner = NULL, lease_expires_at = NULL,
-                    finished_at = now(), model_calls = model_calls + $8, tool_calls = tool_calls + $9,
-                    tokens_used = tokens_used + $10, claim_epoch = $11, started_at = coalesce(started_at, now())
-              WHERE id = $5 AND status = ANY($7)), ",
-        finish_releasing_ctes!()
-    );
     let (tokens, model_calls, tool_calls) = spending;
     let (completed, live) = (RunStatus::Completed.as_str(), crate::invocations::live());
     let done = baton_domain::run::state::InvocationStatus::Completed.as_str();
     let row = sql::query_opt(
         c,
-        SQL,
+        COMPLETE_FINISHING,
         &[
             &owner.run_id,
             &completed,
@@ -195,6 +187,16 @@ pub async fn complete_finishing(
     .await?;
     Ok(row.map(|r| r.get(0)))
 }
+
+/// [`complete_finishing`]'s statement.
+pub(crate) const COMPLETE_FINISHING: &str = concat!(
+    "WITH done AS (
+         UPDATE invocations SET status = $6, error = NULL, lease_owner = NULL, lease_expires_at = NULL,
+                finished_at = now(), model_calls = model_calls + $8, tool_calls = tool_calls + $9,
+                tokens_used = tokens_used + $10, claim_epoch = $11, started_at = coalesce(started_at, now())
+          WHERE id = $5 AND status = ANY($7)), ",
+    finish_releasing_ctes!()
+);
 
 pub async fn set_final_text(c: &impl GenericClient, id: Uuid, text: &str) -> Result<()> {
     sql::execute(c, "UPDATE runs SET final_text = $2 WHERE id = $1", &[&id, &text]).await?;
