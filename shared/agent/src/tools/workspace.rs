@@ -103,7 +103,19 @@ pub async fn write(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
     let args = args::parse::<WriteArgs>(args)?;
     let (path, content, append) = (ws::visible_path(&args.path)?, args.content, args.mode == Some(CommitMode::Append));
     let run = ctx.invocation.run_id;
-    let existing = current(c, ctx, &path).await?;
+    // A file this step has not written is made at once if it is new (either
+    // mode then writes `content`), else read, in one statement.
+    let (existing, created) = match ctx.workspace.file(&path) {
+        Some(file) => (Some(file), false),
+        None => {
+            let first = (content.as_str(), ws::sha256_hex(&content));
+            match store::create_or_read(c, run, &path, (first.0, &first.1), Some(ctx.invocation.id)).await? {
+                store::Created::Created => (None, true),
+                store::Created::Exists(file) => (Some(file), false),
+                store::Created::Raced => (store::read(c, run, &path).await?, false),
+            }
+        }
+    };
     if let (Some(file), false) = (&existing, append) {
         check_read(c, ctx, &path, file, (codes::WRITE_REQUIRES_READ, codes::WRITE_STALE_FILE)).await?;
     }
@@ -112,7 +124,9 @@ pub async fn write(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
         _ => content,
     };
     let sha = ws::sha256_hex(&new_content);
-    store::write(c, run, &path, (&new_content, &sha), Some(ctx.invocation.id)).await?;
+    if !created {
+        store::write(c, run, &path, (&new_content, &sha), Some(ctx.invocation.id)).await?;
+    }
     let bytes = new_content.len();
     let written = store::File { content: new_content, sha256: sha.clone(), written_by: Some(ctx.invocation.id) };
     ctx.workspace.wrote(&path, written);

@@ -24,6 +24,45 @@ pub async fn read(c: &impl GenericClient, run_id: Uuid, path: &str) -> Result<Op
     Ok(row.map(|r| File { content: r.get(0), sha256: r.get(1), written_by: r.get(2) }))
 }
 
+/// What [`create_or_read`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    /// The file did not exist: it does now, as given.
+    Created,
+    /// The file exists: as stored (nothing was written).
+    Exists(File),
+    /// Another transaction made the file meanwhile (it committed while this
+    /// statement waited for it): read it again.
+    Raced,
+}
+
+/// Makes the file with its first version, by `writer`, if it does not
+/// exist; else reads it, in the same statement: a new file costs one
+/// statement, an existing one no more than its read did.
+pub async fn create_or_read(
+    c: &impl GenericClient,
+    run_id: Uuid,
+    path: &str,
+    (content, sha256): (&str, &str),
+    writer: Option<Uuid>,
+) -> Result<Created> {
+    let row = sql::query_one(
+        c,
+        "WITH made AS (
+             INSERT INTO workspace_files (run_id, path, content, sha256, written_by) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (run_id, path) DO NOTHING RETURNING 1)
+         SELECT EXISTS (SELECT FROM made), f.content, f.sha256, f.written_by
+           FROM (SELECT 1) one LEFT JOIN workspace_files f ON f.run_id = $1 AND f.path = $2",
+        &[&run_id, &path, &content, &sha256, &writer],
+    )
+    .await?;
+    Ok(match (row.get::<_, bool>(0), row.get::<_, Option<String>>(1)) {
+        (true, _) => Created::Created,
+        (false, Some(content)) => Created::Exists(File { content, sha256: row.get(2), written_by: row.get(3) }),
+        (false, None) => Created::Raced,
+    })
+}
+
 /// Writes a file's new version, by `writer` (an invocation, which has then
 /// seen the version it wrote: [`File::written_by`] says so, and no read mark
 /// is written) or by the host (`None`). When the version it replaces was
