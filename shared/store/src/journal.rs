@@ -71,7 +71,8 @@ pub async fn append(c: &impl GenericClient, run_id: Uuid, events: &[Event]) -> R
     Ok(())
 }
 
-/// The most events one journal row holds (its CHECK, V28).
+/// The most events one journal row holds (V28; the CHECK that held it there
+/// is dropped since V52, and this is what the store writes).
 pub(crate) const ROW_EVENTS: usize = 4096;
 
 /// One journal row's columns (V33): the invocation most of its events

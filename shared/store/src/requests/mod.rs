@@ -298,7 +298,8 @@ pub async fn add_events(c: &impl GenericClient, handoff_id: &str, events: &[Said
     Ok(())
 }
 
-/// The most events one `handoff_log` row holds (its CHECK, V32).
+/// The most events one `handoff_log` row holds (V32; the CHECK that held it
+/// there is dropped since V52, and this is what the store writes).
 pub(crate) const LOG_EVENTS: usize = 4096;
 
 /// One `handoff_log` row's arrays: each event's type, status and note.
