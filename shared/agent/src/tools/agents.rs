@@ -117,7 +117,9 @@ type Decided = (HandoffArgs, Profile);
 async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> ToolResult<Decided> {
     let args = handoff::parse_args(args)?;
     let inv = ctx.invocation;
-    let (pending, target) = tokio::try_join!(
+    // Both read at once; errors in the order the statements ran (a later
+    // one fails only because the transaction is aborted).
+    let (pending, target) = tokio::join!(
         async {
             match ctx.may_have_children {
                 true => Ok::<_, crate::Error>(tasks::pending_children(c, inv.id).await?),
@@ -126,11 +128,12 @@ async fn decide(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> Tool
         },
         async {
             match ctx.as_claimed {
-                Some(read) => Ok(read.profiles.profile(&args.agent_id)?),
+                Some(read) => Ok::<_, crate::Error>(read.profiles.profile(&args.agent_id)?),
                 None => Ok(profiles::get(c, &args.agent_id).await?),
             }
         },
-    )?;
+    );
+    let (pending, target) = (pending?, target?);
     handoff::check_source(ctx.profile, inv.kind)?;
     handoff::check_pending(pending as usize)?;
     handoff::check_depth(inv.handoffs as u32, ctx.profile.delegation.max_handoff_depth)?;

@@ -126,7 +126,8 @@ pub async fn append_with_events(
         return journal::append(c, run_id, events).await;
     };
     if events.is_empty() || events.len() > journal::ROW_EVENTS {
-        return tokio::try_join!(append_all(c, invocation_id, steps), journal::append(c, run_id, events)).map(|_| ());
+        let (stored, logged) = tokio::join!(append_all(c, invocation_id, steps), journal::append(c, run_id, events));
+        return stored.and(logged);
     }
     debug_assert!(steps.iter().enumerate().all(|(i, s)| s.0 == seq + i as i32), "steps are consecutive");
     let kinds: Vec<&str> = steps.iter().map(|s| s.1).collect();

@@ -116,7 +116,8 @@ pub async fn lock_noting_waiting(c: &impl GenericClient, key: &str) -> Result<(O
     let running = RunStatus::Running.as_str();
     let (create_params, lock_params): (sql::Params, sql::Params) = (&[&key], &[&key, &running]);
     for _ in 0..LOCK_TRIES {
-        let (_, row) = tokio::try_join!(c.execute(&create, create_params), c.query_opt(&lock, lock_params))?;
+        let (created, row) = tokio::join!(c.execute(&create, create_params), c.query_opt(&lock, lock_params));
+        let row = created.and(row)?;
         if let Some(row) = row {
             return Ok((row.get(0), row.get(1)));
         }

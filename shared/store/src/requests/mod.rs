@@ -130,8 +130,10 @@ pub async fn lock_then_insert_reading(
             None => Ok::<_, tokio_postgres::Error>(None),
         }
     };
-    let (locked, row, started) =
-        tokio::try_join!(c.query_one(&lock, lock_params), c.query_one(&insert, &params), started)?;
+    // Errors in the order the statements ran: a later one fails only
+    // because an earlier one aborted the transaction.
+    let (locked, row, started) = tokio::join!(c.query_one(&lock, lock_params), c.query_one(&insert, &params), started);
+    let (locked, row, started) = (locked?, row?, started?);
     Ok((locked.get(1), inserted(&row)?, started))
 }
 

@@ -180,7 +180,8 @@ async fn answer_then_next(
     read: Option<Result<Option<runs::answer::ToAnswer>>>,
 ) -> Result<()> {
     let Some(key) = released else { return answer(c, run_id, read).await };
-    let ((), next) = tokio::try_join!(answer(c, run_id, read), conversations::pop(c, &key))?;
+    let (answered, next) = tokio::join!(answer(c, run_id, read), conversations::pop(c, &key));
+    let next = answered.and(next)?;
     start::next_in_conversation_from(c, &key, next, None).await
 }
 

@@ -123,14 +123,19 @@ pub async fn request_saying(
     // tables either). A root this process takes itself has no message: it
     // reads nothing of the run, and goes out with the other two.
     if taken_here {
-        tokio::try_join!(insert_run, insert_root, bridge::update(c, stored, update))?;
+        let (run, root, update) = tokio::join!(insert_run, insert_root, bridge::update(c, stored, update));
+        run?;
+        root?;
+        update?;
         return Ok(Some(run_id));
     }
     let run_and_root = async {
         insert_run.await?;
         insert_root.await
     };
-    tokio::try_join!(run_and_root, bridge::update(c, stored, update))?;
+    let (run_and_root, update) = tokio::join!(run_and_root, bridge::update(c, stored, update));
+    run_and_root?;
+    update?;
     Ok(Some(run_id))
 }
 

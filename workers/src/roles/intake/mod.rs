@@ -465,7 +465,8 @@ async fn start(
         Some(read) => read,
         None => {
             let (stored, cancel) =
-                tokio::try_join!(requests::get(c, &request.id), conversations::pending_cancel(c, &request.id))?;
+                tokio::join!(requests::get(c, &request.id), conversations::pending_cancel(c, &request.id));
+            let (stored, cancel) = (stored?, cancel?);
             (stored.expect("inserted in this transaction"), cancel)
         }
     };
