@@ -188,6 +188,24 @@ pub async fn pop(c: &impl GenericClient, key: &str) -> Result<Option<String>> {
     Ok(row.map(|r| r.get(0)))
 }
 
+/// [`pop`] for the conversation a run gave back in this transaction
+/// (`runs::finish_releasing`, or the completion that includes it): nothing
+/// when it gave back none. For a statement sent with the one that ends the
+/// run, before its answer says whether it did.
+pub async fn pop_released(c: &impl GenericClient, run_id: Uuid) -> Result<Option<String>> {
+    let row = sql::query_opt(c, POP_RELEASED, &[&run_id]).await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// [`pop_released`]'s statement: the chat's row was written by this
+/// transaction (its `xmin`) and holds no live run.
+pub(crate) const POP_RELEASED: &str = "DELETE FROM conversation_queue WHERE seq = (
+         SELECT min(q.seq) FROM runs r
+           JOIN conversations c ON c.key = r.conversation_key
+           JOIN conversation_queue q ON q.key = r.conversation_key
+          WHERE r.id = $1 AND c.live_run IS NULL AND c.xmin = xid(pg_current_xact_id()))
+     RETURNING handoff_id";
+
 /// The conversation a request waits in, if it waits.
 pub async fn queued_in(c: &impl GenericClient, handoff_id: &str) -> Result<Option<String>> {
     let row = sql::query_opt(c, "SELECT key FROM conversation_queue WHERE handoff_id = $1", &[&handoff_id]).await?;

@@ -56,10 +56,18 @@ pub async fn complete_run(
         runs::finish_releasing(c, inv.run_id, RunStatus::Completed, None).await?
     } else {
         events.extend(completed);
-        let (ended, read) = complete_then_read(c, inv, spending).await?;
+        let (ended, ahead) = complete_then_read(c, inv, spending).await?;
         if let Some(released) = ended {
             events.push(Event::new(JournalEvent::RunCompleted, None, json!({})));
-            answer_then_next(c, inv.run_id, released, read).await?;
+            match ahead {
+                Some((read, next)) => {
+                    answer(c, inv.run_id, Some(read)).await?;
+                    if let Some(key) = released {
+                        start::next_in_conversation_from(c, &key, next, None).await?;
+                    }
+                }
+                None => answer_then_next(c, inv.run_id, released, None).await?,
+            }
         }
         return Ok(events);
     };
@@ -70,23 +78,42 @@ pub async fn complete_run(
     Ok(events)
 }
 
+/// What a run's end reads ahead, with the statement that ends it: what its
+/// answer reads, and the request its chat takes next, if it gave the chat back.
+type ReadAhead = (Result<Option<runs::answer::ToAnswer>>, Option<String>);
+
 /// The owner completes with its run ([`runs::complete_finishing`]) and,
-/// when a role ends it, what the answer reads goes out with it
-/// ([`runs::answer::to_answer`], run after the completion that it reads):
-/// one round trip. The read is `None` when it was not made.
+/// when a role ends it, what the answer reads and the chat's next request
+/// go out with it ([`runs::answer::to_answer`],
+/// [`conversations::pop_released`], each run after the completion that it
+/// reads): one round trip. Nothing is read ahead for an operator's command.
 async fn complete_then_read(
     c: &impl GenericClient,
     inv: &Invocation,
     spending: (i64, i32, i32),
-) -> Result<(Option<Option<String>>, Option<Result<Option<runs::answer::ToAnswer>>>)> {
+) -> Result<(Option<Option<String>>, Option<ReadAhead>)> {
     if !outbox::after_commit::in_scope() {
         return Ok((runs::complete_finishing(c, inv, spending).await?, None));
     }
-    // Both prepared first, so that each goes out at its first poll, in this order.
-    tokio::try_join!(c.prepare_cached(runs::COMPLETE_FINISHING), c.prepare_cached(&runs::answer::TO_ANSWER))?;
-    let (ended, read) =
-        tokio::join!(runs::complete_finishing(c, inv, spending), runs::answer::to_answer(c, inv.run_id));
-    Ok((ended?, Some(read)))
+    // All prepared first, so that each goes out at its first poll, in this order.
+    tokio::try_join!(
+        c.prepare_cached(runs::COMPLETE_FINISHING),
+        c.prepare_cached(&runs::answer::TO_ANSWER),
+        c.prepare_cached(conversations::POP_RELEASED)
+    )?;
+    let (ended, read, next) = tokio::join!(
+        runs::complete_finishing(c, inv, spending),
+        runs::answer::to_answer(c, inv.run_id),
+        conversations::pop_released(c, inv.run_id)
+    );
+    // Errors in the order the statements ran; the read's, when the
+    // database's, aborted the transaction (else it is the answer's to tell).
+    let ended = ended?;
+    let read = match read {
+        Err(e @ Error::Db(_)) => return Err(e),
+        read => read,
+    };
+    Ok((ended, Some((read, next?))))
 }
 
 /// A broken host contract (or a spent budget): the invocation fails, visibly.
