@@ -526,7 +526,7 @@ async fn a_writer_holding_its_request_says_which_earlier_messages_are_pending() 
                 bridge::update(&tx, &request, Update { status, held, ..Update::default() }).await.unwrap();
                 baton_store::commit(tx).await.unwrap();
             })
-            .await
+            .await;
         }
     };
     let mut first_of_next_row = || {

@@ -170,7 +170,7 @@ impl Worker {
             for (_, r) in rows.iter().filter(|(_, r)| r.message.correlation_id.is_some() && r.part.index == 0) {
                 match &r.waits_for {
                     Some(earlier) if earlier.iter().all(|id| self.confirmed.iter().any(|k| k.id == *id)) => {
-                        free.push(r.id)
+                        free.push(r.id);
                     }
                     _ => firsts.push(r.key()),
                 }

@@ -180,7 +180,7 @@ pub async fn append_with_events_at_commit(
     let kept = kept_results(steps);
     let payloads = JsonText::array(steps.iter().zip(&kept).map(|(s, k)| k.as_ref().unwrap_or(s.2)))?;
     let logged = journal::columns(events);
-    let owned = |texts: &[&str]| texts.iter().map(|t| t.to_string()).collect::<Vec<String>>();
+    let owned = |texts: &[&str]| texts.iter().map(ToString::to_string).collect::<Vec<String>>();
     let params: OwnedParams = vec![
         Box::new(invocation_id),
         Box::new(seq),
