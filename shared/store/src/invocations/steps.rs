@@ -122,13 +122,13 @@ pub async fn append_with_events(
     run_id: Uuid,
     events: &[Event],
 ) -> Result<()> {
-    let Some(&(seq, _, _)) = steps.first() else {
-        return journal::append(c, run_id, events).await;
-    };
-    if events.is_empty() || events.len() > journal::ROW_EVENTS {
+    let Some(seq) = one_statement(steps, events) else {
+        if steps.is_empty() {
+            return journal::append(c, run_id, events).await;
+        }
         let (stored, logged) = tokio::join!(append_all(c, invocation_id, steps), journal::append(c, run_id, events));
         return stored.and(logged);
-    }
+    };
     debug_assert!(steps.iter().enumerate().all(|(i, s)| s.0 == seq + i as i32), "steps are consecutive");
     let kinds: Vec<&str> = steps.iter().map(|s| s.1).collect();
     let kept = kept_results(steps);
@@ -159,10 +159,18 @@ const STEPS_WITH_EVENTS: &str = "WITH stored AS (INSERT INTO transcript (invocat
          INSERT INTO journal (run_id, invocation_id, invocations, types, payloads)
          VALUES ($5, $6, $7, $8::text[]::journal_event[], $9)";
 
+/// The first step's `seq`, when the steps and the events are one statement:
+/// there are both, and the events fit one journal row.
+fn one_statement(steps: &[(i32, &str, &Value)], events: &[Event]) -> Option<i32> {
+    let &(seq, _, _) = steps.first()?;
+    (!events.is_empty() && events.len() <= journal::ROW_EVENTS).then_some(seq)
+}
+
 /// [`append_with_events`] as a write nothing in the transaction reads
 /// afterwards: its statement goes out with the commit
-/// ([`Transaction::write_at_commit`]), so it costs no round trip of its own. (Steps and events that take more than one statement
-/// are written as [`append_with_events`] writes them.)
+/// ([`Transaction::write_at_commit`]), so it costs no round trip of its
+/// own. (Steps and events that take more than one statement are written as
+/// [`append_with_events`] writes them.)
 pub async fn append_with_events_at_commit(
     tx: &Transaction<'_>,
     invocation_id: Uuid,
@@ -170,12 +178,9 @@ pub async fn append_with_events_at_commit(
     run_id: Uuid,
     events: &[Event],
 ) -> Result<()> {
-    let Some(&(seq, _, _)) = steps.first() else {
+    let Some(seq) = one_statement(steps, events) else {
         return append_with_events(tx, invocation_id, steps, run_id, events).await;
     };
-    if events.is_empty() || events.len() > journal::ROW_EVENTS {
-        return append_with_events(tx, invocation_id, steps, run_id, events).await;
-    }
     debug_assert!(steps.iter().enumerate().all(|(i, s)| s.0 == seq + i as i32), "steps are consecutive");
     let kept = kept_results(steps);
     let payloads = JsonText::array(steps.iter().zip(&kept).map(|(s, k)| k.as_ref().unwrap_or(s.2)))?;
