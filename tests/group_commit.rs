@@ -283,13 +283,30 @@ async fn a_write_queued_for_the_commit_goes_out_with_it_and_its_failure_rolls_th
     baton_store::commit(tx).await.unwrap();
     assert_eq!(rows(&other, &count_sql).await, 2, "the queued write committed with the transaction");
 
-    // A queued write that fails: the commit says why and keeps nothing.
+    // A queued write's rows are given to its `then` once committed.
+    let returning = format!("INSERT INTO {table} VALUES ($1) RETURNING id * 10");
+    let seen = Arc::new(std::sync::Mutex::new(vec![]));
+    let then = |seen: &Arc<std::sync::Mutex<Vec<i32>>>| -> baton_store::Then {
+        let seen = seen.clone();
+        Box::new(move |rows: &[tokio_postgres::Row]| {
+            seen.lock().unwrap().extend(rows.iter().map(|r| r.get::<_, i32>(0)))
+        })
+    };
+    let tx = baton_store::begin(&mut client).await.unwrap();
+    tx.write_at_commit_then(tx.prepare_cached(&returning).await.unwrap(), queued(5), then(&seen));
+    baton_store::commit(tx).await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), [50], "the committed write's rows");
+
+    // A queued write that fails: the commit says why and keeps nothing, and
+    // no `then` hears of rows that were rolled back.
     let tx = baton_store::begin(&mut client).await.unwrap();
     tx.execute(insert.as_str(), &[&3i32]).await.unwrap();
+    tx.write_at_commit_then(tx.prepare_cached(&returning).await.unwrap(), queued(6), then(&seen));
     tx.write_at_commit(tx.prepare_cached(&insert).await.unwrap(), queued(1));
     let e = baton_store::commit(tx).await.expect_err("a duplicate key fails the commit");
+    assert_eq!(*seen.lock().unwrap(), [50], "nothing is said of a write that was rolled back");
     assert!(format!("{e}").contains("duplicate key"), "{e}");
-    assert_eq!(rows(&other, &count_sql).await, 2, "row 3 was rolled back with the failed write");
+    assert_eq!(rows(&other, &count_sql).await, 3, "rows 3 and 6 were rolled back with the failed write");
     let idle: bool = client.query_one("SELECT txid_current_if_assigned() IS NULL", &[]).await.unwrap().get(0);
     assert!(idle, "no transaction is left open on the connection");
 
@@ -297,7 +314,7 @@ async fn a_write_queued_for_the_commit_goes_out_with_it_and_its_failure_rolls_th
     let tx = baton_store::begin(&mut client).await.unwrap();
     tx.write_at_commit(tx.prepare_cached(&insert).await.unwrap(), queued(4));
     drop(tx);
-    assert_eq!(rows(&client, &count_sql).await, 2, "a dropped transaction's queued write is not written");
+    assert_eq!(rows(&client, &count_sql).await, 3, "a dropped transaction's queued write is not written");
 }
 
 async fn rows_in(c: &baton_store::Transaction<'_>, count_sql: &str) -> i64 {

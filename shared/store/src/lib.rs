@@ -62,6 +62,6 @@ pub use error::{transient_pool, transient_postgres, transient_sqlstate, Error};
 pub use outbox::after_commit;
 pub use schema::{ensure_database, migrate, migrate_to};
 pub use tokio_postgres;
-pub use transaction::{GenericClient, OwnedParams, Transaction};
+pub use transaction::{GenericClient, OwnedParams, Then, Transaction};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -70,6 +70,12 @@ pub trait GenericClient: Sync + Send {
 
     /// Like `tokio_postgres::Client::batch_execute`.
     fn batch_execute(&self, query: &str) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// The store's own transaction this is, if it is one (a write can then
+    /// go out with its commit: [`Transaction::write_at_commit_then`]).
+    fn as_transaction(&self) -> Option<&Transaction<'_>> {
+        None
+    }
 }
 
 /// The methods of [`GenericClient`] on a type that has a
@@ -81,8 +87,10 @@ pub trait GenericClient: Sync + Send {
 /// few kilobytes in a debug build; unboxed, a test's future overflowed its
 /// thread's stack).
 macro_rules! generic_client {
-    ($for:ty, $cache:ty, $pg:ty) => {
+    ($for:ty, $cache:ty, $pg:ty $(, $more:item)*) => {
         impl GenericClient for $for {
+            $($more)*
+
             fn prepare_cached(&self, query: &str) -> impl Future<Output = Result<Statement, Error>> + Send {
                 Box::pin(<$cache>::prepare_cached(self, query))
             }
@@ -159,8 +167,15 @@ pub struct Transaction<'a> {
     client: &'a deadpool_postgres::Client,
     done: bool,
     /// Writes that go out with the commit ([`Transaction::write_at_commit`]).
-    at_commit: std::sync::Mutex<Vec<(Statement, OwnedParams)>>,
+    at_commit: std::sync::Mutex<Vec<(Statement, OwnedParams, Option<Then>)>>,
 }
+
+/// What to do with a write's rows once its transaction committed
+/// ([`Transaction::write_at_commit_then`]).
+pub type Then = Box<dyn FnOnce(&[Row]) + Send>;
+
+/// A queued write's answer: its rows.
+type Answer<'a> = std::pin::Pin<Box<dyn Future<Output = Result<Vec<Row>, Error>> + Send + 'a>>;
 
 /// A statement's parameters, owned: it is sent after its caller has gone on.
 pub type OwnedParams = Vec<Box<dyn ToSql + Sync + Send>>;
@@ -201,7 +216,13 @@ impl<'a> Transaction<'a> {
     /// it. Should it fail, the commit is a rollback and returns its error;
     /// a transaction dropped uncommitted never sends it.
     pub fn write_at_commit(&self, statement: Statement, params: OwnedParams) {
-        self.at_commit.lock().expect("not poisoned").push((statement, params));
+        self.at_commit.lock().expect("not poisoned").push((statement, params, None));
+    }
+
+    /// [`Transaction::write_at_commit`], and `then` is given the rows the
+    /// write returned once the transaction committed (never if it did not).
+    pub fn write_at_commit_then(&self, statement: Statement, params: OwnedParams, then: Then) {
+        self.at_commit.lock().expect("not poisoned").push((statement, params, Some(then)));
     }
 
     /// Commits: the writes queued for it go out first, then `COMMIT`, all
@@ -211,11 +232,12 @@ impl<'a> Transaction<'a> {
     pub(crate) async fn commit(mut self) -> Result<(), Error> {
         let writes = std::mem::take(self.at_commit.get_mut().expect("not poisoned"));
         let pg: &tokio_postgres::Client = self.client;
+        let params: Vec<Vec<&(dyn ToSql + Sync)>> =
+            writes.iter().map(|(_, params, _)| params.iter().map(|p| p.as_ref() as _).collect()).collect();
         let mut sent = Vec::with_capacity(writes.len());
-        for (statement, params) in &writes {
-            let params = params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync));
-            match poll_once(Box::pin(pg.execute_raw(statement, params))) {
-                Ok(Ok(_)) => {}
+        for ((statement, _, _), params) in writes.iter().zip(&params) {
+            match poll_once(Box::pin(pg.query(statement, params))) {
+                Ok(Ok(rows)) => sent.push(Box::pin(std::future::ready(Ok(rows))) as Answer<'_>),
                 // Not sent (a parameter its type refused, or the connection
                 // gone): dropped, the transaction rolls back.
                 Ok(Err(e)) => return Err(e),
@@ -227,14 +249,26 @@ impl<'a> Transaction<'a> {
             Ok(answer) => return answer,
             Err(waiting) => waiting,
         };
+        let mut answers = Vec::with_capacity(sent.len());
         let mut failed = None;
         for answer in sent {
-            if let (Err(e), None) = (answer.await, &failed) {
-                failed = Some(e);
+            match answer.await {
+                Ok(rows) => answers.push(rows),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
             }
         }
-        let committed = commit.await;
-        failed.map_or(committed, Err)
+        commit.await?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        for ((_, _, then), rows) in writes.into_iter().zip(answers) {
+            if let Some(then) = then {
+                then(&rows);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -257,4 +291,11 @@ impl std::ops::Deref for Transaction<'_> {
     }
 }
 
-generic_client!(Transaction<'_>, deadpool_postgres::ClientWrapper, tokio_postgres::Client);
+generic_client!(
+    Transaction<'_>,
+    deadpool_postgres::ClientWrapper,
+    tokio_postgres::Client,
+    fn as_transaction(&self) -> Option<&Transaction<'_>> {
+        Some(self)
+    }
+);

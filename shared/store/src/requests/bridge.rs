@@ -9,8 +9,10 @@ use baton_domain::protocol::request::{HandoffEvent, HandoffStatus};
 use chrono::{SecondsFormat, Utc};
 use serde_json::Value;
 
+use crate::journal::JsonText;
 use crate::outbox::{self, Message};
 use crate::requests::{self, Request};
+use crate::OwnedParams;
 
 fn now() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
@@ -143,6 +145,110 @@ const UPDATE: &str = "WITH s AS (
 /// status's sequence number is the row's own, taken by the same statement
 /// under the row's lock; the status's body and message id get it there.
 pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) -> crate::Result<()> {
+    let written = written(c, request, u).await?;
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+        written.params.iter().map(|p| p.as_ref() as _).collect();
+    // A status keeps its status and number; its body and message id are
+    // rendered from them and its row's time (`status_message`, V43): the
+    // statement's clock, read after it took the request's row lock, so a
+    // later number never has an earlier time.
+    let row = crate::sql::query_opt(c, UPDATE, &params).await?;
+    let Some(row) = row else { return Ok(()) };
+    let messages = written.messages(&row)?;
+    if let Some(url) = &request.status_url {
+        for (_, body) in messages.iter().take(written.statuses) {
+            requests::callbacks::enqueue(c, &request.id, url, body).await?;
+        }
+    }
+    written.publish(&row, messages);
+    Ok(())
+}
+
+/// [`update`] as a write nothing in the transaction reads afterwards (a
+/// run's answer): its statement goes out with the commit
+/// ([`crate::Transaction::write_at_commit_then`]), which costs it no round trip of
+/// its own, and its messages go to this process's publisher once the
+/// transaction committed. On a connection that is not the store's own
+/// transaction, or for a request with a status callback (its callbacks are
+/// written from the statement's rows), it is [`update`].
+pub async fn update_at_commit(c: &impl GenericClient, request: &Request, u: Update<'_>) -> crate::Result<()> {
+    let Some(tx) = c.as_transaction().filter(|_| request.status_url.is_none()) else {
+        return update(c, request, u).await;
+    };
+    let written = written(tx, request, u).await?;
+    let statement = tx.prepare_cached(UPDATE).await?;
+    let handoff = request.id.clone();
+    let (params, publish) = written.split();
+    tx.write_at_commit_then(
+        statement,
+        params,
+        Box::new(move |rows| {
+            let Some(row) = rows.first() else { return };
+            match publish.messages(row) {
+                Ok(messages) => publish.publish(row, messages),
+                // Its row stays pending: the relay publishes it after the grace.
+                Err(e) => tracing::error!(handoff, error = %e, "a bridge message cannot be read; the relay sends it"),
+            }
+        }),
+    );
+    Ok(())
+}
+
+/// [`UPDATE`]'s parameters for an update, once the statements it needs
+/// first are written (events beyond a row's, a run's events beyond a
+/// journal row's), and what to do with the row it returns.
+struct Written {
+    params: OwnedParams,
+    publish: Publish,
+    /// How many of the row's messages are statuses (they come first).
+    statuses: usize,
+}
+
+/// What a written row's messages become: this process's to publish after
+/// the commit, when it publishes in process.
+struct Publish {
+    queued: Message,
+    trace: Option<outbox::Trace>,
+    grace: f64,
+}
+
+impl Written {
+    fn messages(&self, row: &tokio_postgres::Row) -> crate::Result<Vec<(Option<String>, Value)>> {
+        self.publish.messages(row)
+    }
+
+    fn publish(self, row: &tokio_postgres::Row, messages: Vec<(Option<String>, Value)>) {
+        self.publish.publish(row, messages);
+    }
+
+    fn split(self) -> (OwnedParams, Publish) {
+        (self.params, self.publish)
+    }
+}
+
+impl Publish {
+    /// As every reader renders a row's messages (`sent::rendered`, V43,
+    /// V46): its statuses first.
+    fn messages(&self, row: &tokio_postgres::Row) -> crate::Result<Vec<(Option<String>, Value)>> {
+        outbox::sent::rendered(row, 1)
+    }
+
+    fn publish(self, row: &tokio_postgres::Row, messages: Vec<(Option<String>, Value)>) {
+        if self.grace <= 0.0 {
+            return;
+        }
+        let messages =
+            messages.into_iter().map(|(message_id, body)| Message { message_id, body, ..self.queued.clone() });
+        let waits_for: Option<Vec<i64>> = row.get(11);
+        for mut part in outbox::parts(row.get(0), 0, self.trace, messages.collect(), 0) {
+            part.waits_for = waits_for.clone().filter(|_| part.part.index == 0);
+            outbox::after_commit::wrote(part);
+        }
+    }
+}
+
+/// The statements `u` needs before [`UPDATE`], written, and its parameters.
+async fn written(c: &impl GenericClient, request: &Request, u: Update<'_>) -> crate::Result<Written> {
     let u = match u.status {
         None => Update { status: u.then, then: None, ..u },
         Some(_) => u,
@@ -161,78 +267,53 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
         requests::add_events(c, &request.id, first).await?;
         said.drain(..first.len());
     }
+    let mut journal = u.journal.filter(|(_, events)| !events.is_empty());
+    if let Some((run, events)) = journal.filter(|(_, events)| events.len() > crate::journal::ROW_EVENTS) {
+        crate::journal::append(c, run, events).await?;
+        journal = None;
+    }
     let (kinds, statuses, messages) = requests::log_columns(&said);
     let queued = route(request, String::new(), Value::Null, true);
     let trace = outbox::current_trace();
     let (traceparent, tracestate) = trace.clone().map_or((None, None), |(p, s)| (Some(p), s));
     let grace = outbox::after_commit::grace().map(|g| g.as_secs_f64()).unwrap_or(0.0);
-    let status = u.then.or(u.status).map(|(s, _)| s.as_str());
     let [first, then] = [u.status, u.then].map(|change| change.map(|(s, _)| s.as_str()));
     let changes = i32::from(u.status.is_some()) + i32::from(u.then.is_some());
-    let reply_sent = u.reply.is_some();
-    let journal = u.journal.filter(|(_, events)| !events.is_empty());
-    if let Some((run, events)) = journal.filter(|(_, events)| events.len() > crate::journal::ROW_EVENTS) {
-        return Box::pin(async move {
-            crate::journal::append(c, run, events).await?;
-            update(c, request, Update { journal: None, ..u }).await
-        })
-        .await;
-    }
-    let journal_run = journal.map(|(run, _)| run);
-    let logged = crate::journal::columns(journal.map_or(&[], |(_, events)| events));
-    let language = request.language.as_str();
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 26] = [
-        &request.id,
-        &status,
-        &u.run_id,
-        &reply_sent,
-        &first,
-        &then,
-        &reply_id,
-        &reply_body,
-        &kinds,
-        &statuses,
-        &messages,
-        &queued.queue,
-        &queued.external,
-        &traceparent,
-        &tracestate,
-        &grace,
-        &journal_run,
-        &logged.invocations,
-        &logged.kinds,
-        &logged.payloads,
-        &logged.invocation,
-        &changes,
-        &request.bridge,
-        &request.reply_chat_id,
-        &language,
-        &u.held,
+    let events = journal.map_or(&[][..], |(_, events)| events);
+    let logged = crate::journal::columns(events);
+    let owned = |texts: &[&str]| texts.iter().map(ToString::to_string).collect::<Vec<String>>();
+    let optional = |texts: &[Option<&str>]| texts.iter().map(|t| t.map(str::to_string)).collect::<Vec<_>>();
+    let params: OwnedParams = vec![
+        Box::new(request.id.clone()),
+        Box::new(then.or(first)),
+        Box::new(u.run_id),
+        Box::new(u.reply.is_some()),
+        Box::new(first),
+        Box::new(then),
+        Box::new(reply_id),
+        Box::new(reply_body),
+        Box::new(owned(&kinds)),
+        Box::new(optional(&statuses)),
+        Box::new(optional(&messages)),
+        Box::new(queued.queue.clone()),
+        Box::new(queued.external),
+        Box::new(traceparent),
+        Box::new(tracestate),
+        Box::new(grace),
+        Box::new(journal.map(|(run, _)| run)),
+        Box::new(logged.invocations),
+        Box::new(owned(&logged.kinds)),
+        Box::new(JsonText::array(events.iter().map(|e| &e.payload))?),
+        Box::new(logged.invocation),
+        Box::new(changes),
+        Box::new(request.bridge.clone()),
+        Box::new(request.reply_chat_id.clone()),
+        Box::new(request.language.as_str().to_string()),
+        Box::new(u.held),
     ];
-    // A status keeps its status and number; its body and message id are
-    // rendered from them and its row's time (`status_message`, V43): the
-    // statement's clock, read after it took the request's row lock, so a
-    // later number never has an earlier time.
-    let row = crate::sql::query_opt(c, UPDATE, &params).await?;
-    let Some(row) = row else { return Ok(()) };
-    // As every reader renders a row's messages (`sent::rendered`, V43, V46):
-    // its statuses first.
     let statuses = usize::from(first.is_some()) + usize::from(then.is_some());
-    let mut messages = vec![];
-    for (n, (message_id, body)) in outbox::sent::rendered(&row, 1)?.into_iter().enumerate() {
-        if let (true, Some(url)) = (n < statuses, &request.status_url) {
-            requests::callbacks::enqueue(c, &request.id, url, &body).await?;
-        }
-        messages.push(Message { message_id, body, ..queued.clone() });
-    }
-    if grace > 0.0 {
-        let waits_for: Option<Vec<i64>> = row.get(11);
-        for mut part in outbox::parts(row.get(0), 0, trace, messages, 0) {
-            part.waits_for = waits_for.clone().filter(|_| part.part.index == 0);
-            outbox::after_commit::wrote(part);
-        }
-    }
-    Ok(())
+    let publish = Publish { queued, trace, grace };
+    Ok(Written { params, publish, statuses })
 }
 
 /// What a reply's row keeps, its body and message id: what its request

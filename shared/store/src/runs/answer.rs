@@ -136,7 +136,8 @@ pub async fn collect_read(c: &impl GenericClient, run_id: Uuid, read: Option<ToA
         held: true,
         ..Default::default()
     };
-    bridge::update(c, &request, update).await?;
+    // Nothing in the transaction reads it after: it goes out with the commit.
+    bridge::update_at_commit(c, &request, update).await?;
     // The time it waited for the user's answers is the user's, not the run's.
     let took = run.finished_at.and_then(|end| (end - run.created_at).to_std().ok());
     let took = took.map(|t| t.saturating_sub(Duration::from_secs_f64(waited_secs.max(0.0))));
