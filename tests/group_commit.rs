@@ -289,7 +289,7 @@ async fn a_write_queued_for_the_commit_goes_out_with_it_and_its_failure_rolls_th
     let then = |seen: &Arc<std::sync::Mutex<Vec<i32>>>| -> baton_store::Then {
         let seen = seen.clone();
         Box::new(move |rows: &[tokio_postgres::Row]| {
-            seen.lock().unwrap().extend(rows.iter().map(|r| r.get::<_, i32>(0)))
+            seen.lock().unwrap().extend(rows.iter().map(|r| r.get::<_, i32>(0)));
         })
     };
     let tx = baton_store::begin(&mut client).await.unwrap();
