@@ -108,8 +108,8 @@ pub async fn write(c: &impl GenericClient, ctx: &ToolCtx<'_>, args: &Value) -> T
     let (existing, created) = match ctx.workspace.file(&path) {
         Some(file) => (Some(file), false),
         None => {
-            let first = (content.as_str(), ws::sha256_hex(&content));
-            match store::create_or_read(c, run, &path, (first.0, &first.1), Some(ctx.invocation.id)).await? {
+            let sha = ws::sha256_hex(&content);
+            match store::create_or_read(c, run, &path, (&content, &sha), Some(ctx.invocation.id)).await? {
                 store::Created::Created => (None, true),
                 store::Created::Exists(file) => (Some(file), false),
                 store::Created::Raced => (store::read(c, run, &path).await?, false),

@@ -154,13 +154,13 @@ pub async fn update(c: &impl GenericClient, request: &Request, u: Update<'_>) ->
     // later number never has an earlier time.
     let row = crate::sql::query_opt(c, UPDATE, &params).await?;
     let Some(row) = row else { return Ok(()) };
-    let messages = written.messages(&row)?;
+    let messages = written.publish.messages(&row)?;
     if let Some(url) = &request.status_url {
         for (_, body) in messages.iter().take(written.statuses) {
             requests::callbacks::enqueue(c, &request.id, url, body).await?;
         }
     }
-    written.publish(&row, messages);
+    written.publish.publish(&row, messages);
     Ok(())
 }
 
@@ -178,7 +178,7 @@ pub async fn update_at_commit(c: &impl GenericClient, request: &Request, u: Upda
     let written = written(tx, request, u).await?;
     let statement = tx.prepare_cached(UPDATE).await?;
     let handoff = request.id.clone();
-    let (params, publish) = written.split();
+    let Written { params, publish, .. } = written;
     tx.write_at_commit_then(
         statement,
         params,
@@ -210,20 +210,6 @@ struct Publish {
     queued: Message,
     trace: Option<outbox::Trace>,
     grace: f64,
-}
-
-impl Written {
-    fn messages(&self, row: &tokio_postgres::Row) -> crate::Result<Vec<(Option<String>, Value)>> {
-        self.publish.messages(row)
-    }
-
-    fn publish(self, row: &tokio_postgres::Row, messages: Vec<(Option<String>, Value)>) {
-        self.publish.publish(row, messages);
-    }
-
-    fn split(self) -> (OwnedParams, Publish) {
-        (self.params, self.publish)
-    }
 }
 
 impl Publish {

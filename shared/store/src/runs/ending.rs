@@ -45,7 +45,7 @@ pub async fn complete_run(
         Event::new(JournalEvent::InvocationCompleted, Some(inv.id), json!({})),
         Event::new(JournalEvent::LoopFinished, Some(inv.id), json!({"exit": "finished"})),
     ];
-    let ended = if delegated {
+    let (ended, ahead) = if delegated {
         invocations::complete(c, inv, spending).await?;
         events.extend(completed);
         // Live invocations besides the owner are children it delegated to:
@@ -53,27 +53,14 @@ pub async fn complete_run(
         // the run's one foreground invocation.
         events.extend(cancel_tasks(c, inv.run_id, None).await?);
         events.extend(cancel_live(c, inv.run_id).await?);
-        runs::finish_releasing(c, inv.run_id, RunStatus::Completed, None).await?
+        (runs::finish_releasing(c, inv.run_id, RunStatus::Completed, None).await?, None)
     } else {
         events.extend(completed);
-        let (ended, ahead) = complete_then_read(c, inv, spending).await?;
-        if let Some(released) = ended {
-            events.push(Event::new(JournalEvent::RunCompleted, None, json!({})));
-            match ahead {
-                Some((read, next)) => {
-                    answer(c, inv.run_id, Some(read)).await?;
-                    if let Some(key) = released {
-                        start::next_in_conversation_from(c, &key, next, None).await?;
-                    }
-                }
-                None => answer_then_next(c, inv.run_id, released, None).await?,
-            }
-        }
-        return Ok(events);
+        complete_then_read(c, inv, spending).await?
     };
     if let Some(released) = ended {
         events.push(Event::new(JournalEvent::RunCompleted, None, json!({})));
-        answer_then_next(c, inv.run_id, released, None).await?;
+        answer_then_next(c, inv.run_id, released, ahead).await?;
     }
     Ok(events)
 }
@@ -199,16 +186,24 @@ async fn end_run(c: &impl GenericClient, run_id: Uuid, status: RunStatus, error:
 /// request. The answer's first read and the conversation's queue are read
 /// at once (two statements in flight, one round trip): neither touches
 /// what the other reads.
-/// (`read`: what the answer reads, if read already.)
+/// (`ahead`: what the run's end read of both already, see [`complete_then_read`].)
 async fn answer_then_next(
     c: &impl GenericClient,
     run_id: Uuid,
     released: Option<String>,
-    read: Option<Result<Option<runs::answer::ToAnswer>>>,
+    ahead: Option<ReadAhead>,
 ) -> Result<()> {
-    let Some(key) = released else { return answer(c, run_id, read).await };
-    let (answered, next) = tokio::join!(answer(c, run_id, read), conversations::pop(c, &key));
-    let next = answered.and(next)?;
+    let Some(key) = released else { return answer(c, run_id, ahead.map(|(read, _)| read)).await };
+    let next = match ahead {
+        Some((read, next)) => {
+            answer(c, run_id, Some(read)).await?;
+            next
+        }
+        None => {
+            let (answered, next) = tokio::join!(answer(c, run_id, None), conversations::pop(c, &key));
+            answered.and(next)?
+        }
+    };
     start::next_in_conversation_from(c, &key, next, None).await
 }
 

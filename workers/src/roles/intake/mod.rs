@@ -290,7 +290,8 @@ async fn accept(
             // A cancel for this handoff waits, or sees the request, never neither.
             let (version, read, started) =
                 requests::lock_then_insert_reading(&tx, &new, key.map(|key| (key, run_id))).await?;
-            let starts = read.0 && read.2.is_none();
+            let (first, _, cancel) = &read;
+            let starts = *first && cancel.is_none();
             if version == held.version && (starts || started != Some(true)) {
                 let chat = started.filter(|_| starts).map(|started| (run_id, started));
                 (tx, held, early, read, chat)
