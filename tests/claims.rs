@@ -246,3 +246,61 @@ async fn work_of_a_dead_worker_is_re_published_and_finished_by_another() {
         .await;
     assert_eq!(republished, 1, "the relay re-published it");
 }
+
+/// A new stage this process took itself is claimed by one lookup of its
+/// row and its run (`claim_taken_here`): it reads what the full claim reads
+/// (deferred, at epoch 1, the run, its spend, the profiles' version), with
+/// the brief its writer rendered; a stage no longer new, or whose run has
+/// ended, is left to the full claim.
+#[tokio::test]
+async fn a_new_stage_taken_here_is_claimed_by_a_lookup_that_reads_what_the_full_claim_reads() {
+    use baton_store::after_commit::Known;
+    use baton_store::claims::{claim_start, claim_taken_here};
+    let env = TestEnv::new().await;
+    env.apply_example_profiles().await;
+    let (fleet, message) = pending_root(&env, "taken-here").await;
+    fleet.stop().await;
+    let id = message.invocation_id;
+    let mut c = env.db().await;
+    let profile: String = c.query_one("SELECT profile_id FROM invocations WHERE id = $1", &[&id]).await.unwrap().get(0);
+    let lease = Duration::from_secs(30);
+    let full = {
+        let tx = baton_store::begin(&mut c).await.unwrap();
+        claim_start(&tx, id, "w", lease, std::slice::from_ref(&profile)).await.unwrap().expect("claimable")
+    };
+    let known = Known { profile_id: profile.clone(), root_brief: Some(full.inv.brief.clone()) };
+    let here = {
+        let tx = baton_store::begin(&mut c).await.unwrap();
+        claim_taken_here(&tx, id, &known).await.unwrap().expect("claimable")
+    };
+    let what = |s: &baton_store::claims::ClaimStart| {
+        let (inv, run, spend) = (&s.inv, &s.run, &s.spend);
+        format!(
+            "{:?}",
+            (
+                (inv.id, inv.run_id, inv.kind, inv.status, &inv.brief, inv.claim_epoch, inv.priority, inv.handoffs),
+                (s.deferred, s.task_started, s.facts.takeover, s.profiles_version),
+                (run.id, &run.handoff_id, run.status, &run.root_profile_id, run.handoff_count, &run.final_text),
+                (&spend.budget, spend.spent.tokens, spend.spent.model_calls, spend.spent.tool_calls),
+            )
+        )
+    };
+    assert_eq!(what(&here), what(&full));
+    assert_eq!(here.inv.claim_epoch, 1);
+    assert!(here.deferred);
+    let other = Known { profile_id: profile, root_brief: Some("the brief intake rendered".into()) };
+    let tx = baton_store::begin(&mut c).await.unwrap();
+    let read = claim_taken_here(&tx, id, &other).await.unwrap().expect("claimable");
+    assert_eq!(read.inv.brief, "the brief intake rendered", "a root's row has none; its writer's is used");
+    drop(tx);
+
+    // No longer new, or its run ended: the lookup finds nothing.
+    c.execute("UPDATE invocations SET claim_epoch = 1 WHERE id = $1", &[&id]).await.unwrap();
+    let tx = baton_store::begin(&mut c).await.unwrap();
+    assert!(claim_taken_here(&tx, id, &known).await.unwrap().is_none(), "claimed before");
+    drop(tx);
+    c.execute("UPDATE invocations SET claim_epoch = 0 WHERE id = $1", &[&id]).await.unwrap();
+    c.execute("UPDATE runs SET status = 'cancelled' WHERE id = $1", &[&message.run_id]).await.unwrap();
+    let tx = baton_store::begin(&mut c).await.unwrap();
+    assert!(claim_taken_here(&tx, id, &known).await.unwrap().is_none(), "its run ended");
+}

@@ -9,8 +9,9 @@ use baton_domain::protocol::request::HandoffStatus;
 use baton_domain::run::state::{InvocationKind, RunStatus, TaskStatus};
 use uuid::Uuid;
 
+use crate::after_commit::Known;
 use crate::invocations::{self, ClaimFacts, Invocation, CREATED, PARKED, RUNNING};
-use crate::runs::budgets::{self, RunSpend, FIGURES};
+use crate::runs::budgets::{self, RunSpend, FIGURES, NEW_OWNER_FIGURES};
 use crate::runs::{self, Run, RUN_COLUMNS};
 use crate::{sql, Result};
 
@@ -31,6 +32,48 @@ pub struct ClaimStart {
     /// started the root in its own process and said so): the claim says
     /// nothing more to the bridge, and need not read the request.
     pub request_running: bool,
+}
+
+/// [`claim_start`] for an invocation this process took itself (eager
+/// dispatch: a root intake wrote, a handoff's successor), new and of a
+/// profile whose first turn the worker takes within this transaction:
+/// `known` is what the transaction that wrote it knew. Such a claim is
+/// always deferred and has no incoming task to start, no children to sum
+/// and (a root) a request intake set `running`, so one lookup of its row
+/// and its run does, under the same lock and condition; a root's brief is
+/// the one intake rendered. `None` when it is not claimable that way (no
+/// longer new, its run no longer running, or locked): the caller claims it
+/// with [`claim_start`], which finds out why.
+pub async fn claim_taken_here(c: &impl GenericClient, id: Uuid, known: &Known) -> Result<Option<ClaimStart>> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT i.id, i.run_id, i.parent_invocation_id, i.incoming_task_id, i.profile_id, i.kind, $2::text,
+                    coalesce(i.brief, $4::text), i.claim_epoch + 1, i.budget, i.deadline_at, i.tokens_used,
+                    i.await_spec, i.takeovers, r.priority, i.handoff, i.handoffs, NULL::bytea,
+                    extract(epoch FROM clock_timestamp() - i.created_at)::float8, i.incoming_task_id,
+                    {RUN_COLUMNS}, {NEW_OWNER_FIGURES}, (SELECT version FROM profiles_version)
+               FROM invocations i JOIN runs r ON r.id = i.run_id
+              WHERE i.id = $1 AND i.status = $5 AND i.claim_epoch = 0 AND i.kind <> $6 AND r.status = $3
+                FOR UPDATE OF i SKIP LOCKED"
+        )
+    });
+    let params: sql::Params =
+        &[&id, &RUNNING, &RunStatus::Running.as_str(), &known.root_brief, &CREATED, &InvocationKind::Child.as_str()];
+    let Some(row) = sql::query_opt(c, &SQL, params).await? else {
+        return Ok(None);
+    };
+    let n = invocations::COLUMN_COUNT;
+    let inv = invocations::from_row(&row)?;
+    Ok(Some(ClaimStart {
+        facts: ClaimFacts { waited_seconds: row.get(n), takeover: false },
+        deferred: true,
+        task_started: row.get(n + 1),
+        run: runs::run_at(&row, n + 2)?,
+        spend: budgets::spend_at(&row, n + 11)?,
+        profiles_version: row.get(n + 16),
+        request_running: inv.kind == InvocationKind::Root,
+        inv,
+    }))
 }
 
 /// [`invocations::claim`], with its [`ClaimFacts`] and every read a claim's start needs, in one

@@ -10,12 +10,14 @@
 
 use crate::GenericClient;
 use baton_domain::fleet::FleetMessage;
+use baton_domain::profiles::brief::render_request_brief;
+use baton_domain::protocol::request::HandoffRequest;
 use baton_domain::run::journal::JournalEvent;
 use baton_domain::run::state::InvocationKind;
 use serde_json::json;
 
 use crate::invocations::tasks::{self, NewTask};
-use crate::invocations::{self, HandedOver, Inserted, Invocation, NewInvocation, INSERT};
+use crate::invocations::{self, HandedOver, Inserted, Invocation, NewBrief, NewInvocation, INSERT};
 use crate::journal::Event;
 use crate::outbox::after_commit;
 use crate::{outbox, Result};
@@ -40,9 +42,26 @@ pub async fn invocation(
 pub fn root<'a>(
     c: &'a impl GenericClient,
     new: &'a NewInvocation<'a>,
+    request: &'a HandoffRequest,
 ) -> (bool, impl std::future::Future<Output = Result<()>> + Send + 'a) {
     let reserved = after_commit::reserve();
-    (reserved.is_some(), async move { insert(c, new, reserved).await })
+    (reserved.is_some(), async move { insert(c, new, reserved, Some(request)).await })
+}
+
+/// What this process knows of `new` for the claim that follows its commit
+/// (`crate::claims::claim_taken_here`): its profile, and a root's brief,
+/// rendered from `request` when its row stores none. A root is known only
+/// when intake writes it (`request`), which says `running` to the bridge in
+/// the same transaction; `None` otherwise: its claim reads it all itself.
+fn known(new: &NewInvocation<'_>, request: Option<&HandoffRequest>) -> Option<after_commit::Known> {
+    let root_brief = match (new.kind, request) {
+        (InvocationKind::Root, None) => return None,
+        (InvocationKind::Root, Some(request)) => {
+            matches!(new.brief, NewBrief::Request).then(|| render_request_brief(request))
+        }
+        _ => None,
+    };
+    Some(after_commit::Known { profile_id: new.profile_id.to_string(), root_brief })
 }
 
 /// Inserts the invocation, reserved for this process or with the message
@@ -51,11 +70,12 @@ async fn insert(
     c: &impl GenericClient,
     new: &NewInvocation<'_>,
     reserved: Option<after_commit::Reserved>,
+    request: Option<&HandoffRequest>,
 ) -> Result<()> {
     match reserved {
         Some(reserved) => {
             invocations::insert_reserved(c, new, (&reserved.owner, reserved.lease)).await?;
-            after_commit::took(reserved, new.run_id, new.id);
+            after_commit::took(reserved, new.run_id, new.id, known(new, request));
         }
         None => {
             let inserted = Inserted::of(new)?;
@@ -71,7 +91,7 @@ async fn spawned(c: &impl GenericClient, new: &NewInvocation<'_>, task: Option<&
         InvocationKind::Root => after_commit::reserve(),
         _ => None,
     };
-    insert(c, new, reserved).await?;
+    insert(c, new, reserved, None).await?;
     let mut events = vec![created(new)];
     if let Some(task) = task {
         tasks::insert(c, task).await?;
@@ -100,7 +120,7 @@ pub async fn handoff(
     if let Some(reserved) = after_commit::reserve() {
         let handed =
             invocations::hand_over_reserving(c, inv, spending, &new, (&reserved.owner, reserved.lease)).await?;
-        after_commit::took(reserved, new.run_id, new.id);
+        after_commit::took(reserved, new.run_id, new.id, known(&new, None));
         return Ok((handed, vec![created(&new)]));
     }
     let handed = invocations::hand_over(c, inv, new.profile_id, spending).await?;

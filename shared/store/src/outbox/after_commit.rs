@@ -89,6 +89,17 @@ pub struct Taken {
     pub invocation_id: Uuid,
     pub slot: Slot,
     pub trace: Option<super::Trace>,
+    /// What the transaction that wrote it knew of it, for its claim.
+    pub known: Option<Known>,
+}
+
+/// What the process that took an invocation knows of it before claiming it
+/// (`crate::claims::claim_taken_here`): its profile, and a root's brief as
+/// rendered from the request intake holds (its row stores none).
+#[derive(Debug, Clone)]
+pub struct Known {
+    pub profile_id: String,
+    pub root_brief: Option<String>,
 }
 
 /// A reservation made while a transaction runs: who holds it, for how long.
@@ -194,8 +205,8 @@ pub(crate) fn reserve() -> Option<Reserved> {
 }
 
 /// The current transaction wrote `invocation_id` reserved with `reserved`.
-pub(crate) fn took(reserved: Reserved, run_id: Uuid, invocation_id: Uuid) {
-    let taken = Taken { run_id, invocation_id, slot: reserved.slot, trace: super::current_trace() };
+pub(crate) fn took(reserved: Reserved, run_id: Uuid, invocation_id: Uuid, known: Option<Known>) {
+    let taken = Taken { run_id, invocation_id, slot: reserved.slot, trace: super::current_trace(), known };
     let _ = SCOPE.try_with(|s| s.taken.borrow_mut().push(taken));
 }
 
@@ -305,11 +316,11 @@ mod tests {
             began();
             let r = reserve().expect("a free slot");
             assert_eq!((r.owner.as_str(), r.lease), ("w1", Duration::from_secs(2)));
-            took(r, run, a);
+            took(r, run, a, None);
             // rolled back: its slot is free again
             began();
             assert_eq!(held_in.load(std::sync::atomic::Ordering::SeqCst), 0);
-            took(reserve().expect("a free slot"), run, b);
+            took(reserve().expect("a free slot"), run, b, None);
             let _third = reserve().expect("the second slot");
             assert!(reserve().is_none(), "no slot left: the successor is queued instead");
             committed();

@@ -47,6 +47,15 @@ pub async fn assign(c: &impl GenericClient, run_id: Uuid, budget: &RunBudget) ->
 /// wait a day, and the user's time is not the agents'.
 pub(crate) const FIGURES: &str = concat!("r.budget, s.tokens, s.model_calls, s.tool_calls, ", elapsed!());
 
+/// [`FIGURES`] for a new owner `i` (a root or handoff stage never claimed,
+/// so no child of its own yet): what its run spent before it, carried on
+/// its row, and its own.
+pub(crate) const NEW_OWNER_FIGURES: &str = concat!(
+    "r.budget, (i.run_spent_tokens + i.tokens_used)::bigint, (i.run_spent_model_calls + i.model_calls)::bigint,
+     (i.run_spent_tool_calls + i.tool_calls)::bigint, ",
+    elapsed!()
+);
+
 /// How long the run `r` has worked: to now or its end, less its questions' time.
 macro_rules! elapsed {
     () => {

@@ -93,7 +93,7 @@ pub async fn request_saying(
         handoffs: 0,
         run_spent: Default::default(),
     };
-    let (taken_here, insert_root) = spawn::root(c, &new);
+    let (taken_here, insert_root) = spawn::root(c, &new, request);
     // The request's id, source and target agent, the budget and the root's
     // profile are the run's and the request's rows' to keep: the `events`
     // view puts them back in these payloads (`run_payload`, V48).

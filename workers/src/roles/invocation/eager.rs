@@ -17,7 +17,7 @@
 use baton_agent::slots::Slots;
 use baton_domain::fleet::{FleetMessage, InvocationQueue, RunInvocation};
 use baton_domain::run::state::InvocationKind;
-use baton_store::after_commit::{scope, Eager, Publishing, Taken};
+use baton_store::after_commit::{scope, Eager, Known, Publishing, Taken};
 use baton_store::{begin, client as db, commit};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
@@ -116,7 +116,7 @@ impl Dispatch {
         self.loops.spawn(
             scope(self.publishing.clone(), async move {
                 let _slot = successor.slot;
-                run(&worker, message, stop, deadline).await;
+                run(&worker, message, successor.known, stop, deadline).await;
             })
             .instrument(hop),
         );
@@ -125,12 +125,18 @@ impl Dispatch {
 
 /// Claims a successor taken eagerly and runs it, as a delivery's claim
 /// does; on shutdown it is queued for another worker instead.
-async fn run(worker: &Worker, message: RunInvocation, stop: CancellationToken, deadline: CancellationToken) {
+async fn run(
+    worker: &Worker,
+    message: RunInvocation,
+    known: Option<Known>,
+    stop: CancellationToken,
+    deadline: CancellationToken,
+) {
     if stop.is_cancelled() {
         return hand_back(worker, message).await;
     }
     let claimed = retry_transient("claiming an invocation", worker.settings.transient_patience, &stop, || {
-        worker.claim_to_run(message)
+        worker.claim_to_run(message, known.clone())
     })
     .await;
     match claimed {

@@ -18,7 +18,7 @@ use baton_bus::{DeadLetters, Delivery};
 use baton_domain::fleet::{FleetMessage, InvocationQueue, RunInvocation};
 use baton_domain::protocol::request::Priority;
 use baton_domain::run::state::InvocationKind;
-use baton_store::after_commit::scope;
+use baton_store::after_commit::{scope, Known};
 use baton_store::group_commit::{job, GroupCommit};
 use baton_store::invocations::{self, Invocation};
 use baton_store::Pool;
@@ -304,7 +304,7 @@ async fn receive(
     // Its log lines (a claim retried through an outage) name the invocation.
     tracing::Span::current().record("invocation", tracing::field::display(message.invocation_id));
     let claimed = match retry_transient("claiming an invocation", worker.settings.transient_patience, stop, || {
-        worker.claim_to_run(message)
+        worker.claim_to_run(message, None)
     })
     .await
     {
@@ -375,18 +375,20 @@ impl Worker {
     /// Claims the invocation with its journal events, in one transaction,
     /// and takes no turn. `None`: already claimed, finished, or given up on.
     pub async fn claim(&self, message: RunInvocation) -> anyhow::Result<Option<Invocation>> {
-        Ok(self.claim_folding(message, false).await?.map(|claimed| match claimed {
+        Ok(self.claim_folding(message, false, None).await?.map(|claimed| match claimed {
             Claimed::Run(inv, _) | Claimed::Ended(inv) => inv,
         }))
     }
 
     /// [`Worker::claim`], with what a first claim read for the loop to
     /// start from, and a script's first turn taken in the same transaction.
-    async fn claim_to_run(&self, message: RunInvocation) -> anyhow::Result<Option<Claimed>> {
-        match self.claim_folding(message, true).await {
+    /// `known`: what the transaction that wrote it knew, when this process
+    /// took it itself (eager dispatch).
+    async fn claim_to_run(&self, message: RunInvocation, known: Option<Known>) -> anyhow::Result<Option<Claimed>> {
+        match self.claim_folding(message, true, known.map(Arc::new)).await {
             Err(e) if e.downcast_ref::<Unfolded>().is_some() => {
                 tracing::warn!(invocation = %message.invocation_id, error = %format!("{e:#}"), "claiming again, leaving the first turn to the loop");
-                self.claim_folding(message, false).await
+                self.claim_folding(message, false, None).await
             }
             other => other,
         }
@@ -396,11 +398,16 @@ impl Worker {
     /// be shared with other claims ready at the same time (see
     /// [`baton_store::group_commit`]), and what it claimed is acted on only
     /// once that transaction committed.
-    async fn claim_folding(&self, message: RunInvocation, fold: bool) -> anyhow::Result<Option<Claimed>> {
+    async fn claim_folding(
+        &self,
+        message: RunInvocation,
+        fold: bool,
+        known: Option<Arc<Known>>,
+    ) -> anyhow::Result<Option<Claimed>> {
         let worker = Arc::new(self.clone());
         let unit = job(move |tx| {
-            let worker = worker.clone();
-            Box::pin(async move { worker.claim_in(tx, message, fold).await })
+            let (worker, known) = (worker.clone(), known.clone());
+            Box::pin(async move { worker.claim_in(tx, message, fold, known.as_deref()).await })
         });
         let Some(done) = self.commits.run(unit).await? else { return Ok(None) };
         let ClaimDone { inv, facts, handoff, ended, preloaded, span } = done;
@@ -431,6 +438,7 @@ impl Worker {
         tx: &Transaction<'_>,
         message: RunInvocation,
         fold: bool,
+        known: Option<&Known>,
     ) -> anyhow::Result<Option<ClaimDone>> {
         // One statement claims the invocation and reads what starting it
         // needs: its run, the run's spend, the profiles' version, its task.
@@ -441,9 +449,17 @@ impl Worker {
             _ => vec![],
         };
         let (owner, lease) = (self.settings.worker_id.as_str(), self.settings.lease);
-        let Some(start) =
-            baton_store::claims::claim_start(tx, message.invocation_id, owner, lease, &deferrable).await?
-        else {
+        // One this process took itself, whose first turn it takes now, is
+        // claimed by a lookup of what its writer did not know.
+        let here = match known.filter(|k| deferrable.contains(&k.profile_id)) {
+            Some(known) => baton_store::claims::claim_taken_here(tx, message.invocation_id, known).await?,
+            None => None,
+        };
+        let start = match here {
+            Some(start) => Some(start),
+            None => baton_store::claims::claim_start(tx, message.invocation_id, owner, lease, &deferrable).await?,
+        };
+        let Some(start) = start else {
             // A duplicate delivery: already claimed (its lease live, or lapsed
             // but not yet found stalled by the relay), ended, or given up on.
             tracing::info!(invocation = %message.invocation_id, "nothing to claim");
