@@ -71,7 +71,9 @@ where
                 before.push(earlier);
             }
         }
-        let work = handle(delivery, stop.clone());
+        // Boxed: the task then holds a pointer, not the handler's whole
+        // state machine, which spawning would copy several times over.
+        let work = Box::pin(handle(delivery, stop.clone()));
         let (permits, stop, failure) = (permits.clone(), stop.clone(), failure.clone());
         tasks.spawn(async move {
             // Whatever happens below, the deliveries behind this one may go on

@@ -266,7 +266,7 @@ impl Runner {
                 return Ok(Exit::Stopped);
             }
             if let Some(exhausted) = claimed.budget.check() {
-                return over_budget::stop_run(&self.pool, inv, claimed.epoch, exhausted).await;
+                return Box::pin(over_budget::stop_run(&self.pool, inv, claimed.epoch, exhausted)).await;
             }
             let exit = match transcript::position(&claimed.steps) {
                 Position::Fresh => self.assemble(&mut claimed).await.map(|_| None)?,
@@ -376,7 +376,7 @@ impl Runner {
                 turn = timed(&c.profile.id, provider.complete(&request)).instrument(model_span.clone()) => turn?,
                 _ = stop.cancelled() => return Ok(Some(Exit::Stopped)),
                 _ = tokio::time::sleep(c.budget.time_left()) => {
-                    return over_budget::stop_run(&self.pool, c.inv, c.epoch, c.budget.out_of_time()).await.map(Some);
+                    return Box::pin(over_budget::stop_run(&self.pool, c.inv, c.epoch, c.budget.out_of_time())).await.map(Some);
                 }
             }
         };
@@ -489,13 +489,19 @@ impl Runner {
                 let mut evs = vec![];
                 if closing_not_last {
                     let message = "the agent called a tool after a closing tool in the same turn";
-                    evs.extend(ending::fail_invocation(tx, c.inv, ErrorCode::ToolAfterFinish.as_str(), message).await?);
+                    evs.extend(
+                        Box::pin(ending::fail_invocation(tx, c.inv, ErrorCode::ToolAfterFinish.as_str(), message))
+                            .await?,
+                    );
                     w.exit = Some(Exit::Failed(message.into()));
                 } else if plain && transcript::nudges(&c.steps) < self.limits.max_nudges {
                     w.append(transcript::NUDGE, json!({"content": NUDGE_TEXT}));
                 } else if plain {
                     let message = "the agent stopped answering in plain text without finishing or handing off";
-                    evs.extend(ending::fail_invocation(tx, c.inv, ErrorCode::NoClosingTool.as_str(), message).await?);
+                    evs.extend(
+                        Box::pin(ending::fail_invocation(tx, c.inv, ErrorCode::NoClosingTool.as_str(), message))
+                            .await?,
+                    );
                     w.exit = Some(Exit::Failed(message.into()));
                 }
                 w.log(evs);
@@ -532,7 +538,7 @@ impl Runner {
         let failed = step
             .run(|Scope { tx, w, .. }| {
                 Box::pin(async move {
-                    let mut evs = ending::fail_invocation_because(tx, inv, code, message, detail).await?;
+                    let mut evs = Box::pin(ending::fail_invocation_because(tx, inv, code, message, detail)).await?;
                     if let Some(detail) = detail {
                         evs.insert(
                             0,

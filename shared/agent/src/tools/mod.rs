@@ -140,11 +140,13 @@ pub async fn dispatch(c: &impl GenericClient, ctx: &ToolCtx<'_>) -> Result<ToolO
         ToolName::WorkspaceWrite => workspace::write(c, ctx, args).await,
         ToolName::WorkspacePatch => workspace::patch(c, ctx, args).await,
         ToolName::WorkspaceCommit => workspace::commit(c, ctx, args).await,
-        ToolName::WorkspaceFinish => workspace::finish(c, ctx, args).await,
-        ToolName::AgentDelegate => delegation::delegate(c, ctx, args).await,
-        ToolName::AgentAwait => delegation::await_tasks(c, ctx, args).await,
-        ToolName::TaskReturn => delegation::task_return(c, ctx, args).await,
-        ToolName::AskUser => ask::ask_user(c, ctx, args).await,
+        // Boxed, these: a run's end (and a question, a delegation) is a large
+        // state machine that every other tool call would otherwise carry.
+        ToolName::WorkspaceFinish => Box::pin(workspace::finish(c, ctx, args)).await,
+        ToolName::AgentDelegate => Box::pin(delegation::delegate(c, ctx, args)).await,
+        ToolName::AgentAwait => Box::pin(delegation::await_tasks(c, ctx, args)).await,
+        ToolName::TaskReturn => Box::pin(delegation::task_return(c, ctx, args)).await,
+        ToolName::AskUser => Box::pin(ask::ask_user(c, ctx, args)).await,
     };
     match ran {
         Ok(outcome) => Ok(outcome),

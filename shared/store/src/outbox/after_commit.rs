@@ -159,15 +159,17 @@ tokio::task_local! {
 }
 
 /// Runs `work` with the outbox rows its transactions write published by
-/// `publishing` right after each commit.
-pub async fn scope<F: Future>(publishing: Publishing, work: F) -> F::Output {
+/// `publishing` right after each commit. (A plain function returning the
+/// task-local future: an `async fn` would hold `work` twice, as its
+/// argument and as the future it awaits, and hops are spawned in it.)
+pub fn scope<F: Future>(publishing: Publishing, work: F) -> impl Future<Output = F::Output> {
     let scope = Scope {
         publishing,
         written: RefCell::new(vec![]),
         taken: RefCell::new(vec![]),
         answered: RefCell::new(vec![]),
     };
-    SCOPE.scope(scope, work).await
+    SCOPE.scope(scope, work)
 }
 
 /// The publishing of the current task, for a task it spawns (task-local

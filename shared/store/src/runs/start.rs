@@ -247,7 +247,10 @@ pub(crate) async fn next_in_conversation_from(
 ) -> Result<()> {
     let mut next = first;
     while let Some(handoff) = next {
-        if started(c, key, &handoff, known).await? {
+        // Boxed: starting a request is a large state machine, and this runs
+        // inside every run's end, whose futures (moved as a hop goes
+        // through its layers) would otherwise carry it, mostly for nothing.
+        if Box::pin(started(c, key, &handoff, known)).await? {
             return Ok(());
         }
         next = conversations::pop(c, key).await?;

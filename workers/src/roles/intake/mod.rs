@@ -314,7 +314,9 @@ async fn accept(
     } else {
         let body = serde_json::to_value(request)?;
         let known_bridges = bridge.is_some() && !known.bridges.is_empty();
-        take_again(&tx, request, (stored, &body), &filtered.removed, &known, dead_lettered, known_bridges).await?
+        // Boxed: a duplicate's path, which every request's state machine would carry.
+        Box::pin(take_again(&tx, request, (stored, &body), &filtered.removed, &known, dead_lettered, known_bridges))
+            .await?
     };
     commit(tx).await?;
     if matches!(taken, Taken::Stored) {

@@ -113,13 +113,14 @@ impl Dispatch {
         // The hop continues the trace of the handoff that took it, as its message would.
         let (traceparent, tracestate) = successor.trace.map_or((None, None), |(p, s)| (Some(p), s));
         crate::telemetry::continue_trace(&hop, traceparent, tracestate);
-        self.loops.spawn(
+        // Boxed: spawning moves a pointer, not the hop's state machine.
+        self.loops.spawn(Box::pin(
             scope(self.publishing.clone(), async move {
                 let _slot = successor.slot;
                 run(&worker, message, successor.known, stop, deadline).await;
             })
             .instrument(hop),
-        );
+        ));
     }
 }
 

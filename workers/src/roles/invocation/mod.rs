@@ -238,8 +238,9 @@ impl Lane {
         let hop = tracing::info_span!("claim", queue = %self.queue, handoff_id = tracing::field::Empty,
             invocation = tracing::field::Empty, redelivered = d.redelivered());
         crate::telemetry::continue_from(&hop, &d);
-        // Its outbox rows are published by this process right after each commit.
-        self.loops.spawn(
+        // Its outbox rows are published by this process right after each
+        // commit. (Boxed: spawning moves a pointer, not the hop's state machine.)
+        self.loops.spawn(Box::pin(
             scope(self.publishing.clone(), async move {
                 let _permit = permit;
                 if stop.is_cancelled() {
@@ -255,7 +256,7 @@ impl Lane {
                 }
             })
             .instrument(hop),
-        );
+        ));
     }
 
     /// While slots are free and nobody waits for one, takes more of the
@@ -479,8 +480,9 @@ impl Worker {
         if inv.takeovers > self.settings.max_takeovers {
             // A stage whose workers keep dying stops here instead of looping.
             let text = "the agent stopped because its workers kept failing";
-            fail_claimed(tx, &inv, "host.too_many_takeovers", text, &format!("taken over {} times", inv.takeovers))
-                .await?;
+            // Boxed: a rare path, and a large state machine every claim would carry.
+            let detail = format!("taken over {} times", inv.takeovers);
+            Box::pin(fail_claimed(tx, &inv, "host.too_many_takeovers", text, &detail)).await?;
             return Ok(None);
         }
         let profiles = self.profiles.at(tx, profiles_version).await?;
