@@ -49,7 +49,7 @@ pub fn root<'a>(
 }
 
 /// What this process knows of `new` for the claim that follows its commit
-/// (`crate::claims::claim_taken_here`): its profile, and a root's brief,
+/// (the claims module's `claim_taken_here`): its profile, and a root's brief,
 /// rendered from `request` when its row stores none. A root is known only
 /// when intake writes it (`request`), which says `running` to the bridge in
 /// the same transaction; `None` otherwise: its claim reads it all itself.

@@ -94,7 +94,7 @@ pub struct Taken {
 }
 
 /// What the process that took an invocation knows of it before claiming it
-/// (`crate::claims::claim_taken_here`): its profile, and a root's brief as
+/// (the claims module's `claim_taken_here`): its profile, and a root's brief as
 /// rendered from the request intake holds (its row stores none).
 #[derive(Debug, Clone)]
 pub struct Known {
