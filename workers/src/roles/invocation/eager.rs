@@ -7,8 +7,10 @@
 //! work keeps its turn) and the successor is written reserved for this
 //! worker, still `created`, with no outbox row
 //! (`baton_store::after_commit`). Once the transaction commits, the
-//! successor is claimed here exactly as a delivery would be (the same
-//! statement, fence and group commit), in the reserved slot. Nothing else
+//! successor is claimed here as a delivery would be (the same lock, fence
+//! and group commit; a new stage whose first turn is a script's by one
+//! lookup of what its writer did not know, `claims::claim_taken_here`), in
+//! the reserved slot. Nothing else
 //! changes for it: it is claimable by anyone, and should this worker die
 //! before claiming it, its reservation lapses (after the outbox grace, as
 //! an unpublished outbox row would be swept) and the relay's sweep publishes it. On shutdown a successor not yet claimed is queued for
