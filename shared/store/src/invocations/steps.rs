@@ -129,27 +129,9 @@ pub async fn append_with_events(
         let (stored, logged) = tokio::join!(append_all(c, invocation_id, steps), journal::append(c, run_id, events));
         return stored.and(logged);
     };
-    debug_assert!(steps.iter().enumerate().all(|(i, s)| s.0 == seq + i as i32), "steps are consecutive");
-    let kinds: Vec<&str> = steps.iter().map(|s| s.1).collect();
-    let kept = kept_results(steps);
-    let payloads = journal::json_array(steps.iter().zip(&kept).map(|(s, k)| k.as_ref().unwrap_or(s.2)));
-    let logged = journal::columns(events);
-    sql::execute(
-        c,
-        STEPS_WITH_EVENTS,
-        &[
-            &invocation_id,
-            &seq,
-            &kinds,
-            &payloads,
-            &run_id,
-            &logged.invocation,
-            &logged.invocations,
-            &logged.kinds,
-            &logged.payloads,
-        ],
-    )
-    .await?;
+    let params = one_row(invocation_id, seq, steps, run_id, events)?;
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
+    sql::execute(c, STEPS_WITH_EVENTS, &params).await?;
     Ok(())
 }
 
@@ -164,6 +146,33 @@ const STEPS_WITH_EVENTS: &str = "WITH stored AS (INSERT INTO transcript (invocat
 fn one_statement(steps: &[(i32, &str, &Value)], events: &[Event]) -> Option<i32> {
     let &(seq, _, _) = steps.first()?;
     (!events.is_empty() && events.len() <= journal::ROW_EVENTS).then_some(seq)
+}
+
+/// [`STEPS_WITH_EVENTS`]'s parameters: consecutive steps from `seq` and
+/// the events that fit one journal row ([`one_statement`]).
+fn one_row(
+    invocation_id: Uuid,
+    seq: i32,
+    steps: &[(i32, &str, &Value)],
+    run_id: Uuid,
+    events: &[Event],
+) -> Result<OwnedParams> {
+    debug_assert!(steps.iter().enumerate().all(|(i, s)| s.0 == seq + i as i32), "steps are consecutive");
+    let kept = kept_results(steps);
+    let payloads = JsonText::array(steps.iter().zip(&kept).map(|(s, k)| k.as_ref().unwrap_or(s.2)))?;
+    let logged = journal::columns(events);
+    let owned = |texts: &[&str]| texts.iter().map(ToString::to_string).collect::<Vec<String>>();
+    Ok(vec![
+        Box::new(invocation_id),
+        Box::new(seq),
+        Box::new(owned(&steps.iter().map(|s| s.1).collect::<Vec<_>>())),
+        Box::new(payloads),
+        Box::new(run_id),
+        Box::new(logged.invocation),
+        Box::new(logged.invocations),
+        Box::new(owned(&logged.kinds)),
+        Box::new(JsonText::array(events.iter().map(|e| &e.payload))?),
+    ])
 }
 
 /// [`append_with_events`] as a write nothing in the transaction reads
@@ -181,22 +190,7 @@ pub async fn append_with_events_at_commit(
     let Some(seq) = one_statement(steps, events) else {
         return append_with_events(tx, invocation_id, steps, run_id, events).await;
     };
-    debug_assert!(steps.iter().enumerate().all(|(i, s)| s.0 == seq + i as i32), "steps are consecutive");
-    let kept = kept_results(steps);
-    let payloads = JsonText::array(steps.iter().zip(&kept).map(|(s, k)| k.as_ref().unwrap_or(s.2)))?;
-    let logged = journal::columns(events);
-    let owned = |texts: &[&str]| texts.iter().map(ToString::to_string).collect::<Vec<String>>();
-    let params: OwnedParams = vec![
-        Box::new(invocation_id),
-        Box::new(seq),
-        Box::new(owned(&steps.iter().map(|s| s.1).collect::<Vec<_>>())),
-        Box::new(payloads),
-        Box::new(run_id),
-        Box::new(logged.invocation),
-        Box::new(logged.invocations),
-        Box::new(owned(&logged.kinds)),
-        Box::new(JsonText::array(events.iter().map(|e| &e.payload))?),
-    ];
+    let params = one_row(invocation_id, seq, steps, run_id, events)?;
     let statement = tx.prepare_cached(STEPS_WITH_EVENTS).await?;
     tx.write_at_commit(statement, params);
     Ok(())
